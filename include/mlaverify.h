@@ -1,0 +1,249 @@
+/* mlaverify: the verify attention of speculative decoding for Multi-head Latent Attention.
+ *
+ * One C11 header, the whole public API. No CUDA types: a stream is a `void *` (cudaStream_t).
+ *
+ * What is computed (absorbed MLA, one latent KV head shared by all H query heads):
+ *
+ *   for request b, query token t (local index i < q_len[b]), head h, visible KV row j:
+ *     s[t,h,j]   = scale * dot(q[t,h,0:Dl+Dr], kv[j,0:Dl+Dr])
+ *     visible    = j < prefix_len[b]  or  mask bit (i, j - prefix_len[b])
+ *     out[t,h,:] = sum_j softmax_j(s[t,h,j]) * kv[j,0:Dl]
+ *     lse[t,h]   = log(sum_j exp(s[t,h,j]))     (natural log, fp32)
+ *   prefix_len[b] = kv_len[b] - q_len[b]; a row with no visible key gets out = 0, lse = -inf.
+ *
+ * Tensor layouts (row-major, densely packed, T = q_indptr[B], W = Dl + Dr):
+ *   q          [T, H, W]                      dtype       query token t of request b is row
+ *                                                         q_indptr[b] + i
+ *   kv_cache   [num_pages, page_size, W]      dtype       c_kv (Dl) then k_pe (Dr)
+ *   page_table [B, max_pages]                 int32       KV row j of request b lives at
+ *                                                         page_table[b][j / page_size], slot
+ *                                                         j % page_size
+ *   tree_mask  [T, words]                     uint32      words = ceil(max_q_len / 32); bit k
+ *                                                         (word k/32, bit k%32) of row t: draft
+ *                                                         node k of t's request is visible
+ *   out        [T, H, Dl]                     dtype
+ *   lse        [T, H]                         float32
+ *
+ * Threading: a context is used by one thread at a time; a plan is immutable once created and
+ * may be run from several threads at once (each with its own workspace). Error sentences are
+ * kept per thread (like errno), see mlav_last_error().
+ */
+#ifndef MLAVERIFY_H
+#define MLAVERIFY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(MLAV_BUILDING_SHARED)
+#define MLAV_API __declspec(dllexport)
+#elif defined(__GNUC__) && defined(MLAV_BUILDING_LIBRARY)
+#define MLAV_API __attribute__((visibility("default")))
+#else
+#define MLAV_API
+#endif
+
+#define MLAV_VERSION_MAJOR 0
+#define MLAV_VERSION_MINOR 1
+#define MLAV_VERSION_PATCH 0
+#define MLAV_VERSION_NUMBER (MLAV_VERSION_MAJOR * 10000 + MLAV_VERSION_MINOR * 100 + MLAV_VERSION_PATCH)
+
+/** Runtime version, MLAV_VERSION_NUMBER of the library actually loaded. */
+MLAV_API unsigned mlav_version_number(void);
+/** Runtime version as "MAJOR.MINOR.PATCH". */
+MLAV_API const char *mlav_version_string(void);
+
+/** Opaque handles: a context picks and holds a backend; a plan is one scheduled problem. */
+typedef struct mlav_context mlav_context;
+typedef struct mlav_plan mlav_plan;
+
+/* ------------------------------------------------------------------------------------------- */
+/* Status codes: fixed values, never renumbered.                                                */
+
+typedef enum mlav_status {
+    MLAV_OK = 0,
+    MLAV_ERR_INVALID_ARG = 1,   /* null pointer, bad length, bad page id, inconsistent shape */
+    MLAV_ERR_UNSUPPORTED = 2,   /* valid request this backend cannot do (dims, residency, dtype) */
+    MLAV_ERR_OUT_OF_MEMORY = 3, /* a host or device allocation failed (plan or offload mapping) */
+    MLAV_ERR_WORKSPACE = 4,     /* workspace missing, too small or misaligned */
+    MLAV_ERR_NO_DEVICE = 5,     /* the backend needs a GPU that is not there (or not built in) */
+    MLAV_ERR_CUDA = 6,          /* a CUDA call failed; the sentence names the call and file:line */
+    MLAV_ERR_FORMAT = 7,        /* a golden bundle is malformed (used by the tools) */
+    MLAV_ERR_IO = 8,            /* a file could not be read or written (used by the tools) */
+    MLAV_ERR_INTERNAL = 9       /* a bug: please report the sentence */
+} mlav_status;
+
+/** Constant name of a status ("MLAV_ERR_INVALID_ARG"); never NULL. */
+MLAV_API const char *mlav_status_string(mlav_status s);
+
+/** The sentence explaining the most recent failure of a mlav_ call made by this thread
+ *  ("" if none yet). Stays valid until this thread's next failing call. `ctx` may be NULL:
+ *  the text is per thread, so a plan shared by threads reports to each its own error. */
+MLAV_API const char *mlav_last_error(const mlav_context *ctx);
+
+/* ------------------------------------------------------------------------------------------- */
+/* Enumerations                                                                                 */
+
+typedef enum mlav_backend {
+    MLAV_BACKEND_AUTO = 0,       /* CUDA if built in and a device of cc >= 8.0 is present, else
+                                    CPU; MLAV_BACKEND=cpu|cuda|cuda-naive|reference overrides */
+    MLAV_BACKEND_CPU = 1,        /* OpenMP + OpenBLAS, fp32 accumulation */
+    MLAV_BACKEND_CUDA = 2,       /* flash verify: tensor cores, split-KV, sm_80+ (sm_120-legal) */
+    MLAV_BACKEND_CUDA_NAIVE = 3, /* one block per (token, head): the GPU baseline */
+    MLAV_BACKEND_REFERENCE = 4   /* the fp64 oracle: plain loops, the definition of truth */
+} mlav_backend;
+
+/** "auto", "cpu", "cuda", "cuda-naive", "reference"; "?" for an unknown value. */
+MLAV_API const char *mlav_backend_name(mlav_backend b);
+/** Parse a backend name as above. MLAV_ERR_INVALID_ARG for an unknown name. */
+MLAV_API mlav_status mlav_backend_from_name(const char *name, mlav_backend *out);
+
+typedef enum mlav_dtype {
+    MLAV_DTYPE_F32 = 0,
+    MLAV_DTYPE_BF16 = 1,
+    MLAV_DTYPE_F16 = 2
+} mlav_dtype;
+
+/** Bytes per element of a dtype (4 or 2); 0 for an unknown value. */
+MLAV_API size_t mlav_dtype_size(mlav_dtype d);
+/** "f32", "bf16", "f16"; "?" for an unknown value. */
+MLAV_API const char *mlav_dtype_name(mlav_dtype d);
+
+typedef enum mlav_memory {
+    MLAV_MEM_HOST = 0,   /* ordinary host memory */
+    MLAV_MEM_DEVICE = 1  /* CUDA device memory of the current device */
+} mlav_memory;
+
+/* ------------------------------------------------------------------------------------------- */
+/* Problem description (host data, read by plan) and the tensors of one run                    */
+
+typedef struct mlav_problem {
+    int32_t num_heads;        /* H >= 1 */
+    int32_t d_latent;         /* Dl >= 1 (512 for DeepSeek-V3 / Kimi K2) */
+    int32_t d_rope;           /* Dr >= 0 (64 for DeepSeek-V3 / Kimi K2) */
+    float softmax_scale;      /* finite; usually 1/sqrt(192) times the model's mscale factor */
+    mlav_dtype dtype;         /* dtype of q, kv_cache and out */
+    int32_t page_size;        /* >= 1: 1 is SGLang's token pool, 64 FlashMLA's / vLLM's block */
+    int32_t batch;            /* B >= 1 */
+    const int32_t *q_indptr;  /* [B+1] host: q_indptr[0] = 0, non-decreasing; q_len[b] =
+                                 q_indptr[b+1] - q_indptr[b] >= 0 */
+    const int32_t *kv_lens;   /* [B] host: kv_len[b] = prefix_len[b] + q_len[b] >= q_len[b] */
+    int32_t max_pages;        /* row stride of page_table; kv_len[b] <= max_pages * page_size */
+} mlav_problem;
+
+typedef struct mlav_tensors {
+    mlav_memory memory;          /* where q, kv_cache, page_table, tree_mask, out, lse live */
+    const void *q;               /* [T, H, Dl+Dr] dtype */
+    const void *kv_cache;        /* [num_pages, page_size, Dl+Dr] dtype */
+    int64_t num_pages;           /* pages in the pool; every used page id is in [0, num_pages) */
+    const int32_t *page_table;   /* [B, max_pages] int32 */
+    const uint32_t *tree_mask;   /* [T, words] packed bits, or NULL for a causal chain
+                                    (node i sees nodes 0..i: DFlash blocks, top-1 EAGLE) */
+    void *out;                   /* [T, H, Dl] dtype, written */
+    float *lse;                  /* [T, H] float32, written; may be NULL */
+} mlav_tensors;
+
+/* ------------------------------------------------------------------------------------------- */
+/* Contexts and plans                                                                           */
+
+/** Create a context for a backend. AUTO resolves at once (see mlav_backend). MLAV_BACKEND in the
+ *  environment overrides `want` only when `want` is AUTO; an unknown value is an error.
+ *  Returns MLAV_OK, MLAV_ERR_INVALID_ARG (ctx NULL, bad enum or bad MLAV_BACKEND value),
+ *  MLAV_ERR_NO_DEVICE (CUDA asked for, not built in or no cc >= 8.0 device),
+ *  MLAV_ERR_OUT_OF_MEMORY. */
+MLAV_API mlav_status mlav_context_create(mlav_context **ctx, mlav_backend want);
+/** Free a context (NULL is fine). Plans made from it must be freed first. */
+MLAV_API void mlav_context_free(mlav_context *ctx);
+/** The backend this context runs: what AUTO picked. */
+MLAV_API mlav_backend mlav_context_backend(const mlav_context *ctx);
+/** A sentence saying how the backend was chosen ("AUTO: no CUDA device; using cpu", or that
+ *  MLAV_BACKEND overrode it); never NULL. */
+MLAV_API const char *mlav_context_note(const mlav_context *ctx);
+
+/** Validate a problem and prepare to run it: splits are scheduled from the lengths and, on CUDA,
+ *  the device's SM count; the schedule is copied to the device here (plan may allocate and
+ *  synchronize, run never does). `p`'s arrays are copied: the caller may free them after.
+ *  On an AUTO context whose CUDA backend does not support the problem, the plan falls back to
+ *  the CPU backend and mlav_context_note() says so.
+ *  Returns MLAV_OK, MLAV_ERR_INVALID_ARG, MLAV_ERR_UNSUPPORTED, MLAV_ERR_OUT_OF_MEMORY,
+ *  MLAV_ERR_CUDA. */
+MLAV_API mlav_status mlav_plan_create(mlav_context *ctx, const mlav_problem *p, mlav_plan **plan);
+/** Free a plan (NULL is fine). */
+MLAV_API void mlav_plan_free(mlav_plan *plan);
+/** Which backend runs this plan (differs from the context's only after an AUTO fallback). */
+MLAV_API mlav_backend mlav_plan_backend(const mlav_plan *plan);
+/** Workspace bytes mlav_run needs (may be 0). On CUDA it is device memory, else host memory. */
+MLAV_API size_t mlav_plan_workspace_bytes(const mlav_plan *plan);
+/** Where the workspace must live (MLAV_MEM_DEVICE for the CUDA backends). */
+MLAV_API mlav_memory mlav_plan_workspace_memory(const mlav_plan *plan);
+
+/** Run a plan. `workspace` (>= 256-byte aligned, `workspace_bytes` >= mlav_plan_workspace_bytes,
+ *  may be NULL when that is 0) is scratch owned by the caller. `stream` is a cudaStream_t on the
+ *  CUDA backends (NULL = the legacy default stream) and ignored on the CPU ones.
+ *  With MLAV_MEM_DEVICE tensors on a CUDA plan the call is asynchronous on `stream`, allocates
+ *  nothing and can be captured in a CUDA graph. With MLAV_MEM_HOST tensors on a CUDA plan it maps
+ *  them to the device, runs, copies out/lse back and synchronizes `stream` (offload style; this
+ *  mode allocates). A CPU plan given MLAV_MEM_DEVICE tensors returns MLAV_ERR_UNSUPPORTED.
+ *  Only out and lse (and the workspace) are written, and only after every check has passed.
+ *  Returns MLAV_OK, MLAV_ERR_INVALID_ARG, MLAV_ERR_UNSUPPORTED, MLAV_ERR_WORKSPACE,
+ *  MLAV_ERR_OUT_OF_MEMORY, MLAV_ERR_CUDA. */
+MLAV_API mlav_status mlav_run(const mlav_plan *plan, const mlav_tensors *t, void *workspace,
+                              size_t workspace_bytes, void *stream);
+
+/** One shot: plan, allocate the workspace, run (synchronously), free. Convenient, not fast. */
+MLAV_API mlav_status mlav_verify(mlav_context *ctx, const mlav_problem *p, const mlav_tensors *t);
+
+/* ------------------------------------------------------------------------------------------- */
+/* Helpers on host memory                                                                       */
+
+/** Merge `num_states` attention states over disjoint KV ranges into one (exact up to rounding).
+ *  outs[i]: [rows, dim] float32, lses[i]: [rows] float32 (natural log; -inf = empty state).
+ *  Writes out [rows, dim] and lse [rows]; out may alias outs[0] and lse lses[0].
+ *  Rows whose states are all empty get out = 0, lse = -inf.
+ *  Returns MLAV_OK or MLAV_ERR_INVALID_ARG. */
+MLAV_API mlav_status mlav_merge_states(int32_t num_states, int64_t rows, int32_t dim,
+                                       const float *const *outs, const float *const *lses,
+                                       float *out, float *lse);
+
+/** Words per mask row for a request batch whose longest draft has max_q_len nodes. */
+MLAV_API int32_t mlav_tree_mask_words(int32_t max_q_len);
+
+/** Build one request's tree mask: row i sees itself and its ancestors.
+ *  parents [q_len]: parents[0] = -1, 0 <= parents[i] < i for i > 0.
+ *  mask [q_len, words]: words >= mlav_tree_mask_words(q_len); bits past q_len are cleared.
+ *  Returns MLAV_OK or MLAV_ERR_INVALID_ARG. */
+MLAV_API mlav_status mlav_tree_mask_from_parents(int32_t q_len, const int32_t *parents,
+                                                 int32_t words, uint32_t *mask);
+
+/** Greedy acceptance of one request's draft tree. From node 0 (always accepted), at node p the
+ *  first child c (lowest index, parents[c] == p) with draft_tokens[c] == target_tokens[p] is
+ *  accepted and the walk continues from c; it stops when no child matches.
+ *  parents, draft_tokens, target_tokens: [q_len]. accepted [q_len]: the accepted node path,
+ *  -1 padded. *num_accepted: its length (>= 1). *bonus_token: target_tokens[last accepted].
+ *  Returns MLAV_OK or MLAV_ERR_INVALID_ARG. */
+MLAV_API mlav_status mlav_tree_accept_greedy(int32_t q_len, const int32_t *parents,
+                                             const int32_t *draft_tokens,
+                                             const int32_t *target_tokens, int32_t *accepted,
+                                             int32_t *num_accepted, int32_t *bonus_token);
+
+/* ------------------------------------------------------------------------------------------- */
+/* Introspection                                                                                */
+
+/** Whether a backend was compiled into this library (AUTO: always 1). */
+MLAV_API int mlav_backend_compiled(mlav_backend b);
+
+/** Number of CUDA devices of compute capability >= 8.0 (0 without CUDA or without a device). */
+MLAV_API int mlav_cuda_device_count(void);
+
+/** Describe CUDA device `index` in `buf` ("NVIDIA H200, cc 9.0, 132 SMs, 227 KiB smem/block,
+ *  driver 13.0"). Returns MLAV_OK, MLAV_ERR_NO_DEVICE or MLAV_ERR_INVALID_ARG. */
+MLAV_API mlav_status mlav_cuda_device_describe(int index, char *buf, size_t buf_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MLAVERIFY_H */

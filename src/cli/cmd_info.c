@@ -1,0 +1,40 @@
+/* mlaverify info: version, backends compiled in, CUDA devices, what AUTO picks and why. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "mlaverify.h"
+
+int mlav_cmd_info(int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: mlaverify info\n");
+        return 0;
+    }
+    printf("mlaverify %s (header %d, library %u)\n", mlav_version_string(), MLAV_VERSION_NUMBER,
+           mlav_version_number());
+    printf("backends compiled in:");
+    static const mlav_backend all[] = {MLAV_BACKEND_CUDA, MLAV_BACKEND_CUDA_NAIVE,
+                                       MLAV_BACKEND_CPU, MLAV_BACKEND_REFERENCE};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (mlav_backend_compiled(all[i]))
+            printf(" %s", mlav_backend_name(all[i]));
+    printf("\n");
+    int n = mlav_cuda_device_count();
+    printf("cuda devices (cc >= 8.0): %d\n", n);
+    for (int i = 0; i < n; i++) {
+        char buf[256];
+        if (mlav_cuda_device_describe(i, buf, sizeof buf) == MLAV_OK)
+            printf("  [%d] %s\n", i, buf);
+    }
+    mlav_context *ctx = NULL;
+    mlav_status s = mlav_context_create(&ctx, MLAV_BACKEND_AUTO);
+    if (s != MLAV_OK) {
+        printf("auto: error %s: %s\n", mlav_status_string(s), mlav_last_error(ctx));
+        return 2;
+    }
+    printf("auto picks: %s (%s)\n", mlav_backend_name(mlav_context_backend(ctx)),
+           mlav_context_note(ctx));
+    mlav_context_free(ctx);
+    return 0;
+}

@@ -1,0 +1,102 @@
+/* Scalar conversions between the storage dtypes (BF16, F16) and float, written once for the
+ * CPU backends, the oracle, the bundle tools and CUDA host code (device code uses cuda_bf16.h). */
+#ifndef MLAV_COMMON_DTYPE_H
+#define MLAV_COMMON_DTYPE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "hd.h"
+
+static MLAV_HD float mlav_bits_to_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static MLAV_HD uint32_t mlav_f32_to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static MLAV_HD float mlav_bf16_to_f32(uint16_t h)
+{
+    return mlav_bits_to_f32((uint32_t)h << 16);
+}
+
+/* Round to nearest even; NaN stays NaN (quiet bit forced so truncation cannot make it Inf). */
+static MLAV_HD uint16_t mlav_f32_to_bf16(float f)
+{
+    uint32_t u = mlav_f32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static MLAV_HD float mlav_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1fu) /* Inf / NaN */
+        return mlav_bits_to_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) {
+        if (man == 0)
+            return mlav_bits_to_f32(sign);
+        /* subnormal: value = man * 2^-24, exact in float */
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return mlav_bits_to_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/* Round to nearest even, with overflow to Inf and gradual underflow. */
+static MLAV_HD uint16_t mlav_f32_to_f16(float f)
+{
+    uint32_t u = mlav_f32_to_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) /* rounds to >= 65520: Inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below the smallest normal half, 2^-14 */
+        if (a < 0x33000000u) /* below half the smallest subnormal: zero */
+            return sign;
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e; /* 14..24 */
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = a - 0x38000000u; /* rebias exponent 127 -> 15, keep 23-bit mantissa */
+    uint32_t out = r >> 13, rem = r & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (out & 1u)))
+        out++;
+    return (uint16_t)(sign | out);
+}
+
+/* Element `i` of a dtype-typed buffer as float (dtype: 0 f32, 1 bf16, 2 f16 = mlav_dtype). */
+static MLAV_HD float mlav_load_as_f32(const void *p, int dtype, size_t i)
+{
+    if (dtype == 0)
+        return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return dtype == 1 ? mlav_bf16_to_f32(h) : mlav_f16_to_f32(h);
+}
+
+/* Store float `v` as element `i` of a dtype-typed buffer, rounding to nearest even. */
+static MLAV_HD void mlav_store_from_f32(void *p, int dtype, size_t i, float v)
+{
+    if (dtype == 0)
+        ((float *)p)[i] = v;
+    else
+        ((uint16_t *)p)[i] = dtype == 1 ? mlav_f32_to_bf16(v) : mlav_f32_to_f16(v);
+}
+
+#endif

@@ -1,0 +1,151 @@
+/* The fp64 oracle and the `reference` backend built on it. Every score, weight and sum is a
+ * double; the only rounding is the final store to the output dtype. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/dtype.h"
+#include "oracle.h"
+
+mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *t, double *out64,
+                                double *lse64)
+{
+    const int32_t H = p->H, Dl = p->Dl, W = p->W;
+    const int dt = (int)p->dtype;
+    mlav_status status = MLAV_OK;
+
+#pragma omp parallel
+    {
+        double *s = malloc(sizeof(double) * (size_t)(p->max_kv_len > 0 ? p->max_kv_len : 1));
+        double *q = malloc(sizeof(double) * (size_t)W);
+        if (!s || !q) {
+#pragma omp atomic write
+            status = MLAV_ERR_OUT_OF_MEMORY;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t row = 0; row < (int64_t)p->T * H; row++) {
+            if (!s || !q)
+                continue;
+            int32_t tok = (int32_t)(row / H);
+            int32_t b = 0;
+            while (p->q_indptr[b + 1] <= tok)
+                b++;
+            int32_t i = tok - p->q_indptr[b];
+            int64_t kv_len = p->kv_lens[b];
+            for (int32_t d = 0; d < W; d++)
+                q[d] = mlav_load_as_f32(t->q, dt, (size_t)row * (size_t)W + (size_t)d);
+
+            double m = -INFINITY;
+            int nan = 0;
+            for (int64_t j = 0; j < kv_len; j++) {
+                if (!mlav_visible(p, t->tree_mask, b, i, j)) {
+                    s[j] = -INFINITY;
+                    continue;
+                }
+                size_t base = mlav_kv_row_index(p, t->page_table, b, j) * (size_t)W;
+                double acc = 0.0;
+                for (int32_t d = 0; d < W; d++)
+                    acc += q[d] * (double)mlav_load_as_f32(t->kv_cache, dt, base + (size_t)d);
+                s[j] = acc * (double)p->scale;
+                if (s[j] != s[j])
+                    nan = 1;
+                else if (s[j] > m)
+                    m = s[j];
+            }
+            double *o = out64 + (size_t)row * (size_t)Dl;
+            if (nan || m == INFINITY) {
+                for (int32_t d = 0; d < Dl; d++)
+                    o[d] = NAN;
+                if (lse64)
+                    lse64[row] = NAN;
+                continue;
+            }
+            for (int32_t d = 0; d < Dl; d++)
+                o[d] = 0.0;
+            if (m == -INFINITY) { /* no visible key */
+                if (lse64)
+                    lse64[row] = -INFINITY;
+                continue;
+            }
+            double sum = 0.0;
+            for (int64_t j = 0; j < kv_len; j++) {
+                if (s[j] == -INFINITY)
+                    continue;
+                double w = exp(s[j] - m);
+                sum += w;
+                size_t base = mlav_kv_row_index(p, t->page_table, b, j) * (size_t)W;
+                for (int32_t d = 0; d < Dl; d++)
+                    o[d] += w * (double)mlav_load_as_f32(t->kv_cache, dt, base + (size_t)d);
+            }
+            for (int32_t d = 0; d < Dl; d++)
+                o[d] /= sum;
+            if (lse64)
+                lse64[row] = m + log(sum);
+        }
+        free(s);
+        free(q);
+    }
+    if (status != MLAV_OK)
+        return mlav_set_error(status, "out of host memory in the oracle");
+    return MLAV_OK;
+}
+
+/* ---- the `reference` backend ----------------------------------------------------------- */
+
+static mlav_status ref_available(void)
+{
+    return MLAV_OK;
+}
+
+static mlav_status ref_plan(const mlav_problem_info *p, void **state, size_t *ws)
+{
+    (void)p;
+    *state = NULL;
+    *ws = 0;
+    return MLAV_OK;
+}
+
+static mlav_status ref_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,
+                           void *workspace, size_t workspace_bytes, void *stream)
+{
+    (void)state, (void)workspace, (void)workspace_bytes, (void)stream;
+    if (t->memory != MLAV_MEM_HOST)
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "the reference backend runs on host memory only");
+    size_t rows = (size_t)p->T * (size_t)p->H;
+    double *out64 = malloc(sizeof(double) * (rows * (size_t)p->Dl + 1));
+    double *lse64 = malloc(sizeof(double) * (rows + 1));
+    if (!out64 || !lse64) {
+        free(out64);
+        free(lse64);
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for the oracle");
+    }
+    mlav_status s = mlav_oracle_compute(p, t, out64, lse64);
+    if (s == MLAV_OK) {
+        for (size_t k = 0; k < rows * (size_t)p->Dl; k++)
+            mlav_store_from_f32(t->out, (int)p->dtype, k, (float)out64[k]);
+        if (t->lse)
+            for (size_t k = 0; k < rows; k++)
+                t->lse[k] = (float)lse64[k];
+    }
+    free(out64);
+    free(lse64);
+    return s;
+}
+
+static void ref_plan_free(void *state)
+{
+    (void)state;
+}
+
+const mlav_backend_ops mlav_backend_reference_ops = {
+    .name = "reference",
+    .id = MLAV_BACKEND_REFERENCE,
+    .workspace_memory = MLAV_MEM_HOST,
+    .available = ref_available,
+    .plan = ref_plan,
+    .run = ref_run,
+    .plan_free = ref_plan_free,
+    .workspace_alloc = mlav_host_workspace_alloc,
+    .workspace_free = mlav_host_workspace_free,
+};

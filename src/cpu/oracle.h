@@ -1,0 +1,44 @@
+/* The fp64 oracle: the definition of truth every backend is checked against. */
+#ifndef MLAV_CPU_ORACLE_H
+#define MLAV_CPU_ORACLE_H
+
+#include "../dispatch/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Compute out [T, H, Dl] and lse [T, H] in double precision from host tensors `t` (its out and
+ * lse fields are ignored). Plain loops, no BLAS: slow and obviously right. lse64 may be NULL.
+ * Returns MLAV_OK or MLAV_ERR_OUT_OF_MEMORY. */
+mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *t, double *out64,
+                                double *lse64);
+
+/* Whether KV row j (0 <= j < kv_len) of request b is visible to that request's query node i:
+ * the one statement of the visibility rule for host code. */
+static inline int mlav_visible(const mlav_problem_info *p, const uint32_t *tree_mask, int32_t b,
+                               int32_t i, int64_t j)
+{
+    int64_t prefix = mlav_info_prefix(p, b);
+    if (j < prefix)
+        return 1;
+    int64_t k = j - prefix;
+    if (!tree_mask)
+        return k <= i;
+    const uint32_t *row = tree_mask + (size_t)(p->q_indptr[b] + i) * (size_t)p->mask_words;
+    return (row[k / 32] >> (k % 32)) & 1u;
+}
+
+/* Address of KV row j of request b in the pool (no bounds check: validation did it). */
+static inline size_t mlav_kv_row_index(const mlav_problem_info *p, const int32_t *page_table,
+                                       int32_t b, int64_t j)
+{
+    int32_t page = page_table[(size_t)b * (size_t)p->max_pages + (size_t)(j / p->page_size)];
+    return (size_t)page * (size_t)p->page_size + (size_t)(j % p->page_size);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

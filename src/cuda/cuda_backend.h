@@ -1,0 +1,63 @@
+/* What the CUDA backends share: error checking that becomes a status and a sentence with
+ * file:line, device facts read at run time (never hard-coded), and offload mapping of host
+ * tensors. Included by .cu files only. */
+#ifndef MLAV_CUDA_BACKEND_H
+#define MLAV_CUDA_BACKEND_H
+
+#include <cuda_runtime.h>
+
+#include "../dispatch/backend.h"
+
+/* sm_120's opt-in limit of shared memory per block (dynamic + static). Every kernel launch
+ * checks against min(this, the device's own limit), so a run on a larger GPU also proves the
+ * kernel fits an RTX PRO 6000 / RTX 5090. */
+#define MLAV_SM120_SMEM_LIMIT 101376
+
+/* Turn a failed CUDA call into MLAV_ERR_CUDA with the call, the error and file:line. */
+mlav_status mlav_cuda_error(cudaError_t e, const char *what, const char *file, int line);
+#define MLAV_CUDA_TRY(call)                                                                  \
+    do {                                                                                     \
+        cudaError_t mlav_e_ = (call);                                                        \
+        if (mlav_e_ != cudaSuccess)                                                          \
+            return mlav_cuda_error(mlav_e_, #call, __FILE__, __LINE__);                      \
+    } while (0)
+
+/* Facts about the current device, read once per plan. */
+typedef struct mlav_cuda_device {
+    int device;           /* ordinal */
+    int cc_major, cc_minor;
+    int sm_count;
+    size_t smem_optin;    /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
+    size_t smem_limit;    /* min(smem_optin, MLAV_SM120_SMEM_LIMIT): what our kernels may use */
+    size_t l2_bytes;
+} mlav_cuda_device;
+
+/* Read the current device's facts; MLAV_ERR_NO_DEVICE if none of cc >= 8.0. */
+mlav_status mlav_cuda_device_query(mlav_cuda_device *dev);
+
+/* MLAV_OK if a device of cc >= 8.0 is present (the ops' `available`). */
+mlav_status mlav_cuda_available(void);
+
+/* Check that a kernel's shared memory fits the sm_120 limit and raise its dynamic limit.
+ * `func` is the kernel (a `const void *`), `static_bytes` from cudaFuncGetAttributes. */
+mlav_status mlav_cuda_prepare_kernel(const void *func, size_t dynamic_bytes,
+                                     const mlav_cuda_device *dev, const char *name);
+
+/* A backend's run on device-resident tensors (all pointers device memory), on `stream`. */
+typedef mlav_status (*mlav_cuda_run_fn)(const mlav_problem_info *p, const void *state,
+                                        const mlav_tensors *dev_tensors, void *workspace,
+                                        size_t workspace_bytes, cudaStream_t stream);
+
+/* The common `run`: with MLAV_MEM_DEVICE tensors, check each pointer really is device memory
+ * and aligned (q, kv_cache, out: 16 bytes; the rest 4), then call fn asynchronously. With
+ * MLAV_MEM_HOST tensors, map them to the device (allocate, copy), call fn, copy out/lse back,
+ * synchronize the stream and free (offload style). */
+mlav_status mlav_cuda_run_mapped(const mlav_problem_info *p, const void *state,
+                                 const mlav_tensors *t, void *workspace, size_t workspace_bytes,
+                                 void *stream, mlav_cuda_run_fn fn);
+
+/* Device workspace for mlav_verify. */
+void *mlav_cuda_workspace_alloc(size_t bytes);
+void mlav_cuda_workspace_free(void *ptr);
+
+#endif

@@ -1,0 +1,171 @@
+/* Input validation: every rule gets a status and a sentence naming the offending value. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "validate.h"
+
+/* Limits that keep every size product far from overflow (T*H*W*4 < 2^62) while being far above
+ * any real model (Kimi K2: H 64, W 576; contexts of a few million tokens). */
+#define MLAV_MAX_HEADS 4096
+#define MLAV_MAX_DIM 16384
+#define MLAV_MAX_BATCH (1 << 20)
+#define MLAV_MAX_PAGE_SIZE (1 << 20)
+#define MLAV_MAX_ROWS ((int64_t)1 << 40) /* rows of q (T*H) or of the pool (pages*page_size) */
+
+void mlav_problem_info_free(mlav_problem_info *info)
+{
+    if (!info)
+        return;
+    free(info->q_indptr);
+    free(info->kv_lens);
+    info->q_indptr = info->kv_lens = NULL;
+}
+
+mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info)
+{
+    memset(info, 0, sizeof *info);
+    if (!p)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "problem must not be NULL");
+    if (p->num_heads < 1 || p->num_heads > MLAV_MAX_HEADS)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "num_heads = %d is outside [1, %d]",
+                              p->num_heads, MLAV_MAX_HEADS);
+    if (p->d_latent < 1 || p->d_latent > MLAV_MAX_DIM)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "d_latent = %d is outside [1, %d]",
+                              p->d_latent, MLAV_MAX_DIM);
+    if (p->d_rope < 0 || p->d_rope > MLAV_MAX_DIM)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "d_rope = %d is outside [0, %d]", p->d_rope,
+                              MLAV_MAX_DIM);
+    if (!isfinite(p->softmax_scale))
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "softmax_scale = %g is not finite",
+                              (double)p->softmax_scale);
+    if (mlav_dtype_size(p->dtype) == 0)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "dtype = %d is not a mlav_dtype",
+                              (int)p->dtype);
+    if (p->page_size < 1 || p->page_size > MLAV_MAX_PAGE_SIZE)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "page_size = %d is outside [1, %d]",
+                              p->page_size, MLAV_MAX_PAGE_SIZE);
+    if (p->batch < 1 || p->batch > MLAV_MAX_BATCH)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "batch = %d is outside [1, %d]", p->batch,
+                              MLAV_MAX_BATCH);
+    if (p->max_pages < 1)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "max_pages = %d must be >= 1", p->max_pages);
+    if (!p->q_indptr || !p->kv_lens)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "q_indptr and kv_lens must not be NULL");
+    if (p->q_indptr[0] != 0)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "q_indptr[0] = %d must be 0", p->q_indptr[0]);
+
+    int64_t capacity = (int64_t)p->max_pages * p->page_size;
+    int32_t max_q = 0;
+    int64_t max_kv = 0, total_kv = 0;
+    for (int32_t b = 0; b < p->batch; b++) {
+        int64_t q_len = (int64_t)p->q_indptr[b + 1] - p->q_indptr[b];
+        if (q_len < 0)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "q_indptr is decreasing at request %d (%d then %d)", b,
+                                  p->q_indptr[b], p->q_indptr[b + 1]);
+        int64_t kv = p->kv_lens[b];
+        if (kv < q_len)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "kv_lens[%d] = %lld is less than q_len %lld (the draft rows "
+                                  "must be in the cache)",
+                                  b, (long long)kv, (long long)q_len);
+        if (kv > capacity)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "kv_lens[%d] = %lld exceeds max_pages * page_size = %lld", b,
+                                  (long long)kv, (long long)capacity);
+        if (q_len > max_q)
+            max_q = (int32_t)q_len;
+        if (kv > max_kv)
+            max_kv = kv;
+        total_kv += kv;
+    }
+    int32_t T = p->q_indptr[p->batch];
+    int32_t W = p->d_latent + p->d_rope;
+    if ((int64_t)T * p->num_heads > MLAV_MAX_ROWS)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "T * H = %lld query rows is too many",
+                              (long long)T * p->num_heads);
+
+    info->H = p->num_heads;
+    info->Dl = p->d_latent;
+    info->Dr = p->d_rope;
+    info->W = W;
+    info->scale = p->softmax_scale;
+    info->dtype = p->dtype;
+    info->page_size = p->page_size;
+    info->B = p->batch;
+    info->max_pages = p->max_pages;
+    info->T = T;
+    info->max_q_len = max_q;
+    info->mask_words = mlav_tree_mask_words(max_q);
+    info->max_kv_len = max_kv;
+    info->total_kv = total_kv;
+    info->q_indptr = malloc(sizeof(int32_t) * (size_t)(p->batch + 1));
+    info->kv_lens = malloc(sizeof(int32_t) * (size_t)p->batch);
+    if (!info->q_indptr || !info->kv_lens) {
+        mlav_problem_info_free(info);
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory copying the lengths");
+    }
+    memcpy(info->q_indptr, p->q_indptr, sizeof(int32_t) * (size_t)(p->batch + 1));
+    memcpy(info->kv_lens, p->kv_lens, sizeof(int32_t) * (size_t)p->batch);
+    return MLAV_OK;
+}
+
+mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors *t)
+{
+    if (!t)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "tensors must not be NULL");
+    if (t->memory != MLAV_MEM_HOST && t->memory != MLAV_MEM_DEVICE)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "tensors.memory = %d is not a mlav_memory",
+                              (int)t->memory);
+    if (p->T > 0 && (!t->q || !t->out))
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "q and out must not be NULL (T = %d)", p->T);
+    if (p->total_kv > 0) {
+        if (!t->kv_cache || !t->page_table)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "kv_cache and page_table must not be NULL");
+        if (t->num_pages < 1)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG, "num_pages = %lld must be >= 1",
+                                  (long long)t->num_pages);
+        if (t->num_pages > MLAV_MAX_ROWS / p->page_size)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "num_pages = %lld times page_size %d is too many rows",
+                                  (long long)t->num_pages, p->page_size);
+    }
+    if (t->memory == MLAV_MEM_DEVICE)
+        return MLAV_OK; /* the device-resident tables are the kernels' to guard */
+
+    for (int32_t b = 0; b < p->B; b++) {
+        int64_t pages = ((int64_t)p->kv_lens[b] + p->page_size - 1) / p->page_size;
+        const int32_t *row = t->page_table + (size_t)b * (size_t)p->max_pages;
+        for (int64_t k = 0; k < pages; k++)
+            if (row[k] < 0 || row[k] >= t->num_pages)
+                return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                      "page_table[%d][%lld] = %d is outside [0, num_pages = "
+                                      "%lld)",
+                                      b, (long long)k, row[k], (long long)t->num_pages);
+    }
+    if (t->tree_mask) {
+        for (int32_t b = 0; b < p->B; b++) {
+            int32_t q_len = mlav_info_q_len(p, b);
+            for (int32_t i = 0; i < q_len; i++) {
+                const uint32_t *row =
+                    t->tree_mask + (size_t)(p->q_indptr[b] + i) * (size_t)p->mask_words;
+                for (int32_t w = 0; w < p->mask_words; w++) {
+                    uint32_t valid = 0xffffffffu;
+                    int32_t first = w * 32;
+                    if (first >= q_len)
+                        valid = 0;
+                    else if (q_len - first < 32)
+                        valid = (1u << (q_len - first)) - 1u;
+                    if (row[w] & ~valid)
+                        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                              "tree_mask row %d (request %d, node %d) marks a "
+                                              "node >= q_len %d",
+                                              p->q_indptr[b] + i, b, i, q_len);
+                }
+            }
+        }
+    }
+    return MLAV_OK;
+}

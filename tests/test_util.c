@@ -1,0 +1,314 @@
+/* Shared test fixtures: see test_util.h. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../src/common/dtype.h"
+#include "../src/cpu/oracle.h"
+#include "../src/dispatch/validate.h"
+
+#define TU_GUARD 64
+#define TU_GUARD_BYTE 0xA5
+
+uint64_t tu_next(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double tu_uniform(uint64_t *x)
+{
+    return (double)(tu_next(x) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+uint64_t tu_seed(void)
+{
+    const char *env = getenv("MLAV_TEST_SEED");
+    if (env && *env)
+        return strtoull(env, NULL, 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t s = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+    return tu_next(&s);
+}
+
+static void *xcalloc(size_t n, size_t sz)
+{
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) {
+        fprintf(stderr, "test_util: out of memory (%zu x %zu)\n", n, sz);
+        abort();
+    }
+    return p;
+}
+
+static void fill_parents(tu_tree tree, int32_t q_len, int32_t *parents, uint64_t *rng)
+{
+    for (int32_t i = 0; i < q_len; i++) {
+        if (i == 0)
+            parents[i] = -1;
+        else if (tree == TU_CHAIN_NULL || tree == TU_CHAIN)
+            parents[i] = i - 1;
+        else if (tree == TU_BUSHY) {
+            int32_t fan = i < 4 ? i : 4;
+            parents[i] = (int32_t)(tu_next(rng) % (uint64_t)fan);
+        } else {
+            parents[i] = (tu_next(rng) % 3 == 0) ? (int32_t)(tu_next(rng) % (uint64_t)i) : i - 1;
+        }
+    }
+}
+
+void tu_poison(tu_problem *p)
+{
+    size_t esz = mlav_dtype_size(p->c.dtype);
+    size_t out_bytes = p->out_elems * esz, lse_bytes = p->lse_elems * sizeof(float);
+    memset(p->out_alloc, TU_GUARD_BYTE, TU_GUARD);
+    memset(p->out_alloc + TU_GUARD + out_bytes, TU_GUARD_BYTE, TU_GUARD);
+    memset(p->lse_alloc, TU_GUARD_BYTE, TU_GUARD);
+    memset(p->lse_alloc + TU_GUARD + lse_bytes, TU_GUARD_BYTE, TU_GUARD);
+    for (size_t k = 0; k < p->out_elems; k++)
+        mlav_store_from_f32(p->out, (int)p->c.dtype, k, NAN);
+    for (size_t k = 0; k < p->lse_elems; k++)
+        p->lse[k] = NAN;
+}
+
+int tu_guards_ok(const tu_problem *p)
+{
+    size_t esz = mlav_dtype_size(p->c.dtype);
+    size_t out_bytes = p->out_elems * esz, lse_bytes = p->lse_elems * sizeof(float);
+    const unsigned char *g[4] = {p->out_alloc, p->out_alloc + TU_GUARD + out_bytes, p->lse_alloc,
+                                 p->lse_alloc + TU_GUARD + lse_bytes};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < TU_GUARD; i++)
+            if (g[k][i] != TU_GUARD_BYTE)
+                return 0;
+    return 1;
+}
+
+tu_problem *tu_make(const tu_case *c)
+{
+    tu_problem *p = xcalloc(1, sizeof *p);
+    p->c = *c;
+    uint64_t rng = c->seed;
+    const int32_t W = c->Dl + c->Dr, B = c->B, ps = c->page_size;
+    const int dt = (int)c->dtype;
+
+    int32_t max_q = 0, max_pages = 1;
+    p->q_indptr[0] = 0;
+    for (int32_t b = 0; b < B; b++) {
+        p->q_indptr[b + 1] = p->q_indptr[b] + c->q_lens[b];
+        p->kv_lens[b] = c->prefixes[b] + c->q_lens[b];
+        if (c->q_lens[b] > max_q)
+            max_q = c->q_lens[b];
+        int32_t pages = (p->kv_lens[b] + ps - 1) / ps;
+        if (pages + 1 > max_pages)
+            max_pages = pages + 1; /* one spare column, filled with a poisoned page id */
+    }
+    const int32_t T = p->q_indptr[B];
+    const int32_t words = mlav_tree_mask_words(max_q);
+
+    /* pool: every request's pages, plus a few unused NaN pages, shuffled */
+    int64_t used = 0;
+    for (int32_t b = 0; b < B; b++)
+        used += (p->kv_lens[b] + ps - 1) / ps;
+    p->num_pages = used + 3;
+    int32_t *perm = xcalloc((size_t)p->num_pages, sizeof(int32_t));
+    for (int64_t i = 0; i < p->num_pages; i++)
+        perm[i] = (int32_t)i;
+    for (int64_t i = p->num_pages - 1; i > 0; i--) {
+        int64_t j = (int64_t)(tu_next(&rng) % (uint64_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    p->page_table = xcalloc((size_t)B * (size_t)max_pages, sizeof(int32_t));
+    int64_t next = 0;
+    for (int32_t b = 0; b < B; b++) {
+        int32_t pages = (p->kv_lens[b] + ps - 1) / ps;
+        for (int32_t k = 0; k < max_pages; k++)
+            p->page_table[(size_t)b * (size_t)max_pages + (size_t)k] =
+                k < pages ? perm[next++] : perm[p->num_pages - 1]; /* unused slots: a NaN page */
+    }
+
+    size_t esz = mlav_dtype_size(c->dtype);
+    p->kv_elems = (size_t)p->num_pages * (size_t)ps * (size_t)W;
+    p->kv = xcalloc(p->kv_elems, esz);
+    for (size_t k = 0; k < p->kv_elems; k++)
+        mlav_store_from_f32(p->kv, dt, k, NAN);
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t j = 0; j < p->kv_lens[b]; j++) {
+            size_t row = (size_t)p->page_table[(size_t)b * (size_t)max_pages + (size_t)(j / ps)] *
+                             (size_t)ps + (size_t)(j % ps);
+            for (int32_t d = 0; d < W; d++)
+                mlav_store_from_f32(p->kv, dt, row * (size_t)W + (size_t)d,
+                                    (float)tu_uniform(&rng));
+        }
+    p->q_elems = (size_t)T * (size_t)c->H * (size_t)W;
+    p->q = xcalloc(p->q_elems, esz);
+    for (size_t k = 0; k < p->q_elems; k++)
+        mlav_store_from_f32(p->q, dt, k, (float)tu_uniform(&rng));
+
+    p->parents = xcalloc((size_t)(T ? T : 1), sizeof(int32_t));
+    if (c->tree != TU_CHAIN_NULL)
+        p->tree_mask = xcalloc((size_t)(T ? T : 1) * (size_t)words, sizeof(uint32_t));
+    for (int32_t b = 0; b < B; b++) {
+        int32_t q_len = c->q_lens[b];
+        if (q_len == 0)
+            continue;
+        int32_t *par = p->parents + p->q_indptr[b];
+        fill_parents(c->tree, q_len, par, &rng);
+        if (p->tree_mask &&
+            mlav_tree_mask_from_parents(q_len, par, words,
+                                        p->tree_mask + (size_t)p->q_indptr[b] * (size_t)words) !=
+                MLAV_OK) {
+            fprintf(stderr, "test_util: bad tree: %s\n", mlav_last_error(NULL));
+            abort();
+        }
+    }
+
+    p->out_elems = (size_t)T * (size_t)c->H * (size_t)c->Dl;
+    p->lse_elems = (size_t)T * (size_t)c->H;
+    p->out_alloc = xcalloc(p->out_elems * esz + 2 * TU_GUARD, 1);
+    p->lse_alloc = xcalloc(p->lse_elems * sizeof(float) + 2 * TU_GUARD, 1);
+    p->out = p->out_alloc + TU_GUARD;
+    p->lse = (float *)(void *)(p->lse_alloc + TU_GUARD);
+    tu_poison(p);
+
+    p->prob = (mlav_problem){
+        .num_heads = c->H,
+        .d_latent = c->Dl,
+        .d_rope = c->Dr,
+        .softmax_scale = (float)(1.0 / sqrt(192.0)),
+        .dtype = c->dtype,
+        .page_size = ps,
+        .batch = B,
+        .q_indptr = p->q_indptr,
+        .kv_lens = p->kv_lens,
+        .max_pages = max_pages,
+    };
+    free(perm);
+    return p;
+}
+
+void tu_free(tu_problem *p)
+{
+    if (!p)
+        return;
+    free(p->parents);
+    free(p->page_table);
+    free(p->tree_mask);
+    free(p->q);
+    free(p->kv);
+    free(p->out_alloc);
+    free(p->lse_alloc);
+    free(p->ref_out);
+    free(p->ref_lse);
+    free(p);
+}
+
+mlav_tensors tu_tensors(const tu_problem *p)
+{
+    return (mlav_tensors){
+        .memory = MLAV_MEM_HOST,
+        .q = p->q,
+        .kv_cache = p->kv,
+        .num_pages = p->num_pages,
+        .page_table = p->page_table,
+        .tree_mask = p->tree_mask,
+        .out = p->out,
+        .lse = p->lse,
+    };
+}
+
+void tu_reference(tu_problem *p)
+{
+    mlav_problem_info info;
+    if (mlav_problem_validate(&p->prob, &info) != MLAV_OK) {
+        fprintf(stderr, "test_util: invalid test problem: %s\n", mlav_last_error(NULL));
+        abort();
+    }
+    free(p->ref_out);
+    free(p->ref_lse);
+    p->ref_out = xcalloc(p->out_elems, sizeof(double));
+    p->ref_lse = xcalloc(p->lse_elems, sizeof(double));
+    mlav_tensors t = tu_tensors(p);
+    if (mlav_oracle_compute(&info, &t, p->ref_out, p->ref_lse) != MLAV_OK) {
+        fprintf(stderr, "test_util: oracle failed: %s\n", mlav_last_error(NULL));
+        abort();
+    }
+    mlav_problem_info_free(&info);
+}
+
+double tu_out_tol(mlav_dtype d)
+{
+    return d == MLAV_DTYPE_F32 ? 1e-5 : 5e-3;
+}
+
+double tu_lse_tol(mlav_dtype d)
+{
+    return d == MLAV_DTYPE_F32 ? 1e-5 : 1e-3;
+}
+
+int tu_compare(const tu_problem *p, double out_tol, double lse_tol, char *msg, size_t msg_len)
+{
+    const int dt = (int)p->c.dtype;
+    double num = 0.0, den = 0.0;
+    for (size_t k = 0; k < p->out_elems; k++) {
+        double got = mlav_load_as_f32(p->out, dt, k), ref = p->ref_out[k];
+        if (isnan(got) != isnan(ref)) {
+            snprintf(msg, msg_len, "out[%zu] (row %zu, col %zu) = %g but the oracle says %g", k,
+                     k / (size_t)p->c.Dl, k % (size_t)p->c.Dl, got, ref);
+            return 0;
+        }
+        if (isnan(ref))
+            continue;
+        num += (got - ref) * (got - ref);
+        den += ref * ref;
+    }
+    double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
+    if (!(rel <= out_tol)) {
+        snprintf(msg, msg_len, "out rel-L2 error %.3g exceeds %.3g", rel, out_tol);
+        return 0;
+    }
+    double worst = 0.0;
+    for (size_t k = 0; k < p->lse_elems; k++) {
+        double got = p->lse[k], ref = p->ref_lse[k];
+        if (isnan(got) != isnan(ref) || (isinf(ref) && got != ref) || (isinf(got) && got != ref)) {
+            snprintf(msg, msg_len, "lse[%zu] = %g but the oracle says %g", k, got, ref);
+            return 0;
+        }
+        if (isnan(ref) || isinf(ref))
+            continue;
+        if (fabs(got - ref) > worst)
+            worst = fabs(got - ref);
+    }
+    if (!(worst <= lse_tol)) {
+        snprintf(msg, msg_len, "lse max abs error %.3g exceeds %.3g", worst, lse_tol);
+        return 0;
+    }
+    if (!tu_guards_ok(p)) {
+        snprintf(msg, msg_len, "a guard canary around out or lse was overwritten");
+        return 0;
+    }
+    snprintf(msg, msg_len, "out rel-L2 %.3g, lse max abs %.3g", rel, worst);
+    return 1;
+}
+
+void tu_case_name(const tu_case *c, char *buf, size_t len)
+{
+    static const char *trees[] = {"chain(null)", "chain", "bushy", "deep"};
+    int n = snprintf(buf, len, "h=%d,dims=%d+%d,q=", c->H, c->Dl, c->Dr);
+    for (int32_t b = 0; b < c->B && n > 0 && (size_t)n < len; b++)
+        n += snprintf(buf + n, len - (size_t)n, "%s%d", b ? "+" : "", c->q_lens[b]);
+    n += snprintf(buf + n, len - (size_t)n, ",prefix=");
+    for (int32_t b = 0; b < c->B && n > 0 && (size_t)n < len; b++)
+        n += snprintf(buf + n, len - (size_t)n, "%s%d", b ? "+" : "", c->prefixes[b]);
+    snprintf(buf + n, len - (size_t)n, ",page=%d,%s,%s,seed=0x%llx", c->page_size,
+             mlav_dtype_name(c->dtype), trees[c->tree], (unsigned long long)c->seed);
+}

@@ -1,0 +1,83 @@
+/* Shared test fixtures: random verify problems with shuffled pages, NaN-poisoned unused pages,
+ * poisoned outputs behind guard canaries, and the comparison against the fp64 oracle. */
+#ifndef MLAV_TEST_UTIL_H
+#define MLAV_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mlaverify.h"
+
+typedef enum tu_tree {
+    TU_CHAIN_NULL = 0, /* causal chain, tree_mask = NULL */
+    TU_CHAIN = 1,      /* causal chain as explicit mask bits */
+    TU_BUSHY = 2,      /* every node's parent drawn from the first few nodes: wide, shallow */
+    TU_DEEP = 3        /* random parents, biased to the previous node: deep, branching */
+} tu_tree;
+
+#define TU_MAX_B 16
+
+typedef struct tu_case {
+    int32_t H, Dl, Dr, page_size, B;
+    mlav_dtype dtype;
+    int32_t q_lens[TU_MAX_B];
+    int32_t prefixes[TU_MAX_B];
+    tu_tree tree;
+    uint64_t seed;
+} tu_case;
+
+/* One materialised problem, all in host memory. */
+typedef struct tu_problem {
+    tu_case c;
+    mlav_problem prob;
+    int32_t q_indptr[TU_MAX_B + 1], kv_lens[TU_MAX_B];
+    int32_t *parents;     /* [T] local parent of each node */
+    int32_t *page_table;  /* [B, max_pages], shuffled ids */
+    uint32_t *tree_mask;  /* [T, words] or NULL */
+    int64_t num_pages;
+    void *q, *kv;         /* dtype */
+    size_t q_elems, kv_elems, out_elems, lse_elems;
+    /* outputs, each inside a guarded allocation: [guard][payload][guard] */
+    unsigned char *out_alloc, *lse_alloc;
+    void *out;
+    float *lse;
+    double *ref_out, *ref_lse; /* fp64 oracle, filled by tu_reference */
+} tu_problem;
+
+/* splitmix64: the one generator of the tests (seed printed on failure). */
+uint64_t tu_next(uint64_t *state);
+double tu_uniform(uint64_t *state); /* [-1, 1) */
+
+/* A fresh seed: MLAV_TEST_SEED from the environment if set, else time-based. */
+uint64_t tu_seed(void);
+
+/* Build a problem (aborts the test on allocation failure). Unused pool pages and the slack past
+ * kv_len in a request's last page are NaN. out/lse are poisoned (NaN) between 64-byte guards. */
+tu_problem *tu_make(const tu_case *c);
+void tu_free(tu_problem *p);
+
+/* Host-memory tensors for the problem. */
+mlav_tensors tu_tensors(const tu_problem *p);
+
+/* Re-poison out and lse (NaN) and re-arm the guards. */
+void tu_poison(tu_problem *p);
+
+/* Run the fp64 oracle into ref_out / ref_lse. */
+void tu_reference(tu_problem *p);
+
+/* Compare out/lse with the oracle: NaN positions must match first, then rel-L2 of out <= out_tol
+ * and max |lse - ref| <= lse_tol (rows with -inf must be -inf); guards must be intact.
+ * Returns 1 on success, else 0 with a message in `msg`. */
+int tu_compare(const tu_problem *p, double out_tol, double lse_tol, char *msg, size_t msg_len);
+
+/* Guards around out and lse intact? */
+int tu_guards_ok(const tu_problem *p);
+
+/* The DESIGN.md tolerances for a dtype. */
+double tu_out_tol(mlav_dtype d);
+double tu_lse_tol(mlav_dtype d);
+
+/* "h=64,q=9+1,prefix=4097+0,page=1,bf16,bushy,seed=0x..." */
+void tu_case_name(const tu_case *c, char *buf, size_t len);
+
+#endif
