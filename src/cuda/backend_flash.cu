@@ -1,19 +1,148 @@
-/* PLACEHOLDER (being written): the flash verify backend's ops table. */
-#include "cuda_backend.h"
+/* The `cuda` backend: plans the split-KV schedule, keeps it on the device, and launches the
+ * flash verify and combine kernels. Everything that allocates or synchronizes is in plan. */
+#include <stdlib.h>
+#include <string.h>
 
-static mlav_status flash_plan(const mlav_problem_info *p, void **state, size_t *ws)
+#include "flash.h"
+
+namespace {
+
+struct flash_state {
+    mlav_cuda_device dev;
+    int blocks_per_sm;
+    mlav_schedule sched;
+    void *d_buf;                  /* one device allocation for the arrays below */
+    mlav_split_item *d_items;
+    mlav_combine_item *d_combine;
+    size_t part_o_bytes;          /* workspace: partial outputs, then partial lse */
+};
+
+constexpr int MAX_SPLITS = 64; /* combine.cu's bound */
+
+size_t align256(size_t n)
 {
-    (void)p;
+    return (n + 255) & ~(size_t)255;
+}
+
+void flash_free(void *state)
+{
+    flash_state *st = static_cast<flash_state *>(state);
+    if (!st)
+        return;
+    if (st->d_buf)
+        cudaFree(st->d_buf);
+    mlav_schedule_free(&st->sched);
+    free(st);
+}
+
+mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t *ws)
+{
+    if (p->Dl != MLAV_FLASH_DL || p->Dr != MLAV_FLASH_DR)
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "the flash kernel is built for Dl = %d, Dr = %d (got %d, %d); use "
+                              "cuda-naive or cpu",
+                              MLAV_FLASH_DL, MLAV_FLASH_DR, p->Dl, p->Dr);
+    mlav_status s = mlav_cuda_device_query(&st->dev);
+    if (s != MLAV_OK)
+        return s;
+    s = mlav_flash_prepare(p->dtype, &st->dev, &st->blocks_per_sm);
+    if (s != MLAV_OK)
+        return s;
+
+    /* Two waves of resident blocks: enough that the last wave's imbalance is small, few enough
+     * that the combine stays cheap. */
+    mlav_schedule_params sp;
+    sp.rows_per_tile = MLAV_FLASH_BLOCK_M;
+    sp.key_align = MLAV_FLASH_BLOCK_N;
+    sp.min_chunk = 8 * MLAV_FLASH_BLOCK_N; /* loading Q costs about two KV tiles */
+    sp.max_splits = MAX_SPLITS;
+    sp.target_blocks = 2 * st->dev.sm_count * st->blocks_per_sm;
+    s = mlav_schedule_build(p, &sp, &st->sched);
+    if (s != MLAV_OK)
+        return s;
+
+    const mlav_schedule *sc = &st->sched;
+    size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
+    size_t total = off_comb + align256(sizeof(mlav_combine_item) * (size_t)sc->n_combine);
+    MLAV_CUDA_TRY(cudaMalloc(&st->d_buf, total));
+    char *base = static_cast<char *>(st->d_buf);
+    st->d_items = reinterpret_cast<mlav_split_item *>(base);
+    st->d_combine = reinterpret_cast<mlav_combine_item *>(base + off_comb);
+    if (sc->n_items)
+        MLAV_CUDA_TRY(cudaMemcpy(st->d_items, sc->items,
+                                 sizeof(mlav_split_item) * (size_t)sc->n_items,
+                                 cudaMemcpyHostToDevice));
+    if (sc->n_combine)
+        MLAV_CUDA_TRY(cudaMemcpy(st->d_combine, sc->combine,
+                                 sizeof(mlav_combine_item) * (size_t)sc->n_combine,
+                                 cudaMemcpyHostToDevice));
+    st->part_o_bytes = align256(sizeof(float) * (size_t)sc->n_slots * MLAV_FLASH_BLOCK_M *
+                                MLAV_FLASH_DL);
+    *ws = sc->n_slots ? st->part_o_bytes +
+                            align256(sizeof(float) * (size_t)sc->n_slots * MLAV_FLASH_BLOCK_M)
+                      : 0;
+    return MLAV_OK;
+}
+
+mlav_status flash_plan(const mlav_problem_info *p, void **state, size_t *ws)
+{
     *state = NULL;
     *ws = 0;
-    return mlav_set_error(MLAV_ERR_UNSUPPORTED, "the flash verify kernel is not written yet");
+    flash_state *st = static_cast<flash_state *>(calloc(1, sizeof(flash_state)));
+    if (!st)
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
+    mlav_status s = flash_plan_into(p, st, ws);
+    if (s != MLAV_OK) {
+        flash_free(st);
+        return s;
+    }
+    *state = st;
+    return MLAV_OK;
 }
-static mlav_status flash_run(const mlav_problem_info *, const void *, const mlav_tensors *, void *,
-                             size_t, void *)
+
+mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
+                             const mlav_tensors *t, void *workspace, size_t workspace_bytes,
+                             cudaStream_t stream)
 {
-    return MLAV_ERR_UNSUPPORTED;
+    (void)workspace_bytes; /* dispatch checked it against the plan */
+    const flash_state *st = static_cast<const flash_state *>(state);
+    mlav_flash_params fp;
+    memset(&fp, 0, sizeof fp);
+    fp.q = t->q;
+    fp.kv = t->kv_cache;
+    fp.page_table = t->page_table;
+    fp.tree_mask = t->tree_mask;
+    fp.out = t->out;
+    fp.lse = t->lse;
+    fp.part_o = static_cast<float *>(workspace);
+    fp.part_lse = workspace ? reinterpret_cast<float *>(static_cast<char *>(workspace) +
+                                                        st->part_o_bytes)
+                            : NULL;
+    fp.items = st->d_items;
+    fp.combine = st->d_combine;
+    fp.n_items = st->sched.n_items;
+    fp.n_combine = st->sched.n_combine;
+    fp.H = p->H;
+    fp.page_size = p->page_size;
+    fp.page_shift = -1;
+    for (int sh = 0; sh < 31; sh++)
+        if ((1 << sh) == p->page_size)
+            fp.page_shift = sh;
+    fp.max_pages = p->max_pages;
+    fp.mask_words = p->mask_words;
+    fp.num_pages = t->num_pages;
+    fp.scale_log2 = p->scale * MLAV_LOG2E;
+    /* kernels run on this plan's device; the caller's current device must be it */
+    return mlav_flash_launch(p->dtype, &fp, stream);
 }
-static void flash_free(void *) {}
+
+mlav_status flash_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,
+                      void *workspace, size_t workspace_bytes, void *stream)
+{
+    return mlav_cuda_run_mapped(p, state, t, workspace, workspace_bytes, stream, flash_run_device);
+}
+
+} // namespace
 
 extern "C" const mlav_backend_ops mlav_backend_cuda_ops = {
     "cuda", MLAV_BACKEND_CUDA, MLAV_MEM_DEVICE, mlav_cuda_available, flash_plan, flash_run,

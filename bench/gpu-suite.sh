@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# The whole GPU-host run in one command (Ubuntu 24.04, nvcc 13.0, no package registry, root):
+# install the carried debs, build with CUDA, record the machine, run every test, prove the
+# sm_120 SASS uses no Hopper-only instructions, check the golden bundles on both CUDA backends,
+# benchmark the reference preset, then compute-sanitizer. Each step is time-boxed against one
+# deadline, a failing step is recorded and the next one still runs, and a summary comes last.
+#
+#   bash bench/gpu-suite.sh           env: OUT (output folder; the device tool sets it),
+#                                     COMMIT (when the tree has no .git), SUITE_BUDGET (s, 530),
+#                                     JOBS (16), SKIP_SANITIZER=1, BENCH_ARGS (default
+#                                     "--preset reference"), BUILD_DIR (build-gpu),
+#                                     SKIP_STEPS="ctest racecheck ..." (step names to skip)
+# Files under $OUT (at most 8 come back from the device tool): suite.log (everything, with the
+# machine and build), ctest.log, sass-check.log, check.log, bench.txt, bench.csv, sanitizer.log.
+set -uo pipefail   # no -e: a failed step is recorded, not fatal
+
+cd "$(dirname "$0")/.."
+root=$PWD
+OUT=${OUT:-$root/build-gpu-out}   # build*/ is git-ignored
+mkdir -p "$OUT"
+build=${BUILD_DIR:-$root/build-gpu}
+cli=$build/src/cli/mlaverify
+lib=$build/libmlaverify.so
+start=$(date +%s)
+deadline=$((start + ${SUITE_BUDGET:-530}))
+export PATH=/usr/local/cuda/bin:$PATH
+: > "$OUT/suite.log"
+
+summary=()
+status_of=()   # "name=status" pairs, for dependencies between steps
+
+log() { printf '\n===== %s [t=%ds] =====\n' "$*" $(( $(date +%s) - start )); }
+
+# step NAME CAP_SECONDS LOGFILE COMMAND: run COMMAND (a bash string) with at most
+# min(CAP, time left - 10 s), appending its output to LOGFILE (and to suite.log).
+step() {
+  local name=$1 cap=$2 logf=$3 cmd=$4 t0 left limit rc st
+  t0=$(date +%s)
+  left=$((deadline - t0 - 10))
+  limit=$(( cap < left ? cap : left ))
+  log "$name (limit ${limit}s)"
+  if [[ " ${SKIP_STEPS:-} " == *" $name "* ]]; then
+    st="SKIP(SKIP_STEPS)"
+  elif [ "$limit" -lt 5 ]; then
+    st="SKIP(no time)"
+  else
+    echo "\$ $cmd" >> "$logf"
+    timeout --kill-after=10 "$limit" bash -c "set -o pipefail; $cmd" 2>&1 | tee -a "$logf"
+    rc=${PIPESTATUS[0]}
+    case $rc in
+      0) st=ok ;;
+      124|137) st="TIMEOUT(${limit}s)" ;;
+      *) st="FAIL(rc=$rc)" ;;
+    esac
+  fi
+  summary+=("$(printf '%-22s %-16s %5ds' "$name" "$st" $(( $(date +%s) - t0 )))")
+  status_of+=("$name=$st")
+  echo "--> $name: $st"
+}
+skip() {
+  summary+=("$(printf '%-22s %-16s %5ds' "$1" "SKIP($2)" 0)")
+  log "$1: skipped ($2)"
+}
+ok() { local s; for s in "${status_of[@]}"; do [ "$s" = "$1=ok" ] && return 0; done; return 1; }
+
+main() {
+# ---- the machine --------------------------------------------------------------------------------
+log "machine"
+commit=${COMMIT:-$(git -C "$root" rev-parse --verify -q HEAD 2>/dev/null)} || true
+commit=${commit:-"unknown (set COMMIT)"}
+echo "commit: $commit"
+echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+nvidia-smi || echo "nvidia-smi failed"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit \
+  --format=csv 2>/dev/null || true
+head -n1 /proc/driver/nvidia/version 2>/dev/null || true
+nvcc --version | tail -n2
+cmake --version | head -n1
+echo "cpus: $(nproc)"
+
+# ---- build ----------------------------------------------------------------------------------------
+if pkg-config --exists cmocka libcjson openblas 2>/dev/null; then
+  skip debs "cmocka, cjson, openblas already there"
+elif [ -d .debs ]; then
+  step debs 60 /dev/null "bash .debs/offline-debs.sh install .debs"
+else
+  skip debs "no .debs folder carried"
+fi
+step configure 90 /dev/null \
+  "cmake -S '$root' -B '$build' -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release"
+if ok configure; then
+  step build 300 /dev/null "cmake --build '$build' -j ${JOBS:-16}"
+else
+  skip build "configure failed"
+fi
+
+# ---- SASS: sm_120 present, and no Hopper-only instructions in any cubin ---------------------------
+sass_check() {
+  set -u
+  local forbidden='HGMMA|UTMALDG|UTMASTG|UTMAPF|UTMACCTL|UBLKCP|WARPSYNC.*ALIGNED.*GMMA'
+  cuobjdump --list-elf "$lib" || return 1
+  local archs
+  archs=$(cuobjdump --list-elf "$lib" | grep -o 'sm_[0-9]*[a-z]*' | sort -u)
+  echo "cubins for: $(echo $archs)"
+  echo "$archs" | grep -qx sm_120 || { echo "FAIL: no sm_120 cubin in $lib"; return 1; }
+  local bad=0 a n
+  for a in $archs; do
+    cuobjdump -sass -arch "$a" "$lib" > "/tmp/sass-$a.txt" || { echo "FAIL: cuobjdump -sass -arch $a"; bad=1; continue; }
+    n=$(grep -cE "$forbidden" "/tmp/sass-$a.txt")
+    printf '%-7s %7d SASS lines, HMMA %5d, LDSM %5d, LDGSTS %5d, forbidden (%s) %d\n' "$a" \
+      "$(wc -l < "/tmp/sass-$a.txt")" "$(grep -c HMMA "/tmp/sass-$a.txt")" \
+      "$(grep -c LDSM "/tmp/sass-$a.txt")" "$(grep -c LDGSTS "/tmp/sass-$a.txt")" "$forbidden" "$n"
+    if [ "$n" -ne 0 ]; then
+      echo "FAIL: $a SASS contains instructions sm_120 does not have:"
+      grep -nE "$forbidden" "/tmp/sass-$a.txt" | head -n 20
+      bad=1
+    fi
+  done
+  echo "--- resource usage (sm_120): registers, static shared memory, spills"
+  cuobjdump -res-usage -arch sm_120 "$lib" | grep -E 'Function|REG|SHARED' | head -n 60
+  return $bad
+}
+if ok build; then
+  export -f sass_check
+  export lib
+  step sass-check 60 "$OUT/sass-check.log" "sass_check"
+else
+  skip sass-check "no build"
+fi
+
+# ---- tests ---------------------------------------------------------------------------------------
+if ok build; then
+  step ctest 200 "$OUT/ctest.log" "cd '$build' && ctest --output-on-failure"
+else
+  skip ctest "no build"
+fi
+
+# ---- golden bundles on both CUDA backends ----------------------------------------------------------
+shopt -s nullglob
+bundles=("$root"/golden/*.safetensors)
+if ! ok build; then
+  skip check-cuda "no build"; skip check-cuda-naive "no build"
+elif [ ${#bundles[@]} -eq 0 ]; then
+  skip check-cuda "no golden bundles"; skip check-cuda-naive "no golden bundles"
+else
+  step check-cuda 60 "$OUT/check.log" "'$cli' check --backend cuda ${bundles[*]}"
+  step check-cuda-naive 90 "$OUT/check.log" "'$cli' check --backend cuda-naive ${bundles[*]}"
+fi
+
+# ---- benchmark --------------------------------------------------------------------------------------
+if ok build; then
+  # bench.txt holds the table; stdout (the same table) and stderr land in suite.log
+  step bench 240 /dev/null \
+    "'$cli' bench ${BENCH_ARGS:---preset reference} --csv '$OUT/bench.csv' | tee '$OUT/bench.txt'"
+else
+  skip bench "no build"
+fi
+
+# ---- compute-sanitizer on the quick GPU test (last: it is the slowest per unit of value) -------------
+gpu_test=$build/tests/test_cuda_gpu
+if [ -n "${SKIP_SANITIZER:-}" ]; then
+  skip memcheck "SKIP_SANITIZER"; skip racecheck "SKIP_SANITIZER"
+elif ! ok build || [ ! -x "$gpu_test" ]; then
+  skip memcheck "no $gpu_test"; skip racecheck "no $gpu_test"
+else
+  step memcheck 150 "$OUT/sanitizer.log" \
+    "MLAV_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 99 '$gpu_test'"
+  step racecheck 150 "$OUT/sanitizer.log" \
+    "MLAV_TEST_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 99 '$gpu_test'"
+fi
+
+# ---- summary --------------------------------------------------------------------------------------
+log "summary"
+echo "commit $commit, $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1)"
+printf '%-22s %-16s %6s\n' step status time
+fails=0
+for s in "${summary[@]}"; do
+  echo "$s"
+  case $s in *FAIL*|*TIMEOUT*) fails=$((fails + 1)) ;; esac
+done
+echo "total $(( $(date +%s) - start ))s; files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+[ "$fails" -eq 0 ]
+}
+
+# everything also goes to suite.log; a pipe (not exec > >(tee)) so no tee is left behind unflushed
+main 2>&1 | tee -a "$OUT/suite.log"
+exit "${PIPESTATUS[0]}"

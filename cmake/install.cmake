@@ -1,0 +1,79 @@
+# Install rules: the shared and static library, the header, a CMake package (find_package) and a
+# pkg-config file, all relocatable so `cmake --install build --prefix DIR` works for any DIR.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(MLAV_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/mlaverify)
+
+install(TARGETS mlaverify mlaverify_static EXPORT mlaverifyTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/mlaverify.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+# With CUDA, the archive's CUDA objects are host C++ (static-local guards, operator new). CMake
+# records that only as link language CUDA, which a C-only consumer never enables, so its link
+# would miss the C++ runtime: name the one nvcc's host compiler uses.
+set(MLAV_CXX_RUNTIME "")
+if(MLAV_WITH_CUDA)
+  foreach(rt stdc++ c++)
+    if(NOT MLAV_CXX_RUNTIME AND rt IN_LIST CMAKE_CUDA_IMPLICIT_LINK_LIBRARIES)
+      set(MLAV_CXX_RUNTIME ${rt})
+    endif()
+  endforeach()
+  if(MLAV_CXX_RUNTIME)
+    target_link_libraries(mlaverify_static INTERFACE $<INSTALL_INTERFACE:$<LINK_ONLY:${MLAV_CXX_RUNTIME}>>)
+  endif()
+endif()
+
+# Imported targets as mlaverify::mlaverify and mlaverify::mlaverify_static
+install(EXPORT mlaverifyTargets NAMESPACE mlaverify:: FILE mlaverifyTargets.cmake
+  DESTINATION ${MLAV_CMAKE_DIR})
+
+# How the config file finds OpenBLAS again: the same way this build did, so a consumer of the
+# static archive links the library the objects were built against.
+if(OPENBLAS_FOUND)
+  set(MLAV_OPENBLAS_VIA_PKGCONFIG 1)
+else()
+  set(MLAV_OPENBLAS_VIA_PKGCONFIG 0)
+endif()
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/mlaverifyConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/mlaverifyConfig.cmake
+  INSTALL_DESTINATION ${MLAV_CMAKE_DIR})
+# 0.x: a minor release may change the API, so only the same MAJOR.MINOR satisfies a request
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/mlaverifyConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/mlaverifyConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/mlaverifyConfigVersion.cmake DESTINATION ${MLAV_CMAKE_DIR})
+
+# ---- pkg-config ------------------------------------------------------------------------------
+# prefix is derived from the .pc file's own location (${pcfiledir}) rather than written in, so
+# the tree stays valid wherever --prefix or DESTDIR puts it.
+file(RELATIVE_PATH MLAV_PC_TO_PREFIX /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
+string(REGEX REPLACE "/$" "" MLAV_PC_TO_PREFIX "${MLAV_PC_TO_PREFIX}")
+set(MLAV_PC_REQUIRES_PRIVATE "")
+set(MLAV_PC_LIBS_PRIVATE "")
+if(OPENBLAS_FOUND)
+  # openblas.pc adds its own -L and, with --static, gfortran and friends
+  set(MLAV_PC_REQUIRES_PRIVATE "Requires.private: openblas")
+else()
+  foreach(l ${BLAS_LIBRARIES})
+    string(APPEND MLAV_PC_LIBS_PRIVATE " ${l}")
+  endforeach()
+endif()
+# libgomp (and pthread) by name: -fopenmp would also ask the consumer's compiler to compile OpenMP
+foreach(l ${OpenMP_C_LIB_NAMES})
+  string(APPEND MLAV_PC_LIBS_PRIVATE " -l${l}")
+endforeach()
+string(APPEND MLAV_PC_LIBS_PRIVATE " -lm")
+if(MLAV_WITH_CUDA)
+  # what CUDA::cudart_static brings: the runtime archive and the system libraries it calls
+  string(APPEND MLAV_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt -lpthread")
+  if(MLAV_CXX_RUNTIME)
+    string(APPEND MLAV_PC_LIBS_PRIVATE " -l${MLAV_CXX_RUNTIME}")
+  endif()
+endif()
+string(STRIP "${MLAV_PC_LIBS_PRIVATE}" MLAV_PC_LIBS_PRIVATE)
+configure_file(${CMAKE_CURRENT_LIST_DIR}/mlaverify.pc.in ${CMAKE_CURRENT_BINARY_DIR}/mlaverify.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/mlaverify.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,219 @@
+/* Command-line options of `mlaverify gen`, parsed in the library so that the tests can rerun
+ * golden/regen.sh's exact commands in process and compare bytes. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../dispatch/backend.h"
+#include "gen.h"
+
+static const char usage_text[] =
+    "usage: mlaverify gen [OPTIONS] OUT.safetensors\n"
+    "       mlaverify gen --expect-from INPUTS.safetensors [--readout-tries N] OUT.safetensors\n"
+    "\n"
+    "Write a golden bundle (golden/FORMAT.md): seeded and deterministic, expectations from the\n"
+    "fp64 oracle, every token decisive, unused pages and page slack NaN.\n"
+    "\n"
+    "  --seed N              seed of every draw (default 1)\n"
+    "  --heads H             query heads (default 8)\n"
+    "  --d-latent N          Dl, the latent width (default 512)\n"
+    "  --d-rope N            Dr, the rope width (default 64)\n"
+    "  --dtype T             bf16 | f16 | f32 (default bf16)\n"
+    "  --page-size N         KV rows per page (default 16)\n"
+    "  --req Q:P[:TREE[:ACC]]  a request of Q draft nodes after a P-row prefix. TREE: chain,\n"
+    "                        bushy or deep (default deep). ACC, the accepted path: full, partial,\n"
+    "                        none or a depth (default full, partial, none by request index).\n"
+    "                        Repeat for a batch (default one request 9:256)\n"
+    "  --vocab N             readout vocabulary (default 256)\n"
+    "  --readout-seed N      seed of the readout matrix (default: the --seed value)\n"
+    "  --spare-pages N       unused NaN pages shuffled into the pool (default 3)\n"
+    "  --softmax-scale X     (default 1/sqrt(192), DeepSeek-V3's)\n"
+    "\n"
+    "  --expect-from FILE    complete an inputs-only bundle (golden/write_bundle.py) with the\n"
+    "                        oracle's expectations; shapes come from FILE\n"
+    "  --readout-tries N     with --expect-from: readout seeds tried, from the bundle's, for the\n"
+    "                        fewest indecisive tokens (default 64)\n";
+
+const char *mlav_gen_usage(void)
+{
+    return usage_text;
+}
+
+static int parse_i32(const char *s, int64_t lo, int64_t hi, int32_t *v)
+{
+    if (!s || !*s)
+        return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || *end || x < lo || x > hi)
+        return 0;
+    *v = (int32_t)x;
+    return 1;
+}
+
+static int parse_seed(const char *s, uint64_t *v)
+{
+    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 0);
+    if (errno || *end)
+        return 0;
+    *v = x;
+    return 1;
+}
+
+/* "Q:P[:TREE[:ACC]]" */
+static mlav_status parse_req(const char *spec, mlav_gen_request *r)
+{
+    char buf[128];
+    if (strlen(spec) >= sizeof buf)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "--req '%.40s...' is too long", spec);
+    strcpy(buf, spec);
+    char *fields[5] = {0};
+    int n = 0;
+    for (char *p = buf, *tok; n < 5 && (tok = p) != NULL; n++) {
+        p = strchr(p, ':');
+        if (p)
+            *p++ = '\0';
+        fields[n] = tok;
+    }
+    r->tree = MLAV_TREE_DEEP;
+    r->accept = MLAV_ACCEPT_AUTO;
+    if (n < 2 || n > 4 || !parse_i32(fields[0], 1, 65536, &r->q_len) ||
+        !parse_i32(fields[1], 0, 1 << 28, &r->prefix))
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "--req '%s' is not Q:P[:TREE[:ACC]] with Q in [1, 65536] and P in "
+                              "[0, 2^28]",
+                              spec);
+    if (n >= 3) {
+        if (!strcmp(fields[2], "chain"))
+            r->tree = MLAV_TREE_CHAIN;
+        else if (!strcmp(fields[2], "bushy"))
+            r->tree = MLAV_TREE_BUSHY;
+        else if (!strcmp(fields[2], "deep"))
+            r->tree = MLAV_TREE_DEEP;
+        else
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "--req '%s': tree '%s' is not chain, bushy or deep", spec,
+                                  fields[2]);
+    }
+    if (n == 4) {
+        if (!strcmp(fields[3], "full"))
+            r->accept = MLAV_ACCEPT_FULL;
+        else if (!strcmp(fields[3], "partial"))
+            r->accept = MLAV_ACCEPT_PARTIAL;
+        else if (!strcmp(fields[3], "none"))
+            r->accept = MLAV_ACCEPT_NONE;
+        else if (!parse_i32(fields[3], 0, 65536, &r->accept))
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "--req '%s': accepted path '%s' is not full, partial, none or a "
+                                  "depth",
+                                  spec, fields[3]);
+    }
+    return MLAV_OK;
+}
+
+mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const char **out_path)
+{
+    mlav_gen_defaults(p);
+    *out_path = NULL;
+    int nreq = 0, shaped = 0, seed_set = 0, readout_set = 0, out_at = -1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || a[1] == '\0') {
+            if (*out_path)
+                return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                      "one output file only ('%s' and '%s' given)", *out_path, a);
+            *out_path = a;
+            out_at = i;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG, "option %s needs a value", a);
+        const char *v = argv[++i];
+        int ok = 1;
+        if (!strcmp(a, "--seed")) {
+            ok = parse_seed(v, &p->seed);
+            seed_set = 1;
+        } else if (!strcmp(a, "--heads")) {
+            ok = parse_i32(v, 1, 4096, &p->H);
+            shaped = 1;
+        } else if (!strcmp(a, "--d-latent")) {
+            ok = parse_i32(v, 1, 16384, &p->Dl);
+            shaped = 1;
+        } else if (!strcmp(a, "--d-rope")) {
+            ok = parse_i32(v, 0, 16384, &p->Dr);
+            shaped = 1;
+        } else if (!strcmp(a, "--dtype")) {
+            shaped = 1;
+            if (!strcmp(v, "bf16"))
+                p->dtype = MLAV_DTYPE_BF16;
+            else if (!strcmp(v, "f16"))
+                p->dtype = MLAV_DTYPE_F16;
+            else if (!strcmp(v, "f32"))
+                p->dtype = MLAV_DTYPE_F32;
+            else
+                ok = 0;
+        } else if (!strcmp(a, "--page-size")) {
+            ok = parse_i32(v, 1, 1 << 20, &p->page_size);
+            shaped = 1;
+        } else if (!strcmp(a, "--vocab")) {
+            ok = parse_i32(v, 2, MLAV_BUNDLE_MAX_VOCAB, &p->vocab);
+            shaped = 1;
+        } else if (!strcmp(a, "--readout-seed")) {
+            ok = parse_seed(v, &p->readout_seed);
+            readout_set = 1;
+            shaped = 1;
+        } else if (!strcmp(a, "--spare-pages")) {
+            ok = parse_i32(v, 1, 65536, &p->spare_pages);
+            shaped = 1;
+        } else if (!strcmp(a, "--softmax-scale")) {
+            char *end;
+            double x = strtod(v, &end);
+            ok = *v && !*end && isfinite(x) && x > 0.0;
+            p->softmax_scale = (float)x;
+            shaped = 1;
+        } else if (!strcmp(a, "--req")) {
+            if (nreq >= MLAV_GEN_MAX_REQUESTS)
+                return mlav_set_error(MLAV_ERR_INVALID_ARG, "more than %d --req",
+                                      MLAV_GEN_MAX_REQUESTS);
+            mlav_status s = parse_req(v, &p->req[nreq]);
+            if (s != MLAV_OK)
+                return s;
+            nreq++;
+            shaped = 1;
+        } else if (!strcmp(a, "--expect-from")) {
+            p->expect_from = v;
+        } else if (!strcmp(a, "--readout-tries")) {
+            ok = parse_i32(v, 1, 1 << 20, &p->readout_tries);
+        } else {
+            return mlav_set_error(MLAV_ERR_INVALID_ARG, "unknown option %s", a);
+        }
+        if (!ok)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG, "bad value '%s' for %s", v, a);
+    }
+    if (!*out_path)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "no output file given");
+    if (p->expect_from && (shaped || seed_set))
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "--expect-from takes every shape and seed from its input bundle; "
+                              "only --readout-tries may go with it");
+    if (nreq > 0)
+        p->B = nreq;
+    if (!readout_set)
+        p->readout_seed = p->seed;
+    /* the metadata records the command, less the output path, so a regenerated bundle is
+     * byte-identical wherever it is written */
+    size_t n = (size_t)snprintf(p->source, sizeof p->source, "mlaverify gen");
+    for (int i = 0; i < argc && n < sizeof p->source; i++)
+        if (i != out_at)
+            n += (size_t)snprintf(p->source + n, sizeof p->source - n, " %s", argv[i]);
+    if (n >= sizeof p->source)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "the command line is too long");
+    return MLAV_OK;
+}

@@ -1,0 +1,108 @@
+/* The token readout, the decisive rule and batch acceptance: see readout.h. */
+#include "readout.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../dispatch/backend.h"
+
+/* R rows generated per block: up to 64, at most 256 KB of floats (64 rows of a 1024-token
+ * vocab), cache-resident while every token's logits take them in. */
+#define READOUT_BLOCK_ROWS 64
+#define READOUT_BLOCK_FLOATS 65536
+
+mlav_status mlav_readout_tokens(int32_t T, int64_t N, int32_t vocab, uint64_t seed,
+                                const double *out, int32_t *tokens, double *margins)
+{
+    const int64_t V = vocab;
+    int64_t block = READOUT_BLOCK_FLOATS / V;
+    block = block < 1 ? 1 : block > READOUT_BLOCK_ROWS ? READOUT_BLOCK_ROWS : block;
+    double *logits = calloc((size_t)T * (size_t)V + 1, sizeof(double));
+    float *R = malloc(sizeof(float) * (size_t)block * (size_t)V);
+    if (!logits || !R) {
+        free(logits);
+        free(R);
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of memory for the readout");
+    }
+    for (int64_t r0 = 0; r0 < N; r0 += block) {
+        const int64_t nr = N - r0 < block ? N - r0 : block;
+        /* splitmix64 is counter based: draw k is a pure function of k, so R can be made in
+         * parallel and in blocks without changing a bit */
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nr * V; i++)
+            R[i] = mlav_readout_r(seed, (uint64_t)(r0 * V + i));
+            /* each logit is summed over rows in ascending (h, d) order whatever the threading */
+#pragma omp parallel for schedule(static)
+        for (int32_t t = 0; t < T; t++) {
+            double *l = logits + (size_t)t * (size_t)V;
+            const double *o = out + (size_t)t * (size_t)N + (size_t)r0;
+            for (int64_t r = 0; r < nr; r++) {
+                const double a = o[r];
+                const float *Rr = R + (size_t)r * (size_t)V;
+                for (int64_t v = 0; v < V; v++)
+                    l[v] += a * (double)Rr[v];
+            }
+        }
+    }
+    for (int32_t t = 0; t < T; t++) {
+        const double *l = logits + (size_t)t * (size_t)V;
+        double best = -INFINITY, second = -INFINITY;
+        int32_t arg = -1;
+        int nan = 0;
+        for (int64_t v = 0; v < V; v++) {
+            if (isnan(l[v])) {
+                nan = 1;
+                break;
+            }
+            if (arg < 0 || l[v] > best) { /* strict: ties keep the lowest v */
+                second = best;
+                best = l[v];
+                arg = (int32_t)v;
+            } else if (l[v] > second) {
+                second = l[v];
+            }
+        }
+        tokens[t] = nan ? -1 : arg;
+        if (margins)
+            margins[t] = nan ? NAN : best - second;
+    }
+    free(logits);
+    free(R);
+    return MLAV_OK;
+}
+
+double mlav_out_tolerance(mlav_dtype d)
+{
+    return d == MLAV_DTYPE_F32 ? 1e-5 : 5e-3;
+}
+
+double mlav_lse_tolerance(mlav_dtype d)
+{
+    return d == MLAV_DTYPE_F32 ? 1e-5 : 1e-3;
+}
+
+double mlav_required_margin(mlav_dtype d, const float *out_row, int64_t N)
+{
+    double ss = 0.0;
+    for (int64_t k = 0; k < N; k++)
+        ss += (double)out_row[k] * (double)out_row[k];
+    /* an entry of R_a - R_b has variance 2/3 (R uniform on [-1, 1)): a noise vector e moves the
+     * margin by e . (R_a - R_b), of standard deviation ||e|| sqrt(2/3) */
+    return MLAV_DECISIVE_K * mlav_out_tolerance(d) * sqrt(ss) * sqrt(2.0 / 3.0);
+}
+
+mlav_status mlav_accept_all(const mlav_bundle *b, const int32_t *tokens, int32_t *accept)
+{
+    for (size_t k = 0; k < (size_t)b->B * (size_t)b->max_q_len; k++)
+        accept[k] = -1;
+    for (int32_t r = 0; r < b->B; r++) {
+        int32_t off = b->q_indptr[r], q_len = mlav_bundle_q_len(b, r), n, bonus;
+        mlav_status s = mlav_tree_accept_greedy(
+            q_len, b->tree_parents + off, b->draft_tokens + off, tokens + off,
+            accept + (size_t)r * (size_t)b->max_q_len, &n, &bonus);
+        if (s != MLAV_OK)
+            return s;
+    }
+    return MLAV_OK;
+}

@@ -1,0 +1,49 @@
+/* The token readout of DESIGN.md section 4, the decisive-margin rule, and greedy acceptance
+ * over a whole batch: the part of the bundle format that turns `out` into tokens the same way
+ * for the generator and for every backend's check. */
+#ifndef MLAV_BUNDLE_READOUT_H
+#define MLAV_BUNDLE_READOUT_H
+
+#include <stdint.h>
+
+#include "bundle.h"
+#include "mlaverify.h"
+
+/* A token is decisive when its margin is at least this many times the logit change the out
+ * tolerance can cause (golden/FORMAT.md, "Decisive tokens"). */
+#define MLAV_DECISIVE_K 20.0
+
+/* Element k of the readout matrix R[h][d][v] (k = (h*Dl + d)*vocab + v): the (k+1)-th draw of
+ * a splitmix64 stream that starts at `seed`. Every draw is a 24-bit grid value in [-1, 1),
+ * exact in float. */
+static inline float mlav_readout_r(uint64_t seed, uint64_t k)
+{
+    uint64_t z = seed + (k + 1u) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 40) / 16777216.0 * 2.0 - 1.0);
+}
+
+/* Tokens of T out rows of N = H*Dl values each (row-major [T, H, Dl], as doubles):
+ * logits[t][v] = sum_{h,d} out[t][h][d] * R[h][d][v] accumulated in double in (h, d) order;
+ * tokens[t] = argmax (ties to the lowest v), margins[t] = top-1 minus top-2 logit (may be
+ * NULL). A row whose logits hold NaN gets token -1 and margin NaN.
+ * Returns MLAV_OK or MLAV_ERR_OUT_OF_MEMORY. */
+mlav_status mlav_readout_tokens(int32_t T, int64_t N, int32_t vocab, uint64_t seed,
+                                const double *out, int32_t *tokens, double *margins);
+
+/* The DESIGN.md tolerances: out rel-L2 and lse max abs error, per dtype. */
+double mlav_out_tolerance(mlav_dtype d);
+double mlav_lse_tolerance(mlav_dtype d);
+
+/* The margin a token needs to be decisive: K * out_tol(dtype) * ||out_row||_2 * sqrt(2/3),
+ * from the F32 out row as stored in a bundle (N values). NaN if the row holds NaN. */
+double mlav_required_margin(mlav_dtype d, const float *out_row, int64_t N);
+
+/* Greedy acceptance (mlav_tree_accept_greedy) of every request of `b` under target `tokens`
+ * [T]: accept [B, max_q_len], -1 padded. Tokens of -1 match no draft token.
+ * Returns MLAV_OK or the helper's status. */
+mlav_status mlav_accept_all(const mlav_bundle *b, const int32_t *tokens, int32_t *accept);
+
+#endif

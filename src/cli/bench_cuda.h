@@ -1,0 +1,68 @@
+/* The GPU half of `mlaverify bench` (bench_cuda.cu), as a small C interface: device buffers,
+ * graph-replay timing with an L2 flush before every replay, and the two measured ceilings.
+ * Every CUDA call inside is checked; a failure prints the call, the error and file:line and
+ * exits with status 2 (this is the command-line tool, never the library). */
+#ifndef MLAV_CLI_BENCH_CUDA_H
+#define MLAV_CLI_BENCH_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mlaverify.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bench_gpu_info {
+    char name[256];         /* cudaDeviceProp.name, e.g. "NVIDIA H200" */
+    char driver[64];        /* NVIDIA driver version from /proc/driver/nvidia/version, or "?" */
+    int cc_major, cc_minor;
+    int sm_count;
+    int driver_api;         /* cudaDriverGetVersion: 13000 = CUDA 13.0 */
+    int runtime_api;        /* cudaRuntimeGetVersion */
+    size_t l2_bytes;        /* read from the device: sizes the flush buffer */
+    size_t mem_bytes;
+} bench_gpu_info;
+
+/* How many replays to time: stop at max_reps, or once max_seconds of timing have passed, but
+ * never before min_reps. */
+typedef struct bench_reps {
+    int min_reps, max_reps;
+    double max_seconds;
+} bench_reps;
+
+typedef struct bench_timing {
+    double median_us;       /* median of the timed replays */
+    double min_us;
+    int reps;               /* replays timed */
+    int graph;              /* 1: CUDA graph replays; 0: capture failed, direct mlav_run calls */
+} bench_timing;
+
+/* Select device 0, describe it, allocate the L2 flush buffer (2x the L2) and a stream. */
+void bench_gpu_open(bench_gpu_info *info);
+void bench_gpu_close(void);
+
+/* Ceiling 1: register-only mma.sync m16n8k16 BF16 (fp32 accumulate) on every SM, TFLOP/s. */
+double bench_gpu_mma_tflops(void);
+/* Ceiling 2: device-to-device cudaMemcpyAsync of 1 GiB, bytes read + written per second / 1e9. */
+double bench_gpu_copy_gbps(void);
+
+/* Device memory (cudaMalloc: 256-byte aligned, as mlav_run's workspace must be). */
+void *bench_gpu_alloc(size_t bytes);
+void bench_gpu_free(void *ptr);
+void bench_gpu_upload(void *dst, const void *src, size_t bytes);
+/* Fill `n` elements of `dtype` with uniform values in [-1, 1) drawn from `seed`, on the device. */
+void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, uint64_t seed);
+
+/* Time `plan` on device-resident tensors: one direct run (its status is returned as is, so
+ * MLAV_ERR_UNSUPPORTED means "n/a"), capture into a CUDA graph, warm up, then replays each
+ * preceded by an L2 flush outside the timed events. */
+mlav_status bench_gpu_time(const mlav_plan *plan, const mlav_tensors *t, void *workspace,
+                           size_t workspace_bytes, const bench_reps *reps, bench_timing *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,58 @@
+/* The split-KV scheduler of the flash path: a pure host function from the lengths and the
+ * device's parallelism to a list of blocks, unit-tested on the CPU (tests/test_schedule.c). */
+#ifndef MLAV_COMMON_SCHEDULE_H
+#define MLAV_COMMON_SCHEDULE_H
+
+#include <stdint.h>
+
+#include "../dispatch/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One block of the flash kernel: rows [mtile*rows_per_tile, +rows_per_tile) of request b's
+ * folded (token, head) rows against its KV rows [kv_begin, kv_end). slot < 0: the block owns
+ * every KV row of the request and writes out/lse directly; else it writes a partial state into
+ * workspace slot `slot` for the combine kernel. */
+typedef struct mlav_split_item {
+    int32_t b, mtile, kv_begin, kv_end, slot;
+    int32_t q_start, q_len, prefix; /* request b's, carried so a block starts without a chain
+                                       of dependent loads through q_indptr and kv_lens */
+} mlav_split_item;
+
+/* One combine task: merge the `nsplit` partial states of (b, mtile), held in slots
+ * slot0 + s * slot_stride for s < nsplit. */
+typedef struct mlav_combine_item {
+    int32_t b, mtile, nsplit, slot0, slot_stride;
+    int32_t q_start, rows, pad; /* request b's first token and folded row count q_len * H */
+} mlav_combine_item;
+
+typedef struct mlav_schedule {
+    int32_t n_items, n_combine, n_slots;
+    int32_t chunk_keys;         /* the target KV rows per split chosen for this problem */
+    mlav_split_item *items;     /* [n_items], ordered split-major, m-tile fastest, so blocks that
+                                   read the same KV rows are resident together and share L2 */
+    mlav_combine_item *combine; /* [n_combine] */
+    int32_t *splits;            /* [B] splits per request (0 when q_len is 0) */
+} mlav_schedule;
+
+typedef struct mlav_schedule_params {
+    int32_t rows_per_tile;  /* M rows per block */
+    int32_t key_align;      /* split boundaries are multiples of this (the kernel's KV tile) */
+    int32_t min_chunk;      /* fewest KV rows worth a split (amortises loading Q) */
+    int32_t max_splits;     /* most splits of one request (bounds the combine's work) */
+    int32_t target_blocks;  /* blocks that fill the device: waves x SMs x blocks per SM */
+} mlav_schedule_params;
+
+/* Build the schedule. Returns MLAV_OK, MLAV_ERR_INVALID_ARG (bad params) or
+ * MLAV_ERR_OUT_OF_MEMORY. Free with mlav_schedule_free. */
+mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                                mlav_schedule *out);
+void mlav_schedule_free(mlav_schedule *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

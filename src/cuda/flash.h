@@ -1,0 +1,52 @@
+/* Parameters and launchers of the flash verify path (verify_flash.cu, combine.cu), used by
+ * backend_flash.cu. One plain struct per stage; strides in elements; pointers are device. */
+#ifndef MLAV_CUDA_FLASH_H
+#define MLAV_CUDA_FLASH_H
+
+#include <cuda_runtime.h>
+
+#include "../common/schedule.h"
+#include "cuda_backend.h"
+
+/* Compile-time shape of the flash kernel: the DeepSeek-V3 / Kimi K2 latent layout. */
+#define MLAV_FLASH_DL 512
+#define MLAV_FLASH_DR 64
+#define MLAV_FLASH_W (MLAV_FLASH_DL + MLAV_FLASH_DR)
+#define MLAV_FLASH_BLOCK_M 32    /* folded (token, head) rows per block */
+#define MLAV_FLASH_BLOCK_N 16    /* KV rows per pipeline tile */
+#define MLAV_FLASH_THREADS 128   /* 4 warps: 2 row groups of 16 x 2 halves (depth / columns) */
+#define MLAV_LOG2E 1.4426950408889634f
+
+typedef struct mlav_flash_params {
+    const void *q;                  /* [T, H, W] */
+    const void *kv;                 /* [num_pages, page_size, W] */
+    const int32_t *page_table;      /* [B, max_pages] */
+    const uint32_t *tree_mask;      /* [T, mask_words], NULL = causal */
+    void *out;                      /* [T, H, Dl] */
+    float *lse;                     /* [T, H], may be NULL */
+    float *part_o;                  /* [n_slots, BLOCK_M, Dl] fp32 partial outputs (workspace) */
+    float *part_lse;                /* [n_slots, BLOCK_M] */
+    const mlav_split_item *items;   /* [n_items] */
+    const mlav_combine_item *combine; /* [n_combine] */
+    int32_t n_items, n_combine;
+    int32_t H, page_size, max_pages, mask_words;
+    int32_t page_shift;             /* log2(page_size) when a power of two, else -1 */
+    int64_t num_pages;
+    float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
+} mlav_flash_params;
+
+/* Dynamic shared memory of the flash kernel. */
+size_t mlav_flash_smem_bytes(void);
+/* Check the kernel for `dtype` fits the sm_120 limit and raise its dynamic smem limit;
+ * also returns its resident blocks per SM through *blocks_per_sm. */
+mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, int *blocks_per_sm);
+/* Launch the split kernel then (if any) the combine kernel on `stream`. */
+mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream);
+/* The F32 variant (verify_flash_f32.cu): CUDA-core FMA on the same schedule and combine, for
+ * exactness checks; no tensor cores, no shared memory. */
+mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm);
+mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, cudaStream_t stream);
+/* The combine kernel alone (combine.cu). */
+mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream);
+
+#endif

@@ -1,0 +1,114 @@
+/* The F32 flash path: CUDA-core FMA in fp32 on the flash schedule (same split items, same
+ * partial states, same combine), so F32 bundles check to 1e-5 on the `cuda` backend. It exists
+ * for exactness, not speed: tensor cores have no fp32 mode that meets 1e-5 without split-TF32
+ * tricks, and production KV caches are BF16. One warp per row; lane l owns columns l + 32k. */
+#include <math.h>
+
+#include "../common/merge.h"
+#include "flash.h"
+
+namespace {
+
+constexpr int DL = MLAV_FLASH_DL, W = MLAV_FLASH_W, BM = MLAV_FLASH_BLOCK_M;
+constexpr int THREADS = 256;
+constexpr float LN2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_params p)
+{
+    const mlav_split_item item = p.items[blockIdx.x];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int b = item.b;
+    const int q_start = item.q_start, prefix = item.prefix;
+    const int M = item.q_len * p.H;
+    const float *kv = static_cast<const float *>(p.kv);
+    const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
+
+    for (int r = warp; r < BM; r += THREADS / 32) {
+        const int m = item.mtile * BM + r;
+        if (m >= M)
+            break;
+        const int i = m / p.H;
+        const float *qr = static_cast<const float *>(p.q) + ((size_t)q_start * p.H + m) * W;
+        float qv[W / 32], acc[DL / 32];
+#pragma unroll
+        for (int k = 0; k < W / 32; k++)
+            qv[k] = qr[lane + 32 * k];
+#pragma unroll
+        for (int k = 0; k < DL / 32; k++)
+            acc[k] = 0.0f;
+        float run_max = -INFINITY, run_sum = 0.0f;
+        for (int j = item.kv_begin; j < item.kv_end; j++) {
+            if (j >= prefix) {
+                const int kk = j - prefix;
+                const bool vis = p.tree_mask ? (p.tree_mask[(size_t)(q_start + i) * p.mask_words +
+                                                            (kk >> 5)] >> (kk & 31)) & 1u
+                                             : kk <= i;
+                if (!vis)
+                    continue;
+            }
+            const int32_t page = ptab[j / p.page_size];
+            const bool bad = page < 0 || page >= p.num_pages; /* reads as NaN, never OOB */
+            const float *row =
+                kv + ((size_t)(bad ? 0 : page) * p.page_size + (size_t)(j % p.page_size)) * W;
+            float dot = 0.0f;
+            if (!bad) {
+#pragma unroll
+                for (int k = 0; k < W / 32; k++)
+                    dot = fmaf(qv[k], row[lane + 32 * k], dot);
+            }
+            const float s = bad ? NAN : warp_sum(dot) * p.scale_log2;
+            const float new_max = fmaxf(run_max, s);
+            const float alpha = run_max == -INFINITY ? 0.0f : exp2f(run_max - new_max);
+            const float w = exp2f(s - (new_max == -INFINITY ? 0.0f : new_max));
+            run_sum = run_sum * alpha + w;
+            run_max = new_max;
+#pragma unroll
+            for (int k = 0; k < DL / 32; k++)
+                acc[k] = acc[k] * alpha + w * (bad ? NAN : row[lane + 32 * k]);
+        }
+        const float lse = mlav_finish_lse(run_max * LN2, run_sum);
+        const float inv = run_sum > 0.0f ? 1.0f / run_sum : (run_sum == 0.0f ? 0.0f : run_sum);
+        if (item.slot < 0) {
+            float *out = static_cast<float *>(p.out) + ((size_t)q_start * p.H + m) * DL;
+#pragma unroll
+            for (int k = 0; k < DL / 32; k++)
+                out[lane + 32 * k] = acc[k] * inv;
+            if (p.lse && lane == 0)
+                p.lse[(size_t)q_start * p.H + m] = lse;
+        } else {
+            float *po = p.part_o + ((size_t)item.slot * BM + r) * DL;
+#pragma unroll
+            for (int k = 0; k < DL / 32; k++)
+                po[lane + 32 * k] = acc[k] * inv;
+            if (lane == 0)
+                p.part_lse[(size_t)item.slot * BM + r] = lse;
+        }
+    }
+}
+
+} // namespace
+
+mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm)
+{
+    const void *f = reinterpret_cast<const void *>(&flash_f32_kernel);
+    mlav_status s = mlav_cuda_prepare_kernel(f, 0, dev, "flash_verify_f32");
+    if (s != MLAV_OK)
+        return s;
+    MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, f, THREADS, 0));
+    return MLAV_OK;
+}
+
+mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, cudaStream_t stream)
+{
+    flash_f32_kernel<<<fp->n_items, THREADS, 0, stream>>>(*fp);
+    MLAV_CUDA_TRY(cudaGetLastError());
+    return MLAV_OK;
+}

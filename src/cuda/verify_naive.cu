@@ -1,0 +1,433 @@
+/* The naive verify kernel, the GPU baseline of DESIGN.md section 7: one block per (token, head),
+ * the whole score row in shared memory, the KV read twice (scores, then the weighted sum).
+ * Naive in structure, not careless: 16-byte loads and several keys in flight per warp, so the
+ * baseline the flash kernel is measured against is an honest one. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <limits.h>
+#include <math.h>
+
+#include "verify_naive.h"
+
+namespace {
+
+/* One plain parameter struct; pointers are device memory. */
+struct naive_args {
+    const void *q;                /* [T, H, W] dtype */
+    const void *kv;               /* [num_pages, page_size, W] dtype */
+    const int32_t *page_table;    /* [B, max_pages] */
+    const uint32_t *tree_mask;    /* [T, mask_words], NULL = causal chain */
+    void *out;                    /* [T, H, Dl] dtype */
+    float *lse;                   /* [T, H], may be NULL */
+    const int32_t *q_indptr;      /* [B+1] */
+    const int32_t *kv_lens;       /* [B] */
+    int64_t num_pages;            /* page ids outside [0, num_pages) read as NaN rows */
+    int32_t H, Dl, W, page_size, B, max_pages, mask_words;
+    int32_t groups;               /* pass 2: thread groups splitting the keys (naive_config) */
+    float scale;
+};
+
+constexpr int kWarps = MLAV_NAIVE_THREADS / 32;
+constexpr int kKeysPerWarp = 4;   /* pass 1: keys a warp scores together (loads in flight) */
+constexpr int kKeysPerThread = 4; /* pass 2: keys a thread accumulates together */
+
+/* What a launch needs to agree on with the plan: the load width, the pass-2 groups and the
+ * dynamic shared memory. */
+struct naive_config {
+    bool vec;          /* 16-byte loads: every row segment (Dl, Dr) a multiple of 16 bytes */
+    int32_t groups;
+    size_t smem_floats;
+};
+
+naive_config make_config(const mlav_problem_info *p)
+{
+    const int32_t esz = (int32_t)mlav_dtype_size(p->dtype);
+    const int32_t per16 = 16 / esz;
+    naive_config c;
+    c.vec = p->Dl % per16 == 0 && p->Dr % per16 == 0;
+    const int32_t chunks = p->Dl / (c.vec ? per16 : 1);
+    c.groups = chunks >= MLAV_NAIVE_THREADS ? 1 : MLAV_NAIVE_THREADS / chunks;
+    const size_t row = (size_t)p->W + (size_t)p->max_kv_len;
+    const size_t partials = c.groups > 1 ? (size_t)c.groups * (size_t)p->Dl : 0;
+    c.smem_floats = row > partials ? row : partials;
+    return c;
+}
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half from_float<__half>(float x)
+{
+    return __float2half_rn(x);
+}
+
+/* Load one chunk (E consecutive elements, 16-byte aligned when E > 1) as floats. */
+template <typename T> __device__ __forceinline__ void load_chunk(const T *p, float (&x)[1])
+{
+    x[0] = to_float(*p);
+}
+__device__ __forceinline__ void load_chunk(const float *p, float (&x)[4])
+{
+    const float4 v = __ldg(reinterpret_cast<const float4 *>(p));
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+__device__ __forceinline__ void load_chunk(const __nv_bfloat16 *p, float (&x)[8])
+{
+    const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) { /* bf16 is the high half of a float: exact by shifting */
+        x[2 * k] = __uint_as_float(w[k] << 16);
+        x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void load_chunk(const __half *p, float (&x)[8])
+{
+    const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        x[2 * k] = __half2float(__ushort_as_half((unsigned short)(w[k] & 0xffffu)));
+        x[2 * k + 1] = __half2float(__ushort_as_half((unsigned short)(w[k] >> 16)));
+    }
+}
+
+/* E floats of the shared-memory query row (16-byte aligned when E > 1). */
+template <int E> __device__ __forceinline__ void load_q(const float *q, float (&x)[E])
+{
+    if constexpr (E == 1) {
+        x[0] = q[0];
+    } else {
+#pragma unroll
+        for (int k = 0; k < E; k += 4) {
+            const float4 v = *reinterpret_cast<const float4 *>(q + k);
+            x[k] = v.x, x[k + 1] = v.y, x[k + 2] = v.z, x[k + 3] = v.w;
+        }
+    }
+}
+
+/* The visibility rule (DESIGN.md section 1), as mlav_visible states it for host code. */
+__device__ __forceinline__ bool visible(int32_t j, int32_t prefix, int32_t i,
+                                        const uint32_t *mask_row)
+{
+    if (j < prefix)
+        return true;
+    const int32_t k = j - prefix;
+    if (!mask_row)
+        return k <= i;
+    return (mask_row[k >> 5] >> (k & 31)) & 1u;
+}
+
+struct op_max {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct op_add {
+    __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+/* Block-wide reduction; every thread gets the result. Ends with a barrier so `red` can be
+ * reused at once. */
+template <class Op> __device__ float block_reduce(float v, float *red, Op op)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < kWarps; w++)
+        r = op(r, red[w]);
+    __syncthreads();
+    return r;
+}
+
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_args a)
+{
+    constexpr int E = VEC ? 16 / (int)sizeof(T) : 1; /* elements per chunk (one load) */
+    extern __shared__ __align__(16) float smem[];
+    float *q_s = smem;     /* [W] the query row, fp32 */
+    float *s = smem + a.W; /* [kv_len] scores, then softmax weights */
+    __shared__ float red[kWarps];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t row = blockIdx.x; /* token * H + head */
+    const int32_t tok = (int32_t)(row / a.H);
+
+    /* The request of this token: the last b with q_indptr[b] <= tok (empty requests share
+     * their q_indptr with the next one, and the search skips them). */
+    int32_t lo = 0, hi = a.B;
+    while (hi - lo > 1) {
+        const int32_t mid = (lo + hi) >> 1;
+        if (a.q_indptr[mid] <= tok)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const int32_t b = lo;
+    const int32_t q_len = a.q_indptr[b + 1] - a.q_indptr[b];
+    const int32_t i = tok - a.q_indptr[b];
+    const int32_t kv_len = a.kv_lens[b];
+    const int32_t prefix = kv_len - q_len;
+    const uint32_t *mask_row =
+        a.tree_mask ? a.tree_mask + (size_t)tok * (size_t)a.mask_words : nullptr;
+    const int32_t *pt_row = a.page_table + (size_t)b * (size_t)a.max_pages;
+    const T *kv = static_cast<const T *>(a.kv);
+
+    const T *q = static_cast<const T *>(a.q) + row * a.W;
+    for (int32_t d = tid; d < a.W; d += MLAV_NAIVE_THREADS)
+        q_s[d] = to_float(q[d]);
+    __syncthreads();
+
+    /* Pass 1: a warp scores kKeysPerWarp keys at once, lanes across the row's chunks. Invisible
+     * keys are never read; a visible key on a page id outside the pool scores NaN unread. */
+    const int32_t n_chunks = a.W / E;
+    for (int32_t j0 = warp * kKeysPerWarp; j0 < kv_len; j0 += kWarps * kKeysPerWarp) {
+        const T *krow[kKeysPerWarp];
+        float unread[kKeysPerWarp]; /* the score of a key not read: -inf, or NaN (bad page) */
+        float acc[kKeysPerWarp];
+#pragma unroll
+        for (int u = 0; u < kKeysPerWarp; u++) {
+            const int32_t j = j0 + u;
+            krow[u] = nullptr;
+            unread[u] = -INFINITY;
+            acc[u] = 0.0f;
+            if (j < kv_len && visible(j, prefix, i, mask_row)) {
+                const int32_t page = pt_row[j / a.page_size];
+                if (page < 0 || page >= a.num_pages)
+                    unread[u] = NAN;
+                else
+                    krow[u] = kv + ((int64_t)page * a.page_size + j % a.page_size) * a.W;
+            }
+        }
+        for (int32_t c = lane; c < n_chunks; c += 32) {
+            float qv[E], kx[kKeysPerWarp][E];
+            load_q<E>(q_s + (size_t)c * E, qv);
+#pragma unroll
+            for (int u = 0; u < kKeysPerWarp; u++) {
+                if (krow[u]) {
+                    load_chunk(krow[u] + (size_t)c * E, kx[u]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < E; e++)
+                        kx[u][e] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < kKeysPerWarp; u++)
+#pragma unroll
+                for (int e = 0; e < E; e++)
+                    acc[u] = fmaf(qv[e], kx[u][e], acc[u]);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int u = 0; u < kKeysPerWarp; u++)
+                acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
+        if (lane == 0) {
+#pragma unroll
+            for (int u = 0; u < kKeysPerWarp; u++)
+                if (j0 + u < kv_len)
+                    s[j0 + u] = krow[u] ? acc[u] * a.scale : unread[u];
+        }
+    }
+    __syncthreads();
+
+    float m = -INFINITY;
+    int nan = 0;
+    for (int32_t j = tid; j < kv_len; j += MLAV_NAIVE_THREADS) {
+        const float v = s[j];
+        nan |= v != v;
+        m = fmaxf(m, v);
+    }
+    nan = __syncthreads_or(nan);
+    m = block_reduce(m, red, op_max());
+
+    T *out = static_cast<T *>(a.out) + row * a.Dl;
+    if (nan || m == INFINITY) { /* NaN (or an infinite score) touched the row: the row is NaN */
+        for (int32_t d = tid; d < a.Dl; d += MLAV_NAIVE_THREADS)
+            out[d] = from_float<T>(NAN);
+        if (tid == 0 && a.lse)
+            a.lse[row] = NAN;
+        return;
+    }
+    if (m == -INFINITY) { /* no visible key */
+        for (int32_t d = tid; d < a.Dl; d += MLAV_NAIVE_THREADS)
+            out[d] = from_float<T>(0.0f);
+        if (tid == 0 && a.lse)
+            a.lse[row] = -INFINITY;
+        return;
+    }
+
+    float sum = 0.0f;
+    for (int32_t j = tid; j < kv_len; j += MLAV_NAIVE_THREADS) {
+        const float v = s[j];
+        const float w = v == -INFINITY ? 0.0f : expf(v - m);
+        s[j] = w;
+        sum += w;
+    }
+    sum = block_reduce(sum, red, op_add()); /* its barriers also publish s[] */
+    const float inv_sum = 1.0f / sum;
+
+    /* Pass 2: `groups` groups of threads; in a group each thread owns one chunk of the latent
+     * columns (coalesced across the group), and group g takes keys g, g + groups, ... Zero
+     * weights are invisible keys (never read) or ones that underflowed (they add exactly 0). */
+    const int32_t n_dch = a.Dl / E, G = a.groups;
+    auto accumulate = [&](int32_t c, int32_t g, float (&acc)[E]) {
+        for (int32_t j0 = g; j0 < kv_len; j0 += G * kKeysPerThread) {
+            float w[kKeysPerThread], vx[kKeysPerThread][E];
+#pragma unroll
+            for (int u = 0; u < kKeysPerThread; u++) {
+                const int32_t j = j0 + u * G;
+                w[u] = j < kv_len ? s[j] : 0.0f;
+                if (w[u] != 0.0f) {
+                    const int32_t page = pt_row[j / a.page_size];
+                    load_chunk(kv + ((int64_t)page * a.page_size + j % a.page_size) * a.W +
+                                   (size_t)c * E,
+                               vx[u]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < E; e++)
+                        vx[u][e] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < kKeysPerThread; u++)
+#pragma unroll
+                for (int e = 0; e < E; e++)
+                    acc[e] = fmaf(w[u], vx[u][e], acc[e]);
+        }
+    };
+    if (G == 1) {
+        for (int32_t c = tid; c < n_dch; c += MLAV_NAIVE_THREADS) {
+            float acc[E];
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                acc[e] = 0.0f;
+            accumulate(c, 0, acc);
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                out[(size_t)c * E + e] = from_float<T>(acc[e] * inv_sum);
+        }
+    } else {
+        const int32_t g = tid / n_dch, c = tid % n_dch;
+        float acc[E];
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            acc[e] = 0.0f;
+        if (g < G)
+            accumulate(c, g, acc);
+        __syncthreads(); /* s[] is dead from here: the partial sums reuse shared memory */
+        float *part = smem; /* [G, Dl]: the plan sized shared memory for it */
+        if (g < G) {
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                part[(size_t)g * a.Dl + (size_t)c * E + e] = acc[e];
+        }
+        __syncthreads();
+        for (int32_t d = tid; d < a.Dl; d += MLAV_NAIVE_THREADS) {
+            float v = 0.0f;
+            for (int32_t k = 0; k < G; k++)
+                v += part[(size_t)k * a.Dl + d];
+            out[d] = from_float<T>(v * inv_sum);
+        }
+    }
+    if (tid == 0 && a.lse)
+        a.lse[row] = m + logf(sum);
+}
+
+template <typename T> const void *kernel_for(bool vec)
+{
+    return vec ? reinterpret_cast<const void *>(&naive_verify_kernel<T, true>)
+               : reinterpret_cast<const void *>(&naive_verify_kernel<T, false>);
+}
+
+} // namespace
+
+const void *mlav_naive_kernel(const mlav_problem_info *p)
+{
+    const bool vec = make_config(p).vec;
+    switch (p->dtype) {
+    case MLAV_DTYPE_F32: return kernel_for<float>(vec);
+    case MLAV_DTYPE_BF16: return kernel_for<__nv_bfloat16>(vec);
+    case MLAV_DTYPE_F16: return kernel_for<__half>(vec);
+    }
+    return nullptr;
+}
+
+const char *mlav_naive_kernel_name(const mlav_problem_info *p)
+{
+    const bool vec = make_config(p).vec;
+    switch (p->dtype) {
+    case MLAV_DTYPE_F32: return vec ? "naive_verify<f32,16B>" : "naive_verify<f32,scalar>";
+    case MLAV_DTYPE_BF16: return vec ? "naive_verify<bf16,16B>" : "naive_verify<bf16,scalar>";
+    case MLAV_DTYPE_F16: return vec ? "naive_verify<f16,16B>" : "naive_verify<f16,scalar>";
+    }
+    return "naive_verify<?>";
+}
+
+size_t mlav_naive_smem_bytes(const mlav_problem_info *p)
+{
+    return make_config(p).smem_floats * sizeof(float);
+}
+
+mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indptr,
+                              const int32_t *kv_lens, const mlav_tensors *t, size_t smem_bytes,
+                              cudaStream_t stream)
+{
+    const naive_config cfg = make_config(p);
+    naive_args a;
+    a.q = t->q;
+    a.kv = t->kv_cache;
+    a.page_table = t->page_table;
+    a.tree_mask = t->tree_mask;
+    a.out = t->out;
+    a.lse = t->lse;
+    a.q_indptr = q_indptr;
+    a.kv_lens = kv_lens;
+    a.num_pages = t->num_pages;
+    a.H = p->H;
+    a.Dl = p->Dl;
+    a.W = p->W;
+    a.page_size = p->page_size;
+    a.B = p->B;
+    a.max_pages = p->max_pages;
+    a.mask_words = p->mask_words;
+    a.groups = cfg.groups;
+    a.scale = p->scale;
+
+    const int64_t rows = (int64_t)p->T * p->H;
+    if (rows == 0)
+        return MLAV_OK;
+    if (rows > INT_MAX)
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "T * H = %lld query rows exceed the naive kernel's grid (one block "
+                              "per row)",
+                              (long long)rows);
+    const dim3 grid((unsigned)rows), block(MLAV_NAIVE_THREADS);
+    /* A stale error of some earlier call must not be blamed on this launch. */
+    (void)cudaGetLastError();
+#define MLAV_NAIVE_LAUNCH(T)                                                                 \
+    do {                                                                                     \
+        if (cfg.vec)                                                                         \
+            naive_verify_kernel<T, true><<<grid, block, smem_bytes, stream>>>(a);            \
+        else                                                                                 \
+            naive_verify_kernel<T, false><<<grid, block, smem_bytes, stream>>>(a);           \
+    } while (0)
+    switch (p->dtype) {
+    case MLAV_DTYPE_F32: MLAV_NAIVE_LAUNCH(float); break;
+    case MLAV_DTYPE_BF16: MLAV_NAIVE_LAUNCH(__nv_bfloat16); break;
+    case MLAV_DTYPE_F16: MLAV_NAIVE_LAUNCH(__half); break;
+    }
+#undef MLAV_NAIVE_LAUNCH
+    MLAV_CUDA_TRY(cudaGetLastError());
+    return MLAV_OK;
+}

@@ -1,0 +1,29 @@
+/* The naive baseline kernel's launcher (verify_naive.cu), used by backend_naive.cu. */
+#ifndef MLAV_CUDA_VERIFY_NAIVE_H
+#define MLAV_CUDA_VERIFY_NAIVE_H
+
+#include <cuda_runtime.h>
+
+#include "cuda_backend.h"
+
+/* Threads per block: 8 warps, each scoring its own keys in pass 1; in pass 2 groups of threads
+ * stride the latent columns and split the keys between the groups. */
+#define MLAV_NAIVE_THREADS 256
+
+/* The kernel that runs a problem (by dtype, and 16-byte loads when the dims allow them), for
+ * mlav_cuda_prepare_kernel, and its name for sentences. */
+const void *mlav_naive_kernel(const mlav_problem_info *p);
+const char *mlav_naive_kernel_name(const mlav_problem_info *p);
+
+/* Dynamic shared memory of one block, fp32: the query row and the longest request's score row
+ * ((W + max_kv_len) * 4 bytes), or pass 2's partial sums if larger (at most 8 KiB). */
+size_t mlav_naive_smem_bytes(const mlav_problem_info *p);
+
+/* Launch one block per (token, head) on `stream` with device tensors `t` (q, kv_cache and out
+ * 16-byte aligned); q_indptr [B+1] and kv_lens [B] are the plan's device copies. Asynchronous;
+ * checks the launch. */
+mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indptr,
+                              const int32_t *kv_lens, const mlav_tensors *t, size_t smem_bytes,
+                              cudaStream_t stream);
+
+#endif

@@ -1,0 +1,805 @@
+/* The bundle format: safetensors round trips, byte-exact rewrites, expectations equal to the
+ * fp64 oracle, the readout stream, and every malformed file rejected with MLAV_ERR_FORMAT and a
+ * sentence naming the tensor (never a crash, never a read out of bounds). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/bundle/bundle.h"
+#include "../src/bundle/gen.h"
+#include "../src/bundle/readout.h"
+#include "../src/bundle/safetensors.h"
+#include "../src/cpu/oracle.h"
+#include "../src/dispatch/validate.h"
+#include "test_util.h"
+
+static char dir[256];
+static char base_path[300], mut_path[300];
+
+static void path_in_dir(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+
+/* A tiny bundle from gen's own argument parser: 2 heads, dims 16+8, two requests. */
+static void make_bundle(const char *path, const char *dtype, mlav_bundle *out)
+{
+    char *argv[] = {"--seed",      "7",        "--heads",   "2",         "--d-latent",
+                    "16",          "--d-rope", "8",         "--dtype",   (char *)dtype,
+                    "--page-size", "4",        "--vocab",   "16",        "--req",
+                    "3:5:bushy",   "--req",    "4:0:chain", (char *)path};
+    mlav_gen_params p;
+    const char *o;
+    assert_int_equal(mlav_gen_parse_args((int)(sizeof argv / sizeof argv[0]), argv, &p, &o),
+                     MLAV_OK);
+    assert_string_equal(o, path);
+    mlav_gen_stats st;
+    mlav_bundle b;
+    assert_int_equal(mlav_gen_run(&p, path, &st, &b), MLAV_OK);
+    if (out)
+        *out = b;
+    else
+        mlav_bundle_free(&b);
+}
+
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)size + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    *n = (size_t)size;
+    return buf;
+}
+
+/* Rewrite a file as a new inode: truncating one in place makes ext4 flush it on close
+ * (auto_da_alloc), milliseconds each, and the fuzz test writes thousands. */
+static void fresh(const char *path)
+{
+    unlink(path);
+}
+
+static void spill(const char *path, const void *bytes, size_t n)
+{
+    fresh(path);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/mlav_format_XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    path_in_dir(base_path, sizeof base_path, "base.safetensors");
+    path_in_dir(mut_path, sizeof mut_path, "mut.safetensors");
+    make_bundle(base_path, "bf16", NULL);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    static const char *names[] = {"base.safetensors", "mut.safetensors", "again.safetensors",
+                                  "f32.safetensors",  "f16.safetensors", "bf16.safetensors"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char p[300];
+        path_in_dir(p, sizeof p, names[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+    return 0;
+}
+
+/* ---- raw header surgery --------------------------------------------------------------------- */
+
+typedef struct raw {
+    unsigned char *bytes;
+    size_t size, hlen;
+} raw;
+
+static raw load_raw(const char *path)
+{
+    raw r;
+    r.bytes = slurp(path, &r.size);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = (n << 8) | r.bytes[i];
+    r.hlen = (size_t)n;
+    return r;
+}
+
+static cJSON *header_of(const raw *r)
+{
+    cJSON *h = cJSON_ParseWithLength((const char *)r->bytes + 8, r->hlen);
+    assert_non_null(h);
+    return h;
+}
+
+/* Write `hdr` (unpadded) followed by the data of `r` less `cut` bytes at the end. */
+static void write_with(const raw *r, cJSON *hdr, size_t cut)
+{
+    char *txt = cJSON_PrintUnformatted(hdr);
+    size_t n = strlen(txt);
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)(((uint64_t)n >> (8 * i)) & 0xff);
+    fresh(mut_path);
+    FILE *f = fopen(mut_path, "wb");
+    assert_non_null(f);
+    fwrite(len8, 1, 8, f);
+    fwrite(txt, 1, n, f);
+    size_t data = r->size - 8 - r->hlen - cut;
+    fwrite(r->bytes + 8 + r->hlen, 1, data, f);
+    fclose(f);
+    free(txt);
+}
+
+static cJSON *entry(cJSON *hdr, const char *name)
+{
+    cJSON *e = cJSON_GetObjectItemCaseSensitive(hdr, name);
+    assert_non_null(e);
+    return e;
+}
+
+static void set_num(cJSON *arr, int k, double v)
+{
+    cJSON_ReplaceItemInArray(arr, k, cJSON_CreateNumber(v));
+}
+
+static uint64_t offset_of(cJSON *hdr, const char *name, int k)
+{
+    return (uint64_t)cJSON_GetArrayItem(
+               cJSON_GetObjectItemCaseSensitive(entry(hdr, name), "data_offsets"), k)
+        ->valuedouble;
+}
+
+/* Read mut_path and require MLAV_ERR_FORMAT with every given phrase in the sentence. */
+static void expect_format_error(const char *what, ...)
+{
+    mlav_bundle b;
+    mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
+    const char *msg = mlav_last_error(NULL);
+    if (s != MLAV_ERR_FORMAT) {
+        print_error("%s: expected MLAV_ERR_FORMAT, got %s (%s)\n", what, mlav_status_string(s),
+                    msg);
+        if (s == MLAV_OK)
+            mlav_bundle_free(&b);
+        fail();
+    }
+    va_list ap;
+    va_start(ap, what);
+    for (const char *phrase; (phrase = va_arg(ap, const char *)) != NULL;)
+        if (!strstr(msg, phrase)) {
+            print_error("%s: the sentence \"%s\" lacks \"%s\"\n", what, msg, phrase);
+            va_end(ap);
+            fail();
+        }
+    va_end(ap);
+    assert_null(b.q); /* a failed read leaves nothing behind */
+}
+
+/* ---- st-level surgery (tensors removed or rewritten, file rebuilt contiguously) ------------- */
+
+static void st_remove(mlav_st_file *f, const char *name)
+{
+    for (int32_t i = 0; i < f->num_tensors; i++)
+        if (!strcmp(f->tensors[i].name, name)) {
+            free(f->tensors[i].name);
+            free(f->tensors[i].data);
+            memmove(&f->tensors[i], &f->tensors[i + 1],
+                    sizeof *f->tensors * (size_t)(f->num_tensors - i - 1));
+            f->num_tensors--;
+            return;
+        }
+    fail_msg("no tensor %s", name);
+}
+
+static void st_set_meta(mlav_st_file *f, const char *key, const char *value)
+{
+    for (int32_t i = 0; i < f->num_meta; i++)
+        if (!strcmp(f->meta[i].key, key)) {
+            free(f->meta[i].value);
+            f->meta[i].value = strdup(value);
+            return;
+        }
+    assert_int_equal(mlav_st_add_meta(f, key, value), MLAV_OK);
+}
+
+static int32_t *st_i32(mlav_st_file *f, const char *name)
+{
+    mlav_st_tensor *t = mlav_st_find(f, name);
+    assert_non_null(t);
+    return (int32_t *)t->data;
+}
+
+static void st_base(mlav_st_file *f)
+{
+    assert_int_equal(mlav_st_read(base_path, f), MLAV_OK);
+}
+
+static void st_save(mlav_st_file *f)
+{
+    fresh(mut_path);
+    assert_int_equal(mlav_st_write(mut_path, f), MLAV_OK);
+    mlav_st_free(f);
+}
+
+/* ---- tests ---------------------------------------------------------------------------------- */
+
+static void bundles_equal(const mlav_bundle *a, const mlav_bundle *b)
+{
+    assert_int_equal(a->H, b->H);
+    assert_int_equal(a->Dl, b->Dl);
+    assert_int_equal(a->Dr, b->Dr);
+    assert_int_equal(a->vocab, b->vocab);
+    assert_true(a->readout_seed == b->readout_seed);
+    assert_string_equal(a->source, b->source);
+    assert_int_equal(a->dtype, b->dtype);
+    assert_int_equal(a->T, b->T);
+    assert_int_equal(a->B, b->B);
+    assert_int_equal(a->page_size, b->page_size);
+    assert_int_equal(a->max_pages, b->max_pages);
+    assert_int_equal(a->num_pages, b->num_pages);
+    assert_int_equal(a->max_q_len, b->max_q_len);
+    assert_memory_equal(&a->softmax_scale, &b->softmax_scale, sizeof(float));
+    size_t esz = mlav_dtype_size(a->dtype), T = (size_t)a->T, H = (size_t)a->H;
+    assert_memory_equal(a->q, b->q, T * H * (size_t)a->W * esz);
+    assert_memory_equal(a->kv_cache, b->kv_cache,
+                        (size_t)a->num_pages * (size_t)a->page_size * (size_t)a->W * esz);
+    assert_memory_equal(a->page_table, b->page_table, 4 * (size_t)a->B * (size_t)a->max_pages);
+    assert_memory_equal(a->q_indptr, b->q_indptr, 4 * ((size_t)a->B + 1));
+    assert_memory_equal(a->kv_lens, b->kv_lens, 4 * (size_t)a->B);
+    assert_memory_equal(a->tree_parents, b->tree_parents, 4 * T);
+    assert_memory_equal(a->draft_tokens, b->draft_tokens, 4 * T);
+    assert_memory_equal(a->expect_out, b->expect_out, 4 * T * H * (size_t)a->Dl);
+    assert_memory_equal(a->expect_lse, b->expect_lse, 4 * T * H);
+    assert_memory_equal(a->expect_tokens, b->expect_tokens, 4 * T);
+    assert_memory_equal(a->expect_margin, b->expect_margin, 4 * T);
+    assert_memory_equal(a->expect_accept, b->expect_accept,
+                        4 * (size_t)a->B * (size_t)a->max_q_len);
+}
+
+/* gen -> file -> read gives back every array; read -> write gives back every byte. */
+static void test_bundle_format_roundtrip(void **state)
+{
+    (void)state;
+    static const char *dtypes[] = {"bf16", "f16", "f32"};
+    for (size_t i = 0; i < 3; i++) {
+        char path[300], again[300];
+        snprintf(path, sizeof path, "%s/%s.safetensors", dir, dtypes[i]);
+        path_in_dir(again, sizeof again, "again.safetensors");
+        mlav_bundle made, read;
+        make_bundle(path, dtypes[i], &made);
+        assert_int_equal(mlav_bundle_read(path, MLAV_BUNDLE_FULL, &read), MLAV_OK);
+        bundles_equal(&made, &read);
+        assert_int_equal(mlav_bundle_write(again, &read), MLAV_OK);
+        size_t n1, n2;
+        unsigned char *b1 = slurp(path, &n1), *b2 = slurp(again, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(b1, b2, n1);
+        /* the data section starts 8-byte aligned, as safetensors writes it */
+        raw r = load_raw(path);
+        assert_int_equal((8 + r.hlen) % 8, 0);
+        free(r.bytes);
+        free(b1);
+        free(b2);
+        mlav_bundle_free(&made);
+        mlav_bundle_free(&read);
+    }
+}
+
+/* The stored expectations are the fp64 oracle over the stored inputs, bit for bit (rows whose
+ * query gen redrew included), and the tokens and margins its readout. */
+static void test_bundle_format_expectations_are_the_oracle(void **state)
+{
+    (void)state;
+    mlav_bundle b;
+    assert_int_equal(mlav_bundle_read(base_path, MLAV_BUNDLE_FULL, &b), MLAV_OK);
+    mlav_problem p = mlav_bundle_problem(&b);
+    mlav_problem_info info;
+    assert_int_equal(mlav_problem_validate(&p, &info), MLAV_OK);
+    uint32_t *mask;
+    assert_int_equal(mlav_bundle_tree_mask(&b, &mask), MLAV_OK);
+    const size_t rows = (size_t)b.T * (size_t)b.H;
+    double *o = calloc(rows * (size_t)b.Dl, sizeof(double)), *l = calloc(rows, sizeof(double));
+    mlav_tensors t = {.memory = MLAV_MEM_HOST,
+                      .q = b.q,
+                      .kv_cache = b.kv_cache,
+                      .num_pages = b.num_pages,
+                      .page_table = b.page_table,
+                      .tree_mask = mask};
+    assert_int_equal(mlav_oracle_compute(&info, &t, o, l), MLAV_OK);
+    for (size_t k = 0; k < rows * (size_t)b.Dl; k++)
+        if ((float)o[k] != b.expect_out[k])
+            fail_msg("expect_out[%zu] = %.9g, the oracle says %.9g", k, (double)b.expect_out[k],
+                     o[k]);
+    for (size_t k = 0; k < rows; k++)
+        assert_true((float)l[k] == b.expect_lse[k]);
+    int32_t *tok = calloc((size_t)b.T, sizeof(int32_t));
+    double *mg = calloc((size_t)b.T, sizeof(double));
+    assert_int_equal(
+        mlav_readout_tokens(b.T, (int64_t)b.H * b.Dl, b.vocab, b.readout_seed, o, tok, mg),
+        MLAV_OK);
+    for (int32_t k = 0; k < b.T; k++) {
+        assert_int_equal(tok[k], b.expect_tokens[k]);
+        assert_true((float)mg[k] == b.expect_margin[k]);
+        /* and every token is decisive */
+        assert_true((double)b.expect_margin[k] >=
+                    mlav_required_margin(b.dtype, b.expect_out + (size_t)k * (size_t)b.H * b.Dl,
+                                         (int64_t)b.H * b.Dl));
+    }
+    mlav_problem_info_free(&info);
+    free(mask);
+    free(o);
+    free(l);
+    free(tok);
+    free(mg);
+    mlav_bundle_free(&b);
+}
+
+/* The counter-based R of the readout is the sequential splitmix64 stream of the format. */
+static void test_bundle_format_readout_stream(void **state)
+{
+    (void)state;
+    const uint64_t seed = 0x123456789abcdefull;
+    uint64_t x = seed;
+    for (uint64_t k = 0; k < 1000; k++) {
+        uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        float want = (float)((double)(z >> 40) / 16777216.0 * 2.0 - 1.0);
+        assert_true(mlav_readout_r(seed, k) == want);
+        assert_true(want >= -1.0f && want < 1.0f);
+    }
+    /* ties go to the lowest token; NaN rows give -1 */
+    double out[2 * 6] = {0};
+    out[6] = NAN;
+    int32_t tok[2];
+    double mg[2];
+    assert_int_equal(mlav_readout_tokens(2, 6, 8, 1, out, tok, mg), MLAV_OK);
+    assert_int_equal(tok[0], 0);
+    assert_true(mg[0] == 0.0);
+    assert_int_equal(tok[1], -1);
+    assert_true(isnan(mg[1]));
+}
+
+/* Container-level damage: each is MLAV_ERR_FORMAT with a sentence saying what and where. */
+static void test_bundle_format_container_errors(void **state)
+{
+    (void)state;
+    raw r = load_raw(base_path);
+    cJSON *h;
+
+    spill(mut_path, r.bytes, 5);
+    expect_format_error("short file", "shorter than the 8-byte header length", NULL);
+
+    unsigned char *copy = malloc(r.size);
+    memcpy(copy, r.bytes, r.size);
+    copy[5] = 0x01; /* header length of 2^40 */
+    spill(mut_path, copy, r.size);
+    expect_format_error("header length past the end", "header length", "past the end of the file",
+                        NULL);
+    memcpy(copy, r.bytes, r.size);
+    copy[8] = '[';
+    spill(mut_path, copy, r.size);
+    expect_format_error("not an object", "does not start with '{'", NULL);
+    memcpy(copy, r.bytes, r.size);
+    copy[8 + r.hlen / 2] = '\x01';
+    spill(mut_path, copy, r.size);
+    expect_format_error("control byte", "not valid JSON", "control byte", NULL);
+    memcpy(copy, r.bytes, r.size);
+    *(unsigned char *)memchr(copy + 8, ':', r.hlen) = ';';
+    spill(mut_path, copy, r.size);
+    expect_format_error("bad JSON", "not valid JSON", NULL);
+    memcpy(copy, r.bytes, r.size);
+    copy[8 + r.hlen - 1] = 'x'; /* the padding must be spaces (the header is padded: hlen %8) */
+    spill(mut_path, copy, r.size);
+    if (r.bytes[8 + r.hlen - 1] == ' ')
+        expect_format_error("trailing junk", "non-space bytes after", NULL);
+    free(copy);
+
+    /* the file cut short: the last tensor (kv_cache) runs past the end */
+    h = header_of(&r);
+    write_with(&r, h, 100);
+    expect_format_error("truncated", "'kv_cache'", "past the end", "truncated", NULL);
+    cJSON_Delete(h);
+
+    h = header_of(&r);
+    cJSON_ReplaceItemInObject(entry(h, "q"), "dtype", cJSON_CreateString("F33"));
+    write_with(&r, h, 0);
+    expect_format_error("unknown dtype", "'q'", "unknown dtype", NULL);
+    cJSON_Delete(h);
+
+    h = header_of(&r);
+    cJSON_ReplaceItemInObject(entry(h, "q"), "dtype", cJSON_CreateString("F32"));
+    write_with(&r, h, 0);
+    expect_format_error("dtype vs bytes", "'q'", "dtype F32", "bytes", NULL);
+    cJSON_Delete(h);
+
+    h = header_of(&r);
+    set_num(cJSON_GetObjectItemCaseSensitive(entry(h, "kv_cache"), "shape"), 0, 1e6);
+    write_with(&r, h, 0);
+    expect_format_error("shape vs bytes", "'kv_cache'", "shape [1000000,", NULL);
+    cJSON_Delete(h);
+
+    h = header_of(&r);
+    set_num(cJSON_GetObjectItemCaseSensitive(entry(h, "q"), "shape"), 1, 1.5);
+    write_with(&r, h, 0);
+    expect_format_error("fractional dim", "'q'", "not a non-negative integer", NULL);
+    cJSON_Delete(h);
+
+    h = header_of(&r);
+    set_num(cJSON_GetObjectItemCaseSensitive(entry(h, "q"), "data_offsets"), 0, -8);
+    write_with(&r, h, 0);
+    expect_format_error("negative offset", "'q'", "data_offsets", NULL);
+    cJSON_Delete(h);
+
+    h = header_of(&r);
+    {
+        cJSON *o = cJSON_GetObjectItemCaseSensitive(entry(h, "q"), "data_offsets");
+        uint64_t b0 = offset_of(h, "q", 0), e0 = offset_of(h, "q", 1);
+        set_num(o, 0, (double)e0);
+        set_num(o, 1, (double)b0);
+    }
+    write_with(&r, h, 0);
+    expect_format_error("reversed offsets", "'q'", "end before they begin", NULL);
+    cJSON_Delete(h);
+
+    /* q moved 4 bytes down: it overlaps the tensor before it */
+    h = header_of(&r);
+    {
+        cJSON *o = cJSON_GetObjectItemCaseSensitive(entry(h, "q"), "data_offsets");
+        set_num(o, 0, (double)(offset_of(h, "q", 0) - 4));
+        set_num(o, 1, (double)(offset_of(h, "q", 1) - 4));
+    }
+    write_with(&r, h, 0);
+    expect_format_error("overlap", "'q'", "overlap", NULL);
+    cJSON_Delete(h);
+
+    /* q moved 4 bytes up: a gap before it (safetensors forbids gaps) */
+    h = header_of(&r);
+    {
+        cJSON *o = cJSON_GetObjectItemCaseSensitive(entry(h, "q"), "data_offsets");
+        set_num(o, 0, (double)(offset_of(h, "q", 0) + 4));
+        set_num(o, 1, (double)(offset_of(h, "q", 1) + 4));
+    }
+    write_with(&r, h, 0);
+    expect_format_error("gap", "'q'", "contiguous", NULL);
+    cJSON_Delete(h);
+
+    /* extra bytes after the last tensor */
+    h = header_of(&r);
+    write_with(&r, h, 0);
+    {
+        FILE *f = fopen(mut_path, "ab");
+        fputs("extra", f);
+        fclose(f);
+    }
+    expect_format_error("trailing data", "cover", NULL);
+    cJSON_Delete(h);
+
+    h = header_of(&r);
+    cJSON_AddItemToObject(h, "q", cJSON_Duplicate(entry(h, "q"), 1));
+    write_with(&r, h, 0);
+    expect_format_error("duplicate", "'q'", "twice", NULL);
+    cJSON_Delete(h);
+
+    h = header_of(&r);
+    cJSON_ReplaceItemInObject(entry(h, "__metadata__"), "vocab", cJSON_CreateNumber(16));
+    write_with(&r, h, 0);
+    expect_format_error("metadata number", "\"vocab\"", "not a string", NULL);
+    cJSON_Delete(h);
+
+    h = header_of(&r);
+    cJSON_DeleteItemFromObject(entry(h, "kv_lens"), "shape");
+    write_with(&r, h, 0);
+    expect_format_error("no shape", "'kv_lens'", "\"shape\"", NULL);
+    cJSON_Delete(h);
+
+    mlav_bundle b;
+    assert_int_equal(mlav_bundle_read("/nonexistent/dir/x.safetensors", MLAV_BUNDLE_FULL, &b),
+                     MLAV_ERR_IO);
+    free(r.bytes);
+}
+
+/* Bundle-level damage: names, dtypes, shapes, lengths and values. */
+static void test_bundle_format_bundle_errors(void **state)
+{
+    (void)state;
+    mlav_st_file f;
+    mlav_bundle b;
+
+    st_base(&f);
+    st_set_meta(&f, "format", "something-else");
+    st_save(&f);
+    expect_format_error("format", "'format'", "something-else", NULL);
+
+    st_base(&f);
+    st_set_meta(&f, "version", "2");
+    st_save(&f);
+    expect_format_error("version", "version \"2\"", "reads version 1", NULL);
+
+    st_base(&f);
+    st_set_meta(&f, "num_heads", "3");
+    st_save(&f);
+    expect_format_error("heads vs q", "'q'", "num_heads", NULL);
+
+    st_base(&f);
+    st_set_meta(&f, "readout_seed", "-1");
+    st_save(&f);
+    expect_format_error("seed", "'readout_seed'", NULL);
+
+    static const char *must[] = {"q",
+                                 "kv_cache",
+                                 "page_table",
+                                 "q_indptr",
+                                 "kv_lens",
+                                 "tree_parents",
+                                 "softmax_scale",
+                                 "draft_tokens",
+                                 "expect_out",
+                                 "expect_lse",
+                                 "expect_tokens",
+                                 "expect_accept",
+                                 "expect_margin"};
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) {
+        st_base(&f);
+        st_remove(&f, must[i]);
+        st_save(&f);
+        char phrase[64];
+        snprintf(phrase, sizeof phrase, "missing tensor '%s'", must[i]);
+        expect_format_error(must[i], phrase, NULL);
+    }
+
+    st_base(&f);
+    assert_int_equal(mlav_st_add_tensor(&f, "lse_from_engine", "F32", 1, (int64_t[]){2}, NULL),
+                     MLAV_OK);
+    st_save(&f);
+    expect_format_error("unknown tensor", "unknown tensor 'lse_from_engine'", NULL);
+
+    /* kv_cache stored as F32 beside a BF16 q */
+    st_base(&f);
+    {
+        mlav_st_tensor *kv = mlav_st_find(&f, "kv_cache");
+        int64_t shape[3] = {kv->shape[0], kv->shape[1], kv->shape[2]};
+        st_remove(&f, "kv_cache");
+        assert_int_equal(mlav_st_add_tensor(&f, "kv_cache", "F32", 3, shape, NULL), MLAV_OK);
+    }
+    st_save(&f);
+    expect_format_error("kv dtype", "'kv_cache'", "share one dtype", NULL);
+
+    /* tree_parents one node short: inconsistent with q's T */
+    st_base(&f);
+    {
+        mlav_st_tensor *tp = mlav_st_find(&f, "tree_parents");
+        int64_t n[1] = {tp->shape[0] - 1};
+        st_remove(&f, "tree_parents");
+        assert_int_equal(mlav_st_add_tensor(&f, "tree_parents", "I32", 1, n, NULL), MLAV_OK);
+    }
+    st_save(&f);
+    expect_format_error("tree_parents length", "'tree_parents'", "[T]", NULL);
+
+    /* kv_lens for one request more than page_table has rows */
+    st_base(&f);
+    {
+        mlav_st_tensor *kl = mlav_st_find(&f, "kv_lens");
+        int64_t n[1] = {kl->shape[0] + 1};
+        st_remove(&f, "kv_lens");
+        assert_int_equal(mlav_st_add_tensor(&f, "kv_lens", "I32", 1, n, NULL), MLAV_OK);
+    }
+    st_save(&f);
+    expect_format_error("kv_lens length", "'kv_lens'", "page_table rows", NULL);
+
+    st_base(&f);
+    st_i32(&f, "q_indptr")[2] += 1;
+    st_save(&f);
+    expect_format_error("q_indptr end", "q_indptr[B = 2]", "T = 7", NULL);
+
+    st_base(&f);
+    st_i32(&f, "q_indptr")[1] = 0;
+    st_save(&f);
+    expect_format_error("empty request", "request 0", "q_len of 0", NULL);
+
+    st_base(&f);
+    st_i32(&f, "kv_lens")[1] = 2;
+    st_save(&f);
+    expect_format_error("kv_len < q_len", "kv_lens[1] = 2", NULL);
+
+    st_base(&f);
+    st_i32(&f, "page_table")[1] = 999;
+    st_save(&f);
+    expect_format_error("page id", "page_table[0][1] = 999", "num_pages", NULL);
+
+    st_base(&f);
+    st_i32(&f, "tree_parents")[2] = 2;
+    st_save(&f);
+    expect_format_error("parent", "tree_parents[2] = 2", "request 0, node 2", NULL);
+
+    st_base(&f);
+    st_i32(&f, "tree_parents")[3] = 0;
+    st_save(&f);
+    expect_format_error("root", "tree_parents[3] = 0", "the root", NULL);
+
+    st_base(&f);
+    st_i32(&f, "draft_tokens")[4] = 16;
+    st_save(&f);
+    expect_format_error("draft token", "draft_tokens[4] = 16", "vocab = 16", NULL);
+
+    st_base(&f);
+    st_i32(&f, "expect_tokens")[0] = -5;
+    st_save(&f);
+    expect_format_error("expected token", "expect_tokens[0] = -5", NULL);
+
+    st_base(&f);
+    st_i32(&f, "expect_accept")[0] = 1;
+    st_save(&f);
+    expect_format_error("accept root", "expect_accept[0][0] = 1", NULL);
+
+    st_base(&f);
+    {
+        int32_t *acc = st_i32(&f, "expect_accept");
+        acc[1] = 3; /* request 0 has nodes 0..2 only */
+        acc[2] = -1;
+    }
+    st_save(&f);
+    expect_format_error("accept path", "expect_accept[0][1] = 3", NULL);
+
+    st_base(&f);
+    ((float *)mlav_st_find(&f, "expect_margin")->data)[1] = -1.0f;
+    st_save(&f);
+    expect_format_error("margin", "expect_margin[1]", NULL);
+
+    st_base(&f);
+    ((float *)mlav_st_find(&f, "softmax_scale")->data)[0] = NAN;
+    st_save(&f);
+    expect_format_error("scale", "softmax_scale", "not finite", NULL);
+
+    st_base(&f);
+    {
+        mlav_st_tensor *eo = mlav_st_find(&f, "expect_out");
+        int64_t shape[3] = {eo->shape[0], eo->shape[1], eo->shape[2] + 8};
+        st_remove(&f, "expect_out");
+        assert_int_equal(mlav_st_add_tensor(&f, "expect_out", "F32", 3, shape, NULL), MLAV_OK);
+    }
+    st_save(&f);
+    expect_format_error("expect_out shape", "'expect_out'", "[T, num_heads, d_latent]", NULL);
+
+    /* the base itself is fine */
+    assert_int_equal(mlav_bundle_read(base_path, MLAV_BUNDLE_FULL, &b), MLAV_OK);
+    mlav_bundle_free(&b);
+}
+
+/* An inputs bundle (no expectations, no draft tokens) is what --expect-from reads; a check
+ * refuses it; half the expectations is an error in either mode. */
+static void test_bundle_format_inputs_mode(void **state)
+{
+    (void)state;
+    mlav_st_file f;
+    mlav_bundle b;
+    st_base(&f);
+    static const char *drop[] = {"expect_out",    "expect_lse",    "expect_tokens",
+                                 "expect_accept", "expect_margin", "draft_tokens"};
+    for (size_t i = 0; i < 6; i++)
+        st_remove(&f, drop[i]);
+    st_save(&f);
+    assert_int_equal(mlav_bundle_read(mut_path, MLAV_BUNDLE_INPUTS, &b), MLAV_OK);
+    assert_null(b.expect_out);
+    assert_null(b.draft_tokens);
+    mlav_gen_params p;
+    mlav_gen_defaults(&p);
+    mlav_gen_stats st;
+    assert_int_equal(mlav_gen_expect(&p, &b, &st), MLAV_OK);
+    assert_non_null(b.expect_out);
+    assert_non_null(b.draft_tokens);
+    assert_int_equal(mlav_bundle_validate(&b, MLAV_BUNDLE_FULL), MLAV_OK);
+    mlav_bundle_free(&b);
+    expect_format_error("inputs read as full", "missing tensor 'expect_out'", NULL);
+
+    st_base(&f);
+    st_remove(&f, "expect_lse");
+    st_save(&f);
+    assert_int_equal(mlav_bundle_read(mut_path, MLAV_BUNDLE_INPUTS, &b), MLAV_ERR_FORMAT);
+    assert_non_null(strstr(mlav_last_error(NULL), "missing tensor 'expect_lse'"));
+}
+
+/* Random damage anywhere in the file, and every truncation: MLAV_OK or MLAV_ERR_FORMAT, never a
+ * crash (run under MLAV_SANITIZE=address to catch any out-of-bounds read). */
+static void test_bundle_format_fuzz(void **state)
+{
+    (void)state;
+    raw r = load_raw(base_path);
+    unsigned char *copy = malloc(r.size);
+    uint64_t seed = tu_seed(), rng = seed;
+    int ok = 0, bad = 0;
+    for (int it = 0; it < 1500; it++) {
+        memcpy(copy, r.bytes, r.size);
+        int flips = 1 + (int)(tu_next(&rng) % 4);
+        for (int k = 0; k < flips; k++) {
+            /* mostly the header, where the structure is; sometimes the length or the data */
+            uint64_t u = tu_next(&rng);
+            size_t at = u % 4 == 0 ? (size_t)(tu_next(&rng) % r.size)
+                                   : 8 + (size_t)(tu_next(&rng) % r.hlen);
+            copy[at] = (unsigned char)tu_next(&rng);
+        }
+        size_t n = tu_next(&rng) % 8 == 0 ? (size_t)(tu_next(&rng) % r.size) : r.size;
+        spill(mut_path, copy, n);
+        mlav_bundle b;
+        mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
+        if (s != MLAV_OK && s != MLAV_ERR_FORMAT)
+            fail_msg("seed 0x%llx iteration %d: %s (%s)", (unsigned long long)seed, it,
+                     mlav_status_string(s), mlav_last_error(NULL));
+        if (s == MLAV_OK) {
+            ok++;
+            mlav_bundle_free(&b);
+        } else {
+            bad++;
+        }
+    }
+    for (size_t n = 0; n < r.size; n += 1 + r.size / 300) {
+        spill(mut_path, r.bytes, n);
+        mlav_bundle b;
+        assert_int_equal(mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b), MLAV_ERR_FORMAT);
+    }
+    assert_true(bad > 0);
+    (void)ok;
+    free(copy);
+    free(r.bytes);
+}
+
+/* gen's command line: what it refuses, and the source it records. */
+static void test_bundle_format_gen_args(void **state)
+{
+    (void)state;
+    mlav_gen_params p;
+    const char *o;
+    char *bad_req[] = {"--req", "9:x:deep", "out.safetensors"};
+    assert_int_equal(mlav_gen_parse_args(3, bad_req, &p, &o), MLAV_ERR_INVALID_ARG);
+    char *bad_tree[] = {"--req", "9:5:wide", "out.safetensors"};
+    assert_int_equal(mlav_gen_parse_args(3, bad_tree, &p, &o), MLAV_ERR_INVALID_ARG);
+    char *no_out[] = {"--seed", "3"};
+    assert_int_equal(mlav_gen_parse_args(2, no_out, &p, &o), MLAV_ERR_INVALID_ARG);
+    char *mixed[] = {"--expect-from", "in.safetensors", "--heads", "8", "out.safetensors"};
+    assert_int_equal(mlav_gen_parse_args(5, mixed, &p, &o), MLAV_ERR_INVALID_ARG);
+    char *good[] = {"--seed", "0x10", "x.safetensors", "--req", "5:7:chain:2", "--req", "1:0"};
+    assert_int_equal(mlav_gen_parse_args(7, good, &p, &o), MLAV_OK);
+    assert_string_equal(o, "x.safetensors");
+    assert_string_equal(p.source, "mlaverify gen --seed 0x10 --req 5:7:chain:2 --req 1:0");
+    assert_true(p.seed == 16 && p.readout_seed == 16);
+    assert_int_equal(p.B, 2);
+    assert_int_equal(p.req[0].accept, 2);
+    assert_int_equal(p.req[1].tree, MLAV_TREE_DEEP);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bundle_format_roundtrip),
+        cmocka_unit_test(test_bundle_format_expectations_are_the_oracle),
+        cmocka_unit_test(test_bundle_format_readout_stream),
+        cmocka_unit_test(test_bundle_format_container_errors),
+        cmocka_unit_test(test_bundle_format_bundle_errors),
+        cmocka_unit_test(test_bundle_format_inputs_mode),
+        cmocka_unit_test(test_bundle_format_fuzz),
+        cmocka_unit_test(test_bundle_format_gen_args),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

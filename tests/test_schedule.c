@@ -1,0 +1,168 @@
+/* The split-KV scheduler (a pure host function) against its invariants, on random batches. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "../src/common/schedule.h"
+#include "../src/dispatch/validate.h"
+#include "test_util.h"
+
+/* Check every invariant the flash kernel and the combine rely on. */
+static void check_schedule(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                           const mlav_schedule *s, uint64_t seed)
+{
+    int32_t *seen_slot = calloc((size_t)s->n_slots + 1, sizeof(int32_t));
+    assert_non_null(seen_slot);
+    int32_t it = 0;
+    for (int32_t b = 0; b < p->B; b++) {
+        int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
+        int32_t mt = (int32_t)((rows + sp->rows_per_tile - 1) / sp->rows_per_tile);
+        if (rows == 0) {
+            assert_int_equal(s->splits[b], 0);
+            continue;
+        }
+        int32_t ns = s->splits[b];
+        assert_true(ns >= 1 && ns <= sp->max_splits);
+        /* items of request b: split-major, m-tile fastest, splits tile [0, kv_len) in order */
+        int32_t expect_begin = 0;
+        for (int32_t k = 0; k < ns; k++) {
+            int32_t begin = -1, end = -1;
+            for (int32_t m = 0; m < mt; m++, it++) {
+                const mlav_split_item *x = &s->items[it];
+                if (x->b != b || x->mtile != m) {
+                    fprintf(stderr, "seed 0x%llx: item %d is (%d, %d), want (%d, %d)\n",
+                            (unsigned long long)seed, it, x->b, x->mtile, b, m);
+                    fail();
+                }
+                if (m == 0) {
+                    begin = x->kv_begin;
+                    end = x->kv_end;
+                }
+                assert_int_equal(x->kv_begin, begin);
+                assert_int_equal(x->kv_end, end);
+                if (ns == 1) {
+                    assert_int_equal(x->slot, -1);
+                } else {
+                    assert_true(x->slot >= 0 && x->slot < s->n_slots);
+                    seen_slot[x->slot]++;
+                }
+            }
+            assert_int_equal(begin, expect_begin);
+            assert_true(end > begin);
+            assert_int_equal(begin % sp->key_align, 0);
+            expect_begin = end;
+        }
+        assert_int_equal(expect_begin, p->kv_lens[b]);
+    }
+    assert_int_equal(it, s->n_items);
+    for (int32_t k = 0; k < s->n_slots; k++)
+        assert_int_equal(seen_slot[k], 1); /* every slot written exactly once */
+    /* combine items name exactly the slots of their (b, mtile) */
+    for (int32_t c = 0; c < s->n_combine; c++) {
+        const mlav_combine_item *ci = &s->combine[c];
+        assert_int_equal(ci->nsplit, s->splits[ci->b]);
+        for (int32_t k = 0; k < ci->nsplit; k++) {
+            int32_t slot = ci->slot0 + k * ci->slot_stride;
+            int found = 0;
+            for (int32_t i = 0; i < s->n_items; i++)
+                if (s->items[i].slot == slot) {
+                    assert_int_equal(s->items[i].b, ci->b);
+                    assert_int_equal(s->items[i].mtile, ci->mtile);
+                    found = 1;
+                }
+            assert_true(found);
+        }
+    }
+    free(seen_slot);
+}
+
+static void test_schedule_random_batches(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_seed();
+    printf("seed 0x%llx (MLAV_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    uint64_t rng = seed;
+    for (int iter = 0; iter < 300; iter++) {
+        int32_t B = 1 + (int32_t)(tu_next(&rng) % 8);
+        int32_t q_indptr[9] = {0}, kv_lens[8];
+        for (int32_t b = 0; b < B; b++) {
+            int32_t q = (int32_t)(tu_next(&rng) % 40);
+            q_indptr[b + 1] = q_indptr[b] + q;
+            kv_lens[b] = q + (int32_t)(tu_next(&rng) % (iter % 3 ? 5000 : 200000));
+        }
+        mlav_problem prob = {.num_heads = 1 + (int32_t)(tu_next(&rng) % 128), .d_latent = 512,
+                             .d_rope = 64, .softmax_scale = 0.1f, .dtype = MLAV_DTYPE_BF16,
+                             .page_size = 1, .batch = B, .q_indptr = q_indptr,
+                             .kv_lens = kv_lens, .max_pages = 1 << 20};
+        mlav_problem_info info;
+        assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+        mlav_schedule_params sp = {.rows_per_tile = 32, .key_align = 16, .min_chunk = 128,
+                                   .max_splits = 64,
+                                   .target_blocks = 1 + (int32_t)(tu_next(&rng) % 2000)};
+        mlav_schedule s;
+        assert_int_equal(mlav_schedule_build(&info, &sp, &s), MLAV_OK);
+        check_schedule(&info, &sp, &s, seed);
+        mlav_schedule_free(&s);
+        mlav_problem_info_free(&info);
+    }
+}
+
+/* One long request must spread over the device: the reason split-KV exists. */
+static void test_schedule_long_request_fills_device(void **state)
+{
+    (void)state;
+    int32_t q_indptr[2] = {0, 9}, kv_lens[1] = {131072 + 9};
+    mlav_problem prob = {.num_heads = 64, .d_latent = 512, .d_rope = 64, .softmax_scale = 0.1f,
+                         .dtype = MLAV_DTYPE_BF16, .page_size = 1, .batch = 1,
+                         .q_indptr = q_indptr, .kv_lens = kv_lens, .max_pages = 131072 + 9};
+    mlav_problem_info info;
+    assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+    mlav_schedule_params sp = {.rows_per_tile = 32, .key_align = 16, .min_chunk = 128,
+                               .max_splits = 64, .target_blocks = 2 * 132 * 2};
+    mlav_schedule s;
+    assert_int_equal(mlav_schedule_build(&info, &sp, &s), MLAV_OK);
+    /* 18 row tiles x splits: at least one full wave of 264 blocks, at most a few waves */
+    assert_true(s.n_items >= 264);
+    assert_true(s.n_items <= 4 * 528);
+    assert_true(s.splits[0] > 1);
+    check_schedule(&info, &sp, &s, 0);
+    mlav_schedule_free(&s);
+    mlav_problem_info_free(&info);
+}
+
+/* A short request is not split below min_chunk (loading Q would dominate). */
+static void test_schedule_short_request_not_oversplit(void **state)
+{
+    (void)state;
+    int32_t q_indptr[2] = {0, 1}, kv_lens[1] = {100};
+    mlav_problem prob = {.num_heads = 8, .d_latent = 512, .d_rope = 64, .softmax_scale = 0.1f,
+                         .dtype = MLAV_DTYPE_BF16, .page_size = 64, .batch = 1,
+                         .q_indptr = q_indptr, .kv_lens = kv_lens, .max_pages = 2};
+    mlav_problem_info info;
+    assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+    mlav_schedule_params sp = {.rows_per_tile = 32, .key_align = 16, .min_chunk = 128,
+                               .max_splits = 64, .target_blocks = 10000};
+    mlav_schedule s;
+    assert_int_equal(mlav_schedule_build(&info, &sp, &s), MLAV_OK);
+    assert_int_equal(s.splits[0], 1);
+    assert_int_equal(s.n_items, 1);
+    assert_int_equal(s.n_combine, 0);
+    assert_int_equal(s.items[0].slot, -1);
+    mlav_schedule_free(&s);
+    mlav_problem_info_free(&info);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_schedule_random_batches),
+        cmocka_unit_test(test_schedule_long_request_fills_device),
+        cmocka_unit_test(test_schedule_short_request_not_oversplit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
