@@ -167,6 +167,42 @@ static void test_cpu_backend_nan_rows(void **state)
     }
 }
 
+/* Any mask is accepted, not only trees: random bits, a node that does not see itself, and rows
+ * that see nothing at all (out = 0, lse = -inf where the prefix is empty too). */
+static void test_cpu_backend_arbitrary_masks(void **state)
+{
+    (void)state;
+    const mlav_dtype dts[] = {MLAV_DTYPE_F32, MLAV_DTYPE_F16};
+    for (int k = 0; k < 2; k++) {
+        tu_case c = CASE(8, 64, 16, 16, F32, TU_CHAIN, Q(40, 9, 64, 3), Q(0, 300, 0, 1), 4);
+        c.dtype = dts[k];
+        c.seed = tu_seed();
+        tu_problem *p = tu_make(&c);
+        uint64_t rng = c.seed ^ 0x3a5cull;
+        const int32_t words = mlav_tree_mask_words(64);
+        for (int32_t b = 0; b < c.B; b++)
+            for (int32_t i = 0; i < c.q_lens[b]; i++) {
+                uint32_t *row = p->tree_mask + (size_t)(p->q_indptr[b] + i) * (size_t)words;
+                for (int32_t w = 0; w < words; w++)
+                    row[w] = 0;
+                if (i % 5 == 2)
+                    continue; /* this node sees no draft node at all */
+                for (int32_t n = 0; n < c.q_lens[b]; n++)
+                    if (tu_next(&rng) % 10 < 3)
+                        row[n / 32] |= 1u << (n % 32);
+            }
+        tu_reference(p);
+        mlav_tensors t = tu_tensors(p);
+        assert_int_equal(run_cpu(p, &t), MLAV_OK);
+        expect_match(p, "arbitrary masks");
+        size_t empty = 0;
+        for (size_t r = 0; r < p->lse_elems; r++)
+            empty += p->ref_lse[r] == -INFINITY;
+        assert_true(empty >= (size_t)(8 * c.H)); /* rows 2, 7 of request 0 at least */
+        tu_free(p);
+    }
+}
+
 /* ---- workspace, one-shot, sharing ---------------------------------------------------------- */
 
 static void test_cpu_backend_workspace(void **state)
@@ -410,6 +446,7 @@ int main(void)
     }
     const struct CMUnitTest more[] = {
         cmocka_unit_test(test_cpu_backend_nan_rows),
+        cmocka_unit_test(test_cpu_backend_arbitrary_masks),
         cmocka_unit_test(test_cpu_backend_workspace),
         cmocka_unit_test(test_cpu_backend_verify_one_shot),
         cmocka_unit_test(test_cpu_backend_thread_counts),

@@ -26,54 +26,61 @@ template <> __device__ __forceinline__ float from_float(float v)
     return v;
 }
 
-/* One block per combine item; warp w merges rows w, w + 4, ...; lane l owns columns 4l + 128k. */
-template <typename T> __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
+/* One block per (combine item, row): 128 threads x 4 columns cover the 512 output columns.
+ * The weights are computed once per row into shared memory; each thread's loop over the
+ * splits is unrolled so several partial loads are in flight (a serial chain of dependent loads,
+ * one block per row tile, made the first version slower than the whole split kernel). */
+template <typename T>
+__global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
 {
+    static_assert(THREADS * 4 == DL, "one float4 of columns per thread");
+    __shared__ float s_lse[MAX_SPLITS], s_w[MAX_SPLITS], s_merged;
     const mlav_combine_item it = p.combine[blockIdx.x];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int q_start = it.q_start, M = it.rows;
+    const int r = blockIdx.y, m = it.mtile * BM + r;
+    if (m >= it.rows)
+        return; /* uniform over the block */
     const int n = it.nsplit;
-    for (int r = warp; r < BM; r += THREADS / 32) {
-        const int m = it.mtile * BM + r;
-        if (m >= M)
-            break;
-        float lse_s[MAX_SPLITS], w[MAX_SPLITS];
-        for (int s = 0; s < n; s++)
-            lse_s[s] = p.part_lse[(size_t)(it.slot0 + s * it.slot_stride) * BM + r];
-        const float lse = mlav_merge_weights(n, lse_s, w);
-        T *out = static_cast<T *>(p.out) + ((size_t)q_start * p.H + m) * DL;
-        for (int d = lane * 4; d < DL; d += 128) {
-            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int s = 0; s < n; s++) {
-                if (w[s] == 0.0f) /* an empty split: weight 0, and 0 * its state is not read */
-                    continue;
-                const float4 v = *reinterpret_cast<const float4 *>(
-                    p.part_o + ((size_t)(it.slot0 + s * it.slot_stride) * BM + r) * DL + d);
-                acc.x += w[s] * v.x;
-                acc.y += w[s] * v.y;
-                acc.z += w[s] * v.z;
-                acc.w += w[s] * v.w;
-            }
-            out[d] = from_float<T>(acc.x);
-            out[d + 1] = from_float<T>(acc.y);
-            out[d + 2] = from_float<T>(acc.z);
-            out[d + 3] = from_float<T>(acc.w);
-        }
-        if (p.lse && lane == 0)
-            p.lse[(size_t)q_start * p.H + m] = lse;
+    for (int s = threadIdx.x; s < n; s += THREADS)
+        s_lse[s] = p.part_lse[(size_t)(it.slot0 + s * it.slot_stride) * BM + r];
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_merged = mlav_merge_weights(n, s_lse, s_w);
+    __syncthreads();
+
+    const int d = threadIdx.x * 4;
+    const float *part = p.part_o + ((size_t)it.slot0 * BM + r) * DL + d;
+    const size_t stride = (size_t)it.slot_stride * BM * DL;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < n; s++) {
+        /* an empty split holds o = 0 with weight 0, so no branch is needed here */
+        const float4 v = *reinterpret_cast<const float4 *>(part + s * stride);
+        const float w = s_w[s];
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
     }
+    T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + d;
+    out[0] = from_float<T>(acc.x);
+    out[1] = from_float<T>(acc.y);
+    out[2] = from_float<T>(acc.z);
+    out[3] = from_float<T>(acc.w);
+    if (p.lse && threadIdx.x == 0)
+        p.lse[(size_t)it.q_start * p.H + m] = s_merged;
 }
 
 } // namespace
 
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream)
 {
+    const dim3 grid((unsigned)fp->n_combine, BM);
     if (dtype == MLAV_DTYPE_BF16)
-        combine_kernel<__nv_bfloat16><<<fp->n_combine, THREADS, 0, stream>>>(*fp);
+        combine_kernel<__nv_bfloat16><<<grid, THREADS, 0, stream>>>(*fp);
     else if (dtype == MLAV_DTYPE_F32)
-        combine_kernel<float><<<fp->n_combine, THREADS, 0, stream>>>(*fp);
+        combine_kernel<float><<<grid, THREADS, 0, stream>>>(*fp);
     else
-        combine_kernel<__half><<<fp->n_combine, THREADS, 0, stream>>>(*fp);
+        combine_kernel<__half><<<grid, THREADS, 0, stream>>>(*fp);
     MLAV_CUDA_TRY(cudaGetLastError());
     return MLAV_OK;
 }
