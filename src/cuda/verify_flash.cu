@@ -116,16 +116,23 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         bool ok = m0 + r < M;
         mlav::cp_async16(sQ + r * RS + col, ok ? q + (size_t)r * W + col : q, ok ? 16 : 0);
     }
-    /* Q joins tile 0's group; STAGES-1 tiles in flight before the first compute, and the
-     * page ids of the next tile to gather already requested. */
-    int32_t pg[KV_CHUNKS_PER_THREAD];
+    /* Q joins tile 0's group; STAGES-1 tiles in flight before the first compute. All page-id
+     * lookups of the prologue are issued before the first gather waits on one, and the loop
+     * keeps the lookups two tiles ahead of their gather (pg_next, pg_after): a page-table read
+     * is a global load that the gather depends on, and with 16-key tiles one tile of compute
+     * is shorter than a DRAM round trip. */
+    int32_t pg_first[STAGES - 1][KV_CHUNKS_PER_THREAD], pg_next[KV_CHUNKS_PER_THREAD],
+        pg_after[KV_CHUNKS_PER_THREAD];
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++)
+        lookup_pages(pg_first[s], ptab, kv_begin + s * BN, kv_end, p, tid);
+    lookup_pages(pg_next, ptab, kv_begin + (STAGES - 1) * BN, kv_end, p, tid);
+    lookup_pages(pg_after, ptab, kv_begin + STAGES * BN, kv_end, p, tid);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        lookup_pages(pg, ptab, kv_begin + s * BN, kv_end, p, tid);
-        gather_kv_tile(sKV + s * SKV_ELEMS, kv, pg, kv_begin + s * BN, kv_end, p, tid);
+        gather_kv_tile(sKV + s * SKV_ELEMS, kv, pg_first[s], kv_begin + s * BN, kv_end, p, tid);
         mlav::cp_async_commit();
     }
-    lookup_pages(pg, ptab, kv_begin + (STAGES - 1) * BN, kv_end, p, tid);
 
     /* The two rows this thread holds in every fragment: g and g + 8 of the warp's 16. */
     int row_m[2], row_i[2];
@@ -146,15 +153,21 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         mlav::cp_async_wait<STAGES - 2>();
         __syncthreads(); /* tile t visible to all; buffer (t-1) % STAGES free for reuse */
         if (t + STAGES - 1 < n_tiles) {
-            gather_kv_tile(sKV + ((t + STAGES - 1) % STAGES) * SKV_ELEMS, kv, pg,
+            gather_kv_tile(sKV + ((t + STAGES - 1) % STAGES) * SKV_ELEMS, kv, pg_next,
                            kv_begin + (t + STAGES - 1) * BN, kv_end, p, tid);
-            lookup_pages(pg, ptab, kv_begin + (t + STAGES) * BN, kv_end, p, tid);
+#pragma unroll
+            for (int k = 0; k < KV_CHUNKS_PER_THREAD; k++)
+                pg_next[k] = pg_after[k];
+            lookup_pages(pg_after, ptab, kv_begin + (t + STAGES + 1) * BN, kv_end, p, tid);
         }
         mlav::cp_async_commit();
         const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
 
-        /* partial S over this warp's depth half */
+        /* partial S over this warp's depth half, in two interleaved accumulator sets (even and
+         * odd k-steps): with two warps per scheduler, one chain of 18 dependent MMAs per n-tile
+         * left the tensor pipe idle for most of its latency */
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        float s_odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
         for (int kk = 0; kk < DEPTH_HALF / 16; kk++) {
             const int k0 = ni * DEPTH_HALF + kk * 16;
@@ -162,8 +175,14 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
             mlav::ldsm_x4(a, sQ + (mi * 16 + (lane & 15)) * RS + k0 + (lane >> 4) * 8);
             mlav::ldsm_x4(bk, sK + ((lane & 7) + ((lane >> 4) << 3)) * RS + k0 +
                                   ((lane >> 3) & 1) * 8);
-            MT::mma(s[0], a, bk[0], bk[1]);
-            MT::mma(s[1], a, bk[2], bk[3]);
+            float(*acc)[4] = (kk & 1) ? s_odd : s;
+            MT::mma(acc[0], a, bk[0], bk[1]);
+            MT::mma(acc[1], a, bk[2], bk[3]);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[0][e] += s_odd[0][e];
+            s[1][e] += s_odd[1][e];
         }
         /* swap partial sums with the other half (warp ^ 2); a + b == b + a, so both halves
          * hold bit-identical S and make identical softmax decisions */
