@@ -33,8 +33,13 @@ static_assert(DEPTH_HALF % 16 == 0 && COLS_HALF % 16 == 0, "MMA tiling");
 
 constexpr float LN2 = 0.6931471805599453f;
 
-constexpr int KV_CHUNKS_PER_THREAD = BN * CHUNKS / NT; /* 9 */
-static_assert(BN * CHUNKS % NT == 0, "every thread gathers the same number of chunks");
+/* The gather gives each KV row of a tile to 8 threads (128 threads / 16 rows): a thread looks
+ * up one page id per tile and issues 9 cp.async at fixed offsets, with 8 neighbours covering
+ * 128 contiguous bytes per step. (Spreading chunks round-robin cost 9 lookups and 9 address
+ * computations per thread per tile: a third of the kernel's instructions.) */
+constexpr int GATHER_TPR = NT / BN;              /* threads per KV row: 8 */
+constexpr int GATHER_STEPS = CHUNKS / GATHER_TPR; /* 16-byte chunks per thread: 9 */
+static_assert(NT % BN == 0 && CHUNKS % GATHER_TPR == 0, "gather mapping");
 
 /* KV row j's page and slot: a shift for power-of-two page sizes, a division otherwise. */
 __device__ __forceinline__ int page_of(int j, const mlav_flash_params &p)
@@ -46,44 +51,39 @@ __device__ __forceinline__ int slot_of(int j, const mlav_flash_params &p)
     return p.page_shift >= 0 ? j & (p.page_size - 1) : j % p.page_size;
 }
 
-/* Look up the page ids of the chunks this thread gathers for the tile at j0. Issued a whole
- * tile before the gather that uses them: a page-table read is a dependent global load, and
- * waiting for it inside the gather put one memory latency per chunk on the critical path. */
-__device__ __forceinline__ void lookup_pages(int32_t pg[KV_CHUNKS_PER_THREAD],
-                                             const int32_t *ptab, int j0, int kv_end,
-                                             const mlav_flash_params &p, int tid)
+/* The page id of KV row j (0 past kv_end, where nothing is read). Issued two tiles before the
+ * gather that uses it: the gather depends on this global load, and one tile of compute is
+ * shorter than a DRAM round trip. */
+__device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int kv_end,
+                                               const mlav_flash_params &p)
 {
-#pragma unroll
-    for (int k = 0; k < KV_CHUNKS_PER_THREAD; k++) {
-        const int j = j0 + (tid + k * NT) / CHUNKS;
-        pg[k] = j < kv_end ? ptab[page_of(j, p)] : 0;
-    }
+    return j < kv_end ? ptab[page_of(j, p)] : 0;
 }
 
-/* Gather KV rows [j0, j0 + BN) of the split into a stage buffer, with page ids from
- * lookup_pages. Rows past kv_end are zero-filled without reading (their scores are masked to
- * -inf, and 0 * 0 keeps P V clean); a page id outside the pool reads as NaN, never out of
- * bounds. */
+/* Gather this thread's share of KV row j into row `row` of a stage buffer. Rows past kv_end are
+ * zero-filled without reading (their scores are masked to -inf, and 0 * 0 keeps P V clean);
+ * a page id outside the pool reads as NaN, never out of bounds. */
 template <typename T>
-__device__ __forceinline__ void gather_kv_tile(T *dst, const T *kv,
-                                               const int32_t pg[KV_CHUNKS_PER_THREAD], int j0,
-                                               int kv_end, const mlav_flash_params &p, int tid)
+__device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page, int j,
+                                              int kv_end, const mlav_flash_params &p, int row,
+                                              int part)
 {
+    T *d = dst + row * RS + part * 8;
+    if (j >= kv_end) {
 #pragma unroll
-    for (int k = 0; k < KV_CHUNKS_PER_THREAD; k++) {
-        const int c = tid + k * NT, r = c / CHUNKS, col = (c % CHUNKS) * 8, j = j0 + r;
-        T *d = dst + r * RS + col;
-        if (j >= kv_end) {
-            mlav::cp_async16(d, kv, 0);
-        } else if (pg[k] < 0 || pg[k] >= p.num_pages) {
-            uint4 nan4;
-            nan4.x = nan4.y = nan4.z = nan4.w =
-                (uint32_t)mlav::mma_type<T>::nan_bits * 0x10001u;
-            *reinterpret_cast<uint4 *>(d) = nan4;
-        } else {
-            mlav::cp_async16(
-                d, kv + ((size_t)pg[k] * p.page_size + (size_t)slot_of(j, p)) * W + col, 16);
-        }
+        for (int k = 0; k < GATHER_STEPS; k++)
+            mlav::cp_async16(d + k * GATHER_TPR * 8, kv, 0);
+    } else if (page < 0 || page >= p.num_pages) {
+        uint4 nan4;
+        nan4.x = nan4.y = nan4.z = nan4.w = (uint32_t)mlav::mma_type<T>::nan_bits * 0x10001u;
+#pragma unroll
+        for (int k = 0; k < GATHER_STEPS; k++)
+            *reinterpret_cast<uint4 *>(d + k * GATHER_TPR * 8) = nan4;
+    } else {
+        const T *src = kv + ((size_t)page * p.page_size + (size_t)slot_of(j, p)) * W + part * 8;
+#pragma unroll
+        for (int k = 0; k < GATHER_STEPS; k++)
+            mlav::cp_async16(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, 16);
     }
 }
 
@@ -116,21 +116,19 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         bool ok = m0 + r < M;
         mlav::cp_async16(sQ + r * RS + col, ok ? q + (size_t)r * W + col : q, ok ? 16 : 0);
     }
-    /* Q joins tile 0's group; STAGES-1 tiles in flight before the first compute. All page-id
-     * lookups of the prologue are issued before the first gather waits on one, and the loop
-     * keeps the lookups two tiles ahead of their gather (pg_next, pg_after): a page-table read
-     * is a global load that the gather depends on, and with 16-key tiles one tile of compute
-     * is shorter than a DRAM round trip. */
-    int32_t pg_first[STAGES - 1][KV_CHUNKS_PER_THREAD], pg_next[KV_CHUNKS_PER_THREAD],
-        pg_after[KV_CHUNKS_PER_THREAD];
+    /* Q joins tile 0's group; STAGES-1 tiles in flight before the first compute. The prologue's
+     * page-id lookups are issued together, and the loop keeps them two tiles ahead. */
+    const int g_row = tid / GATHER_TPR, g_part = tid % GATHER_TPR;
+    int32_t pg_first[STAGES - 1];
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++)
-        lookup_pages(pg_first[s], ptab, kv_begin + s * BN, kv_end, p, tid);
-    lookup_pages(pg_next, ptab, kv_begin + (STAGES - 1) * BN, kv_end, p, tid);
-    lookup_pages(pg_after, ptab, kv_begin + STAGES * BN, kv_end, p, tid);
+        pg_first[s] = lookup_page(ptab, kv_begin + s * BN + g_row, kv_end, p);
+    int32_t pg_next = lookup_page(ptab, kv_begin + (STAGES - 1) * BN + g_row, kv_end, p);
+    int32_t pg_after = lookup_page(ptab, kv_begin + STAGES * BN + g_row, kv_end, p);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        gather_kv_tile(sKV + s * SKV_ELEMS, kv, pg_first[s], kv_begin + s * BN, kv_end, p, tid);
+        gather_kv_row(sKV + s * SKV_ELEMS, kv, pg_first[s], kv_begin + s * BN + g_row, kv_end, p,
+                      g_row, g_part);
         mlav::cp_async_commit();
     }
 
@@ -153,12 +151,11 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         mlav::cp_async_wait<STAGES - 2>();
         __syncthreads(); /* tile t visible to all; buffer (t-1) % STAGES free for reuse */
         if (t + STAGES - 1 < n_tiles) {
-            gather_kv_tile(sKV + ((t + STAGES - 1) % STAGES) * SKV_ELEMS, kv, pg_next,
-                           kv_begin + (t + STAGES - 1) * BN, kv_end, p, tid);
-#pragma unroll
-            for (int k = 0; k < KV_CHUNKS_PER_THREAD; k++)
-                pg_next[k] = pg_after[k];
-            lookup_pages(pg_after, ptab, kv_begin + (t + STAGES + 1) * BN, kv_end, p, tid);
+            const int j_row = kv_begin + (t + STAGES - 1) * BN + g_row;
+            gather_kv_row(sKV + ((t + STAGES - 1) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
+                          kv_end, p, g_row, g_part);
+            pg_next = pg_after;
+            pg_after = lookup_page(ptab, j_row + 2 * BN, kv_end, p);
         }
         mlav::cp_async_commit();
         const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
@@ -200,23 +197,35 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         /* scale, mask (split end, tree), tile row max */
         const int j_base = kv_begin + t * BN;
         float tile_max[2] = {-INFINITY, -INFINITY};
+        if (j_base + BN <= prefix && j_base + BN <= kv_end) {
+            /* a tile of prefix rows only: every key visible to every row (padding rows hold
+             * Q = 0 and are never written, so they need no mask either) */
 #pragma unroll
-        for (int n = 0; n < 2; n++)
+            for (int n = 0; n < 2; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int rr = e >> 1, j = j_base + n * 8 + qd * 2 + (e & 1);
-                bool vis = j < kv_end && row_i[rr] >= 0;
-                if (vis && j >= prefix) {
-                    const int k = j - prefix, i = row_i[rr];
-                    if (p.tree_mask)
-                        vis = (p.tree_mask[(size_t)(q_start + i) * p.mask_words + (k >> 5)] >>
-                               (k & 31)) & 1u;
-                    else
-                        vis = k <= i;
+                for (int e = 0; e < 4; e++) {
+                    s[n][e] *= p.scale_log2;
+                    tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[n][e]);
                 }
-                s[n][e] = vis ? s[n][e] * p.scale_log2 : -INFINITY;
-                tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
-            }
+        } else {
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int rr = e >> 1, j = j_base + n * 8 + qd * 2 + (e & 1);
+                    bool vis = j < kv_end && row_i[rr] >= 0;
+                    if (vis && j >= prefix) {
+                        const int k = j - prefix, i = row_i[rr];
+                        if (p.tree_mask)
+                            vis = (p.tree_mask[(size_t)(q_start + i) * p.mask_words + (k >> 5)] >>
+                                   (k & 31)) & 1u;
+                        else
+                            vis = k <= i;
+                    }
+                    s[n][e] = vis ? s[n][e] * p.scale_log2 : -INFINITY;
+                    tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
+                }
+        }
 
         /* online softmax: the rule of mlav_rescale_factor (merge.h), in log2 units */
         float alpha[2];
@@ -237,12 +246,15 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
             }
             run_sum[rr] = run_sum[rr] * alpha[rr] + sum;
         }
+        /* once the running max settles, alpha is 1 for every row: skip 128 multiplies */
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-        for (int n = 0; n < COLS_HALF / 8; n++) {
-            o[n][0] *= alpha[0];
-            o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1];
-            o[n][3] *= alpha[1];
+            for (int n = 0; n < COLS_HALF / 8; n++) {
+                o[n][0] *= alpha[0];
+                o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1];
+                o[n][3] *= alpha[1];
+            }
         }
 
         /* P stays in registers: the S accumulator layout of two n8 tiles is the A operand
