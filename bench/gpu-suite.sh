@@ -159,14 +159,20 @@ fi
 # ---- compute-sanitizer on the quick GPU test (last: it is the slowest per unit of value) -------------
 gpu_test=$build/tests/test_cuda_gpu
 if [ -n "${SKIP_SANITIZER:-}" ]; then
-  skip memcheck "SKIP_SANITIZER"; skip racecheck "SKIP_SANITIZER"
+  skip memcheck "SKIP_SANITIZER"; skip racecheck "SKIP_SANITIZER"; skip synccheck "SKIP_SANITIZER"; skip initcheck "SKIP_SANITIZER"
 elif ! ok build || [ ! -x "$gpu_test" ]; then
-  skip memcheck "no $gpu_test"; skip racecheck "no $gpu_test"
+  skip memcheck "no $gpu_test"; skip racecheck "no $gpu_test"; skip synccheck "no $gpu_test"; skip initcheck "no $gpu_test"
 else
-  step memcheck 150 "$OUT/sanitizer.log" \
-    "MLAV_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 99 '$gpu_test'"
-  step racecheck 150 "$OUT/sanitizer.log" \
-    "MLAV_TEST_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 99 '$gpu_test'"
+  # memcheck covers the whole GPU test (grid, graph, bad inputs); racecheck is too slow for the
+  # grid, so it and synccheck/initcheck run the tests that launch every kernel on a few problems
+  step memcheck 180 "$OUT/sanitizer.log" \
+    "compute-sanitizer --tool memcheck --error-exitcode 99 '$gpu_test'"
+  step racecheck 120 "$OUT/sanitizer.log" \
+    "MLAV_TEST_FILTER=test_cuda_graph compute-sanitizer --tool racecheck --error-exitcode 99 '$gpu_test' && MLAV_TEST_FILTER=test_cuda_bad_device_page_id compute-sanitizer --tool racecheck --error-exitcode 99 '$gpu_test'"
+  step synccheck 60 "$OUT/sanitizer.log" \
+    "MLAV_TEST_FILTER=test_cuda_graph compute-sanitizer --tool synccheck --error-exitcode 99 '$gpu_test'"
+  step initcheck 60 "$OUT/sanitizer.log" \
+    "MLAV_TEST_FILTER=test_cuda_graph compute-sanitizer --tool initcheck --error-exitcode 99 '$gpu_test'"
 fi
 
 # ---- summary --------------------------------------------------------------------------------------
