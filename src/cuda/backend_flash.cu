@@ -17,8 +17,6 @@ struct flash_state {
     size_t part_o_bytes;          /* workspace: partial outputs, then partial lse */
 };
 
-constexpr int MAX_SPLITS = 64; /* combine.cu's bound */
-
 size_t align256(size_t n)
 {
     return (n + 255) & ~(size_t)255;
@@ -55,7 +53,7 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     sp.rows_per_tile = MLAV_FLASH_BLOCK_M;
     sp.key_align = MLAV_FLASH_BLOCK_N;
     sp.min_chunk = 8 * MLAV_FLASH_BLOCK_N; /* loading Q costs about two KV tiles */
-    sp.max_splits = MAX_SPLITS;
+    sp.max_splits = MLAV_FLASH_MAX_SPLITS;
     sp.target_blocks = 2 * st->dev.sm_count * st->blocks_per_sm;
     s = mlav_schedule_build(p, &sp, &st->sched);
     if (s != MLAV_OK)

@@ -10,7 +10,7 @@ namespace {
 
 constexpr int DL = MLAV_FLASH_DL, BM = MLAV_FLASH_BLOCK_M;
 constexpr int THREADS = 128;
-constexpr int MAX_SPLITS = 64; /* the plan caps splits per request at this */
+constexpr int MAX_SPLITS = MLAV_FLASH_MAX_SPLITS;
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v)

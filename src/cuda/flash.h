@@ -16,6 +16,9 @@
 #define MLAV_FLASH_BLOCK_N 16    /* KV rows per pipeline tile */
 #define MLAV_FLASH_THREADS 128   /* 4 warps: 2 row groups of 16 x 2 halves (depth / columns) */
 #define MLAV_LOG2E 1.4426950408889634f
+/* Most splits of one request: the plan's cap and the combine's shared-memory arrays. 128 lets a
+ * lone q_len 1 request (two 32-row tiles) fill two blocks on each of 132 SMs. */
+#define MLAV_FLASH_MAX_SPLITS 128
 
 typedef struct mlav_flash_params {
     const void *q;                  /* [T, H, W] */
