@@ -161,8 +161,9 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
 
         /* partial S over this warp's depth half, in two interleaved accumulator sets (even and
-         * odd k-steps): with two warps per scheduler, one chain of 18 dependent MMAs per n-tile
-         * left the tensor pipe idle for most of its latency */
+         * odd k-steps): two dependent chains of 9 MMAs per n-tile instead of one of 18, for a
+         * scheduler that has only two warps to switch between (bench/NOTES.md: no measurable
+         * gain yet, while the gather dominated) */
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
         float s_odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll

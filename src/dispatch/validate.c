@@ -135,6 +135,30 @@ mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors
     if (t->memory == MLAV_MEM_DEVICE)
         return MLAV_OK; /* the device-resident tables are the kernels' to guard */
 
+    /* Host tensors are read and written through typed pointers: one off its element alignment
+     * is undefined behaviour in C (and a vectorised loop may fault on it), so it is refused.
+     * Only the pointers this problem uses are looked at. */
+    const size_t esz = mlav_dtype_size(p->dtype);
+    const struct {
+        const void *ptr;
+        const char *name;
+        size_t align;
+        int used;
+    } host[] = {
+        {t->q, "q", esz, p->T > 0},
+        {t->out, "out", esz, p->T > 0},
+        {t->lse, "lse", sizeof(float), p->T > 0},
+        {t->tree_mask, "tree_mask", sizeof(uint32_t), p->T > 0},
+        {t->kv_cache, "kv_cache", esz, p->total_kv > 0},
+        {t->page_table, "page_table", sizeof(int32_t), p->total_kv > 0},
+    };
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        if (host[i].used && host[i].ptr && (uintptr_t)host[i].ptr % host[i].align != 0)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "tensors.%s = %p is not %zu-byte aligned (host tensors must be "
+                                  "aligned to their element size)",
+                                  host[i].name, host[i].ptr, host[i].align);
+
     for (int32_t b = 0; b < p->B; b++) {
         int64_t pages = ((int64_t)p->kv_lens[b] + p->page_size - 1) / p->page_size;
         const int32_t *row = t->page_table + (size_t)b * (size_t)p->max_pages;

@@ -1,0 +1,539 @@
+"""Contexts, problems, plans and the one-shot verify: the C API's plan/run split in Python.
+
+    ctx  = Context("auto")                       # CUDA if built in and a GPU is there, else CPU
+    plan = Plan(num_heads=64, softmax_scale=s, dtype="bf16", page_size=1,
+                q_indptr=[0, 9, 18], kv_lens=[1009, 209], context=ctx)
+    out, lse = plan.run(q, kv_cache, page_table, tree_mask)
+
+Tensors are numpy arrays (host memory) or torch tensors (CPU: host memory; CUDA: device memory
+of their device). BF16 from numpy is a uint16 array of raw bits; the plan's dtype says "bf16".
+"""
+import ctypes
+import threading
+
+import numpy as np
+
+from . import _lib
+from ._arrays import empty_like_kind, host_int32, is_torch, torch_module, wrap
+from .errors import check, invalid
+
+MEM_HOST = 0
+MEM_DEVICE = 1
+
+BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2, "cuda-naive": 3, "reference": 4}
+_BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
+
+DTYPES = {"f32": 0, "bf16": 1, "f16": 2}
+_DTYPE_ALIASES = {
+    "f32": "f32", "fp32": "f32", "float32": "f32", "float": "f32",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "f16": "f16", "fp16": "f16", "float16": "f16", "half": "f16",
+}
+# element dtypes (numpy / torch names) a tensor of each plan dtype may have
+_ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16")}
+_ALIGN = 256
+
+
+def dtype_name(dtype):
+    """Canonical plan dtype ("f32", "bf16", "f16") of a name ("bfloat16", "fp16", ...), a
+    mlav_dtype value, a numpy dtype (float32, float16) or a torch dtype."""
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        for k, v in DTYPES.items():
+            if v == int(dtype):
+                return k
+        raise invalid("dtype = %d is not a mlav_dtype (0 f32, 1 bf16, 2 f16)" % dtype)
+    key = str(dtype).replace("torch.", "").lower()
+    if key in _DTYPE_ALIASES:
+        return _DTYPE_ALIASES[key]
+    try:
+        key = np.dtype(dtype).name
+    except TypeError:
+        key = None
+    if key in ("float32", "float16"):
+        return _DTYPE_ALIASES[key]
+    if key == "uint16":
+        raise invalid("dtype uint16 is ambiguous: say dtype='bf16' for raw BF16 bits")
+    raise invalid("dtype %r is not one of f32, bf16, f16" % (dtype,))
+
+
+def infer_dtype(q):
+    """Plan dtype of a q tensor: float32 -> f32, float16 -> f16, torch.bfloat16 -> bf16; a uint16
+    array (raw BF16 bits) needs dtype='bf16' said explicitly."""
+    a = wrap("q", q)
+    if a.dtype == "uint16":
+        raise invalid("q is uint16: pass dtype='bf16' if it holds raw BF16 bits")
+    return dtype_name(a.dtype)
+
+
+def backend_id(backend):
+    """mlav_backend value of a name ("auto", "cpu", "cuda", "cuda-naive", "reference") or value."""
+    if isinstance(backend, (int, np.integer)) and int(backend) in _BACKEND_NAMES:
+        return int(backend)
+    if isinstance(backend, str) and backend.lower() in BACKENDS:
+        return BACKENDS[backend.lower()]
+    raise invalid("backend %r is not auto, cpu, cuda, cuda-naive or reference" % (backend,))
+
+
+def backend_compiled(backend):
+    """Whether a backend was compiled into the loaded library."""
+    return bool(_lib.load().mlav_backend_compiled(backend_id(backend)))
+
+
+def cuda_device_count():
+    """CUDA devices of compute capability >= 8.0 the library sees (0 without CUDA)."""
+    return int(_lib.load().mlav_cuda_device_count())
+
+
+def version():
+    """The loaded library's version string ("0.1.0")."""
+    return _lib.text(_lib.load().mlav_version_string())
+
+
+def tree_mask_words(max_q_len):
+    """uint32 words per tree-mask row for a batch whose longest draft has max_q_len nodes."""
+    return int(_lib.load().mlav_tree_mask_words(int(max_q_len)))
+
+
+class Context:
+    """A backend chosen once (mlav_context_create). ``backend`` is what AUTO picked, ``note``
+    says why. Used by one thread at a time (plan creation is serialised here)."""
+
+    def __init__(self, backend="auto"):
+        lib = _lib.load()
+        h = ctypes.c_void_p()
+        check(lib.mlav_context_create(ctypes.byref(h), backend_id(backend)))
+        self._h = h
+        self._lock = threading.Lock()
+
+    @property
+    def backend(self):
+        """The backend's name ("cpu", "cuda", ...)."""
+        return _BACKEND_NAMES[_lib.load().mlav_context_backend(self._handle())]
+
+    @property
+    def note(self):
+        """How the backend was chosen (AUTO's reasoning, an MLAV_BACKEND override, a fallback)."""
+        return _lib.text(_lib.load().mlav_context_note(self._handle()))
+
+    def _handle(self):
+        if self._h is None:
+            raise invalid("the context is closed")
+        return self._h
+
+    def close(self):
+        """Free the context (plans made from it keep it alive until they are closed)."""
+        h, self._h = getattr(self, "_h", None), None
+        if h is not None and _lib._lib is not None:
+            _lib._lib.mlav_context_free(h)
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "Context(%s)" % (self.backend if self._h is not None else "closed")
+
+
+class Problem:
+    """The shape of one verify step (struct mlav_problem): the lengths are host data that the
+    plan reads to schedule the KV splits.
+
+    num_heads      H
+    q_indptr       [B+1] ints: request b owns query rows q_indptr[b] .. q_indptr[b+1]-1
+    kv_lens        [B] ints: prefix + draft nodes of each request (its draft rows included)
+    softmax_scale  float
+    d_latent, d_rope   512, 64 (DeepSeek-V3 / Kimi K2)
+    dtype          "bf16" | "f16" | "f32" (of q, kv_cache and out)
+    page_size      1 (SGLang's token pool) .. 64 (FlashMLA / vLLM) or any >= 1
+    max_pages      page_table row stride; default ceil(max(kv_lens) / page_size)
+
+    Lists, numpy arrays or torch tensors are accepted for the lengths (a CUDA tensor is copied
+    to the host, which synchronizes: pass host copies, e.g. SGLang's seq_lens_cpu).
+    """
+
+    def __init__(self, *, num_heads, q_indptr, kv_lens, softmax_scale, d_latent=512,
+                 d_rope=64, dtype="bf16", page_size=1, max_pages=None):
+        self.kv_lens = host_int32("kv_lens", kv_lens)
+        if self.kv_lens.ndim != 1:
+            raise invalid("kv_lens must be 1-D [B], not %s" % list(self.kv_lens.shape))
+        self.batch = int(self.kv_lens.shape[0])
+        self.q_indptr = host_int32("q_indptr", q_indptr, shape=(self.batch + 1,))
+        self.num_heads = int(num_heads)
+        self.d_latent = int(d_latent)
+        self.d_rope = int(d_rope)
+        self.softmax_scale = float(softmax_scale)
+        self.dtype = dtype_name(dtype)
+        self.page_size = int(page_size)
+        if max_pages is None:
+            longest = int(self.kv_lens.max()) if self.batch else 0
+            max_pages = max(1, -(-longest // max(self.page_size, 1)))
+        self.max_pages = int(max_pages)
+        q_lens = np.diff(self.q_indptr) if self.batch else np.zeros(0, np.int32)
+        self.num_tokens = int(self.q_indptr[-1])            # T
+        self.max_q_len = int(q_lens.max()) if self.batch else 0
+        self.width = self.d_latent + self.d_rope             # W
+
+    @property
+    def q_lens(self):
+        return np.diff(self.q_indptr)
+
+    @property
+    def mask_words(self):
+        """uint32 words per tree-mask row: ceil(max_q_len / 32), at least 1."""
+        return tree_mask_words(self.max_q_len)
+
+    def _struct(self):
+        return _lib.MlavProblem(
+            num_heads=self.num_heads, d_latent=self.d_latent, d_rope=self.d_rope,
+            softmax_scale=self.softmax_scale, dtype=DTYPES[self.dtype],
+            page_size=self.page_size, batch=self.batch, q_indptr=self.q_indptr.ctypes.data,
+            kv_lens=self.kv_lens.ctypes.data, max_pages=self.max_pages)
+
+    def __repr__(self):
+        return ("Problem(H=%d, Dl=%d, Dr=%d, %s, page_size=%d, B=%d, T=%d, max_q_len=%d, "
+                "max_pages=%d)" % (self.num_heads, self.d_latent, self.d_rope, self.dtype,
+                                   self.page_size, self.batch, self.num_tokens,
+                                   self.max_q_len, self.max_pages))
+
+
+def _cuda_index(device):
+    """CUDA device index of an int, "cuda", "cuda:1" or torch.device (torch needed)."""
+    torch = torch_module()
+    if torch is None:
+        raise invalid("device=%r needs torch (import torch first)" % (device,))
+    d = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if d.type != "cuda":
+        raise invalid("device=%r is not a CUDA device" % (device,))
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def _torch_stream(stream, device):
+    """(torch stream object or None, cudaStream_t handle as int) for a run on `device`."""
+    torch = torch_module()
+    if stream is None:
+        s = torch.cuda.current_stream(device)
+        return None, s.cuda_stream
+    if isinstance(stream, int):
+        return torch.cuda.ExternalStream(stream, device=device), stream
+    if hasattr(stream, "cuda_stream"):
+        return stream, stream.cuda_stream
+    raise invalid("stream must be None, a torch.cuda.Stream or a cudaStream_t handle (int)")
+
+
+class _StreamScope:
+    """`torch.cuda.stream(s)` when s is given, else nothing: allocations made inside belong to
+    the stream the run uses, as torch's caching allocator needs."""
+
+    def __init__(self, s):
+        self.s = s
+        self.cm = None
+
+    def __enter__(self):
+        if self.s is not None:
+            self.cm = torch_module().cuda.stream(self.s)
+            self.cm.__enter__()
+
+    def __exit__(self, *exc):
+        if self.cm is not None:
+            self.cm.__exit__(*exc)
+
+
+class Plan:
+    """A scheduled problem (mlav_plan_create): plan once per batch shape, run every step.
+
+    Plan(problem) or Plan(num_heads=..., q_indptr=..., ...) with Problem's fields, plus
+
+    backend   "auto" (CUDA if present, else CPU), "cpu", "cuda", "cuda-naive", "reference";
+              ignored when `context` is given
+    context   a Context to plan on (one is made otherwise)
+    device    a CUDA device (int, "cuda:1", torch.device) to plan on; needs torch. Its
+              workspace is then allocated here, so that the first run can be captured in a
+              CUDA graph. Default: torch's current device when torch is imported.
+
+    The plan copies the lengths. Creating it may allocate and synchronize (never inside a graph
+    capture); ``run`` with CUDA tensors does neither after the workspace exists.
+    """
+
+    def __init__(self, problem=None, *, backend="auto", context=None, device=None, **fields):
+        if problem is None:
+            problem = Problem(**fields)
+        elif fields:
+            raise invalid("give a Problem or its fields, not both")
+        self.problem = problem
+        self._ctx = context if context is not None else Context(backend)
+        self._lock = threading.Lock()
+        self._h = None
+        self._host_ws = None
+        self._dev_ws = None
+        self._dev_ws_streams = set()
+        self._ws_stream = None
+        lib = _lib.load()
+        self._device = _cuda_index(device) if device is not None else None
+        h = ctypes.c_void_p()
+        st = problem._struct()
+        torch = torch_module()
+        with self._ctx._lock:
+            if self._device is not None:
+                with torch.cuda.device(self._device):
+                    check(lib.mlav_plan_create(self._ctx._handle(), ctypes.byref(st),
+                                               ctypes.byref(h)))
+            else:
+                check(lib.mlav_plan_create(self._ctx._handle(), ctypes.byref(st),
+                                           ctypes.byref(h)))
+        self._h = h
+        self.backend = _BACKEND_NAMES[lib.mlav_plan_backend(h)]
+        self.workspace_bytes = int(lib.mlav_plan_workspace_bytes(h))
+        self.workspace_memory = "device" if lib.mlav_plan_workspace_memory(h) else "host"
+        if self.workspace_memory == "device":
+            if self._device is None and torch is not None and torch.cuda.is_available():
+                self._device = torch.cuda.current_device()
+            if self._device is not None:
+                self._device_workspace(self._device, None)
+        elif self.workspace_bytes:
+            buf = np.empty(self.workspace_bytes + _ALIGN, dtype=np.uint8)
+            off = (-buf.ctypes.data) % _ALIGN
+            self._host_ws = buf[off:off + self.workspace_bytes]
+
+    # -- workspace -----------------------------------------------------------------------------
+
+    def _device_workspace(self, device, stream):
+        """The plan's device workspace (a torch uint8 CUDA tensor), allocated once."""
+        if self.workspace_bytes == 0:
+            return None
+        torch = torch_module()
+        if self._dev_ws is None:
+            with self._lock:
+                if self._dev_ws is None:
+                    with torch.cuda.device(device), _StreamScope(stream):
+                        if torch.cuda.is_current_stream_capturing():
+                            raise invalid(
+                                "the plan's %d-byte workspace would be allocated inside a CUDA "
+                                "graph capture: create the Plan with device=... or run it once "
+                                "before capturing" % self.workspace_bytes)
+                        ws = torch.empty(self.workspace_bytes + _ALIGN, dtype=torch.uint8,
+                                         device=torch.device("cuda", device))
+                        off = (-ws.data_ptr()) % _ALIGN
+                        # torch ties a block to the stream it was allocated on
+                        self._ws_stream = torch.cuda.current_stream(device).cuda_stream
+                        self._dev_ws = ws[off:off + self.workspace_bytes]
+        return self._dev_ws
+
+    # -- run -----------------------------------------------------------------------------------
+
+    def _check_inputs(self, q, kv_cache, page_table, tree_mask, out, lse):
+        p = self.problem
+        T, H, W, Dl = p.num_tokens, p.num_heads, p.width, p.d_latent
+        a_q = wrap("q", q)
+        a_kv = wrap("kv_cache", kv_cache)
+        a_pt = wrap("page_table", page_table)
+        a_mask = wrap("tree_mask", tree_mask) if tree_mask is not None else None
+        a_out = wrap("out", out, writable=True) if out is not None else None
+        a_lse = wrap("lse", lse, writable=True) if lse is not None and lse is not False else None
+        args = [a for a in (a_q, a_kv, a_pt, a_mask, a_out, a_lse) if a is not None]
+        devices = {a.device for a in args}
+        if len(devices) > 1:
+            raise invalid("tensors are in different places: " +
+                          ", ".join("%s on %s" % (a.name, a.where) for a in args) +
+                          " (all host memory, or all on one CUDA device)")
+        elems = _ELEMENTS[p.dtype]
+        for a in (a_q, a_kv, a_out):
+            if a is not None and a.dtype not in elems:
+                raise invalid("%s has dtype %s; the plan's dtype %s needs %s" % (
+                    a.name, a.dtype, p.dtype,
+                    " or ".join(("torch.bfloat16" if e == "bfloat16" else
+                                 "uint16 (raw BF16 bits)" if e == "uint16" else e)
+                                for e in elems)))
+        if a_out is not None and a_out.dtype != a_q.dtype:
+            raise invalid("out has dtype %s but q has %s" % (a_out.dtype, a_q.dtype))
+        if a_pt.dtype != "int32":
+            raise invalid("page_table has dtype %s; it must be int32" % a_pt.dtype)
+        if a_mask is not None and a_mask.dtype not in ("uint32", "int32"):
+            raise invalid("tree_mask has dtype %s; it must be uint32 or int32 (packed bits: "
+                          "see tree_mask_from_parents / pack_mask)" % a_mask.dtype)
+        if a_lse is not None and a_lse.dtype != "float32":
+            raise invalid("lse has dtype %s; it must be float32" % a_lse.dtype)
+        want = [("q", a_q, (T, H, W)), ("page_table", a_pt, (p.batch, p.max_pages)),
+                ("tree_mask", a_mask, (T, p.mask_words)), ("out", a_out, (T, H, Dl)),
+                ("lse", a_lse, (T, H))]
+        for name, a, shape in want:
+            if a is not None and a.shape != shape:
+                raise invalid("%s has shape %s, expected %s (%s)" % (
+                    name, list(a.shape), list(shape), _SHAPE_DOC[name]))
+        if len(a_kv.shape) != 3 or a_kv.shape[1:] != (p.page_size, W):
+            raise invalid("kv_cache has shape %s, expected [num_pages, %d, %d] "
+                          "([num_pages, page_size, d_latent + d_rope])"
+                          % (list(a_kv.shape), p.page_size, W))
+        return a_q, a_kv, a_pt, a_mask, a_out, a_lse
+
+    def run(self, q, kv_cache, page_table, tree_mask=None, out=None, lse=None, stream=None):
+        """Run the plan; returns (out, lse).
+
+        q           [T, H, Dl+Dr]                dtype (torch.bfloat16 / numpy uint16 bits for
+                                                 bf16, float16, float32)
+        kv_cache    [num_pages, page_size, Dl+Dr]  same dtype
+        page_table  [B, max_pages]               int32
+        tree_mask   [T, words] uint32 or int32   packed draft-visibility bits, or None for a
+                                                 causal chain (DFlash, top-1 EAGLE)
+        out         [T, H, Dl] or None           written (allocated when None)
+        lse         [T, H] float32, None (allocated) or False (not computed)
+        stream      CUDA tensors only: torch.cuda.Stream or cudaStream_t handle; default the
+                    current torch stream. Ignored for host tensors.
+
+        All numpy / CPU torch (host memory) or all torch CUDA tensors on the plan's device.
+        With CUDA tensors on a CUDA plan the call is asynchronous on the stream, allocates
+        nothing (given out and lse, after the workspace exists) and can be captured in a CUDA
+        graph; the Plan must then outlive the graph. One Plan's cached workspace serves one
+        stream at a time: for concurrent streams use one Plan per stream.
+        Raises MlavError subclasses (InvalidArgumentError, UnsupportedError, ...).
+        """
+        a_q, a_kv, a_pt, a_mask, a_out, a_lse = self._check_inputs(
+            q, kv_cache, page_table, tree_mask, out, lse)
+        p = self.problem
+        device = a_q.device
+        if device is not None and self._device is not None and device != self._device and \
+                self.workspace_memory == "device":
+            raise invalid("the tensors are on cuda:%d but the plan was made on cuda:%d"
+                          % (device, self._device))
+        torch_stream, handle = (None, None)
+        if device is not None:
+            torch_stream, handle = _torch_stream(stream, device)
+        with _StreamScope(torch_stream):
+            if a_out is None:
+                out = empty_like_kind(a_q, (p.num_tokens, p.num_heads, p.d_latent), a_q.dtype)
+                a_out = wrap("out", out, writable=True)
+            if lse is None:
+                lse = empty_like_kind(a_q, (p.num_tokens, p.num_heads), "float32")
+                a_lse = wrap("lse", lse, writable=True)
+        t = _lib.MlavTensors(
+            memory=MEM_HOST if device is None else MEM_DEVICE, q=a_q.ptr, kv_cache=a_kv.ptr,
+            num_pages=a_kv.shape[0], page_table=a_pt.ptr,
+            tree_mask=a_mask.ptr if a_mask is not None else None, out=a_out.ptr,
+            lse=a_lse.ptr if a_lse is not None else None)
+        if lse is False:
+            lse = None
+        lib = _lib.load()
+        if device is None:
+            self._run_host(lib, t)
+        else:
+            self._run_device(lib, t, device, torch_stream, handle)
+        return out, lse
+
+    def _run_host(self, lib, t):
+        if self.workspace_memory == "host":
+            ws = self._host_ws
+            with self._lock:  # one cached workspace: runs of this plan take turns
+                check(lib.mlav_run(self._handle(), ctypes.byref(t),
+                                   ws.ctypes.data if ws is not None else None,
+                                   self.workspace_bytes, None))
+            return
+        # a CUDA plan given host tensors (offload mode): the workspace is device memory
+        torch = torch_module()
+        if self.workspace_bytes and (torch is None or not torch.cuda.is_available()):
+            # no way to allocate device memory from here: the one-shot call allocates it
+            st = self.problem._struct()
+            with self._ctx._lock:
+                check(lib.mlav_verify(self._ctx._handle(), ctypes.byref(st), ctypes.byref(t)))
+            return
+        device = self._device if self._device is not None else (
+            torch.cuda.current_device() if torch is not None and torch.cuda.is_available()
+            else None)
+        if device is None:  # workspace_bytes == 0 and no torch: nothing device-side to pass
+            check(lib.mlav_run(self._handle(), ctypes.byref(t), None, 0, None))
+            return
+        ws = self._device_workspace(device, None)
+        handle = torch.cuda.current_stream(device).cuda_stream
+        with torch.cuda.device(device), self._lock:
+            check(lib.mlav_run(self._handle(), ctypes.byref(t),
+                               ws.data_ptr() if ws is not None else None,
+                               self.workspace_bytes, handle))
+
+    def _run_device(self, lib, t, device, torch_stream, handle):
+        torch = torch_module()
+        if self.workspace_memory == "host":
+            # a CPU plan given device tensors: the library answers MLAV_ERR_UNSUPPORTED
+            ws = self._host_ws
+            check(lib.mlav_run(self._handle(), ctypes.byref(t),
+                               ws.ctypes.data if ws is not None else None,
+                               self.workspace_bytes, None))
+            return
+        ws = self._device_workspace(device, torch_stream)
+        if ws is not None and handle != self._ws_stream and handle not in self._dev_ws_streams:
+            with torch.cuda.device(device):
+                capturing = torch.cuda.is_current_stream_capturing()
+            if not capturing:
+                # the workspace is in use on this stream too: torch must not reuse its memory
+                # before that work is done when the plan is freed
+                s = torch_stream if torch_stream is not None else \
+                    torch.cuda.ExternalStream(handle, device=device)
+                ws.record_stream(s)
+                self._dev_ws_streams.add(handle)
+        with torch.cuda.device(device):
+            check(lib.mlav_run(self._handle(), ctypes.byref(t),
+                               ws.data_ptr() if ws is not None else None,
+                               self.workspace_bytes, handle))
+
+    def _handle(self):
+        if self._h is None:
+            raise invalid("the plan is closed")
+        return self._h
+
+    def close(self):
+        """Free the plan (and its workspace). A CUDA graph that captured a run must be
+        destroyed first."""
+        h, self._h = getattr(self, "_h", None), None
+        if h is not None and _lib._lib is not None:
+            _lib._lib.mlav_plan_free(h)
+        self._dev_ws = None
+        self._host_ws = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "Plan(%s, backend=%s, workspace=%d bytes %s)" % (
+            self.problem, self.backend, self.workspace_bytes, self.workspace_memory)
+
+
+_SHAPE_DOC = {
+    "q": "[T, H, d_latent + d_rope]",
+    "page_table": "[B, max_pages]",
+    "tree_mask": "[T, words], words = ceil(max_q_len / 32)",
+    "out": "[T, H, d_latent]",
+    "lse": "[T, H]",
+}
+
+
+def verify(q, kv_cache, page_table, tree_mask=None, *, q_indptr, kv_lens, softmax_scale,
+           d_latent=512, dtype=None, out=None, lse=None, backend="auto", context=None,
+           stream=None):
+    """One shot: plan, run, free. Shapes come from the tensors (H and W from q, page_size from
+    kv_cache, max_pages from page_table); d_rope = W - d_latent; dtype is inferred from q
+    (float32, float16, torch.bfloat16) unless given (numpy uint16 BF16 bits need
+    dtype="bf16"). Convenient, not fast: an engine plans once and runs many times.
+    Returns (out, lse)."""
+    a_q, a_kv, a_pt = wrap("q", q), wrap("kv_cache", kv_cache), wrap("page_table", page_table)
+    if len(a_q.shape) != 3:
+        raise invalid("q has shape %s, expected [T, H, d_latent + d_rope]" % list(a_q.shape))
+    if len(a_kv.shape) != 3:
+        raise invalid("kv_cache has shape %s, expected [num_pages, page_size, d_latent + "
+                      "d_rope]" % list(a_kv.shape))
+    if len(a_pt.shape) != 2:
+        raise invalid("page_table has shape %s, expected [B, max_pages]" % list(a_pt.shape))
+    W = a_q.shape[2]
+    dtype = dtype_name(dtype) if dtype is not None else infer_dtype(q)
+    device = a_q.device
+    with Plan(num_heads=a_q.shape[1], d_latent=d_latent, d_rope=W - d_latent,
+              softmax_scale=softmax_scale, dtype=dtype, page_size=a_kv.shape[1],
+              q_indptr=q_indptr, kv_lens=kv_lens, max_pages=a_pt.shape[1],
+              backend=backend, context=context,
+              device=device if (device is not None and is_torch(q)) else None) as plan:
+        return plan.run(q, kv_cache, page_table, tree_mask, out=out, lse=lse, stream=stream)

@@ -1,0 +1,90 @@
+"""Exceptions: every failure carries the library's status name and its sentence.
+
+``MlavError`` is the base; a subclass per status lets callers catch the kind they care about,
+and the ones that mean "you passed something wrong" are also ``ValueError`` (or
+``MemoryError``), so generic handlers work too. Checks the binding makes itself (dtype, shape,
+contiguity, residency) raise the same classes with the status the library would give.
+"""
+from . import _lib
+
+OK = 0
+ERR_INVALID_ARG = 1
+ERR_UNSUPPORTED = 2
+ERR_OUT_OF_MEMORY = 3
+ERR_WORKSPACE = 4
+ERR_NO_DEVICE = 5
+ERR_CUDA = 6
+ERR_FORMAT = 7
+ERR_IO = 8
+ERR_INTERNAL = 9
+
+_NAMES = {
+    OK: "MLAV_OK", ERR_INVALID_ARG: "MLAV_ERR_INVALID_ARG",
+    ERR_UNSUPPORTED: "MLAV_ERR_UNSUPPORTED", ERR_OUT_OF_MEMORY: "MLAV_ERR_OUT_OF_MEMORY",
+    ERR_WORKSPACE: "MLAV_ERR_WORKSPACE", ERR_NO_DEVICE: "MLAV_ERR_NO_DEVICE",
+    ERR_CUDA: "MLAV_ERR_CUDA", ERR_FORMAT: "MLAV_ERR_FORMAT", ERR_IO: "MLAV_ERR_IO",
+    ERR_INTERNAL: "MLAV_ERR_INTERNAL",
+}
+
+
+class MlavError(RuntimeError):
+    """A mlaverify failure.
+
+    Attributes: ``status`` (the mlav_status value), ``status_name`` ("MLAV_ERR_INVALID_ARG"),
+    ``sentence`` (mlav_last_error(): what was wrong). ``str(e)`` is "STATUS_NAME: sentence".
+    """
+
+    def __init__(self, status, sentence):
+        self.status = int(status)
+        self.status_name = _NAMES.get(self.status, "MLAV_ERR_UNKNOWN(%d)" % self.status)
+        self.sentence = sentence
+        super().__init__("%s: %s" % (self.status_name, sentence))
+
+
+class InvalidArgumentError(MlavError, ValueError):
+    """MLAV_ERR_INVALID_ARG: a null pointer, bad length or shape, bad page id, wrong dtype."""
+
+
+class UnsupportedError(MlavError):
+    """MLAV_ERR_UNSUPPORTED: valid, but not on this backend (dims, residency, dtype)."""
+
+
+class OutOfMemoryError(MlavError, MemoryError):
+    """MLAV_ERR_OUT_OF_MEMORY: a host or device allocation failed."""
+
+
+class WorkspaceError(MlavError, ValueError):
+    """MLAV_ERR_WORKSPACE: the workspace is missing, too small, misaligned or misplaced."""
+
+
+class NoDeviceError(MlavError):
+    """MLAV_ERR_NO_DEVICE: CUDA asked for, not built in or no cc >= 8.0 device."""
+
+
+class CudaError(MlavError):
+    """MLAV_ERR_CUDA: a CUDA call failed; the sentence names the call and file:line."""
+
+
+_CLASSES = {
+    ERR_INVALID_ARG: InvalidArgumentError, ERR_UNSUPPORTED: UnsupportedError,
+    ERR_OUT_OF_MEMORY: OutOfMemoryError, ERR_WORKSPACE: WorkspaceError,
+    ERR_NO_DEVICE: NoDeviceError, ERR_CUDA: CudaError,
+}
+
+
+def error(status, sentence):
+    """The exception for `status` with `sentence` (not raised)."""
+    return _CLASSES.get(int(status), MlavError)(status, sentence)
+
+
+def invalid(sentence):
+    """An InvalidArgumentError raised by the binding's own checks."""
+    return InvalidArgumentError(ERR_INVALID_ARG, sentence)
+
+
+def check(status):
+    """Raise the exception for a failed library call (call right after it, on the same
+    thread: the sentence is kept per thread)."""
+    if status != OK:
+        lib = _lib.load()
+        raise error(status, _lib.text(lib.mlav_last_error(None)))
