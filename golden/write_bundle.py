@@ -30,8 +30,11 @@ import sys
 # the binding beside this checkout first (an installed `mlaverify` package would do as well)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
-from mlaverify.bundle import (FORMAT, VERSION, bf16_bits, bf16_to_f32, demo,  # noqa: E402,F401
+from mlaverify.bundle import (FORMAT, VERSION, bf16_bits, bf16_to_f32, demo,  # noqa: E402
                               main, read_bundle, write_bundle, write_safetensors)
+
+__all__ = ["FORMAT", "VERSION", "bf16_bits", "bf16_to_f32", "demo", "main", "read_bundle",
+           "write_bundle", "write_safetensors"]
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], prog="write_bundle.py"))

@@ -1,10 +1,13 @@
 # Shared by scripts/test.sh, scripts/run.sh and .ci/run (sourced, not run): the Debian 12
 # packages the build needs, and the one way this project is configured and built.
 
-# build-essential: gcc, make; libopenblas-openmp-dev: BLAS for the CPU backend (OpenMP flavour,
-# so its threads and ours share one runtime); libcmocka-dev: tests; libcjson-dev: golden bundle
-# headers; python3-numpy: bundle scripts; gnuplot-nox: bench/plot.gp
-MLAV_DEB_PACKAGES="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev libcjson-dev python3 python3-numpy gnuplot-nox"
+# build-essential: gcc, make (and gcc's ASan/UBSan/TSan runtimes); libopenblas-openmp-dev: BLAS
+# for the CPU backend (OpenMP flavour, so its threads and ours share one runtime); libcmocka-dev:
+# tests; libcjson-dev: golden bundle headers; python3-numpy: bundle scripts; gnuplot-nox:
+# bench/plot.gp; clang, libclang-rt-dev (compiler-rt: libFuzzer and clang's sanitizer runtimes,
+# only recommended by clang) and libomp-dev (clang's OpenMP, with the Archer tool for TSan):
+# scripts/fuzz.sh and scripts/sanitize.sh tsan
+MLAV_DEB_PACKAGES="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev libcjson-dev python3 python3-numpy gnuplot-nox clang libclang-rt-dev libomp-dev"
 
 mlav_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -50,5 +53,16 @@ mlav_build() {
   [ -n "${CUDA_ARCHS:-}" ] && args+=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
   mlav_cuda_path
   cmake "${args[@]}"
+  cmake --build "$dir" -j "${JOBS:-$(nproc)}"
+}
+
+# Configure and build into $1 with MLAV_SANITIZE=$2 (address,undefined / thread), CPU only (the
+# sanitizers see host code), RelWithDebInfo so that reports name lines; more cmake arguments may
+# follow. CC picks the compiler (clang for TSan with Archer, and for the fuzz targets).
+mlav_build_sanitized() {
+  local dir=$1 san=$2
+  shift 2
+  cmake -S "$mlav_root" -B "$dir" -DMLAV_CUDA=OFF -DMLAV_SANITIZE="$san" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMLAV_BUILD_BENCH=OFF "$@"
   cmake --build "$dir" -j "${JOBS:-$(nproc)}"
 }

@@ -19,7 +19,9 @@ CC=clang cmake -S "$mlav_root" -B "$build" -DMLAV_CUDA=OFF -DMLAV_FUZZ=ON \
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target fuzz_bundle fuzz_api
 
 # Two OpenMP threads: the CPU backend's split-KV and merge paths run as they do in production.
+# Passive waiting: the two fuzzers share the cores, and spinning idle workers would halve both.
 export OMP_NUM_THREADS=2
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 pids=()

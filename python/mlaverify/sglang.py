@@ -24,7 +24,7 @@ Inputs (torch tensors on one CUDA device, or numpy / CPU torch for tests):
   * ``kv_indptr`` / ``kv_indices`` covering prefix and draft rows (flashinfer-MLA style:
     ``seq_lens + num_draft_tokens`` per request), no ``out_cache_loc``;
   * ``page_table`` [B, max_pages] int32 directly, e.g.
-    ``req_to_token[req_pool_indices, :max_pages]``.
+    ``req_to_token[req_pool_indices, :verifier.problem.max_pages]``.
 - ``custom_mask``: SGLang's tree mask in any of its three modes (TreeMaskMode):
   * FULL_MASK: flat bool, per request [q_len, prefix_len + q_len] row-major; the prefix
     columns are taken as visible (the library's definition) and only the draft columns read;
@@ -134,9 +134,11 @@ class SGLangVerifier:
 
     def _tables(self, device):
         """The index tables as torch tensors on `device` (uploaded once per device)."""
+        torch = torch_module()
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         key = str(device)
         if key not in self._dev:
-            torch = torch_module()
             if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
                 raise invalid("plan(..., device=...) must upload the index tables before a "
                               "CUDA graph capture")

@@ -163,3 +163,40 @@ def compare(case, out, lse, ref_out, ref_lse, what, seed, tol_scale=1.0):
         err = np.max(np.abs(lse[fin] - ref_lse[fin]))
         assert err <= TOL_LSE[dt] * tol_scale, "%s: lse abs error %.3g (seed %d)" % (
             what, err, seed)
+
+
+def sglang_inputs(case, rng):
+    """SGLang's views of a page_size-1 case."""
+    pt, kv, qi = case["page_table"], case["kv_lens"], case["q_indptr"]
+    q_lens = np.diff(qi)
+    prefix = kv - q_lens
+    B = len(kv)
+    pre = [pt[b, :prefix[b]] for b in range(B)]
+    draft = [pt[b, prefix[b]:kv[b]] for b in range(B)]
+    junk = rng.integers(0, case["kv_cache"].shape[0], 5)  # buffers are often longer
+    s = {
+        "kv_indptr": np.concatenate([[0], np.cumsum(prefix)]).astype(np.int32),
+        "kv_indices": np.concatenate(pre + [junk]).astype(np.int64),
+        "out_cache_loc": np.concatenate(draft).astype(np.int64),
+        "fi_kv_indptr": np.concatenate([[0], np.cumsum(kv)]).astype(np.int32),
+        "fi_kv_indices": np.concatenate([pt[b, :kv[b]] for b in range(B)] + [junk]).astype(
+            np.int64),
+    }
+    full, qlen, rows = [], [], []
+    for b in range(B):
+        n = int(q_lens[b])
+        vis = mv.unpack_mask(case["tree_mask"][qi[b]:qi[b + 1]], n)
+        f = np.ones((n, int(prefix[b]) + n), dtype=bool)
+        f[:, prefix[b]:] = vis
+        full.append(f.ravel())
+        qlen.append(vis.ravel())
+        rows.append(vis)
+    s["full"] = np.concatenate(full)
+    s["qlen"] = np.concatenate(qlen)
+    maxq = int(q_lens.max())
+    dense = np.zeros((case["T"], maxq), dtype=bool)
+    for b in range(B):
+        dense[qi[b]:qi[b + 1], :q_lens[b]] = rows[b]
+    s["dense"] = dense
+    s["bits"] = case["tree_mask"][:, 0].copy() if case["tree_mask"].shape[1] == 1 else None
+    return s

@@ -137,3 +137,4 @@ def test_bad_input_helpers():
                         [np.zeros(2, np.float32), np.zeros(2, np.float32)])
     with pytest.raises(mv.InvalidArgumentError, match="float32"):
         mv.merge_states([np.zeros((2, 3))], [np.zeros(2)])
+

@@ -11,7 +11,12 @@
 #define MLAV_MAX_DIM 16384
 #define MLAV_MAX_BATCH (1 << 20)
 #define MLAV_MAX_PAGE_SIZE (1 << 20)
-#define MLAV_MAX_ROWS ((int64_t)1 << 40) /* rows of q (T*H) or of the pool (pages*page_size) */
+#define MLAV_MAX_ROWS ((int64_t)1 << 40) /* rows of the pool (pages * page_size) */
+/* Folded query rows (T * H): the backends index a request's (token, head) rows with 32-bit
+ * integers (the CUDA split and combine items) and the CPU plan's work list grows with them, so
+ * a larger count would overflow one and make the other allocate without bound; 2^31 - 1 rows is
+ * already terabytes of `out` at any real width. */
+#define MLAV_MAX_QUERY_ROWS ((int64_t)INT32_MAX)
 
 void mlav_problem_info_free(mlav_problem_info *info)
 {
@@ -82,9 +87,10 @@ mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info
     }
     int32_t T = p->q_indptr[p->batch];
     int32_t W = p->d_latent + p->d_rope;
-    if ((int64_t)T * p->num_heads > MLAV_MAX_ROWS)
-        return mlav_set_error(MLAV_ERR_INVALID_ARG, "T * H = %lld query rows is too many",
-                              (long long)T * p->num_heads);
+    if ((int64_t)T * p->num_heads > MLAV_MAX_QUERY_ROWS)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "T * H = %lld query rows is too many (at most %lld)",
+                              (long long)T * p->num_heads, (long long)MLAV_MAX_QUERY_ROWS);
 
     info->H = p->num_heads;
     info->Dl = p->d_latent;
@@ -161,6 +167,8 @@ mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors
 
     for (int32_t b = 0; b < p->B; b++) {
         int64_t pages = ((int64_t)p->kv_lens[b] + p->page_size - 1) / p->page_size;
+        if (pages == 0)
+            continue; /* page_table may be NULL when no request has a KV row: no row to form */
         const int32_t *row = t->page_table + (size_t)b * (size_t)p->max_pages;
         for (int64_t k = 0; k < pages; k++)
             if (row[k] < 0 || row[k] >= t->num_pages)

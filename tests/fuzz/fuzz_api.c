@@ -20,7 +20,7 @@
 #define MAX_Q_ELEMS (1 << 17)
 #define MAX_POOL_ELEMS (1 << 19)
 #define MAX_TABLE (1 << 15)
-#define MAX_WORK 3000000.0
+#define MAX_WORK 300000.0
 
 #define FUZZ_REQUIRE(cond, ...)                                                                    \
     do {                                                                                           \
@@ -170,10 +170,12 @@ static void *dup_bytes(const void *p, size_t n)
 }
 
 static mlav_context *ctx_cpu, *ctx_ref;
+static int verbose;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
+    verbose = getenv("FUZZ_VERBOSE") != NULL;
     if (mlav_context_create(&ctx_cpu, MLAV_BACKEND_CPU) != MLAV_OK ||
         mlav_context_create(&ctx_ref, MLAV_BACKEND_REFERENCE) != MLAV_OK) {
         fprintf(stderr, "fuzz_api: no context: %s\n", mlav_last_error(NULL));
@@ -217,7 +219,9 @@ static void fuzz_problem(rd *r, int lying)
     int64_t need_pages = 1;
     for (int32_t b = 0; b < B; b++) {
         int32_t q = (int32_t)(u8(r) % 35); /* 33 and 34 cross into a second mask word */
-        int32_t prefix = (int32_t)(u16(r) % 700);
+        /* mostly short (fast inputs); sometimes long enough for the CPU backend's KV splits */
+        uint32_t len = u8(r);
+        int32_t prefix = (len & 0x80) ? (int32_t)(u16(r) % 700) : (int32_t)(len % 48);
         qi[b + 1] = qi[b] + q;
         kl[b] = prefix + q;
         int64_t pages = ((int64_t)kl[b] + p.page_size - 1) / p.page_size;
@@ -248,6 +252,12 @@ static void fuzz_problem(rd *r, int lying)
 
     mlav_plan *plan = NULL;
     mlav_status s = mlav_plan_create(ctx, &p, &plan);
+    if (verbose) /* FUZZ_VERBOSE=1: what an input asks for, to triage a finding */
+        fprintf(stderr, "fuzz_api: %s H=%d dims=%d+%d dtype=%d page=%d B=%d max_pages=%d "
+                        "scale=%g lying=%d: plan %s\n",
+                ctx == ctx_cpu ? "cpu" : "reference", p.num_heads, p.d_latent, p.d_rope,
+                (int)p.dtype, p.page_size, p.batch, p.max_pages, (double)p.softmax_scale, lying,
+                mlav_status_string(s));
     if (s != MLAV_OK) {
         FUZZ_REQUIRE(plan == NULL, "a failed plan_create returned a plan");
         require_failure(s, "plan_create");
@@ -391,7 +401,12 @@ static void fuzz_problem(rd *r, int lying)
         lied_tensors = 1;
     }
     if (f & 0x40) {
-        t.num_pages = lie(r);
+        /* a pool said to be larger than it is cannot be caught (the library has no buffer
+         * sizes); it is harmless only while every id in use is inside the real pool */
+        int64_t v = lie(r);
+        if (v > num_pages && (g & 0x08))
+            v = num_pages - 1 - (v & 1);
+        t.num_pages = v;
         lied_tensors = 1;
     }
 
@@ -410,11 +425,31 @@ static void fuzz_problem(rd *r, int lying)
         default: ws_ptr = (char *)ws + 64; break;
         }
     }
+    if (verbose) {
+        fprintf(stderr, "fuzz_api:   T=%d q_lens/kv_lens:", T);
+        for (int32_t b = 0; b < Bv; b++)
+            fprintf(stderr, " %d/%d", qi[b + 1] - qi[b], kl[b]);
+        fprintf(stderr, " num_pages=%lld mask=%d poisoned=%d lied=%d work=%.0f\n",
+                (long long)num_pages, use_mask, poisoned, lied_tensors, work);
+        fprintf(stderr, "fuzz_api:   tensors: memory=%d q%+td kv%+td pt%+td mask%+td out%+td "
+                        "lse%+td (offsets from the buffers; NULL shown as 0) num_pages=%lld "
+                        "ws %zu of %zu%s\n",
+                (int)t.memory, t.q ? (const unsigned char *)t.q - q : 0,
+                t.kv_cache ? (const unsigned char *)t.kv_cache - kv : 0,
+                t.page_table ? (const char *)t.page_table - (const char *)pt : 0,
+                t.tree_mask ? (const char *)t.tree_mask - (const char *)mask : 0,
+                t.out ? (const char *)t.out - (const char *)out.p : 0,
+                t.lse ? (const char *)t.lse - (const char *)lse.p : 0, (long long)t.num_pages,
+                ws_give, ws_need, ws_ptr == ws ? "" : " (moved or NULL)");
+    }
     if (g & 0x80)
         s = mlav_verify(ctx, &p, &t);
     else
         s = mlav_run(plan, &t, ws_ptr, ws_give, NULL);
 
+    if (verbose)
+        fprintf(stderr, "fuzz_api:   %s: %s %s\n", (g & 0x80) ? "verify" : "run",
+                mlav_status_string(s), s == MLAV_OK ? "" : mlav_last_error(NULL));
     FUZZ_REQUIRE(guarded_ok(&out) && guarded_ok(&lse), "a write outside out/lse (%s)",
                  mlav_status_string(s));
     FUZZ_REQUIRE(memcmp(q, q0, nq * esz + 8) == 0 && memcmp(kv, kv0, nkv * esz + 8) == 0 &&

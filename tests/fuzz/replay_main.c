@@ -68,7 +68,8 @@ static int replay_dir(const char *dir, long *count)
         n++;
     }
     closedir(d);
-    qsort(names, n, sizeof *names, cmp_names);
+    if (n > 1)
+        qsort(names, n, sizeof *names, cmp_names);
     int ok = 1;
     for (size_t i = 0; i < n; i++) {
         struct stat st;
