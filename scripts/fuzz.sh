@@ -12,10 +12,11 @@ build=${FUZZ_BUILD_DIR:-$mlav_root/build-fuzz}
 
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-14-dev libomp-dev)" >&2; exit 1; }
 # no CUDA, no CLI or bench: the targets link the library and the bundle code only
+mkdir -p "$build"
 CC=clang cmake -S "$mlav_root" -B "$build" -DMLAV_CUDA=OFF -DMLAV_FUZZ=ON \
   -DMLAV_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_CLI=OFF >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; exit 1; }
+  -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_CLI=OFF >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target fuzz_bundle fuzz_api
 
 # Two OpenMP threads: the CPU backend's split-KV and merge paths run as they do in production.
