@@ -499,9 +499,10 @@ static void test_cuda_graph(void **state)
         skip();
 }
 
-/* Every plan that succeeds runs within the sm_120 shared-memory limit (mlav_run checks it on
- * each launch); cuda-naive refuses a prefix whose score row cannot fit, and runs one that just
- * fits (the largest dynamic shared memory it ever asks for). */
+/* Every plan that succeeds runs within the sm_120 shared-memory limit (the flash plan checks
+ * its fixed footprint once, the naive run its per-problem footprint on every launch);
+ * cuda-naive refuses a prefix whose score row cannot fit, and runs one that just fits (the
+ * largest dynamic shared memory it ever asks for). */
 static void test_cuda_smem_limit(void **state)
 {
     (void)state;
