@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "../src/common/dtype.h"
 #include "mlaverify.h"
 #include "test_util.h"
 
@@ -761,6 +762,60 @@ static void test_cuda_bad_device_page_id(void **state)
         skip();
 }
 
+/* A NaN in a draft row's values (c_kv) reaches exactly the rows whose tree mask sees that row.
+ * On tensor cores a hidden key's P = 0 times NaN is NaN, so the flash kernel must take its exact
+ * path for such a tile; the oracle says which rows are NaN, and tu_compare requires the NaN
+ * positions to match before any tolerance. (Inf outputs are not compared: tu_compare measures
+ * differences, and Inf - Inf is NaN.) */
+static void test_cuda_nonfinite_hidden_draft(void **state)
+{
+    (void)state;
+    require_device();
+    static const mlav_dtype dtypes[] = {MLAV_DTYPE_BF16, MLAV_DTYPE_F16, MLAV_DTYPE_F32};
+    const uint64_t seed = tu_seed();
+    int ran = 0;
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++) {
+        tu_case c = CASE(8, 512, 64, 1, BF16, TU_BUSHY, 2, QS(9, 33), PS(300, 1000));
+        c.dtype = dtypes[k];
+        c.seed = seed + k;
+        tu_problem *p = tu_make(&c);
+        /* request 0: draft node 3, column 7; request 1: draft node 20, column 300 */
+        const int32_t bad_b[2] = {0, 1}, bad_node[2] = {3, 20}, bad_col[2] = {7, 300};
+        for (int i = 0; i < 2; i++) {
+            const int32_t b = bad_b[i], j = c.prefixes[b] + bad_node[i], ps = c.page_size;
+            const size_t row =
+                (size_t)p->page_table[(size_t)b * (size_t)p->prob.max_pages + (size_t)(j / ps)] *
+                    (size_t)ps +
+                (size_t)(j % ps);
+            mlav_store_from_f32(p->kv, (int)c.dtype,
+                                row * (size_t)(c.Dl + c.Dr) + (size_t)bad_col[i], NAN);
+        }
+        tu_reference(p);
+        for (size_t bi = 0; bi < N_BACKENDS; bi++) {
+            const mlav_backend b = gpu_backends[bi];
+            mlav_context *ctx = NULL;
+            mlav_plan *plan = NULL;
+            if (!open_context(b, &ctx))
+                continue;
+            if (!plan_or_skip(ctx, b, p, &plan)) {
+                mlav_context_free(ctx);
+                continue;
+            }
+            check_run(plan, b, p, MODE_DEVICE, 0, stream);
+            check_run(plan, b, p, MODE_HOST, 0, stream);
+            ran++;
+            mlav_plan_free(plan);
+            mlav_context_free(ctx);
+        }
+        tu_free(p);
+    }
+    CK(cudaStreamDestroy(stream));
+    if (!ran)
+        skip();
+}
+
 #else /* built without CUDA: the same tests, each a skip */
 
 #define SKIP_TEST(name)                                                                      \
@@ -777,6 +832,7 @@ SKIP_TEST(test_cuda_graph)
 SKIP_TEST(test_cuda_smem_limit)
 SKIP_TEST(test_cuda_bad_inputs)
 SKIP_TEST(test_cuda_bad_device_page_id)
+SKIP_TEST(test_cuda_nonfinite_hidden_draft)
 
 #endif
 
@@ -790,6 +846,7 @@ int main(void)
         cmocka_unit_test(test_cuda_smem_limit),
         cmocka_unit_test(test_cuda_bad_inputs),
         cmocka_unit_test(test_cuda_bad_device_page_id),
+        cmocka_unit_test(test_cuda_nonfinite_hidden_draft),
     };
     /* MLAV_TEST_FILTER=test_cuda_graph (wildcards * and ?) runs a subset, e.g. under
      * compute-sanitizer --tool racecheck, which is too slow for the whole grid */

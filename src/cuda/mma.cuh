@@ -9,8 +9,8 @@
 
 namespace mlav {
 
-/* Per storage type: the tensor-core MMA, packing two floats into one operand register, the
- * output conversion and a NaN bit pattern. */
+/* Per storage type: the tensor-core MMA, packing two floats into one operand register, a NaN
+ * bit pattern and the exponent mask that tells Inf and NaN. */
 template <typename T> struct mma_type;
 
 template <> struct mma_type<__nv_bfloat16> {
@@ -29,6 +29,7 @@ template <> struct mma_type<__nv_bfloat16> {
         return *reinterpret_cast<uint32_t *>(&v);
     }
     static constexpr uint16_t nan_bits = 0x7fc0;
+    static constexpr uint16_t exp_mask = 0x7f80; /* all set: Inf or NaN */
 };
 
 template <> struct mma_type<__half> {
@@ -46,6 +47,7 @@ template <> struct mma_type<__half> {
         return *reinterpret_cast<uint32_t *>(&v);
     }
     static constexpr uint16_t nan_bits = 0x7e00;
+    static constexpr uint16_t exp_mask = 0x7c00;
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
