@@ -8,8 +8,7 @@
  *   O += P V   : warp (mi, ni) owns output columns [256 ni, 256 ni + 256): 128 fp32 registers.
  * Shared memory (sm_120 fits it: 97,536 of 101,376 bytes): Q 32 x 576, three KV tiles of
  * 16 x 576 (rows padded to 584 elements = 73 16-byte chunks, so the 8 row addresses of every
- * ldmatrix fall in distinct bank groups), 4 KB for the S exchange and 2 KB for P (used only
- * by the exact path for a draft tile holding a non-finite value; see has_nonfinite_values). */
+ * ldmatrix fall in distinct bank groups), and 4 KB for the S exchange. */
 #include <math.h>
 
 #include "../common/merge.h"
@@ -28,9 +27,7 @@ constexpr int COLS_HALF = DL / 2;  /* 256: each half's share of the output colum
 constexpr int SQ_ELEMS = BM * RS;
 constexpr int SKV_ELEMS = BN * RS;
 constexpr int SX_FLOATS = 4 * 32 * 8;
-constexpr int SP_FLOATS = BM * BN; /* P of a tile, for the exact path of a non-finite value */
-constexpr size_t SMEM_BYTES =
-    (size_t)(SQ_ELEMS + STAGES * SKV_ELEMS) * 2 + (SX_FLOATS + SP_FLOATS) * 4;
+constexpr size_t SMEM_BYTES = (size_t)(SQ_ELEMS + STAGES * SKV_ELEMS) * 2 + SX_FLOATS * 4;
 static_assert(SMEM_BYTES <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
 static_assert(DEPTH_HALF % 16 == 0 && COLS_HALF % 16 == 0, "MMA tiling");
 
@@ -90,26 +87,35 @@ __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page,
     }
 }
 
-/* Whether any of this thread's value columns (c_kv, the first Dl) of row `row` in a stage buffer
- * is Inf or NaN: all exponent bits set, for BF16 and F16 alike. The thread checks the chunks it
- * gathered. */
+/* Zero the Inf and NaN values among this thread's value columns (c_kv, the first Dl) of row
+ * `row` of a stage buffer, after S has used them. Exact, because c_kv is also the key: a
+ * non-finite c_kv element makes that key's score NaN or +-inf for every row, so a row that sees
+ * the key comes out NaN (or gives it weight 0 at -inf) through the softmax, and a row that does
+ * not has it masked; no row needs the value itself. Without this, P = 0 times NaN on the tensor
+ * cores would carry a hidden draft row's NaN into rows that do not see it. */
 template <typename T>
-__device__ __forceinline__ bool has_nonfinite_values(const T *tile, int row, int part)
+__device__ __forceinline__ void zero_nonfinite_values(T *tile, int row, int part)
 {
-    const uint32_t exp_mask = mlav::mma_type<T>::exp_mask;
-    bool bad = false;
+    const uint32_t m = mlav::mma_type<T>::exp_mask;
 #pragma unroll
     for (int k = 0; k < GATHER_STEPS; k++) {
         const int col = (part + k * GATHER_TPR) * 8;
         if (col >= DL)
             continue;
-        const uint4 v = *reinterpret_cast<const uint4 *>(tile + row * RS + col);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        uint4 *chunk = reinterpret_cast<uint4 *>(tile + row * RS + col);
+        uint4 v = *chunk;
+        uint32_t *w = reinterpret_cast<uint32_t *>(&v);
+        bool changed = false;
 #pragma unroll
-        for (int h = 0; h < 4; h++)
-            bad |= (w[h] & exp_mask) == exp_mask || ((w[h] >> 16) & exp_mask) == exp_mask;
+        for (int h = 0; h < 4; h++) {
+            const uint32_t lo = (w[h] & m) == m ? 0xffff0000u : 0xffffffffu;
+            const uint32_t hi = ((w[h] >> 16) & m) == m ? 0x0000ffffu : 0xffffffffu;
+            changed |= (lo & hi) != 0xffffffffu;
+            w[h] &= lo & hi;
+        }
+        if (changed)
+            *chunk = v;
     }
-    return bad;
 }
 
 template <typename T>
@@ -120,7 +126,6 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
     T *sQ = reinterpret_cast<T *>(smem);
     T *sKV = sQ + SQ_ELEMS;
     float *sX = reinterpret_cast<float *>(sKV + STAGES * SKV_ELEMS);
-    float *sP = sX + SX_FLOATS;
 
     const mlav_split_item item = p.items[blockIdx.x];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -224,7 +229,6 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         /* scale, mask (split end, tree), tile row max */
         const int j_base = kv_begin + t * BN;
         float tile_max[2] = {-INFINITY, -INFINITY};
-        uint32_t hidden = 0; /* bit 4n + e: this fragment element's key is hidden from its row */
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
         if (prefix_only) {
             /* a tile of prefix rows only: every key visible to every row (padding rows hold
@@ -252,7 +256,6 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
                             vis = k <= i;
                     }
                     s[n][e] = vis ? s[n][e] * p.scale_log2 : -INFINITY;
-                    hidden |= (uint32_t)!vis << (4 * n + e);
                     tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
                 }
         }
@@ -287,57 +290,29 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
             }
         }
 
-        /* A draft row's values can be Inf or NaN (a model that blew up); P = 0 times NaN is NaN,
-         * so on tensor cores a hidden key would leak into rows that do not see it. Draft tiles
-         * are a few per request: scan them, and take an exact path for a tile that holds one. */
-        const bool exact = !prefix_only &&
-                           __syncthreads_or(j_base + g_row >= prefix && j_base + g_row < kv_end &&
-                                            has_nonfinite_values(sK, g_row, g_part));
-        if (exact) {
-            /* P of the tile to shared memory (both halves hold the same P: one writes), -1 for
-             * a hidden key, then every thread adds its own output columns key by key, skipping
-             * hidden keys (a visible key is multiplied even at P = 0, as the oracle does) */
-            if (ni == 0) {
-#pragma unroll
-                for (int n = 0; n < 2; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        sP[(mi * 16 + g + (e >> 1) * 8) * BN + n * 8 + qd * 2 + (e & 1)] =
-                            (hidden >> (4 * n + e)) & 1u ? -1.0f : s[n][e];
-            }
+        if (!prefix_only) {
+            /* a tile with draft rows or rows past the split end: after every warp has used the
+             * tile for S, drop non-finite values (zero_nonfinite_values says why it is exact) */
             __syncthreads();
-            for (int k = 0; k < BN; k++) {
-                const float p0 = sP[(mi * 16 + g) * BN + k], p1 = sP[(mi * 16 + g + 8) * BN + k];
-                const T *v = sK + k * RS + ni * COLS_HALF + qd * 2;
+            if (j_base + g_row < kv_end)
+                zero_nonfinite_values(const_cast<T *>(sK), g_row, g_part);
+            __syncthreads();
+        }
+
+        /* P stays in registers: the S accumulator layout of two n8 tiles is the A operand
+         * layout of one k16 step */
+        uint32_t pa[4];
+        pa[0] = MT::pack(s[0][0], s[0][1]);
+        pa[1] = MT::pack(s[0][2], s[0][3]);
+        pa[2] = MT::pack(s[1][0], s[1][1]);
+        pa[3] = MT::pack(s[1][2], s[1][3]);
 #pragma unroll
-                for (int n = 0; n < COLS_HALF / 8; n++) {
-                    const float v0 = (float)v[n * 8], v1 = (float)v[n * 8 + 1];
-                    if (p0 >= 0.0f) {
-                        o[n][0] += p0 * v0;
-                        o[n][1] += p0 * v1;
-                    }
-                    if (p1 >= 0.0f) {
-                        o[n][2] += p1 * v0;
-                        o[n][3] += p1 * v1;
-                    }
-                }
-            }
-        } else {
-            /* P stays in registers: the S accumulator layout of two n8 tiles is the A operand
-             * layout of one k16 step */
-            uint32_t pa[4];
-            pa[0] = MT::pack(s[0][0], s[0][1]);
-            pa[1] = MT::pack(s[0][2], s[0][3]);
-            pa[2] = MT::pack(s[1][0], s[1][1]);
-            pa[3] = MT::pack(s[1][2], s[1][3]);
-#pragma unroll
-            for (int nn = 0; nn < COLS_HALF / 16; nn++) {
-                uint32_t bv[4];
-                mlav::ldsm_x4_trans(bv, sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS +
-                                            ni * COLS_HALF + nn * 16 + (lane >> 4) * 8);
-                MT::mma(o[2 * nn], pa, bv[0], bv[1]);
-                MT::mma(o[2 * nn + 1], pa, bv[2], bv[3]);
-            }
+        for (int nn = 0; nn < COLS_HALF / 16; nn++) {
+            uint32_t bv[4];
+            mlav::ldsm_x4_trans(bv, sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS +
+                                        ni * COLS_HALF + nn * 16 + (lane >> 4) * 8);
+            MT::mma(o[2 * nn], pa, bv[0], bv[1]);
+            MT::mma(o[2 * nn + 1], pa, bv[2], bv[3]);
         }
     }
     mlav::cp_async_wait<0>();
