@@ -55,14 +55,17 @@ static void usage(FILE *f)
         "                       [--heads LIST] [--qlen LIST] [--prefix LIST] [--batch N]\n"
         "                       [--page-size N] [--dtype bf16|f16|f32] [--tree tree|chain]\n"
         "                       [--reps N] [--min-reps N] [--max-seconds S] [--csv FILE]\n"
+        "                       [--list]\n"
         "  --backend LIST    comma-separated: cuda, cuda-naive, cpu, reference\n"
         "                    (default: cuda,cuda-naive with a CUDA device, else cpu)\n"
         "  --preset NAME     reference: B=1 H=64 bf16 page_size 1 (shuffled), q_len 1,9,33,\n"
         "                      prefix 256..131072 (the default with a CUDA device)\n"
         "                    full: reference plus H=16 and H=128, B=8 H=16 q_len 9 prefix 4096\n"
         "                      and 32768, and page_size 64 at the reference workload\n"
-        "                    cpu: B=1 H=64 bf16 page_size 1, q_len 1,9,33, prefix 256..4096\n"
-        "                      (the default without one)\n"
+        "                    cpu: full's points up to prefix 16384 (49 points: B=1 H=16,64,128\n"
+        "                      q_len 1,9,33 prefix 256..16384, B=8 H=16 q_len 9 prefix 4096,\n"
+        "                      page_size 64 at H=64), for the CPU backend (the default without\n"
+        "                      a CUDA device)\n"
         "                    a preset cannot be combined with --heads/--qlen/--prefix/--batch/\n"
         "                    --page-size/--dtype, which build a grid of their own\n"
         "  --reps N          replays per point (default 50); a point stops earlier once\n"
@@ -71,10 +74,11 @@ static void usage(FILE *f)
         "  --csv FILE        one row per backend and point:\n"
         "                    backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,\n"
         "                    gbps,frac_mma,frac_bw\n"
+        "  --list            print the points (batch heads q_len prefix page_size dtype) and exit\n"
         "GPU times: CUDA-graph replays of mlav_run on device tensors, L2 flushed before each,\n"
         "CUDA events, median. CPU times: clock_gettime, median. Ceilings are measured in the same\n"
-        "run: mma.sync BF16 rate and device copy bandwidth on a GPU; cblas_sgemm on a product of\n"
-        "the same FLOPs and a parallel memcpy on the CPU.\n");
+        "run: mma.sync BF16 rate and device copy bandwidth on a GPU; on the CPU, cblas_sgemm\n"
+        "M=576 N=16393 K=1088 (the H=64 q_len 9 prefix 16384 score product) and a parallel memcpy.\n");
 }
 
 static int parse_int_list(const char *s, int64_t *out, int max, int64_t lo, const char *what)
@@ -322,30 +326,28 @@ static mlav_status cpu_time(const mlav_plan *plan, const mlav_tensors *t, const 
     return s;
 }
 
-/* cblas_sgemm at the shape of the verify's score product with the same FLOPs: M = B*H*q_len
- * rows, K = W + Dl, N = kv_len columns (in chunks of at most 16384 so the operand stays
- * small; the chunks together have exactly the verify's FLOPs). Best of 3, FLOP/s. */
-static double cpu_sgemm_rate(const bench_config *c, const bench_opts *o)
+/* The CPU FLOP ceiling: one cblas_sgemm of the verify's score-product shape at the reference
+ * point H=64 q_len 9 prefix 16384 (M = H*q_len = 576 rows, N = kv_len = 16393 columns,
+ * K = W + Dl = 1088), row-major, fp32. One untimed warm-up call, then best of 3, FLOP/s. Every
+ * CPU row's frac_mma divides by this one host-wide rate, as GPU rows divide by the mma.sync rate. */
+enum { SGEMM_M = 576, SGEMM_N = 16393, SGEMM_K = 1088 };
+
+static double cpu_sgemm_rate(void)
 {
-    int M = c->B * c->H * c->q_len, K = 2 * o->Dl + o->Dr;
-    int64_t N = c->prefix + c->q_len;
-    int nc = (int)(N < 16384 ? N : 16384);
+    const int M = SGEMM_M, N = SGEMM_N, K = SGEMM_K;
     float *A = host_alloc((size_t)M * K * sizeof(float));
-    float *Bm = host_alloc((size_t)K * nc * sizeof(float));
-    float *C = host_alloc((size_t)M * nc * sizeof(float));
+    float *Bm = host_alloc((size_t)K * N * sizeof(float));
+    float *C = host_alloc((size_t)M * N * sizeof(float));
     double best = 0.0;
     if (A && Bm && C) {
         for (size_t i = 0; i < (size_t)M * K; i++)
             A[i] = (float)(i % 7) * 0.125f;
-        for (size_t i = 0; i < (size_t)K * nc; i++)
+        for (size_t i = 0; i < (size_t)K * N; i++)
             Bm[i] = (float)(i % 5) * 0.25f;
         for (int r = 0; r < 4; r++) {
             double a = now_s();
-            for (int64_t done = 0; done < N; done += nc) {
-                int n = (int)(N - done < nc ? N - done : nc);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, n, K, 1.0f, A, K, Bm,
-                            nc, 0.0f, C, nc);
-            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, Bm, N,
+                        0.0f, C, N);
             double rate = 2.0 * M * (double)N * K / (now_s() - a);
             if (r > 0 && rate > best) /* r = 0 warms the threads up */
                 best = rate;
@@ -441,8 +443,13 @@ static int preset_configs(const char *name, bench_config *out, int max)
         return n;
     }
     if (!strcmp(name, "cpu")) {
-        static const int64_t cpu_ps[] = {256, 1024, 4096};
-        return add_grid(out, n, max, 1, 64, 1, bf, ref_qlens, 3, cpu_ps, 3);
+        /* issue 7: the CPU table covers full's points up to prefix 16384, in full's order */
+        n = preset_configs("full", out, max);
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (out[i].prefix <= 16384)
+                out[k++] = out[i];
+        return k;
     }
     fprintf(stderr, "mlaverify bench: unknown preset '%s' (reference, full, cpu)\n", name);
     return -1;
@@ -497,7 +504,7 @@ int mlav_cmd_bench(int argc, char **argv)
                     .tree = 1, .seed = 0x6d6c6176u};
     const char *preset = NULL, *backend_list = NULL;
     int64_t heads[BENCH_MAX_LIST], qlens[BENCH_MAX_LIST], prefixes[BENCH_MAX_LIST];
-    int nh = 0, nq = 0, np = 0, grid_opts = 0;
+    int nh = 0, nq = 0, np = 0, grid_opts = 0, list_only = 0;
     int64_t batch = 1, page = 1;
     mlav_dtype dtype = MLAV_DTYPE_BF16;
 
@@ -506,6 +513,10 @@ int mlav_cmd_bench(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--list")) {
+            list_only = 1;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "mlaverify bench: '%s' needs a value (or is unknown)\n", a);
@@ -645,6 +656,14 @@ int mlav_cmd_bench(int argc, char **argv)
                             nq, prefixes, np);
     }
 
+    if (list_only) {
+        printf("# batch heads q_len prefix page_size dtype (%d points)\n", ncfg);
+        for (int i = 0; i < ncfg; i++)
+            printf("%d %d %d %lld %d %s\n", cfg[i].B, cfg[i].H, cfg[i].q_len,
+                   (long long)cfg[i].prefix, cfg[i].page_size, mlav_dtype_name(cfg[i].dtype));
+        return 0;
+    }
+
     bench_result *res = calloc((size_t)ncfg * (size_t)o.num_backends, sizeof *res);
     mlav_context *ctx[BENCH_MAX_BACKENDS] = {0};
     if (!res)
@@ -689,12 +708,16 @@ int mlav_cmd_bench(int argc, char **argv)
     int any_cpu = 0;
     for (int b = 0; b < o.num_backends; b++)
         any_cpu |= !is_gpu_backend(o.backends[b]);
-    double cpu_bw = 0.0;
+    double cpu_bw = 0.0, sgemm = 0.0;
     if (any_cpu) {
+        printf("# cpu: %s, %d OpenMP threads; clock_gettime, median\n", cpu_name,
+               omp_get_max_threads());
+        fflush(stdout);
         cpu_bw = cpu_copy_rate();
-        printf("# cpu: %s, %d OpenMP threads; memcpy %.1f GB/s (read + write); FLOP ceiling: "
-               "cblas_sgemm of the same FLOPs per point; clock_gettime, median\n",
-               cpu_name, omp_get_max_threads(), cpu_bw / 1e9);
+        sgemm = cpu_sgemm_rate();
+        printf("# cpu ceilings (measured now): cblas_sgemm M=%d N=%d K=%d fp32 %.1f GFLOP/s "
+               "(best of 3); memcpy %.1f GB/s (read + write, 256 MiB)\n", SGEMM_M, SGEMM_N,
+               SGEMM_K, sgemm / 1e9, cpu_bw / 1e9);
     }
 
     /* table roles: flash = the fast backend (cuda, else cpu), naive = its baseline */
@@ -758,7 +781,6 @@ int mlav_cmd_bench(int argc, char **argv)
 #endif
         host_tensors ht = {0};
         mlav_tensors htt = {0};
-        double sgemm = 0.0;
         if (any_cpu) {
             if (host_tensors_make(&ht, &L, c->dtype, seed) != 0) {
                 fprintf(stderr, "mlaverify bench: out of host memory\n");
@@ -767,7 +789,6 @@ int mlav_cmd_bench(int argc, char **argv)
             htt = (mlav_tensors){.memory = MLAV_MEM_HOST, .q = ht.q, .kv_cache = ht.kv,
                                  .num_pages = L.num_pages, .page_table = L.page_table,
                                  .tree_mask = L.tree_mask, .out = ht.out, .lse = ht.lse};
-            sgemm = cpu_sgemm_rate(c, &o);
         }
 
         for (int b = 0; b < o.num_backends; b++) {
@@ -824,9 +845,10 @@ int mlav_cmd_bench(int argc, char **argv)
             snprintf(rf_s, sizeof rf_s, "%d", rf->reps);
         snprintf(reps, sizeof reps, "%s/%s", rn_s, rf_s);
         if (rf->status == MLAV_OK)
-            printf("%7d %6d %8lld %11s %11s %8s %8.1f %8.1f %8.3f %8.3f %7s\n", c->B, c->q_len,
-                   (long long)c->prefix, tn, tf, sp, rf->tflops, rf->gbps, rf->frac_mma,
-                   rf->frac_bw, reps);
+            /* a CPU runs at tenths of a TFLOP/s: three decimals there, one on a GPU */
+            printf("%7d %6d %8lld %11s %11s %8s %8.*f %8.1f %8.3f %8.3f %7s\n", c->B, c->q_len,
+                   (long long)c->prefix, tn, tf, sp, is_gpu_backend(o.backends[flash]) ? 1 : 3,
+                   rf->tflops, rf->gbps, rf->frac_mma, rf->frac_bw, reps);
         else
             printf("%7d %6d %8lld %11s %11s %8s %8s %8s %8s %8s %7s\n", c->B, c->q_len,
                    (long long)c->prefix, tn, tf, sp, "-", "-", "-", "-", reps);
