@@ -81,6 +81,22 @@ static void check_schedule(const mlav_problem_info *p, const mlav_schedule_param
     free(seen_slot);
 }
 
+/* The blocks fill whole waves: never more than the fewest waves the unsplit batch needs (a
+ * wave only a few blocks over the device doubles the time). */
+static void check_whole_waves(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                              const mlav_schedule *s)
+{
+    int64_t tiles = 0;
+    for (int32_t b = 0; b < p->B; b++) {
+        int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
+        tiles += (rows + sp->rows_per_tile - 1) / sp->rows_per_tile;
+    }
+    int64_t waves = (tiles + sp->target_blocks - 1) / sp->target_blocks;
+    if (waves < 1)
+        waves = 1;
+    assert_true(s->n_items <= waves * sp->target_blocks);
+}
+
 static void test_schedule_random_batches(void **state)
 {
     (void)state;
@@ -107,6 +123,7 @@ static void test_schedule_random_batches(void **state)
         mlav_schedule s;
         assert_int_equal(mlav_schedule_build(&info, &sp, &s), MLAV_OK);
         check_schedule(&info, &sp, &s, seed);
+        check_whole_waves(&info, &sp, &s);
         mlav_schedule_free(&s);
         mlav_problem_info_free(&info);
     }
@@ -126,13 +143,44 @@ static void test_schedule_long_request_fills_device(void **state)
                                .max_splits = 64, .target_blocks = 2 * 132 * 2};
     mlav_schedule s;
     assert_int_equal(mlav_schedule_build(&info, &sp, &s), MLAV_OK);
-    /* 18 row tiles x splits: at least one full wave of 264 blocks, at most a few waves */
+    /* 18 row tiles x splits: most of one wave of 528 blocks, never a second */
     assert_true(s.n_items >= 264);
-    assert_true(s.n_items <= 4 * 528);
+    assert_true(s.n_items <= 528);
     assert_true(s.splits[0] > 1);
     check_schedule(&info, &sp, &s, 0);
     mlav_schedule_free(&s);
     mlav_problem_info_free(&info);
+}
+
+/* The flash plan's parameters on a 132-SM device (64-row tiles, one block per SM): q_len 9 at
+ * H = 64 is 9 row tiles; 14 splits fill 126 SMs, 15 would spill 3 blocks into a second wave. */
+static void test_schedule_fits_one_wave(void **state)
+{
+    (void)state;
+    const int32_t prefixes[] = {256, 1024, 4096, 16384, 65536, 131072};
+    const int32_t qlens[] = {1, 9, 33};
+    for (int qi = 0; qi < 3; qi++)
+        for (int pi = 0; pi < 6; pi++) {
+            int32_t q_indptr[2] = {0, qlens[qi]}, kv_lens[1] = {prefixes[pi] + qlens[qi]};
+            mlav_problem prob = {.num_heads = 64, .d_latent = 512, .d_rope = 64,
+                                 .softmax_scale = 0.1f, .dtype = MLAV_DTYPE_BF16,
+                                 .page_size = 1, .batch = 1, .q_indptr = q_indptr,
+                                 .kv_lens = kv_lens, .max_pages = kv_lens[0]};
+            mlav_problem_info info;
+            assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+            mlav_schedule_params sp = {.rows_per_tile = 64, .key_align = 32, .min_chunk = 32,
+                                       .max_splits = 128, .target_blocks = 132};
+            mlav_schedule s;
+            assert_int_equal(mlav_schedule_build(&info, &sp, &s), MLAV_OK);
+            check_schedule(&info, &sp, &s, 0);
+            assert_true(s.n_items <= 132);
+            /* and it uses most of the wave when the request is long enough to split (q_len 1 is
+             * one row tile, held to 128 splits of whole 32-key tiles) */
+            if (qlens[qi] > 1 && prefixes[pi] >= 16384 && s.n_items < 132 * 9 / 10)
+                fail_msg("q_len %d prefix %d: %d blocks", qlens[qi], prefixes[pi], s.n_items);
+            mlav_schedule_free(&s);
+            mlav_problem_info_free(&info);
+        }
 }
 
 /* A short request is not split below min_chunk (loading Q would dominate). */
@@ -162,6 +210,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule_random_batches),
         cmocka_unit_test(test_schedule_long_request_fills_device),
+        cmocka_unit_test(test_schedule_fits_one_wave),
         cmocka_unit_test(test_schedule_short_request_not_oversplit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,34 +13,44 @@
 
 #include "hd.h"
 
+/* The merge rules element by element, so that a parallel merge (combine.cu: one thread per
+ * state, reductions for the max, the NaN flag and the sum) applies exactly the rules of the serial
+ * one below. m is the largest lse, nan whether any lse is NaN, sum the sum of the weights. */
+static MLAV_HD float mlav_merge_weight(float lse, float m, int nan)
+{
+    if (nan)
+        return NAN;
+    return m == -INFINITY ? 0.0f : expf(lse - m); /* an +inf lse: inf - inf = NaN, propagated */
+}
+static MLAV_HD float mlav_merge_normalize(float w, float sum)
+{
+    return sum > 0.0f ? w / sum : (sum == 0.0f ? 0.0f : NAN); /* all empty: 0; NaN stays */
+}
+static MLAV_HD float mlav_merge_lse(float m, float sum, int nan)
+{
+    if (nan)
+        return NAN;
+    return m == -INFINITY ? -INFINITY : m + logf(sum);
+}
+
 /* Turn lse[0..n) into normalised weights w[0..n) (w_i >= 0, sum 1, or all 0 when every state is
  * empty) and return the merged lse. NaN in any lse yields NaN weights and a NaN lse. */
 static MLAV_HD float mlav_merge_weights(int n, const float *lse, float *w)
 {
     float m = -INFINITY;
-    for (int i = 0; i < n; i++)
-        m = fmaxf(m, lse[i]);
     int nan = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        m = fmaxf(m, lse[i]);
         nan |= lse[i] != lse[i];
-    if (nan) {
-        for (int i = 0; i < n; i++)
-            w[i] = NAN;
-        return NAN;
-    }
-    if (m == -INFINITY) {
-        for (int i = 0; i < n; i++)
-            w[i] = 0.0f;
-        return -INFINITY;
     }
     float sum = 0.0f;
     for (int i = 0; i < n; i++) {
-        w[i] = expf(lse[i] - m); /* an +inf lse gives m = inf, inf - inf = NaN: propagated */
+        w[i] = mlav_merge_weight(lse[i], m, nan);
         sum += w[i];
     }
     for (int i = 0; i < n; i++)
-        w[i] /= sum;
-    return m + logf(sum);
+        w[i] = mlav_merge_normalize(w[i], sum);
+    return mlav_merge_lse(m, sum, nan);
 }
 
 /* Online-softmax rescale of a running state by a new running max, for tile loops:

@@ -19,6 +19,34 @@ void mlav_schedule_free(mlav_schedule *s)
     memset(s, 0, sizeof *s);
 }
 
+/* Splits of a request with kv KV rows at a target chunk: capped at max_splits, then evened out
+ * and re-counted so that alignment leaves no empty split. *per = KV rows per split. */
+static int64_t splits_of(int64_t kv, int64_t chunk, const mlav_schedule_params *sp, int64_t *per)
+{
+    int64_t s = ceil_div(kv > 0 ? kv : 1, chunk);
+    if (s > sp->max_splits)
+        s = sp->max_splits;
+    if (s < 1)
+        s = 1;
+    int64_t pr = ceil_div(ceil_div(kv > 0 ? kv : 1, s), sp->key_align) * sp->key_align;
+    s = ceil_div(kv > 0 ? kv : 1, pr);
+    if (per)
+        *per = pr;
+    return s < 1 ? 1 : s;
+}
+
+/* Blocks of the whole batch at a chunk. */
+static int64_t blocks_at(const mlav_problem_info *p, const mlav_schedule_params *sp, int64_t chunk)
+{
+    int64_t n = 0;
+    for (int32_t b = 0; b < p->B; b++) {
+        int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
+        if (rows > 0)
+            n += ceil_div(rows, sp->rows_per_tile) * splits_of(p->kv_lens[b], chunk, sp, NULL);
+    }
+    return n;
+}
+
 mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                 mlav_schedule *out)
 {
@@ -27,19 +55,29 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
         sp->target_blocks < 1)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "schedule parameters must be positive");
 
-    /* Work in (row tile x KV row) units: every block costs about its KV rows, since it always
-     * processes a full tile of M rows. */
-    int64_t work = 0;
-    for (int32_t b = 0; b < p->B; b++) {
-        int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
-        work += ceil_div(rows, sp->rows_per_tile) * p->kv_lens[b];
+    /* The smallest chunk (most parallelism) whose blocks fit in whole waves of target_blocks,
+     * as few waves as the unsplit batch allows: blocks of one split size finish together, and a
+     * wave that is only a few blocks over (15 splits x 9 row tiles = 135 blocks on 132 SMs)
+     * doubles the time (bench/NOTES.md, v2). */
+    const int64_t ka = sp->key_align;
+    int64_t max_kv = 1;
+    for (int32_t b = 0; b < p->B; b++)
+        if (mlav_info_q_len(p, b) > 0 && p->kv_lens[b] > max_kv)
+            max_kv = p->kv_lens[b];
+    int64_t lo = ceil_div(sp->min_chunk, ka), hi = ceil_div(max_kv, ka);
+    if (hi < lo)
+        hi = lo;
+    const int64_t cap = ceil_div(blocks_at(p, sp, hi * ka), sp->target_blocks) * sp->target_blocks;
+    while (lo < hi) { /* blocks_at does not grow with the chunk */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (blocks_at(p, sp, mid * ka) <= cap)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
-    int64_t chunk = ceil_div(work > 0 ? work : 1, sp->target_blocks);
-    if (chunk < sp->min_chunk)
-        chunk = sp->min_chunk;
-    chunk = ceil_div(chunk, sp->key_align) * sp->key_align;
+    int64_t chunk = lo * ka;
     if (chunk > INT32_MAX)
-        chunk = (INT32_MAX / sp->key_align) * sp->key_align;
+        chunk = (INT32_MAX / ka) * ka;
     out->chunk_keys = (int32_t)chunk;
 
     out->splits = calloc((size_t)p->B, sizeof(int32_t));
@@ -51,16 +89,7 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
         if (rows == 0)
             continue;
         int64_t mt = ceil_div(rows, sp->rows_per_tile);
-        int64_t s = ceil_div(p->kv_lens[b], chunk);
-        if (s > sp->max_splits)
-            s = sp->max_splits;
-        if (s < 1)
-            s = 1;
-        /* even out the splits, then drop any that became empty through alignment */
-        int64_t per = ceil_div(ceil_div(p->kv_lens[b], s), sp->key_align) * sp->key_align;
-        s = ceil_div(p->kv_lens[b], per);
-        if (s < 1)
-            s = 1;
+        int64_t s = splits_of(p->kv_lens[b], chunk, sp, NULL);
         out->splits[b] = (int32_t)s;
         n_items += s * mt;
         if (s > 1) {
@@ -84,7 +113,8 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
             continue;
         int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
         int32_t mt = (int32_t)ceil_div(rows, sp->rows_per_tile);
-        int64_t per = ceil_div(ceil_div(p->kv_lens[b], s), sp->key_align) * sp->key_align;
+        int64_t per;
+        splits_of(p->kv_lens[b], chunk, sp, &per);
         for (int32_t k = 0; k < s; k++) {
             int64_t begin = k * per, end = begin + per;
             if (end > p->kv_lens[b])

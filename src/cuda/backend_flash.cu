@@ -47,14 +47,18 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     if (s != MLAV_OK)
         return s;
 
-    /* Two waves of resident blocks: enough that the last wave's imbalance is small, few enough
-     * that the combine stays cheap. */
+    /* One wave of resident blocks: the splits of a request are equal, so a wave is balanced,
+     * and with one 8-warp block per SM a second wave doubles the per-block prologue at short
+     * prefixes (bench/NOTES.md, v2). */
     mlav_schedule_params sp;
     sp.rows_per_tile = MLAV_FLASH_BLOCK_M;
     sp.key_align = MLAV_FLASH_BLOCK_N;
-    sp.min_chunk = 8 * MLAV_FLASH_BLOCK_N; /* loading Q costs about two KV tiles */
+    /* Splits go down to one KV tile: with one 8-warp block per SM a tile of 64 rows x 32 keys
+     * takes microseconds, so at short prefixes latency, not the combine, decides (bench/NOTES.md,
+     * v2: 256-key minimum splits left q_len 9 / prefix 256 on 18 blocks, 28 us). */
+    sp.min_chunk = MLAV_FLASH_BLOCK_N;
     sp.max_splits = MLAV_FLASH_MAX_SPLITS;
-    sp.target_blocks = 2 * st->dev.sm_count * st->blocks_per_sm;
+    sp.target_blocks = st->dev.sm_count * st->blocks_per_sm;
     s = mlav_schedule_build(p, &sp, &st->sched);
     if (s != MLAV_OK)
         return s;

@@ -1,5 +1,6 @@
 /* The split combine: merge the partial states of one (request, row tile) with the shared merge
- * math (merge.h: the same mlav_merge_weights the CPU backend and mlav_merge_states use). */
+ * math (merge.h: the element-wise rules behind the mlav_merge_weights that the CPU backend and
+ * mlav_merge_states use). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -9,7 +10,9 @@
 namespace {
 
 constexpr int DL = MLAV_FLASH_DL, BM = MLAV_FLASH_BLOCK_M;
-constexpr int THREADS = 128;
+constexpr int SPLIT_GROUPS = 4;          /* warps per block, each summing every 4th split */
+constexpr int THREADS = 32 * SPLIT_GROUPS;
+constexpr int QUARTERS = 4;              /* blocks per row, 128 columns each */
 constexpr int MAX_SPLITS = MLAV_FLASH_MAX_SPLITS;
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
@@ -26,55 +29,96 @@ template <> __device__ __forceinline__ float from_float(float v)
     return v;
 }
 
-/* One block per (combine item, row): 128 threads x 4 columns cover the 512 output columns.
- * The weights are computed once per row into shared memory; each thread's loop over the
- * splits is unrolled so several partial loads are in flight (a serial chain of dependent loads,
- * one block per row tile, made the first version slower than the whole split kernel). */
+/* Block (combine item, row, column quarter): 4 warps x 32 float4 columns. Warp k sums the
+ * splits s = k, k + 4, ... of its quarter's 128 columns; the four sums meet in shared memory.
+ * The weights come first, one thread per split (MAX_SPLITS <= THREADS) with block reductions for
+ * the max, the NaN flag and the sum, under the rules of merge.h. (Earlier versions: a serial
+ * chain of dependent loads, then one thread computing all weights serially, each cost more
+ * than the split kernel for a lone q_len 1 request with 125 splits.) */
 template <typename T>
 __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
 {
-    static_assert(THREADS * 4 == DL, "one float4 of columns per thread");
-    __shared__ float s_lse[MAX_SPLITS], s_w[MAX_SPLITS], s_merged;
+    static_assert(MAX_SPLITS <= THREADS, "one thread per split for the weights");
+    static_assert(QUARTERS * 32 * 4 == DL && THREADS == 32 * SPLIT_GROUPS, "column mapping");
+    __shared__ float s_w[MAX_SPLITS], s_red[SPLIT_GROUPS];
+    __shared__ float4 s_acc[SPLIT_GROUPS - 1][32];
     const mlav_combine_item it = p.combine[blockIdx.x];
     const int r = blockIdx.y, m = it.mtile * BM + r;
     if (m >= it.rows)
         return; /* uniform over the block */
-    const int n = it.nsplit;
-    for (int s = threadIdx.x; s < n; s += THREADS)
-        s_lse[s] = p.part_lse[(size_t)(it.slot0 + s * it.slot_stride) * BM + r];
+    const int n = it.nsplit, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    const float lse_s =
+        tid < n ? p.part_lse[(size_t)(it.slot0 + tid * it.slot_stride) * BM + r] : -INFINITY;
+    float mx = lse_s;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0)
+        s_red[warp] = mx;
+    const int nan = __syncthreads_or(lse_s != lse_s);
+    mx = s_red[0];
+#pragma unroll
+    for (int k = 1; k < SPLIT_GROUPS; k++)
+        mx = fmaxf(mx, s_red[k]);
+    const float w = tid < n ? mlav_merge_weight(lse_s, mx, nan) : 0.0f;
+    float sum = w;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    __syncthreads(); /* every thread has read s_red's maxima */
+    if (lane == 0)
+        s_red[warp] = sum;
     __syncthreads();
-    if (threadIdx.x == 0)
-        s_merged = mlav_merge_weights(n, s_lse, s_w);
+    sum = s_red[0];
+#pragma unroll
+    for (int k = 1; k < SPLIT_GROUPS; k++)
+        sum += s_red[k];
+    if (tid < n)
+        s_w[tid] = mlav_merge_normalize(w, sum);
     __syncthreads();
 
-    const int d = threadIdx.x * 4;
+    const int d = blockIdx.z * 128 + lane * 4;
     const float *part = p.part_o + ((size_t)it.slot0 * BM + r) * DL + d;
     const size_t stride = (size_t)it.slot_stride * BM * DL;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
-    for (int s = 0; s < n; s++) {
+    for (int s = warp; s < n; s += SPLIT_GROUPS) {
         /* an empty split holds o = 0 with weight 0, so no branch is needed here */
         const float4 v = *reinterpret_cast<const float4 *>(part + s * stride);
-        const float w = s_w[s];
-        acc.x += w * v.x;
-        acc.y += w * v.y;
-        acc.z += w * v.z;
-        acc.w += w * v.w;
+        const float ws = s_w[s];
+        acc.x += ws * v.x;
+        acc.y += ws * v.y;
+        acc.z += ws * v.z;
+        acc.w += ws * v.w;
+    }
+    if (warp > 0)
+        s_acc[warp - 1][lane] = acc;
+    __syncthreads();
+    if (warp > 0)
+        return;
+#pragma unroll
+    for (int k = 0; k < SPLIT_GROUPS - 1; k++) {
+        const float4 v = s_acc[k][lane];
+        acc.x += v.x;
+        acc.y += v.y;
+        acc.z += v.z;
+        acc.w += v.w;
     }
     T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + d;
     out[0] = from_float<T>(acc.x);
     out[1] = from_float<T>(acc.y);
     out[2] = from_float<T>(acc.z);
     out[3] = from_float<T>(acc.w);
-    if (p.lse && threadIdx.x == 0)
-        p.lse[(size_t)it.q_start * p.H + m] = s_merged;
+    if (p.lse && blockIdx.z == 0 && lane == 0)
+        p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
 }
 
 } // namespace
 
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream)
 {
-    const dim3 grid((unsigned)fp->n_combine, BM);
+    const dim3 grid((unsigned)fp->n_combine, BM, QUARTERS);
     if (dtype == MLAV_DTYPE_BF16)
         combine_kernel<__nv_bfloat16><<<grid, THREADS, 0, stream>>>(*fp);
     else if (dtype == MLAV_DTYPE_F32)

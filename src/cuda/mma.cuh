@@ -87,6 +87,16 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* 2^x on the special-function unit, subnormals flushed: exp2f's range fix-up costs three more
+ * instructions per element (2% of the kernel's time, bench/NOTES.md v2), and a softmax weight
+ * below 2^-126 is noise. -inf gives +0, NaN stays NaN. */
+__device__ __forceinline__ float exp2_fast(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Barrier for `count` threads on named barrier `id` (1..15; 0 is __syncthreads). */
 __device__ __forceinline__ void named_barrier(int id, int count)
 {

@@ -1,14 +1,19 @@
-/* The flash verify kernel: one block per (request, 32-row tile of folded token x head rows, KV
+/* The flash verify kernel: one block per (request, 64-row tile of folded token x head rows, KV
  * split), tensor cores through mma.sync, KV tiles gathered through the page table by cp.async
- * into a 3-stage pipeline, online softmax, and a partial state per split for combine.cu.
+ * into a 2-stage pipeline, online softmax, and a partial state per split for combine.cu.
  *
- * Block layout (4 warps). Warp w = mi + 2*ni: row group mi (16 rows), half ni.
- *   S = Q K^T  : warp (mi, ni) sums depth [288 ni, 288 ni + 288) for its 16 rows x 16 keys; the
- *                two halves swap partial sums through shared memory, so each holds the full S.
+ * Block layout (8 warps). Warp w = mi + 4*ni: row group mi (16 rows), half ni.
+ *   Q          : warp (mi, ni) keeps the A fragments of its 16 rows x depth [288 ni, +288) in
+ *                72 registers for the whole split, so the S loop reads only K from shared
+ *                memory (bench/NOTES.md, v2: reading Q fragments from shared memory every tile
+ *                was half of the shared-memory traffic that bounded v1).
+ *   S = Q K^T  : warp (mi, ni) sums its depth half for 16 rows x 32 keys; the two halves swap
+ *                partial sums through shared memory, so each holds the full S.
  *   O += P V   : warp (mi, ni) owns output columns [256 ni, 256 ni + 256): 128 fp32 registers.
- * Shared memory (sm_120 fits it: 97,536 of 101,376 bytes): Q 32 x 576, three KV tiles of
- * 16 x 576 (rows padded to 584 elements = 73 16-byte chunks, so the 8 row addresses of every
- * ldmatrix fall in distinct bank groups), and 4 KB for the S exchange. */
+ * Shared memory (sm_120 fits it: 91,136 of 101,376 bytes): two KV tiles of 32 x 576 (rows padded
+ * to 584 elements = 73 16-byte chunks, so the 8 row addresses of every ldmatrix fall in distinct
+ * bank groups) and 16 KB for the S exchange. Registers bound residency at one block (8 warps)
+ * per SM; 64 rows per block read each KV tile once for twice the rows of v1. */
 #include <math.h>
 
 #include "../common/merge.h"
@@ -20,20 +25,25 @@ namespace {
 constexpr int DL = MLAV_FLASH_DL, W = MLAV_FLASH_W;
 constexpr int BM = MLAV_FLASH_BLOCK_M, BN = MLAV_FLASH_BLOCK_N, NT = MLAV_FLASH_THREADS;
 constexpr int RS = W + 8;          /* padded row stride in elements */
-constexpr int STAGES = 3;
+constexpr int STAGES = 2;
 constexpr int CHUNKS = W / 8;      /* 16-byte chunks per row */
 constexpr int DEPTH_HALF = W / 2;  /* 288: each half-warp-pair's share of the QK^T depth */
+constexpr int KSTEPS = DEPTH_HALF / 16; /* 18 k16 steps per half */
 constexpr int COLS_HALF = DL / 2;  /* 256: each half's share of the output columns */
-constexpr int SQ_ELEMS = BM * RS;
+constexpr int NTILE = BN / 8;      /* n8 tiles of S per warp: 4 */
 constexpr int SKV_ELEMS = BN * RS;
-constexpr int SX_FLOATS = 4 * 32 * 8;
-constexpr size_t SMEM_BYTES = (size_t)(SQ_ELEMS + STAGES * SKV_ELEMS) * 2 + SX_FLOATS * 4;
+constexpr int SX_FLOATS = (NT / 32) * 32 * NTILE * 4;
+constexpr size_t SMEM_BYTES = (size_t)STAGES * SKV_ELEMS * 2 + SX_FLOATS * 4;
 static_assert(SMEM_BYTES <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
-static_assert(DEPTH_HALF % 16 == 0 && COLS_HALF % 16 == 0, "MMA tiling");
+static_assert(DEPTH_HALF % 16 == 0 && COLS_HALF % 16 == 0 && BN % 16 == 0, "MMA tiling");
+static_assert(BM == 16 * (NT / 64), "row groups of 16, two warps (halves) each");
 
 constexpr float LN2 = 0.6931471805599453f;
+/* log2 units a score may exceed the running max before O is rescaled: P stays <= 256, far
+ * inside BF16/F16 range, and the row sum (at most 256 per key) inside fp32 */
+constexpr float RESCALE_SLACK = 8.0f;
 
-/* The gather gives each KV row of a tile to 8 threads (128 threads / 16 rows): a thread looks
+/* The gather gives each KV row of a tile to 8 threads (256 threads / 32 rows): a thread looks
  * up one page id per tile and issues 9 cp.async at fixed offsets, with 8 neighbours covering
  * 128 contiguous bytes per step. (Spreading chunks round-robin cost 9 lookups and 9 address
  * computations per thread per tile: a third of the kernel's instructions.) */
@@ -118,18 +128,25 @@ __device__ __forceinline__ void zero_nonfinite_values(T *tile, int row, int part
     }
 }
 
+/* One 32-bit word of Q (two elements) for an A fragment; rows past the request read as 0. */
+__device__ __forceinline__ uint32_t load_q2(const void *row, int col, bool ok)
+{
+    return ok ? __ldg(reinterpret_cast<const unsigned int *>(static_cast<const uint16_t *>(row) +
+                                                             col))
+              : 0u;
+}
+
 template <typename T>
-__global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_params p)
+__global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
     using MT = mlav::mma_type<T>;
     extern __shared__ __align__(16) unsigned char smem[];
-    T *sQ = reinterpret_cast<T *>(smem);
-    T *sKV = sQ + SQ_ELEMS;
+    T *sKV = reinterpret_cast<T *>(smem);
     float *sX = reinterpret_cast<float *>(sKV + STAGES * SKV_ELEMS);
 
     const mlav_split_item item = p.items[blockIdx.x];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int mi = warp & 1, ni = warp >> 1;
+    const int mi = warp & 3, ni = warp >> 2;
     const int g = lane >> 2, qd = lane & 3; /* MMA fragment row and column pair */
     const int b = item.b;
     const int q_start = item.q_start, prefix = item.prefix;
@@ -139,16 +156,11 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
     const int n_tiles = (kv_end - kv_begin + BN - 1) / BN;
     const T *kv = static_cast<const T *>(p.kv);
     const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
+    /* a row group past the request's rows (H x q_len not a multiple of 64) skips the MMAs; its
+     * warps still gather and meet every barrier */
+    const bool active = m0 + mi * 16 < M;
 
-    /* Q rows of a request are contiguous: (token, head) folds to row q_start * H + m. */
-    const T *q = static_cast<const T *>(p.q) + ((size_t)q_start * p.H + m0) * W;
-    for (int c = tid; c < BM * CHUNKS; c += NT) {
-        int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-        bool ok = m0 + r < M;
-        mlav::cp_async16(sQ + r * RS + col, ok ? q + (size_t)r * W + col : q, ok ? 16 : 0);
-    }
-    /* Q joins tile 0's group; STAGES-1 tiles in flight before the first compute. The prologue's
-     * page-id lookups are issued together, and the loop keeps them two tiles ahead. */
+    /* The prologue's page-id lookups are issued first; the loop keeps them two tiles ahead. */
     const int g_row = tid / GATHER_TPR, g_part = tid % GATHER_TPR;
     int32_t pg_first[STAGES - 1];
 #pragma unroll
@@ -156,6 +168,25 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         pg_first[s] = lookup_page(ptab, kv_begin + s * BN + g_row, kv_end, p);
     int32_t pg_next = lookup_page(ptab, kv_begin + (STAGES - 1) * BN + g_row, kv_end, p);
     int32_t pg_after = lookup_page(ptab, kv_begin + STAGES * BN + g_row, kv_end, p);
+
+    /* Q rows of a request are contiguous: (token, head) folds to row q_start * H + m. The A
+     * fragment of k-step kk holds rows g, g + 8 at depth columns 2 qd (+1) and 2 qd + 8 (+1). */
+    uint32_t qf[KSTEPS][4];
+    {
+        const int r0 = m0 + mi * 16 + g;
+        const T *q0 = static_cast<const T *>(p.q) + ((size_t)q_start * p.H + r0) * W;
+        const T *q1 = q0 + (size_t)8 * W;
+        const bool ok0 = r0 < M, ok1 = r0 + 8 < M;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+            const int c = ni * DEPTH_HALF + kk * 16 + qd * 2;
+            qf[kk][0] = load_q2(q0, c, ok0);
+            qf[kk][1] = load_q2(q1, c, ok1);
+            qf[kk][2] = load_q2(q0, c + 8, ok0);
+            qf[kk][3] = load_q2(q1, c + 8, ok1);
+        }
+    }
+
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         gather_kv_row(sKV + s * SKV_ELEMS, kv, pg_first[s], kv_begin + s * BN + g_row, kv_end, p,
@@ -164,11 +195,11 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
     }
 
     /* The two rows this thread holds in every fragment: g and g + 8 of the warp's 16. */
-    int row_m[2], row_i[2];
+    int row_i[2];
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
-        row_m[rr] = m0 + mi * 16 + g + rr * 8;
-        row_i[rr] = row_m[rr] < M ? row_m[rr] / p.H : -1; /* draft node index, -1: padding */
+        const int m = m0 + mi * 16 + g + rr * 8;
+        row_i[rr] = m < M ? m / p.H : -1; /* draft node index, -1: padding */
     }
 
     float o[COLS_HALF / 8][4];
@@ -190,103 +221,123 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         }
         mlav::cp_async_commit();
         const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
-
-        /* partial S over this warp's depth half, in two interleaved accumulator sets (even and
-         * odd k-steps): two dependent chains of 9 MMAs per n-tile instead of one of 18, for a
-         * scheduler that has only two warps to switch between (bench/NOTES.md: no measurable
-         * gain yet, while the gather dominated) */
-        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        float s_odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-        for (int kk = 0; kk < DEPTH_HALF / 16; kk++) {
-            const int k0 = ni * DEPTH_HALF + kk * 16;
-            uint32_t a[4], bk[4];
-            mlav::ldsm_x4(a, sQ + (mi * 16 + (lane & 15)) * RS + k0 + (lane >> 4) * 8);
-            mlav::ldsm_x4(bk, sK + ((lane & 7) + ((lane >> 4) << 3)) * RS + k0 +
-                                  ((lane >> 3) & 1) * 8);
-            float(*acc)[4] = (kk & 1) ? s_odd : s;
-            MT::mma(acc[0], a, bk[0], bk[1]);
-            MT::mma(acc[1], a, bk[2], bk[3]);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            s[0][e] += s_odd[0][e];
-            s[1][e] += s_odd[1][e];
-        }
-        /* swap partial sums with the other half (warp ^ 2); a + b == b + a, so both halves
-         * hold bit-identical S and make identical softmax decisions */
-        float *mine = sX + (warp * 32 + lane) * 8;
-        *reinterpret_cast<float4 *>(mine) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
-        *reinterpret_cast<float4 *>(mine + 4) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
-        mlav::named_barrier(1 + mi, 64);
-        const float *other = sX + ((warp ^ 2) * 32 + lane) * 8;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            s[0][e] += other[e];
-            s[1][e] += other[4 + e];
-        }
-
-        /* scale, mask (split end, tree), tile row max */
         const int j_base = kv_begin + t * BN;
-        float tile_max[2] = {-INFINITY, -INFINITY};
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
-        if (prefix_only) {
-            /* a tile of prefix rows only: every key visible to every row (padding rows hold
-             * Q = 0 and are never written, so they need no mask either) */
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    s[n][e] *= p.scale_log2;
-                    tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[n][e]);
-                }
-        } else {
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int rr = e >> 1, j = j_base + n * 8 + qd * 2 + (e & 1);
-                    bool vis = j < kv_end && row_i[rr] >= 0;
-                    if (vis && j >= prefix) {
-                        const int k = j - prefix, i = row_i[rr];
-                        if (p.tree_mask)
-                            vis = (p.tree_mask[(size_t)(q_start + i) * p.mask_words + (k >> 5)] >>
-                                   (k & 31)) & 1u;
-                        else
-                            vis = k <= i;
-                    }
-                    s[n][e] = vis ? s[n][e] * p.scale_log2 : -INFINITY;
-                    tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
-                }
-        }
 
-        /* online softmax: the rule of mlav_rescale_factor (merge.h), in log2 units */
-        float alpha[2];
+        float s[NTILE][4];
+        if (active) {
+            /* partial S over this warp's depth half: four independent chains of 18 MMAs */
 #pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(0xffffffffu, tile_max[rr], 1));
-            tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(0xffffffffu, tile_max[rr], 2));
-            const float new_max = fmaxf(run_max[rr], tile_max[rr]);
-            alpha[rr] = run_max[rr] == -INFINITY ? 0.0f : exp2f(run_max[rr] - new_max);
-            run_max[rr] = new_max;
-            const float safe = new_max == -INFINITY ? 0.0f : new_max; /* no -inf - -inf */
-            float sum = 0.0f;
+            for (int n = 0; n < NTILE; n++)
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            /* K fragments are loaded one k-step ahead of their MMAs (two buffers) */
+            const T *kbase = sK + ((lane & 7) + ((lane >> 4) << 3)) * RS + ni * DEPTH_HALF +
+                             ((lane >> 3) & 1) * 8;
+            uint32_t bk[2][NTILE / 2][4];
 #pragma unroll
-            for (int n = 0; n < 2; n++) {
-                s[n][2 * rr] = exp2f(s[n][2 * rr] - safe);
-                s[n][2 * rr + 1] = exp2f(s[n][2 * rr + 1] - safe);
-                sum += s[n][2 * rr] + s[n][2 * rr + 1];
+            for (int nb = 0; nb < NTILE / 2; nb++)
+                mlav::ldsm_x4(bk[0][nb], kbase + nb * 16 * RS);
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                if (kk + 1 < KSTEPS) {
+#pragma unroll
+                    for (int nb = 0; nb < NTILE / 2; nb++)
+                        mlav::ldsm_x4(bk[(kk + 1) & 1][nb], kbase + nb * 16 * RS + (kk + 1) * 16);
+                }
+#pragma unroll
+                for (int nb = 0; nb < NTILE / 2; nb++) {
+                    MT::mma(s[2 * nb], qf[kk], bk[kk & 1][nb][0], bk[kk & 1][nb][1]);
+                    MT::mma(s[2 * nb + 1], qf[kk], bk[kk & 1][nb][2], bk[kk & 1][nb][3]);
+                }
             }
-            run_sum[rr] = run_sum[rr] * alpha[rr] + sum;
-        }
-        /* once the running max settles, alpha is 1 for every row: skip 128 multiplies */
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+            /* swap partial sums with the other half (warp ^ 4); a + b == b + a, so both halves
+             * hold bit-identical S and make identical softmax decisions. Layout [warp][n][lane]
+             * of float4: consecutive lanes, consecutive 16 bytes, no bank conflicts. */
+            float *mine = sX + (size_t)warp * (32 * NTILE * 4) + lane * 4;
 #pragma unroll
-            for (int n = 0; n < COLS_HALF / 8; n++) {
-                o[n][0] *= alpha[0];
-                o[n][1] *= alpha[0];
-                o[n][2] *= alpha[1];
-                o[n][3] *= alpha[1];
+            for (int n = 0; n < NTILE; n++)
+                *reinterpret_cast<float4 *>(mine + n * 128) =
+                    make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
+            mlav::named_barrier(1 + mi, 64);
+            const float *other = sX + (size_t)(warp ^ 4) * (32 * NTILE * 4) + lane * 4;
+#pragma unroll
+            for (int n = 0; n < NTILE; n++) {
+                const float4 v = *reinterpret_cast<const float4 *>(other + n * 128);
+                s[n][0] += v.x;
+                s[n][1] += v.y;
+                s[n][2] += v.z;
+                s[n][3] += v.w;
+            }
+
+            /* scale, mask (split end, tree), tile row max */
+            float tile_max[2] = {-INFINITY, -INFINITY};
+            if (prefix_only) {
+                /* a tile of prefix rows only: every key visible to every row (padding rows hold
+                 * Q = 0 and are never written, so they need no mask either) */
+#pragma unroll
+                for (int n = 0; n < NTILE; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        s[n][e] *= p.scale_log2;
+                        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[n][e]);
+                    }
+            } else {
+#pragma unroll
+                for (int n = 0; n < NTILE; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int rr = e >> 1, j = j_base + n * 8 + qd * 2 + (e & 1);
+                        bool vis = j < kv_end && row_i[rr] >= 0;
+                        if (vis && j >= prefix) {
+                            const int k = j - prefix, i = row_i[rr];
+                            if (p.tree_mask)
+                                vis = (p.tree_mask[(size_t)(q_start + i) * p.mask_words +
+                                                   (k >> 5)] >>
+                                       (k & 31)) & 1u;
+                            else
+                                vis = k <= i;
+                        }
+                        s[n][e] = vis ? s[n][e] * p.scale_log2 : -INFINITY;
+                        tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
+                    }
+            }
+
+            /* online softmax: the rule of mlav_rescale_factor (merge.h), in log2 units, with a
+             * lazy reference: the running max moves only when a score passes it by more than
+             * RESCALE_SLACK, so P <= 2^RESCALE_SLACK and the 128-multiply rescale of O runs a
+             * few times per split instead of on most tiles (any reference gives the same
+             * softmax; the lse adds it back) */
+            float alpha[2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                tile_max[rr] =
+                    fmaxf(tile_max[rr], __shfl_xor_sync(0xffffffffu, tile_max[rr], 1));
+                tile_max[rr] =
+                    fmaxf(tile_max[rr], __shfl_xor_sync(0xffffffffu, tile_max[rr], 2));
+                const float new_max = tile_max[rr] > run_max[rr] + RESCALE_SLACK
+                                          ? fmaxf(run_max[rr], tile_max[rr])
+                                          : run_max[rr];
+                alpha[rr] = run_max[rr] == -INFINITY ? 0.0f : mlav::exp2_fast(run_max[rr] - new_max);
+                run_max[rr] = new_max;
+                const float safe = new_max == -INFINITY ? 0.0f : new_max; /* no -inf - -inf */
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NTILE; n++) {
+                    s[n][2 * rr] = mlav::exp2_fast(s[n][2 * rr] - safe);
+                    s[n][2 * rr + 1] = mlav::exp2_fast(s[n][2 * rr + 1] - safe);
+                    sum += s[n][2 * rr] + s[n][2 * rr + 1];
+                }
+                run_sum[rr] = run_sum[rr] * alpha[rr] + sum;
+            }
+            /* once the running max settles, alpha is 1 for every row: skip 128 multiplies */
+            if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+                for (int n = 0; n < COLS_HALF / 8; n++) {
+                    o[n][0] *= alpha[0];
+                    o[n][1] *= alpha[0];
+                    o[n][2] *= alpha[1];
+                    o[n][3] *= alpha[1];
+                }
             }
         }
 
@@ -299,23 +350,42 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
             __syncthreads();
         }
 
-        /* P stays in registers: the S accumulator layout of two n8 tiles is the A operand
-         * layout of one k16 step */
-        uint32_t pa[4];
-        pa[0] = MT::pack(s[0][0], s[0][1]);
-        pa[1] = MT::pack(s[0][2], s[0][3]);
-        pa[2] = MT::pack(s[1][0], s[1][1]);
-        pa[3] = MT::pack(s[1][2], s[1][3]);
+        if (active) {
+            /* P stays in registers: the S accumulator layout of two n8 tiles is the A operand
+             * layout of one k16 step */
+            uint32_t pa[BN / 16][4];
 #pragma unroll
-        for (int nn = 0; nn < COLS_HALF / 16; nn++) {
-            uint32_t bv[4];
-            mlav::ldsm_x4_trans(bv, sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS +
-                                        ni * COLS_HALF + nn * 16 + (lane >> 4) * 8);
-            MT::mma(o[2 * nn], pa, bv[0], bv[1]);
-            MT::mma(o[2 * nn + 1], pa, bv[2], bv[3]);
+            for (int ks = 0; ks < BN / 16; ks++) {
+                pa[ks][0] = MT::pack(s[2 * ks][0], s[2 * ks][1]);
+                pa[ks][1] = MT::pack(s[2 * ks][2], s[2 * ks][3]);
+                pa[ks][2] = MT::pack(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+                pa[ks][3] = MT::pack(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+            }
+            /* V fragments (16 keys x 16 columns per step) loaded PV_AHEAD steps before their
+             * two MMAs: one step ahead is ~13 cycles of MMA issue, short of ldmatrix latency */
+            constexpr int PV_STEPS = (COLS_HALF / 16) * (BN / 16), PV_AHEAD = 3;
+            const T *vbase = sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + ni * COLS_HALF +
+                             (lane >> 4) * 8;
+            uint32_t bv[PV_AHEAD][4];
+#pragma unroll
+            for (int st = 0; st < PV_AHEAD; st++)
+                mlav::ldsm_x4_trans(bv[st], vbase + (st % (BN / 16)) * 16 * RS +
+                                                (st / (BN / 16)) * 16);
+#pragma unroll
+            for (int st = 0; st < PV_STEPS; st++) {
+                const int nn = st / (BN / 16), ks = st % (BN / 16), slot = st % PV_AHEAD;
+                MT::mma(o[2 * nn], pa[ks], bv[slot][0], bv[slot][1]);
+                MT::mma(o[2 * nn + 1], pa[ks], bv[slot][2], bv[slot][3]);
+                const int nx = st + PV_AHEAD;
+                if (nx < PV_STEPS)
+                    mlav::ldsm_x4_trans(bv[slot], vbase + (nx % (BN / 16)) * 16 * RS +
+                                                      (nx / (BN / 16)) * 16);
+            }
         }
     }
     mlav::cp_async_wait<0>();
+    if (!active)
+        return;
 
     /* finish: quad-sum the row sums, normalise, write the state */
 #pragma unroll
@@ -325,7 +395,7 @@ __global__ void __launch_bounds__(NT, 2) flash_verify_kernel(const mlav_flash_pa
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const float lse = mlav_finish_lse(run_max[rr] * LN2, l);
         const float inv = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
-        const int m = row_m[rr];
+        const int m = m0 + mi * 16 + g + rr * 8;
         if (m >= M)
             continue;
         const int r_local = m - m0;
