@@ -382,6 +382,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                                                       (nx / (BN / 16)) * 16);
             }
         }
+        /* Every warp is done with this tile before the loop head lets the next gather reuse its
+         * buffer. The loop head's barrier alone orders that already (it precedes each gather),
+         * but without this one compute-sanitizer racecheck reported WAR hazards between this
+         * tile's V reads and the cp.async of the tile after next in test_cuda_graph (not on the
+         * golden bundles); the A/B run found the barrier free (bench/NOTES.md, v2). */
+        __syncthreads();
     }
     mlav::cp_async_wait<0>();
     if (!active)
