@@ -164,15 +164,29 @@ elif ! ok build || [ ! -x "$gpu_test" ]; then
   skip memcheck "no $gpu_test"; skip racecheck "no $gpu_test"; skip synccheck "no $gpu_test"; skip initcheck "no $gpu_test"
 else
   # memcheck covers the whole GPU test (grid, graph, bad inputs); racecheck is too slow for the
-  # grid, so it and synccheck/initcheck run the tests that launch every kernel on a few problems
+  # grid, so it and synccheck/initcheck run the tests that launch every kernel on a few problems:
+  # test_cuda_graph (partial row tiles, splits), test_cuda_nonfinite_hidden_draft (flash BF16/F16/
+  # F32, combine, naive, device and host mode), test_cuda_bad_device_page_id, and the multi-stream
+  # test (4 threads x streams sharing a plan)
+  streams_test=$build/tests/test_cuda_streams_gpu
+  san() { # san TOOL: the subset under compute-sanitizer TOOL, stopping at the first failure
+    local t f
+    for f in test_cuda_graph test_cuda_nonfinite_hidden_draft test_cuda_bad_device_page_id; do
+      echo "--- $1 $f"
+      MLAV_TEST_FILTER=$f compute-sanitizer --tool "$1" --error-exitcode 99 "$gpu_test" || return $?
+    done
+    if [ -x "$streams_test" ]; then
+      echo "--- $1 test_cuda_streams_gpu"
+      compute-sanitizer --tool "$1" --error-exitcode 99 "$streams_test" || return $?
+    fi
+  }
+  export -f san
+  export gpu_test streams_test
   step memcheck 180 "$OUT/sanitizer.log" \
     "compute-sanitizer --tool memcheck --error-exitcode 99 '$gpu_test'"
-  step racecheck 120 "$OUT/sanitizer.log" \
-    "MLAV_TEST_FILTER=test_cuda_graph compute-sanitizer --tool racecheck --error-exitcode 99 '$gpu_test' && MLAV_TEST_FILTER=test_cuda_bad_device_page_id compute-sanitizer --tool racecheck --error-exitcode 99 '$gpu_test'"
-  step synccheck 60 "$OUT/sanitizer.log" \
-    "MLAV_TEST_FILTER=test_cuda_graph compute-sanitizer --tool synccheck --error-exitcode 99 '$gpu_test'"
-  step initcheck 60 "$OUT/sanitizer.log" \
-    "MLAV_TEST_FILTER=test_cuda_graph compute-sanitizer --tool initcheck --error-exitcode 99 '$gpu_test'"
+  step racecheck 150 "$OUT/sanitizer.log" "san racecheck"
+  step synccheck 60 "$OUT/sanitizer.log" "san synccheck"
+  step initcheck 60 "$OUT/sanitizer.log" "san initcheck"
 fi
 
 # ---- summary --------------------------------------------------------------------------------------
