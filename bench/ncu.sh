@@ -11,16 +11,21 @@ build=${BUILD_DIR:-$PWD/build-ncu}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 [ -d .debs ] && bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMLAV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
-  > "$OUT/ncu-build.log" 2>&1 && cmake --build "$build" -j 16 --target mlaverify_cli >> "$OUT/ncu-build.log" 2>&1 \
-  || { tail -30 "$OUT/ncu-build.log"; exit 1; }
-sections=${SECTIONS:-"SpeedOfLight WarpStateStats ComputeWorkloadAnalysis MemoryWorkloadAnalysis_Tables SchedulerStats Occupancy LaunchStats InstructionStats"}
+blog=$OUT/ncu-build.log
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMLAV_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90-real > "$blog" 2>&1 \
+  && cmake --build "$build" -j 16 --target mlaverify_cli >> "$blog" 2>&1 \
+  || { tail -30 "$blog"; exit 1; }
+default_sections="SpeedOfLight WarpStateStats ComputeWorkloadAnalysis"
+default_sections+=" MemoryWorkloadAnalysis_Tables SchedulerStats Occupancy LaunchStats"
+default_sections+=" InstructionStats"
+sections=${SECTIONS:-$default_sections}
 args=()
 for s in $sections; do args+=(--section "$s"); done
 [ -n "${DETAILS:-}" ] && args+=(--print-details all)
 if [ -n "${SASS:-}" ]; then
-  cuobjdump -sass "$build/src/cli/mlaverify" | awk '/Function : .*flash_verify_kernel.*bfloat16/{f=1;print;next} /Function :/{f=0} f' \
-    > "$OUT/sass-flash-bf16.txt"
+  pick='/Function : .*flash_verify_kernel.*bfloat16/{f=1;print;next} /Function :/{f=0} f'
+  cuobjdump -sass "$build/src/cli/mlaverify" | awk "$pick" > "$OUT/sass-flash-bf16.txt"
   grep -oE '^\s+/\*[0-9a-f]+\*/\s+(@!?U?P[0-9T] )?[A-Z][A-Z0-9_.]*' "$OUT/sass-flash-bf16.txt" \
     | awk '{print $NF}' | sort | uniq -c | sort -rn > "$OUT/sass-hist.txt"
 fi
@@ -28,6 +33,6 @@ for pt in "$@"; do
   read -r h q p <<< "$pt"
   echo "##### heads $h q_len $q prefix $p"
   ncu --clock-control none "${args[@]}" -k regex:'flash_verify|combine' --launch-skip 4 -c 2 \
-    "$build/src/cli/mlaverify" bench --backend cuda --heads "$h" --qlen "$q" --prefix "$p" --reps 10 --min-reps 10 2>&1 \
-    | grep -v '^==PROF==' 
+    "$build/src/cli/mlaverify" bench --backend cuda --heads "$h" --qlen "$q" --prefix "$p" \
+    --reps 10 --min-reps 10 2>&1 | grep -v '^==PROF==' 
 done | tee "$OUT/ncu.txt"

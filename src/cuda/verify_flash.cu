@@ -317,7 +317,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                 const float new_max = tile_max[rr] > run_max[rr] + RESCALE_SLACK
                                           ? fmaxf(run_max[rr], tile_max[rr])
                                           : run_max[rr];
-                alpha[rr] = run_max[rr] == -INFINITY ? 0.0f : mlav::exp2_fast(run_max[rr] - new_max);
+                alpha[rr] =
+                    run_max[rr] == -INFINITY ? 0.0f : mlav::exp2_fast(run_max[rr] - new_max);
                 run_max[rr] = new_max;
                 const float safe = new_max == -INFINITY ? 0.0f : new_max; /* no -inf - -inf */
                 float sum = 0.0f;
