@@ -6,7 +6,8 @@
 # deadline, a failing step is recorded and the next one still runs, and a summary comes last.
 #
 #   bash bench/gpu-suite.sh           env: OUT (output folder; the device tool sets it),
-#                                     COMMIT (when the tree has no .git), SUITE_BUDGET (s, 530),
+#                                     COMMIT (the tree's commit: pass it, the device
+#                                     copy's .git can be stale), SUITE_BUDGET (s, 530),
 #                                     JOBS (16), SKIP_SANITIZER=1, BENCH_ARGS (default
 #                                     "--preset reference"), BUILD_DIR (build-gpu),
 #                                     SKIP_STEPS="ctest racecheck ..." (step names to skip)
@@ -66,9 +67,21 @@ ok() { local s; for s in "${status_of[@]}"; do [ "$s" = "$1=ok" ] && return 0; d
 main() {
 # ---- the machine --------------------------------------------------------------------------------
 log "machine"
-commit=${COMMIT:-$(git -C "$root" rev-parse --verify -q HEAD 2>/dev/null)} || true
-commit=${commit:-"unknown (set COMMIT)"}
+# the device copy's .git can lag behind its files: trust git's HEAD only for a clean tree, and
+# print a fingerprint of the sources that bench/tree-sha.sh reproduces in any checkout
+if [ -n "${COMMIT:-}" ]; then
+  commit=$COMMIT
+elif head=$(git -C "$root" rev-parse --short --verify -q HEAD 2>/dev/null); then
+  if [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    commit="unknown (git says $head but the files differ from it; set COMMIT)"
+  else
+    commit=$head
+  fi
+else
+  commit="unknown (set COMMIT)"
+fi
 echo "commit: $commit"
+echo "sources sha256 (bench/tree-sha.sh): $(bash "$root/bench/tree-sha.sh" "$root" 2>/dev/null)"
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 nvidia-smi || echo "nvidia-smi failed"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit \
