@@ -23,16 +23,15 @@ void mlav_schedule_free(mlav_schedule *s)
  * and re-counted so that alignment leaves no empty split. *per = KV rows per split. */
 static int64_t splits_of(int64_t kv, int64_t chunk, const mlav_schedule_params *sp, int64_t *per)
 {
-    int64_t s = ceil_div(kv > 0 ? kv : 1, chunk);
+    if (kv < 1)
+        kv = 1;
+    int64_t s = ceil_div(kv, chunk);
     if (s > sp->max_splits)
         s = sp->max_splits;
-    if (s < 1)
-        s = 1;
-    int64_t pr = ceil_div(ceil_div(kv > 0 ? kv : 1, s), sp->key_align) * sp->key_align;
-    s = ceil_div(kv > 0 ? kv : 1, pr);
+    const int64_t pr = ceil_div(ceil_div(kv, s), sp->key_align) * sp->key_align;
     if (per)
         *per = pr;
-    return s < 1 ? 1 : s;
+    return ceil_div(kv, pr);
 }
 
 /* Blocks of the whole batch at a chunk. */
