@@ -3,7 +3,8 @@
 #   bash bench/ncu.sh "64 33 16384" "64 1 131072" ...     (heads q_len prefix per point)
 # env: OUT (output folder), BUILD_DIR (build-ncu), SECTIONS (default below), DETAILS=1 (ncu's
 # --print-details all: stall reasons, instruction mix), SASS=1 (opcode histogram of the BF16 flash
-# kernel from cuobjdump into $OUT/sass-hist.txt). Builds only the CLI.
+# kernel from cuobjdump into $OUT/sass-hist.txt), SOURCE=1 (for the first point, the BF16 flash
+# kernel's per-SASS-instruction warp-stall samples into $OUT/ncu-source.csv). Builds only the CLI.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build-ncu-out}
@@ -36,3 +37,14 @@ for pt in "$@"; do
     "$build/src/cli/mlaverify" bench --backend cuda --heads "$h" --qlen "$q" --prefix "$p" \
     --reps 10 --min-reps 10 2>&1 | grep -v '^==PROF==' 
 done | tee "$OUT/ncu.txt"
+
+if [ -n "${SOURCE:-}" ] && [ $# -gt 0 ]; then
+  read -r h q p <<< "$1"
+  ncu --clock-control none --section SourceCounters --section WarpStateStats \
+    -k regex:'flash_verify' --launch-skip 4 -c 1 -f -o "$OUT/ncu-source" \
+    "$build/src/cli/mlaverify" bench --backend cuda --heads "$h" --qlen "$q" --prefix "$p" \
+    --reps 10 --min-reps 10 > /dev/null 2>&1
+  ncu -i "$OUT/ncu-source.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-source.csv" 2>&1 \
+    && rm -f "$OUT/ncu-source.ncu-rep"   # kept when the CLI cannot print the source page
+  echo "source view: $(wc -l < "$OUT/ncu-source.csv") lines in ncu-source.csv"
+fi

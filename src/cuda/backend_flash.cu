@@ -52,11 +52,11 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
      * prefixes (bench/NOTES.md, v2). */
     mlav_schedule_params sp;
     sp.rows_per_tile = MLAV_FLASH_BLOCK_M;
-    sp.key_align = MLAV_FLASH_BLOCK_N;
-    /* Splits go down to one KV tile: with one 8-warp block per SM a tile of 64 rows x 32 keys
-     * takes microseconds, so at short prefixes latency, not the combine, decides (bench/NOTES.md,
+    sp.key_align = MLAV_FLASH_SPLIT_ALIGN;
+    /* Splits go down to 32 keys (two KV tiles): with one 8-warp block per SM 64 rows x 32 keys
+     * take microseconds, so at short prefixes latency, not the combine, decides (bench/NOTES.md,
      * v2: 256-key minimum splits left q_len 9 / prefix 256 on 18 blocks, 28 us). */
-    sp.min_chunk = MLAV_FLASH_BLOCK_N;
+    sp.min_chunk = MLAV_FLASH_SPLIT_ALIGN;
     sp.max_splits = MLAV_FLASH_MAX_SPLITS;
     sp.target_blocks = st->dev.sm_count * st->blocks_per_sm;
     s = mlav_schedule_build(p, &sp, &st->sched);

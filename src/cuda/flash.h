@@ -13,8 +13,9 @@
 #define MLAV_FLASH_DR 64
 #define MLAV_FLASH_W (MLAV_FLASH_DL + MLAV_FLASH_DR)
 #define MLAV_FLASH_BLOCK_M 64    /* folded (token, head) rows per block */
-#define MLAV_FLASH_BLOCK_N 32    /* KV rows per pipeline tile */
-#define MLAV_FLASH_THREADS 256   /* 8 warps: 4 row groups of 16 x 2 halves (depth / columns) */
+#define MLAV_FLASH_BLOCK_N 16    /* KV rows per pipeline tile */
+#define MLAV_FLASH_SPLIT_ALIGN 32 /* split boundaries and the shortest split, in KV rows */
+#define MLAV_FLASH_THREADS 256   /* 8 warps: 2 groups of 32 rows x 4 warps (depth / columns) */
 #define MLAV_LOG2E 1.4426950408889634f
 /* Most splits of one request: the plan's cap and the combine's shared-memory arrays (one
  * thread per split). 128 lets a lone 64-row request (q_len 1, H = 64) fill one block per SM. */

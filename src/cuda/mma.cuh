@@ -103,6 +103,25 @@ __device__ __forceinline__ void named_barrier(int id, int count)
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count));
 }
 
+/* Count this thread's arrival at named barrier `id` (of `count` threads) without waiting: the
+ * producer side of a producer/consumer pair of named barriers. */
+__device__ __forceinline__ void named_barrier_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count));
+}
+
+/* Barrier for `count` threads on named barrier `id` that also returns whether `pred` held on
+ * any of them (bar.red.or: one round trip for the sync and the vote). */
+__device__ __forceinline__ bool named_barrier_or(int id, int count, bool pred)
+{
+    uint32_t any;
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n"
+                 " bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(any)
+                 : "r"((uint32_t)pred), "r"(id), "r"(count));
+    return any != 0;
+}
+
 } // namespace mlav
 
 #endif

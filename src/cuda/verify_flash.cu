@@ -1,19 +1,34 @@
 /* The flash verify kernel: one block per (request, 64-row tile of folded token x head rows, KV
- * split), tensor cores through mma.sync, KV tiles gathered through the page table by cp.async
- * into a 2-stage pipeline, online softmax, and a partial state per split for combine.cu.
+ * split), tensor cores through mma.sync, 16-key KV tiles gathered through the page table by
+ * cp.async into a 4-buffer ring (two tiles ahead), online softmax, and a partial state per split
+ * for combine.cu.
  *
- * Block layout (8 warps). Warp w = mi + 4*ni: row group mi (16 rows), half ni.
- *   Q          : warp (mi, ni) keeps the A fragments of its 16 rows x depth [288 ni, +288) in
- *                72 registers for the whole split, so the S loop reads only K from shared
- *                memory (bench/NOTES.md, v2: reading Q fragments from shared memory every tile
- *                was half of the shared-memory traffic that bounded v1).
- *   S = Q K^T  : warp (mi, ni) sums its depth half for 16 rows x 32 keys; the two halves swap
- *                partial sums through shared memory, so each holds the full S.
- *   O += P V   : warp (mi, ni) owns output columns [256 ni, 256 ni + 256): 128 fp32 registers.
- * Shared memory (sm_120 fits it: 91,136 of 101,376 bytes): two KV tiles of 32 x 576 (rows padded
- * to 584 elements = 73 16-byte chunks, so the 8 row addresses of every ldmatrix fall in distinct
- * bank groups) and 16 KB for the S exchange. Registers bound residency at one block (8 warps)
- * per SM; 64 rows per block read each KV tile once for twice the rows of v1. */
+ * Block layout (8 warps): two groups of 4 warps, each owning 32 rows. Warp w is quarter
+ * dq = w % 4 of group w / 4. A group syncs its warps on its own named barrier; the two groups
+ * meet only through per-tile "full" barriers (see the loop), and run staggered, so one group's
+ * exchange and softmax overlap the other's MMAs.
+ *   Q          : warp dq keeps the A fragments of its group's 32 rows x latent columns
+ *                [128 dq, +128) in 64 registers for the whole split; the rope part of Q (64 rows x
+ *                64) sits in shared memory, 16 columns per warp. So the S loop reads K from shared
+ *                memory, and each K fragment feeds two m16 tiles.
+ *   S = Q K^T  : each warp sums its quarter of the depth for 32 rows x 16 keys, then the group
+ *                reduce-scatters the partial sums through shared memory: warp dq finishes S block
+ *                (rows 16 (dq / 2), keys 8 (dq % 2)) and turns it into P.
+ *   O += P V   : P goes through shared memory (the group's 32 x 16 tile); warp dq owns output
+ *                columns [128 dq, +128) of all 32 rows (128 fp32 registers), so each V fragment
+ *                also feeds two m16 tiles.
+ * Against v2 (16 rows per warp, P in registers, 32-key tiles) this halves the K and V bytes read
+ * from shared memory per MMA; it measured as fast as v2 at long prefixes and 3-6% faster at short
+ * ones, because the time goes to latency, not bandwidth (bench/NOTES.md, v4).
+ * Each warp orders its m-tiles (and its S n-tiles) so that the block it finishes comes first:
+ * register indices stay compile-time, with no selects. O (128) and Q (64) leave ~60 of 255
+ * registers for fragments in flight. The softmax reference max is shared by the group's four
+ * warps and moves only on a vote (bar.red.or) when a score passes it by more than RESCALE_SLACK,
+ * so the common tile needs two group barriers and no max exchange.
+ * Shared memory (sm_120 fits it: see SMEM_BYTES): four KV tiles of 16 x 576 (rows padded to 584
+ * elements = 73 16-byte chunks, so the 8 row addresses of every ldmatrix fall in distinct bank
+ * groups), Q's rope part, the S exchange, the P tiles and two small row arrays. Registers bound
+ * residency at one block (8 warps) per SM. */
 #include <math.h>
 
 #include "../common/merge.h"
@@ -24,32 +39,50 @@ namespace {
 
 constexpr int DL = MLAV_FLASH_DL, W = MLAV_FLASH_W;
 constexpr int BM = MLAV_FLASH_BLOCK_M, BN = MLAV_FLASH_BLOCK_N, NT = MLAV_FLASH_THREADS;
-constexpr int RS = W + 8;          /* padded row stride in elements */
-constexpr int STAGES = 2;
-constexpr int CHUNKS = W / 8;      /* 16-byte chunks per row */
-constexpr int DEPTH_HALF = W / 2;  /* 288: each half-warp-pair's share of the QK^T depth */
-constexpr int KSTEPS = DEPTH_HALF / 16; /* 18 k16 steps per half */
-constexpr int COLS_HALF = DL / 2;  /* 256: each half's share of the output columns */
-constexpr int NTILE = BN / 8;      /* n8 tiles of S per warp: 4 */
+constexpr int RS = W + 8;                  /* padded KV row stride in elements */
+constexpr int STAGES = 4;                  /* KV tile buffers */
+constexpr int AHEAD = 2;                   /* tiles gathered ahead of the one in use */
+constexpr int CHUNKS = W / 8;              /* 16-byte chunks per KV row: 72 */
+constexpr int GROUPS = 2;                  /* independent warp groups per block */
+constexpr int QUARTERS = 4;                /* warps per group */
+constexpr int GROUP_ROWS = BM / GROUPS;    /* 32 */
+constexpr int GROUP_THREADS = 32 * QUARTERS;
+constexpr int DR = W - DL;                 /* 64: the rope part of each row */
+constexpr int COLS_Q = DL / QUARTERS;      /* 128: each warp's latent columns (S depth, O cols) */
+constexpr int KSTEPS = COLS_Q / 16;        /* 8 k16 steps of S from Q in registers */
+constexpr int ROPE_Q = DR / QUARTERS;      /* 16: each warp's rope columns, one k16 step */
+constexpr int QPS = DR + 8;                /* rope Q row stride: 144 bytes, conflict-free */
+constexpr int MT = GROUP_ROWS / 16;        /* m16 tiles per group: 2 */
+constexpr int NTS = BN / 8;                /* n8 tiles of S per tile: 2 */
+constexpr int PS = BN + 8;                 /* P row stride: 48 bytes, conflict-free ldmatrix */
 constexpr int SKV_ELEMS = BN * RS;
-constexpr int SX_FLOATS = (NT / 32) * 32 * NTILE * 4;
-constexpr size_t SMEM_BYTES = (size_t)STAGES * SKV_ELEMS * 2 + SX_FLOATS * 4;
+constexpr int SX_FLOATS = GROUPS * QUARTERS * (QUARTERS - 1) * 32 * 4; /* [grp][dest][slot][lane] */
+constexpr int SP_ELEMS = GROUPS * GROUP_ROWS * PS;
+constexpr int SQ_ELEMS = BM * QPS;
+constexpr int SROW_FLOATS = GROUPS * QUARTERS * 16; /* [grp][warp][16 rows] */
+constexpr size_t SMEM_BYTES = (size_t)STAGES * SKV_ELEMS * 2 + SX_FLOATS * 4 + SP_ELEMS * 2 +
+                              SQ_ELEMS * 2 + 2 * SROW_FLOATS * 4;
 static_assert(SMEM_BYTES <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
-static_assert(DEPTH_HALF % 16 == 0 && COLS_HALF % 16 == 0 && BN % 16 == 0, "MMA tiling");
-static_assert(BM == 16 * (NT / 64), "row groups of 16, two warps (halves) each");
+static_assert(NT == GROUPS * GROUP_THREADS && MT * NTS == QUARTERS,
+              "each warp finishes exactly one S block of its group");
+static_assert(COLS_Q % 16 == 0 && ROPE_Q == 16 && BN == 16, "MMA tiling");
+static_assert((STAGES * SKV_ELEMS * 2) % 16 == 0 && (SP_ELEMS * 2) % 16 == 0 &&
+                  (SQ_ELEMS * 2) % 16 == 0,
+              "alignment");
+constexpr int QPE_CHUNKS = BM * DR / 8; /* 16-byte chunks of rope Q per block: 512 */
+static_assert(QPE_CHUNKS % NT == 0, "rope Q load mapping");
 
 constexpr float LN2 = 0.6931471805599453f;
-/* log2 units a score may exceed the running max before O is rescaled: P stays <= 256, far
+/* log2 units a score may exceed the reference max before O is rescaled: P stays <= 256, far
  * inside BF16/F16 range, and the row sum (at most 256 per key) inside fp32 */
 constexpr float RESCALE_SLACK = 8.0f;
 
-/* The gather gives each KV row of a tile to 8 threads (256 threads / 32 rows): a thread looks
- * up one page id per tile and issues 9 cp.async at fixed offsets, with 8 neighbours covering
- * 128 contiguous bytes per step. (Spreading chunks round-robin cost 9 lookups and 9 address
- * computations per thread per tile: a third of the kernel's instructions.) */
-constexpr int GATHER_TPR = NT / BN;              /* threads per KV row: 8 */
-constexpr int GATHER_STEPS = CHUNKS / GATHER_TPR; /* 16-byte chunks per thread: 9 */
-static_assert(NT % BN == 0 && CHUNKS % GATHER_TPR == 0, "gather mapping");
+/* The gather gives each KV row of a tile to 16 threads (256 threads / 16 rows): a thread looks
+ * up one page id per tile and issues its 16-byte chunks part, part + 16, ... (5 or 4 of the 72)
+ * at fixed offsets, so 16 neighbours cover 256 contiguous bytes per step. */
+constexpr int GATHER_TPR = NT / BN;                                  /* threads per KV row: 16 */
+constexpr int GATHER_STEPS = (CHUNKS + GATHER_TPR - 1) / GATHER_TPR; /* 5 */
+static_assert(NT % BN == 0, "gather mapping");
 
 /* KV row j's page and slot: a shift for power-of-two page sizes, a division otherwise. */
 __device__ __forceinline__ int page_of(int j, const mlav_flash_params &p)
@@ -71,30 +104,33 @@ __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int k
 }
 
 /* Gather this thread's share of KV row j into row `row` of a stage buffer. Rows past kv_end are
- * zero-filled without reading (their scores are masked to -inf, and 0 * 0 keeps P V clean);
- * a page id outside the pool reads as NaN, never out of bounds. */
+ * zero-filled without reading (their scores are masked to -inf, and 0 * 0 keeps P V clean;
+ * the source address is then row 0 of the pool, never read); a page id outside the pool reads as
+ * NaN, never out of bounds. One straight path for the common cases: the gather runs every tile
+ * for every thread, and v4's first profile found a fifth of the stall samples in it. */
 template <typename T>
 __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page, int j,
                                               int kv_end, const mlav_flash_params &p, int row,
                                               int part)
 {
     T *d = dst + row * RS + part * 8;
-    if (j >= kv_end) {
-#pragma unroll
-        for (int k = 0; k < GATHER_STEPS; k++)
-            mlav::cp_async16(d + k * GATHER_TPR * 8, kv, 0);
-    } else if (page < 0 || page >= p.num_pages) {
+    const bool live = j < kv_end;
+    if (live && (page < 0 || page >= p.num_pages)) {
         uint4 nan4;
         nan4.x = nan4.y = nan4.z = nan4.w = (uint32_t)mlav::mma_type<T>::nan_bits * 0x10001u;
 #pragma unroll
         for (int k = 0; k < GATHER_STEPS; k++)
-            *reinterpret_cast<uint4 *>(d + k * GATHER_TPR * 8) = nan4;
-    } else {
-        const T *src = kv + ((size_t)page * p.page_size + (size_t)slot_of(j, p)) * W + part * 8;
-#pragma unroll
-        for (int k = 0; k < GATHER_STEPS; k++)
-            mlav::cp_async16(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, 16);
+            if (part + k * GATHER_TPR < CHUNKS)
+                *reinterpret_cast<uint4 *>(d + k * GATHER_TPR * 8) = nan4;
+        return;
     }
+    const size_t kv_row = live ? (size_t)page * p.page_size + slot_of(j, p) : 0;
+    const T *src = kv + kv_row * W + part * 8;
+    const int bytes = live ? 16 : 0;
+#pragma unroll
+    for (int k = 0; k < GATHER_STEPS; k++)
+        if (part + k * GATHER_TPR < CHUNKS)
+            mlav::cp_async16(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
 }
 
 /* Zero the Inf and NaN values among this thread's value columns (c_kv, the first Dl) of row
@@ -136,85 +172,142 @@ __device__ __forceinline__ uint32_t load_q2(const void *row, int col, bool ok)
               : 0u;
 }
 
+/* The P of this thread's four scores (rows r, r + 8 x two keys) against the reference maxima;
+ * `over` says whether a score passed its reference by more than RESCALE_SLACK. */
+__device__ __forceinline__ void softmax_weights(const float sv[4], const float ref[2], float pv[4],
+                                                bool &over)
+{
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float r = ref[e >> 1];
+        over |= sv[e] > r + RESCALE_SLACK;
+        pv[e] = mlav::exp2_fast(sv[e] - (r == -INFINITY ? 0.0f : r)); /* no -inf - -inf */
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
-    using MT = mlav::mma_type<T>;
+    using MTY = mlav::mma_type<T>;
     extern __shared__ __align__(16) unsigned char smem[];
     T *sKV = reinterpret_cast<T *>(smem);
     float *sX = reinterpret_cast<float *>(sKV + STAGES * SKV_ELEMS);
+    T *sP = reinterpret_cast<T *>(sX + SX_FLOATS);
+    T *sQ = sP + SP_ELEMS; /* rope part of Q: [BM][QPS] */
+    float *sMax = reinterpret_cast<float *>(sQ + SQ_ELEMS);
+    float *sL = sMax + SROW_FLOATS;
 
     const mlav_split_item item = p.items[blockIdx.x];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int mi = warp & 3, ni = warp >> 2;
-    const int g = lane >> 2, qd = lane & 3; /* MMA fragment row and column pair */
+    const int grp = warp / QUARTERS, dq = warp % QUARTERS;
+    const int own_m = dq >> 1, own_n = dq & 1; /* the S block this warp finishes */
+    const int g = lane >> 2, qd = lane & 3;    /* MMA fragment row and column pair */
     const int b = item.b;
     const int q_start = item.q_start, prefix = item.prefix;
-    const int M = item.q_len * p.H;       /* folded rows of this request */
+    const int M = item.q_len * p.H; /* folded rows of this request */
     const int m0 = item.mtile * BM;
+    const int gm0 = m0 + grp * GROUP_ROWS; /* this group's first row */
     const int kv_begin = item.kv_begin, kv_end = item.kv_end;
     const int n_tiles = (kv_end - kv_begin + BN - 1) / BN;
     const T *kv = static_cast<const T *>(p.kv);
+    const T *qg = static_cast<const T *>(p.q) + (size_t)q_start * p.H * W;
     const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
-    /* a row group past the request's rows (H x q_len not a multiple of 64) skips the MMAs; its
-     * warps still gather and meet every barrier */
-    const bool active = m0 + mi * 16 < M;
+    /* a group past the request's rows (H x q_len not a multiple of 64) skips the MMAs; its warps
+     * still gather and meet every block barrier */
+    const bool active = gm0 < M;
+    const int bar = 1 + grp; /* the group's named barrier */
 
     /* The prologue's page-id lookups are issued first; the loop keeps them two tiles ahead. */
     const int g_row = tid / GATHER_TPR, g_part = tid % GATHER_TPR;
-    int32_t pg_first[STAGES - 1];
+    int32_t pg_first[AHEAD];
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++)
+    for (int s = 0; s < AHEAD; s++)
         pg_first[s] = lookup_page(ptab, kv_begin + s * BN + g_row, kv_end, p);
-    int32_t pg_next = lookup_page(ptab, kv_begin + (STAGES - 1) * BN + g_row, kv_end, p);
-    int32_t pg_after = lookup_page(ptab, kv_begin + STAGES * BN + g_row, kv_end, p);
+    int32_t pg_next = lookup_page(ptab, kv_begin + AHEAD * BN + g_row, kv_end, p);
+    int32_t pg_after = lookup_page(ptab, kv_begin + (AHEAD + 1) * BN + g_row, kv_end, p);
 
-    /* Q rows of a request are contiguous: (token, head) folds to row q_start * H + m. The A
-     * fragment of k-step kk holds rows g, g + 8 at depth columns 2 qd (+1) and 2 qd + 8 (+1). */
-    uint32_t qf[KSTEPS][4];
-    {
-        const int r0 = m0 + mi * 16 + g;
-        const T *q0 = static_cast<const T *>(p.q) + ((size_t)q_start * p.H + r0) * W;
+    /* Rope Q of the block's 64 rows into shared memory (rows past the request zero-filled), in
+     * the first cp.async group. Q rows of a request are contiguous: (token, head) folds to row
+     * q_start * H + m. */
+#pragma unroll
+    for (int c = 0; c < QPE_CHUNKS / NT; c++) {
+        const int idx = tid + c * NT, r = idx / (DR / 8), ch = idx % (DR / 8);
+        const bool ok = m0 + r < M;
+        mlav::cp_async16(sQ + r * QPS + ch * 8, qg + (ok ? (size_t)(m0 + r) * W + DL + ch * 8 : 0),
+                         ok ? 16 : 0);
+    }
+
+    /* Latent Q in registers: qf[i] is m-tile i ^ own_m of the group (own block first); the A
+     * fragment of k-step kk holds rows g, g + 8 at columns 2 qd (+1) and 2 qd + 8 (+1). */
+    uint32_t qf[MT][KSTEPS][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        const int r0 = gm0 + (i ^ own_m) * 16 + g;
+        const T *q0 = qg + (size_t)r0 * W;
         const T *q1 = q0 + (size_t)8 * W;
         const bool ok0 = r0 < M, ok1 = r0 + 8 < M;
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
-            const int c = ni * DEPTH_HALF + kk * 16 + qd * 2;
-            qf[kk][0] = load_q2(q0, c, ok0);
-            qf[kk][1] = load_q2(q1, c, ok1);
-            qf[kk][2] = load_q2(q0, c + 8, ok0);
-            qf[kk][3] = load_q2(q1, c + 8, ok1);
+            const int c = dq * COLS_Q + kk * 16 + qd * 2;
+            qf[i][kk][0] = load_q2(q0, c, ok0);
+            qf[i][kk][1] = load_q2(q1, c, ok1);
+            qf[i][kk][2] = load_q2(q0, c + 8, ok0);
+            qf[i][kk][3] = load_q2(q1, c + 8, ok1);
         }
     }
 
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
+    for (int s = 0; s < AHEAD; s++) {
         gather_kv_row(sKV + s * SKV_ELEMS, kv, pg_first[s], kv_begin + s * BN + g_row, kv_end, p,
                       g_row, g_part);
         mlav::cp_async_commit();
     }
 
-    /* The two rows this thread holds in every fragment: g and g + 8 of the warp's 16. */
-    int row_i[2];
+    /* This thread's output rows: o[i][n][2 rr + (0, 1)] is row g + 8 rr of m-tile i ^ own_m,
+     * k = 2 i + rr in ref_max; k = 0, 1 are the rows of the S block the warp finishes. */
+    float o[MT][COLS_Q / 8][4];
 #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int m = m0 + mi * 16 + g + rr * 8;
-        row_i[rr] = m < M ? m / p.H : -1; /* draft node index, -1: padding */
-    }
-
-    float o[COLS_HALF / 8][4];
+    for (int i = 0; i < MT; i++)
 #pragma unroll
-    for (int n = 0; n < COLS_HALF / 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float run_max[2] = {-INFINITY, -INFINITY}; /* log2 domain: score * scale * log2(e) */
-    float run_sum[2] = {0.0f, 0.0f};           /* this thread's columns only; quad-summed at end */
+        for (int n = 0; n < COLS_Q / 8; n++)
+            o[i][n][0] = o[i][n][1] = o[i][n][2] = o[i][n][3] = 0.0f;
+    /* reference max of those rows (log2 units: score * scale * log2(e)), the same in all four
+     * warps of the group */
+    float ref_max[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    float run_sum[2] = {0.0f, 0.0f}; /* the S block's rows, this thread's keys; summed at the end */
 
+    /* per-lane ldmatrix offsets (elements). K, non-transposed: key rows of n-tile own_n first. */
+    const int k_off = (((lane & 7) + ((lane >> 4) << 3)) ^ (own_n << 3)) * RS + ((lane >> 3) & 1) * 8;
+    const int v_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + dq * COLS_Q + (lane >> 4) * 8;
+    float *xg = sX + grp * (QUARTERS * (QUARTERS - 1) * 32 * 4);
+    T *pg = sP + grp * GROUP_ROWS * PS;
+    T *p_mine = pg + (own_m * 16 + g) * PS + own_n * 8 + qd * 2;
+    /* A fragments from shared memory (P, rope Q): lanes 0-15 rows, lanes 16-31 the k + 8 half */
+    const int a_row = lane & 15, a_col = (lane >> 4) * 8;
+
+    /* The two groups meet only through "tile full" barriers, not a block-wide barrier per tile:
+     * tile t is full when every thread's copies of it have landed. Each thread waits for its own
+     * copies of tile t + 1 in the middle of tile t (before P V) and then arrives, without waiting,
+     * at the other group's barrier for that tile; at the head of tile t + 1 it syncs on its own
+     * group's, which completes with the other group's 128 arrivals. So a group runs at most about
+     * half a tile ahead of the other, and its softmax can overlap the other's MMAs. The same
+     * bound makes the buffer reuse safe without an "empty" barrier: a gather at tile t writes the
+     * buffer of tile t + AHEAD - STAGES = t - 2, and the other group is then past the middle of
+     * tile t - 1. Barrier ids: 1 + grp (the group's own), then full[group][stage]. */
+    const auto full_bar = [](int group, int stage) { return 1 + GROUPS + group * STAGES + stage; };
+    mlav::cp_async_wait<AHEAD - 1>(); /* this thread's part of tile 0 (and of rope Q) landed */
+    mlav::named_barrier_arrive(full_bar(grp ^ 1, 0), NT);
+    /* Group 1 starts once group 0 has its first S, so the groups run staggered (ping-pong): one
+     * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
+     * offset bounded (A/B on the H200: 3% faster than starting together; bench/NOTES.md, v4). */
+    const int start_bar = 1 + GROUPS + GROUPS * STAGES;
+    if (grp == 1)
+        mlav::named_barrier(start_bar, NT);
     for (int t = 0; t < n_tiles; t++) {
-        mlav::cp_async_wait<STAGES - 2>();
-        __syncthreads(); /* tile t visible to all; buffer (t-1) % STAGES free for reuse */
-        if (t + STAGES - 1 < n_tiles) {
-            const int j_row = kv_begin + (t + STAGES - 1) * BN + g_row;
-            gather_kv_row(sKV + ((t + STAGES - 1) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
+        mlav::named_barrier(full_bar(grp, t % STAGES), NT); /* tile t visible to this group */
+        if (t + AHEAD < n_tiles) {
+            const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
+            gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
                           kv_end, p, g_row, g_part);
             pg_next = pg_after;
             pg_after = lookup_page(ptab, j_row + 2 * BN, kv_end, p);
@@ -224,122 +317,158 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         const int j_base = kv_begin + t * BN;
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
 
-        float s[NTILE][4];
         if (active) {
-            /* partial S over this warp's depth half: four independent chains of 18 MMAs */
+            /* partial S over this warp's depth quarter: the rope k-step (Q from shared memory),
+             * then 8 latent k-steps (Q from registers), four chains of 9 MMAs; each K fragment
+             * (16 keys x 16 deep, loaded two steps ahead) feeds both m-tiles.
+             * s[i][j] is block (m-tile i ^ own_m, n-tile j ^ own_n). */
+            float s[MT][NTS][4];
 #pragma unroll
-            for (int n = 0; n < NTILE; n++)
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            /* K fragments are loaded one k-step ahead of their MMAs (two buffers) */
-            const T *kbase = sK + ((lane & 7) + ((lane >> 4) << 3)) * RS + ni * DEPTH_HALF +
-                             ((lane >> 3) & 1) * 8;
-            uint32_t bk[2][NTILE / 2][4];
+            for (int i = 0; i < MT; i++)
 #pragma unroll
-            for (int nb = 0; nb < NTILE / 2; nb++)
-                mlav::ldsm_x4(bk[0][nb], kbase + nb * 16 * RS);
+                for (int n = 0; n < NTS; n++)
+                    s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.0f;
+            const T *kbase = sK + k_off + dq * COLS_Q;
+            constexpr int K_AHEAD = 2;
+            uint32_t bk[K_AHEAD + 1][4];
+            {
+                uint32_t qa[MT][4];
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    mlav::ldsm_x4(qa[i], sQ + (grp * GROUP_ROWS + (i ^ own_m) * 16 + a_row) * QPS +
+                                             dq * ROPE_Q + a_col);
+                mlav::ldsm_x4(bk[K_AHEAD], sK + k_off + DL + dq * ROPE_Q);
+#pragma unroll
+                for (int st = 0; st < K_AHEAD; st++)
+                    mlav::ldsm_x4(bk[st], kbase + st * 16);
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    MTY::mma(s[i][0], qa[i], bk[K_AHEAD][0], bk[K_AHEAD][1]);
+                    MTY::mma(s[i][1], qa[i], bk[K_AHEAD][2], bk[K_AHEAD][3]);
+                }
+            }
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; kk++) {
-                if (kk + 1 < KSTEPS) {
+                const int slot = kk % K_AHEAD;
 #pragma unroll
-                    for (int nb = 0; nb < NTILE / 2; nb++)
-                        mlav::ldsm_x4(bk[(kk + 1) & 1][nb], kbase + nb * 16 * RS + (kk + 1) * 16);
+                for (int i = 0; i < MT; i++) {
+                    MTY::mma(s[i][0], qf[i][kk], bk[slot][0], bk[slot][1]);
+                    MTY::mma(s[i][1], qf[i][kk], bk[slot][2], bk[slot][3]);
                 }
-#pragma unroll
-                for (int nb = 0; nb < NTILE / 2; nb++) {
-                    MT::mma(s[2 * nb], qf[kk], bk[kk & 1][nb][0], bk[kk & 1][nb][1]);
-                    MT::mma(s[2 * nb + 1], qf[kk], bk[kk & 1][nb][2], bk[kk & 1][nb][3]);
-                }
-            }
-            /* swap partial sums with the other half (warp ^ 4); a + b == b + a, so both halves
-             * hold bit-identical S and make identical softmax decisions. Layout [warp][n][lane]
-             * of float4: consecutive lanes, consecutive 16 bytes, no bank conflicts. */
-            float *mine = sX + (size_t)warp * (32 * NTILE * 4) + lane * 4;
-#pragma unroll
-            for (int n = 0; n < NTILE; n++)
-                *reinterpret_cast<float4 *>(mine + n * 128) =
-                    make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
-            mlav::named_barrier(1 + mi, 64);
-            const float *other = sX + (size_t)(warp ^ 4) * (32 * NTILE * 4) + lane * 4;
-#pragma unroll
-            for (int n = 0; n < NTILE; n++) {
-                const float4 v = *reinterpret_cast<const float4 *>(other + n * 128);
-                s[n][0] += v.x;
-                s[n][1] += v.y;
-                s[n][2] += v.z;
-                s[n][3] += v.w;
+                if (kk + K_AHEAD < KSTEPS)
+                    mlav::ldsm_x4(bk[slot], kbase + (kk + K_AHEAD) * 16);
             }
 
-            /* scale, mask (split end, tree), tile row max */
-            float tile_max[2] = {-INFINITY, -INFINITY};
+            /* reduce-scatter: block x = 2 i + j (x = 1..3) belongs to warp dq ^ x and goes to
+             * its slot x - 1, [dest][slot][lane] of float4 (consecutive lanes, consecutive 16
+             * bytes: no bank conflicts); the sum order is fixed, so results are deterministic */
+#pragma unroll
+            for (int x = 1; x < QUARTERS; x++) {
+                const float *v = s[x >> 1][x & 1];
+                *reinterpret_cast<float4 *>(xg + (((dq ^ x) * 3 + x - 1) * 32 + lane) * 4) =
+                    make_float4(v[0], v[1], v[2], v[3]);
+            }
+            float sv[4] = {s[0][0][0], s[0][0][1], s[0][0][2], s[0][0][3]};
+            mlav::named_barrier(bar, GROUP_THREADS);
+            if (grp == 0 && t == 0)
+                mlav::named_barrier_arrive(start_bar, NT);
+#pragma unroll
+            for (int slot = 0; slot < 3; slot++) {
+                const float4 v =
+                    *reinterpret_cast<const float4 *>(xg + ((dq * 3 + slot) * 32 + lane) * 4);
+                sv[0] += v.x;
+                sv[1] += v.y;
+                sv[2] += v.z;
+                sv[3] += v.w;
+            }
+
+            /* scale and mask (split end, tree) */
             if (prefix_only) {
                 /* a tile of prefix rows only: every key visible to every row (padding rows hold
                  * Q = 0 and are never written, so they need no mask either) */
 #pragma unroll
-                for (int n = 0; n < NTILE; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        s[n][e] *= p.scale_log2;
-                        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[n][e]);
-                    }
+                for (int e = 0; e < 4; e++)
+                    sv[e] *= p.scale_log2;
             } else {
+                /* the draft node of each of the S block's two rows, -1 for padding (computed
+                 * here, on the few tiles that need it, to spare two registers in the loop) */
+                int row_i[2];
 #pragma unroll
-                for (int n = 0; n < NTILE; n++)
+                for (int rr = 0; rr < 2; rr++) {
+                    const int m = gm0 + own_m * 16 + g + rr * 8;
+                    row_i[rr] = m < M ? m / p.H : -1;
+                }
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int rr = e >> 1, j = j_base + n * 8 + qd * 2 + (e & 1);
-                        bool vis = j < kv_end && row_i[rr] >= 0;
-                        if (vis && j >= prefix) {
-                            const int k = j - prefix, i = row_i[rr];
-                            if (p.tree_mask)
-                                vis = (p.tree_mask[(size_t)(q_start + i) * p.mask_words +
-                                                   (k >> 5)] >>
-                                       (k & 31)) & 1u;
-                            else
-                                vis = k <= i;
-                        }
-                        s[n][e] = vis ? s[n][e] * p.scale_log2 : -INFINITY;
-                        tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
+                for (int e = 0; e < 4; e++) {
+                    const int rr = e >> 1, j = j_base + own_n * 8 + qd * 2 + (e & 1);
+                    bool vis = j < kv_end && row_i[rr] >= 0;
+                    if (vis && j >= prefix) {
+                        const int k = j - prefix, i = row_i[rr];
+                        if (p.tree_mask)
+                            vis = (p.tree_mask[(size_t)(q_start + i) * p.mask_words + (k >> 5)] >>
+                                   (k & 31)) & 1u;
+                        else
+                            vis = k <= i;
                     }
+                    sv[e] = vis ? sv[e] * p.scale_log2 : -INFINITY;
+                }
             }
 
-            /* online softmax: the rule of mlav_rescale_factor (merge.h), in log2 units, with a
-             * lazy reference: the running max moves only when a score passes it by more than
-             * RESCALE_SLACK, so P <= 2^RESCALE_SLACK and the 128-multiply rescale of O runs a
-             * few times per split instead of on most tiles (any reference gives the same
-             * softmax; the lse adds it back) */
-            float alpha[2];
+            /* online softmax, the rule of mlav_rescale_factor (merge.h) in log2 units, against a
+             * lazy reference max: P = 2^(s - ref) with the reference every warp of the group
+             * already holds. Only when a score passes its reference by more than RESCALE_SLACK
+             * (the first tile, or a new maximum) does the group vote, exchange row maxima, move
+             * the reference, rescale O and redo P; any reference gives the same softmax, and the
+             * lse adds it back. */
+            float pv[4];
+            bool over = false;
+            softmax_weights(sv, ref_max, pv, over);
+            *reinterpret_cast<uint32_t *>(p_mine) = MTY::pack(pv[0], pv[1]);
+            *reinterpret_cast<uint32_t *>(p_mine + 8 * PS) = MTY::pack(pv[2], pv[3]);
+            if (mlav::named_barrier_or(bar, GROUP_THREADS, over)) {
+                float tm[2] = {fmaxf(sv[0], sv[1]), fmaxf(sv[2], sv[3])};
 #pragma unroll
-            for (int rr = 0; rr < 2; rr++) {
-                tile_max[rr] =
-                    fmaxf(tile_max[rr], __shfl_xor_sync(0xffffffffu, tile_max[rr], 1));
-                tile_max[rr] =
-                    fmaxf(tile_max[rr], __shfl_xor_sync(0xffffffffu, tile_max[rr], 2));
-                const float new_max = tile_max[rr] > run_max[rr] + RESCALE_SLACK
-                                          ? fmaxf(run_max[rr], tile_max[rr])
-                                          : run_max[rr];
-                alpha[rr] =
-                    run_max[rr] == -INFINITY ? 0.0f : mlav::exp2_fast(run_max[rr] - new_max);
-                run_max[rr] = new_max;
-                const float safe = new_max == -INFINITY ? 0.0f : new_max; /* no -inf - -inf */
-                float sum = 0.0f;
-#pragma unroll
-                for (int n = 0; n < NTILE; n++) {
-                    s[n][2 * rr] = mlav::exp2_fast(s[n][2 * rr] - safe);
-                    s[n][2 * rr + 1] = mlav::exp2_fast(s[n][2 * rr + 1] - safe);
-                    sum += s[n][2 * rr] + s[n][2 * rr + 1];
+                for (int rr = 0; rr < 2; rr++) {
+                    tm[rr] = fmaxf(tm[rr], __shfl_xor_sync(0xffffffffu, tm[rr], 1));
+                    tm[rr] = fmaxf(tm[rr], __shfl_xor_sync(0xffffffffu, tm[rr], 2));
                 }
-                run_sum[rr] = run_sum[rr] * alpha[rr] + sum;
-            }
-            /* once the running max settles, alpha is 1 for every row: skip 128 multiplies */
-            if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-                for (int n = 0; n < COLS_HALF / 8; n++) {
-                    o[n][0] *= alpha[0];
-                    o[n][1] *= alpha[0];
-                    o[n][2] *= alpha[1];
-                    o[n][3] *= alpha[1];
+                float *mx = sMax + grp * QUARTERS * 16;
+                if (qd == 0) {
+                    mx[dq * 16 + g] = tm[0];
+                    mx[dq * 16 + g + 8] = tm[1];
                 }
+                mlav::named_barrier(bar, GROUP_THREADS);
+                float alpha[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int owner = 2 * ((k >> 1) ^ own_m), r16 = g + 8 * (k & 1);
+                    const float tile_max = fmaxf(mx[owner * 16 + r16], mx[(owner + 1) * 16 + r16]);
+                    const float new_max = tile_max > ref_max[k] + RESCALE_SLACK
+                                              ? fmaxf(ref_max[k], tile_max)
+                                              : ref_max[k];
+                    alpha[k] =
+                        ref_max[k] == -INFINITY ? 0.0f : mlav::exp2_fast(ref_max[k] - new_max);
+                    ref_max[k] = new_max;
+                }
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int n = 0; n < COLS_Q / 8; n++) {
+                        o[i][n][0] *= alpha[2 * i];
+                        o[i][n][1] *= alpha[2 * i];
+                        o[i][n][2] *= alpha[2 * i + 1];
+                        o[i][n][3] *= alpha[2 * i + 1];
+                    }
+                run_sum[0] *= alpha[0];
+                run_sum[1] *= alpha[1];
+                bool unused = false;
+                softmax_weights(sv, ref_max, pv, unused);
+                *reinterpret_cast<uint32_t *>(p_mine) = MTY::pack(pv[0], pv[1]);
+                *reinterpret_cast<uint32_t *>(p_mine + 8 * PS) = MTY::pack(pv[2], pv[3]);
+                mlav::named_barrier(bar, GROUP_THREADS);
             }
+            run_sum[0] += pv[0] + pv[1];
+            run_sum[1] += pv[2] + pv[3];
         }
 
         if (!prefix_only) {
@@ -351,76 +480,77 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             __syncthreads();
         }
 
+        /* this thread's part of tile t + 1 has landed: tell the other group */
+        mlav::cp_async_wait<AHEAD - 1>();
+        if (t + 1 < n_tiles)
+            mlav::named_barrier_arrive(full_bar(grp ^ 1, (t + 1) % STAGES), NT);
         if (active) {
-            /* P stays in registers: the S accumulator layout of two n8 tiles is the A operand
-             * layout of one k16 step */
-            uint32_t pa[BN / 16][4];
+            /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments (16 keys x 16
+             * columns per step) loaded PV_AHEAD steps before their MMAs, each feeding both
+             * m-tiles */
+            uint32_t pa[MT][4];
 #pragma unroll
-            for (int ks = 0; ks < BN / 16; ks++) {
-                pa[ks][0] = MT::pack(s[2 * ks][0], s[2 * ks][1]);
-                pa[ks][1] = MT::pack(s[2 * ks][2], s[2 * ks][3]);
-                pa[ks][2] = MT::pack(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-                pa[ks][3] = MT::pack(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-            }
-            /* V fragments (16 keys x 16 columns per step) loaded PV_AHEAD steps before their
-             * two MMAs: one step ahead is ~13 cycles of MMA issue, short of ldmatrix latency */
-            constexpr int PV_STEPS = (COLS_HALF / 16) * (BN / 16), PV_AHEAD = 3;
-            const T *vbase = sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + ni * COLS_HALF +
-                             (lane >> 4) * 8;
+            for (int i = 0; i < MT; i++)
+                mlav::ldsm_x4(pa[i], pg + ((i ^ own_m) * 16 + a_row) * PS + a_col);
+            constexpr int PV_STEPS = COLS_Q / 16, PV_AHEAD = 3;
+            const T *vbase = sK + v_off;
             uint32_t bv[PV_AHEAD][4];
 #pragma unroll
             for (int st = 0; st < PV_AHEAD; st++)
-                mlav::ldsm_x4_trans(bv[st], vbase + (st % (BN / 16)) * 16 * RS +
-                                                (st / (BN / 16)) * 16);
+                mlav::ldsm_x4_trans(bv[st], vbase + st * 16);
 #pragma unroll
             for (int st = 0; st < PV_STEPS; st++) {
-                const int nn = st / (BN / 16), ks = st % (BN / 16), slot = st % PV_AHEAD;
-                MT::mma(o[2 * nn], pa[ks], bv[slot][0], bv[slot][1]);
-                MT::mma(o[2 * nn + 1], pa[ks], bv[slot][2], bv[slot][3]);
-                const int nx = st + PV_AHEAD;
-                if (nx < PV_STEPS)
-                    mlav::ldsm_x4_trans(bv[slot], vbase + (nx % (BN / 16)) * 16 * RS +
-                                                      (nx / (BN / 16)) * 16);
+                const int slot = st % PV_AHEAD;
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    MTY::mma(o[i][2 * st], pa[i], bv[slot][0], bv[slot][1]);
+                    MTY::mma(o[i][2 * st + 1], pa[i], bv[slot][2], bv[slot][3]);
+                }
+                if (st + PV_AHEAD < PV_STEPS)
+                    mlav::ldsm_x4_trans(bv[slot], vbase + (st + PV_AHEAD) * 16);
             }
         }
-        /* Every warp is done with this tile before the loop head lets the next gather reuse its
-         * buffer. The loop head's barrier alone orders that already (it precedes each gather),
-         * but without this one compute-sanitizer racecheck reported WAR hazards between this
-         * tile's V reads and the cp.async of the tile after next in test_cuda_graph (not on the
-         * golden bundles); the A/B run found the barrier free (bench/NOTES.md, v2). */
-        __syncthreads();
     }
     mlav::cp_async_wait<0>();
     if (!active)
         return;
 
-    /* finish: quad-sum the row sums, normalise, write the state */
+    /* finish: the row sums of the two key halves meet in shared memory; normalise; write */
+    float *lrow = sL + grp * QUARTERS * 16;
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         float l = run_sum[rr];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float lse = mlav_finish_lse(run_max[rr] * LN2, l);
+        if (qd == 0)
+            lrow[dq * 16 + g + 8 * rr] = l;
+    }
+    mlav::named_barrier(bar, GROUP_THREADS);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = k >> 1, e0 = 2 * (k & 1), mt = i ^ own_m, r16 = g + 8 * (k & 1);
+        const float l = lrow[2 * mt * 16 + r16] + lrow[(2 * mt + 1) * 16 + r16];
+        const float lse = mlav_finish_lse(ref_max[k] * LN2, l);
         const float inv = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
-        const int m = m0 + mi * 16 + g + rr * 8;
+        const int m = gm0 + mt * 16 + r16;
         if (m >= M)
             continue;
         const int r_local = m - m0;
         if (item.slot < 0) {
-            T *out = static_cast<T *>(p.out) + ((size_t)q_start * p.H + m) * DL + ni * COLS_HALF;
+            T *out = static_cast<T *>(p.out) + ((size_t)q_start * p.H + m) * DL + dq * COLS_Q;
 #pragma unroll
-            for (int n = 0; n < COLS_HALF / 8; n++)
+            for (int n = 0; n < COLS_Q / 8; n++)
                 *reinterpret_cast<uint32_t *>(out + n * 8 + qd * 2) =
-                    MT::pack(o[n][2 * rr] * inv, o[n][2 * rr + 1] * inv);
-            if (p.lse && ni == 0 && qd == 0)
+                    MTY::pack(o[i][n][e0] * inv, o[i][n][e0 + 1] * inv);
+            if (p.lse && dq == 0 && qd == 0)
                 p.lse[(size_t)q_start * p.H + m] = lse;
         } else {
-            float *po = p.part_o + ((size_t)item.slot * BM + r_local) * DL + ni * COLS_HALF;
+            float *po = p.part_o + ((size_t)item.slot * BM + r_local) * DL + dq * COLS_Q;
 #pragma unroll
-            for (int n = 0; n < COLS_HALF / 8; n++)
+            for (int n = 0; n < COLS_Q / 8; n++)
                 *reinterpret_cast<float2 *>(po + n * 8 + qd * 2) =
-                    make_float2(o[n][2 * rr] * inv, o[n][2 * rr + 1] * inv);
-            if (ni == 0 && qd == 0)
+                    make_float2(o[i][n][e0] * inv, o[i][n][e0 + 1] * inv);
+            if (dq == 0 && qd == 0)
                 p.part_lse[(size_t)item.slot * BM + r_local] = lse;
         }
     }
