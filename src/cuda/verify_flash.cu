@@ -18,8 +18,8 @@
  *                columns [128 dq, +128) of all 32 rows (128 fp32 registers), so each V fragment
  *                also feeds two m16 tiles.
  * Against v2 (16 rows per warp, P in registers, 32-key tiles) this halves the K and V bytes read
- * from shared memory per MMA; it measured as fast as v2 at long prefixes and 3-6% faster at short
- * ones, because the time goes to latency, not bandwidth (bench/NOTES.md, v4).
+ * from shared memory per MMA; on the H200 it runs within 1.5% of v2 at long prefixes and 1-8%
+ * faster at short ones: the time goes to latency chains, not bandwidth (bench/NOTES.md, v4).
  * Each warp orders its m-tiles (and its S n-tiles) so that the block it finishes comes first:
  * register indices stay compile-time, with no selects. O (128) and Q (64) leave ~60 of 255
  * registers for fragments in flight. The softmax reference max is shared by the group's four
@@ -44,6 +44,10 @@ constexpr int STAGES = 4;                  /* KV tile buffers */
 constexpr int AHEAD = 2;                   /* tiles gathered ahead of the one in use */
 constexpr int CHUNKS = W / 8;              /* 16-byte chunks per KV row: 72 */
 constexpr int GROUPS = 2;                  /* independent warp groups per block */
+/* A gather overwrites the buffer of tile t + AHEAD - STAGES, which both groups must be past (see
+ * the loop's "tile full" barriers). Named barrier ids 1..15: one per group, one "full" per group
+ * and buffer, one for the staggered start. */
+static_assert(STAGES >= AHEAD + 2 && GROUPS + GROUPS * STAGES + 1 <= 15, "pipeline, barrier ids");
 constexpr int QUARTERS = 4;                /* warps per group */
 constexpr int GROUP_ROWS = BM / GROUPS;    /* 32 */
 constexpr int GROUP_THREADS = 32 * QUARTERS;
@@ -301,7 +305,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
      * offset bounded (A/B on the H200: 3% faster than starting together; bench/NOTES.md, v4). */
     const int start_bar = 1 + GROUPS + GROUPS * STAGES;
-    if (grp == 1)
+    if (grp == 1 && n_tiles > 0) /* group 0 (always active) arrives in its first tile */
         mlav::named_barrier(start_bar, NT);
     for (int t = 0; t < n_tiles; t++) {
         mlav::named_barrier(full_bar(grp, t % STAGES), NT); /* tile t visible to this group */
