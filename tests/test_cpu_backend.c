@@ -411,6 +411,31 @@ static void test_cpu_backend_long_prefix(void **state)
     tu_free(p);
 }
 
+/* ---- scores whose running max keeps moving --------------------------------------------------- */
+
+/* Rising scores (tu_rising_scores): the online softmax rescales its running output many times
+ * per row, by factors far from 1, at different tiles in different rows. */
+static void test_cpu_backend_rising_scores(void **state)
+{
+    (void)state;
+    static const tu_case rising[] = {
+        CASE(16, 512, 64, 1, BF16, TU_BUSHY, Q(9, 1), Q(3000, 500), 2),
+        CASE(8, 512, 64, 16, F32, TU_CHAIN, Q(33), Q(2000), 1),
+        CASE(64, 512, 64, 64, F16, TU_DEEP, Q(9), Q(1500), 1),
+    };
+    for (size_t i = 0; i < sizeof rising / sizeof rising[0]; i++) {
+        tu_case c = rising[i];
+        c.seed = tu_seed();
+        tu_problem *p = tu_make(&c);
+        tu_rising_scores(p, 64);
+        tu_reference(p);
+        mlav_tensors t = tu_tensors(p);
+        assert_int_equal(run_cpu(p, &t), MLAV_OK);
+        expect_match(p, "rising scores");
+        tu_free(p);
+    }
+}
+
 /* Device-resident tensors are for CUDA contexts: the CPU backend says so and writes nothing. */
 static void test_cpu_backend_device_memory(void **state)
 {
@@ -432,7 +457,7 @@ int main(void)
 {
     enum { NCASES = sizeof cases / sizeof cases[0] };
     static char names[NCASES][300];
-    struct CMUnitTest tests[NCASES + 8];
+    struct CMUnitTest tests[NCASES + 16];
     int n = 0;
     for (int k = 0; k < NCASES; k++) {
         char buf[256];
@@ -452,6 +477,7 @@ int main(void)
         cmocka_unit_test(test_cpu_backend_thread_counts),
         cmocka_unit_test(test_cpu_backend_shared_plan),
         cmocka_unit_test(test_cpu_backend_long_prefix),
+        cmocka_unit_test(test_cpu_backend_rising_scores),
         cmocka_unit_test(test_cpu_backend_device_memory),
     };
     for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)

@@ -816,6 +816,51 @@ static void test_cuda_nonfinite_hidden_draft(void **state)
         skip();
 }
 
+/* Rising scores (tu_rising_scores): the running max of many rows moves again and again inside
+ * a split, so the flash kernel's vote path runs after the first tile too (group-wide row-max
+ * exchange, O rescaled by factors far from 1, P redone), in some warps' rows and not others.
+ * Random inputs never reach it: their scores stay within the 8 log2 units of slack. */
+static void test_cuda_rising_scores(void **state)
+{
+    (void)state;
+    require_device();
+    static const tu_case rising[] = {
+        CASE(64, 512, 64, 1, BF16, TU_CHAIN_NULL, 1, QS(9), PS(4000)),
+        CASE(16, 512, 64, 16, F16, TU_BUSHY, 2, QS(9, 33), PS(3000, 700)),
+        CASE(8, 512, 64, 64, F32, TU_DEEP, 1, QS(33), PS(2000)),
+    };
+    const uint64_t seed = tu_seed();
+    int ran = 0;
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (size_t k = 0; k < sizeof rising / sizeof rising[0]; k++) {
+        tu_case c = rising[k];
+        c.seed = seed + k;
+        tu_problem *p = tu_make(&c);
+        tu_rising_scores(p, 64);
+        tu_reference(p);
+        for (size_t bi = 0; bi < N_BACKENDS; bi++) {
+            const mlav_backend b = gpu_backends[bi];
+            mlav_context *ctx = NULL;
+            mlav_plan *plan = NULL;
+            if (!open_context(b, &ctx))
+                continue;
+            if (!plan_or_skip(ctx, b, p, &plan)) {
+                mlav_context_free(ctx);
+                continue;
+            }
+            check_run(plan, b, p, MODE_DEVICE, 0, stream);
+            ran++;
+            mlav_plan_free(plan);
+            mlav_context_free(ctx);
+        }
+        tu_free(p);
+    }
+    CK(cudaStreamDestroy(stream));
+    if (!ran)
+        skip();
+}
+
 #else /* built without CUDA: the same tests, each a skip */
 
 #define SKIP_TEST(name)                                                                      \
@@ -833,6 +878,7 @@ SKIP_TEST(test_cuda_smem_limit)
 SKIP_TEST(test_cuda_bad_inputs)
 SKIP_TEST(test_cuda_bad_device_page_id)
 SKIP_TEST(test_cuda_nonfinite_hidden_draft)
+SKIP_TEST(test_cuda_rising_scores)
 
 #endif
 
@@ -847,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_cuda_bad_inputs),
         cmocka_unit_test(test_cuda_bad_device_page_id),
         cmocka_unit_test(test_cuda_nonfinite_hidden_draft),
+        cmocka_unit_test(test_cuda_rising_scores),
     };
     /* MLAV_TEST_FILTER=test_cuda_graph (wildcards * and ?) runs a subset, e.g. under
      * compute-sanitizer --tool racecheck, which is too slow for the whole grid */

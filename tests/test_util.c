@@ -196,6 +196,33 @@ tu_problem *tu_make(const tu_case *c)
     return p;
 }
 
+void tu_rising_scores(tu_problem *p, int32_t period)
+{
+    const tu_case *c = &p->c;
+    const int32_t W = c->Dl + c->Dr, ps = c->page_size;
+    const int dt = (int)c->dtype;
+    const double amp = 0.25;
+    /* q . base has a standard deviation of amp * sqrt(W) / 3 (uniform q in [-1, 1)); 2.1 nats
+     * per 16 keys is ~3 log2 units */
+    const double step = 2.1 / (16.0 * (double)p->prob.softmax_scale * amp * sqrt((double)W) / 3.0);
+    uint64_t rng = c->seed ^ 0x5eed0f12a3b4c5d6ull;
+    double *base = xcalloc((size_t)W, sizeof(double));
+    for (int32_t d = 0; d < W; d++)
+        base[d] = amp * tu_uniform(&rng);
+    for (int32_t b = 0; b < c->B; b++)
+        for (int32_t j = 0; j < p->kv_lens[b]; j++) {
+            const size_t row =
+                (size_t)p->page_table[(size_t)b * (size_t)p->prob.max_pages + (size_t)(j / ps)] *
+                    (size_t)ps +
+                (size_t)(j % ps);
+            const double ramp = 1.0 + (double)(j % period) * step;
+            for (int32_t d = 0; d < W; d++)
+                mlav_store_from_f32(p->kv, dt, row * (size_t)W + (size_t)d,
+                                    (float)(ramp * base[d] + amp * tu_uniform(&rng)));
+        }
+    free(base);
+}
+
 void tu_free(tu_problem *p)
 {
     if (!p)

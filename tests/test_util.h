@@ -56,6 +56,14 @@ uint64_t tu_seed(void);
 tu_problem *tu_make(const tu_case *c);
 void tu_free(tu_problem *p);
 
+/* Rewrite every request's KV rows (keys and values) as ramp(j) * base + noise, with ramp(j) =
+ * 1 + (j mod period) * step, base and noise uniform in [-0.25, 0.25) (seeded from the case),
+ * and step chosen so that a typical row's score climbs (or falls, by the sign of q . base) by
+ * ~3 log2 units per 16 keys. Within each period the running maxima of many rows move again and
+ * again, each row at its own tiles: an online softmax's rescale paths run, which random inputs
+ * (scores within a few units) never reach after the first tile. Unused pages stay NaN. */
+void tu_rising_scores(tu_problem *p, int32_t period);
+
 /* Host-memory tensors for the problem. */
 mlav_tensors tu_tensors(const tu_problem *p);
 
