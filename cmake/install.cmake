@@ -62,7 +62,12 @@ else()
     string(APPEND MLAV_PC_LIBS_PRIVATE " ${l}")
   endforeach()
 endif()
-# libgomp (and pthread) by name: -fopenmp would also ask the consumer's compiler to compile OpenMP
+# libgomp (and pthread) by name: -fopenmp would also ask the consumer's compiler to compile OpenMP.
+# A runtime outside the linker's default directories (clang's libomp) also gets its -L and an
+# rpath, or a static consumer would neither link nor start.
+foreach(dir ${MLAV_OMP_RUNTIME_DIRS})
+  string(APPEND MLAV_PC_LIBS_PRIVATE " -L${dir} -Wl,-rpath,${dir}")
+endforeach()
 foreach(l ${OpenMP_C_LIB_NAMES})
   string(APPEND MLAV_PC_LIBS_PRIVATE " -l${l}")
 endforeach()
