@@ -198,6 +198,8 @@ tu_problem *tu_make(const tu_case *c)
 
 void tu_rising_scores(tu_problem *p, int32_t period)
 {
+    if (period < 1)
+        return;
     const tu_case *c = &p->c;
     const int32_t W = c->Dl + c->Dr, ps = c->page_size;
     const int dt = (int)c->dtype;

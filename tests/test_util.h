@@ -61,7 +61,8 @@ void tu_free(tu_problem *p);
  * and step chosen so that a typical row's score climbs (or falls, by the sign of q . base) by
  * ~3 log2 units per 16 keys. Within each period the running maxima of many rows move again and
  * again, each row at its own tiles: an online softmax's rescale paths run, which random inputs
- * (scores within a few units) never reach after the first tile. Unused pages stay NaN. */
+ * (scores within a few units) never reach after the first tile. Unused pages stay NaN; a
+ * period below 1 leaves the problem as it is. */
 void tu_rising_scores(tu_problem *p, int32_t period);
 
 /* Host-memory tensors for the problem. */
