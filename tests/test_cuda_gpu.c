@@ -762,6 +762,31 @@ static void test_cuda_bad_device_page_id(void **state)
         skip();
 }
 
+/* Run p (its oracle already computed) on every GPU backend that plans it, with device tensors
+ * and, if host_too, host tensors as well; returns how many backends ran. */
+static int run_each_backend(tu_problem *p, int host_too, cudaStream_t stream)
+{
+    int ran = 0;
+    for (size_t bi = 0; bi < N_BACKENDS; bi++) {
+        const mlav_backend b = gpu_backends[bi];
+        mlav_context *ctx = NULL;
+        mlav_plan *plan = NULL;
+        if (!open_context(b, &ctx))
+            continue;
+        if (!plan_or_skip(ctx, b, p, &plan)) {
+            mlav_context_free(ctx);
+            continue;
+        }
+        check_run(plan, b, p, MODE_DEVICE, 0, stream);
+        if (host_too)
+            check_run(plan, b, p, MODE_HOST, 0, stream);
+        ran++;
+        mlav_plan_free(plan);
+        mlav_context_free(ctx);
+    }
+    return ran;
+}
+
 /* A NaN in a draft row's values (c_kv) reaches exactly the rows whose tree mask sees that row.
  * On tensor cores a hidden key's P = 0 times NaN is NaN, so the flash kernel must take its exact
  * path for such a tile; the oracle says which rows are NaN, and tu_compare requires the NaN
@@ -793,22 +818,7 @@ static void test_cuda_nonfinite_hidden_draft(void **state)
                                 row * (size_t)(c.Dl + c.Dr) + (size_t)bad_col[i], NAN);
         }
         tu_reference(p);
-        for (size_t bi = 0; bi < N_BACKENDS; bi++) {
-            const mlav_backend b = gpu_backends[bi];
-            mlav_context *ctx = NULL;
-            mlav_plan *plan = NULL;
-            if (!open_context(b, &ctx))
-                continue;
-            if (!plan_or_skip(ctx, b, p, &plan)) {
-                mlav_context_free(ctx);
-                continue;
-            }
-            check_run(plan, b, p, MODE_DEVICE, 0, stream);
-            check_run(plan, b, p, MODE_HOST, 0, stream);
-            ran++;
-            mlav_plan_free(plan);
-            mlav_context_free(ctx);
-        }
+        ran += run_each_backend(p, 1, stream);
         tu_free(p);
     }
     CK(cudaStreamDestroy(stream));
@@ -839,21 +849,7 @@ static void test_cuda_rising_scores(void **state)
         tu_problem *p = tu_make(&c);
         tu_rising_scores(p, 64);
         tu_reference(p);
-        for (size_t bi = 0; bi < N_BACKENDS; bi++) {
-            const mlav_backend b = gpu_backends[bi];
-            mlav_context *ctx = NULL;
-            mlav_plan *plan = NULL;
-            if (!open_context(b, &ctx))
-                continue;
-            if (!plan_or_skip(ctx, b, p, &plan)) {
-                mlav_context_free(ctx);
-                continue;
-            }
-            check_run(plan, b, p, MODE_DEVICE, 0, stream);
-            ran++;
-            mlav_plan_free(plan);
-            mlav_context_free(ctx);
-        }
+        ran += run_each_backend(p, 0, stream);
         tu_free(p);
     }
     CK(cudaStreamDestroy(stream));

@@ -324,7 +324,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         if (active) {
             /* partial S over this warp's depth quarter: the rope k-step (Q from shared memory),
              * then 8 latent k-steps (Q from registers), four chains of 9 MMAs; each K fragment
-             * (16 keys x 16 deep, loaded two steps ahead) feeds both m-tiles.
+             * (16 keys x 16 deep, loaded two steps ahead in the source; ptxas keeps one) feeds
+             * both m-tiles.
              * s[i][j] is block (m-tile i ^ own_m, n-tile j ^ own_n). */
             float s[MT][NTS][4];
 #pragma unroll
