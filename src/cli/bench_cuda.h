@@ -30,6 +30,7 @@ typedef struct bench_gpu_info {
 typedef struct bench_reps {
     int min_reps, max_reps;
     double max_seconds;
+    int warm_l2;            /* 1: skip the L2 flush before each replay (diagnostic) */
 } bench_reps;
 
 typedef struct bench_timing {

@@ -43,6 +43,7 @@ typedef struct bench_opts {
     double max_seconds;
     const char *csv;
     int tree;               /* 1: random draft tree mask; 0: causal chain (tree_mask = NULL) */
+    int warm_l2;            /* 1: no L2 flush before GPU replays (diagnostic, --l2 warm) */
     uint64_t seed;
 } bench_opts;
 
@@ -55,7 +56,7 @@ static void usage(FILE *f)
         "                       [--heads LIST] [--qlen LIST] [--prefix LIST] [--batch N]\n"
         "                       [--page-size N] [--dtype bf16|f16|f32] [--tree tree|chain]\n"
         "                       [--reps N] [--min-reps N] [--max-seconds S] [--csv FILE]\n"
-        "                       [--list]\n"
+        "                       [--l2 flush|warm] [--list]\n"
         "  --backend LIST    comma-separated: cuda, cuda-naive, cpu, reference\n"
         "                    (default: cuda,cuda-naive with a CUDA device, else cpu)\n"
         "  --preset NAME     reference: B=1 H=64 bf16 page_size 1 (shuffled), q_len 1,9,33,\n"
@@ -74,6 +75,8 @@ static void usage(FILE *f)
         "  --csv FILE        one row per backend and point:\n"
         "                    backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,\n"
         "                    gbps,frac_mma,frac_bw\n"
+        "  --l2 warm         do not flush the L2 before each GPU replay (a diagnostic: shows how\n"
+        "                    much of a short point is cold misses; default flush)\n"
         "  --list            print the points (batch heads q_len prefix page_size dtype) and exit\n"
         "GPU times: CUDA-graph replays of mlav_run on device tensors, L2 flushed before each,\n"
         "CUDA events, median. CPU times: clock_gettime, median. Ceilings are measured in the same\n"
@@ -576,6 +579,12 @@ int mlav_cmd_bench(int argc, char **argv)
                 fprintf(stderr, "mlaverify bench: bad --max-seconds '%s'\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--l2")) {
+            if (strcmp(v, "flush") && strcmp(v, "warm")) {
+                fprintf(stderr, "mlaverify bench: --l2 takes flush or warm\n");
+                return 2;
+            }
+            o.warm_l2 = !strcmp(v, "warm");
         } else if (!strcmp(a, "--csv"))
             o.csv = v;
         else {
@@ -700,9 +709,13 @@ int mlav_cmd_bench(int argc, char **argv)
         copy_gbps = bench_gpu_copy_gbps();
         printf("# ceilings (measured now): mma.sync m16n8k16 bf16 %.1f TFLOP/s (register-only); "
                "device copy %.0f GB/s (read + write, 1 GiB)\n", mma_tflops, copy_gbps);
-        printf("# GPU times: CUDA-graph replay of mlav_run, L2 (%.0f MiB) flushed by a %.0f MiB read "
-               "before each, CUDA events, median\n", gi.l2_bytes / 1048576.0,
-               2.0 * gi.l2_bytes / 1048576.0);
+        if (o.warm_l2)
+            printf("# GPU times: CUDA-graph replay of mlav_run, L2 NOT flushed (--l2 warm: a "
+                   "diagnostic, not the protocol), CUDA events, median\n");
+        else
+            printf("# GPU times: CUDA-graph replay of mlav_run, L2 (%.0f MiB) flushed by a %.0f "
+                   "MiB read before each, CUDA events, median\n", gi.l2_bytes / 1048576.0,
+                   2.0 * gi.l2_bytes / 1048576.0);
     }
 #endif
     int any_cpu = 0;
@@ -803,7 +816,7 @@ int mlav_cmd_bench(int argc, char **argv)
 #ifdef MLAV_WITH_CUDA
                     size_t wsb = mlav_plan_workspace_bytes(plan);
                     void *ws = bench_gpu_alloc(wsb);
-                    bench_reps rp = {o.min_reps, o.reps, o.max_seconds};
+                    bench_reps rp = {o.min_reps, o.reps, o.max_seconds, o.warm_l2};
                     bench_timing tm;
                     r->status = bench_gpu_time(plan, &dt, ws, wsb, &rp, &tm);
                     bench_gpu_free(ws);

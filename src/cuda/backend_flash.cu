@@ -134,6 +134,7 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.mask_words = p->mask_words;
     fp.num_pages = t->num_pages;
     fp.scale_log2 = p->scale * MLAV_LOG2E;
+    fp.pdl = st->dev.cc_major >= 9;
     /* kernels run on this plan's device; the caller's current device must be it */
     return mlav_flash_launch(p->dtype, &fp, stream);
 }

@@ -6,6 +6,7 @@
 
 #include "../common/merge.h"
 #include "flash.h"
+#include "mma.cuh"
 
 namespace {
 
@@ -42,11 +43,12 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     static_assert(QUARTERS * 32 * 4 == DL && THREADS == 32 * SPLIT_GROUPS, "column mapping");
     __shared__ float s_w[MAX_SPLITS], s_red[SPLIT_GROUPS];
     __shared__ float4 s_acc[SPLIT_GROUPS - 1][32];
-    const mlav_combine_item it = p.combine[blockIdx.x];
+    const mlav_combine_item it = p.combine[blockIdx.x]; /* the plan's: ready before the wait */
     const int r = blockIdx.y, m = it.mtile * BM + r;
     if (m >= it.rows)
         return; /* uniform over the block */
     const int n = it.nsplit, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    mlav::wait_for_primary(); /* launched early (p.pdl): the split grid's states are complete */
 
     const float lse_s =
         tid < n ? p.part_lse[(size_t)(it.slot0 + tid * it.slot_stride) * BM + r] : -INFINITY;
@@ -118,13 +120,26 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
 
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream)
 {
-    const dim3 grid((unsigned)fp->n_combine, BM, QUARTERS);
+    /* With p.pdl the combine is a programmatic dependent of the split kernel just launched on
+     * this stream: it may start while that kernel's last blocks run, and waits in the kernel
+     * (wait_for_primary) for the split grid to finish. In a CUDA graph capture this becomes a
+     * programmatic edge. */
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)fp->n_combine, BM, QUARTERS);
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = fp->pdl ? 1 : 0;
     if (dtype == MLAV_DTYPE_BF16)
-        combine_kernel<__nv_bfloat16><<<grid, THREADS, 0, stream>>>(*fp);
+        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<__nv_bfloat16>, *fp));
     else if (dtype == MLAV_DTYPE_F32)
-        combine_kernel<float><<<grid, THREADS, 0, stream>>>(*fp);
+        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<float>, *fp));
     else
-        combine_kernel<__half><<<grid, THREADS, 0, stream>>>(*fp);
+        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<__half>, *fp));
     MLAV_CUDA_TRY(cudaGetLastError());
     return MLAV_OK;
 }

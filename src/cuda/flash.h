@@ -35,6 +35,7 @@ typedef struct mlav_flash_params {
     int32_t n_items, n_combine;
     int32_t H, page_size, max_pages, mask_words;
     int32_t page_shift;             /* log2(page_size) when a power of two, else -1 */
+    int32_t pdl;                    /* 1: launch the combine as a programmatic dependent (sm_90+) */
     int64_t num_pages;
     float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
 } mlav_flash_params;

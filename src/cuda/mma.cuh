@@ -1,5 +1,6 @@
-/* The sm_80+ instructions the flash path is built from - mma.sync, ldmatrix, cp.async - and
- * nothing newer, so the same code is legal on sm_120 (no wgmma, TMA, tcgen05, clusters). */
+/* The sm_80+ instructions the flash path is built from - mma.sync, ldmatrix, cp.async, named
+ * barriers, and griddepcontrol on sm_90+ - and nothing newer, so the same code is legal on
+ * sm_120 (no wgmma, TMA, tcgen05, clusters). */
 #ifndef MLAV_CUDA_MMA_CUH
 #define MLAV_CUDA_MMA_CUH
 
@@ -120,6 +121,23 @@ __device__ __forceinline__ bool named_barrier_or(int id, int count, bool pred)
                  : "=r"(any)
                  : "r"((uint32_t)pred), "r"(id), "r"(count));
     return any != 0;
+}
+
+/* Programmatic dependent launch (sm_90+, sm_120 included; a no-op below, where the launch
+ * attribute is never set). A split kernel lets its dependent (the combine) be launched early, so
+ * the combine's launch and prologue overlap the split kernel's tail; the combine waits for the
+ * whole split grid to finish, and its writes to be visible, before reading any partial state. */
+__device__ __forceinline__ void launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_primary()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 } // namespace mlav

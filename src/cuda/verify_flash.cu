@@ -201,6 +201,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     float *sMax = reinterpret_cast<float *>(sQ + SQ_ELEMS);
     float *sL = sMax + SROW_FLOATS;
 
+    mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[blockIdx.x];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int grp = warp / QUARTERS, dq = warp % QUARTERS;

@@ -6,6 +6,7 @@
 
 #include "../common/merge.h"
 #include "flash.h"
+#include "mma.cuh"
 
 namespace {
 
@@ -23,6 +24,7 @@ __device__ __forceinline__ float warp_sum(float v)
 
 __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_params p)
 {
+    mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[blockIdx.x];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = item.b;
