@@ -10,6 +10,7 @@ namespace {
 struct flash_state {
     mlav_cuda_device dev;
     int blocks_per_sm;
+    int combine_col_blocks;
     mlav_schedule sched;
     void *d_buf;                  /* one device allocation for the arrays below */
     mlav_split_item *d_items;
@@ -64,6 +65,8 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         return s;
 
     const mlav_schedule *sc = &st->sched;
+    st->combine_col_blocks =
+        mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, &st->dev);
     size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
     size_t total = off_comb + align256(sizeof(mlav_combine_item) * (size_t)sc->n_combine);
     MLAV_CUDA_TRY(cudaMalloc(&st->d_buf, total));
@@ -124,6 +127,7 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.combine = st->d_combine;
     fp.n_items = st->sched.n_items;
     fp.n_combine = st->sched.n_combine;
+    fp.combine_col_blocks = st->combine_col_blocks;
     fp.H = p->H;
     fp.page_size = p->page_size;
     fp.page_shift = -1;

@@ -11,9 +11,8 @@
 namespace {
 
 constexpr int DL = MLAV_FLASH_DL, BM = MLAV_FLASH_BLOCK_M;
-constexpr int SPLIT_GROUPS = 4;          /* warps per block, each summing every 4th split */
-constexpr int THREADS = 32 * SPLIT_GROUPS;
-constexpr int QUARTERS = 4;              /* blocks per row, 128 columns each */
+constexpr int THREADS = 128;             /* 128 float4 = the 512 output columns */
+constexpr int MAX_COL_BLOCKS = 4;
 constexpr int MAX_SPLITS = MLAV_FLASH_MAX_SPLITS;
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
@@ -30,24 +29,28 @@ template <> __device__ __forceinline__ float from_float(float v)
     return v;
 }
 
-/* Block (combine item, row, column quarter): 4 warps x 32 float4 columns. Warp k sums the
- * splits s = k, k + 4, ... of its quarter's 128 columns; the four sums meet in shared memory.
- * The weights come first, one thread per split (MAX_SPLITS <= THREADS) with block reductions for
- * the max, the NaN flag and the sum, under the rules of merge.h. (Earlier versions: a serial
- * chain of dependent loads, then one thread computing all weights serially, each cost more
- * than the split kernel for a lone q_len 1 request with 125 splits.) */
+/* Block (combine item, row, column block): q = p.combine_col_blocks column blocks of 512 / q
+ * columns per row, each with q split groups of 128 / q threads (one float4 each); group k sums
+ * the splits s = k, k + q, ... and the groups meet in shared memory. q = 4 gives a lone q_len 1
+ * row with 125 splits 4 x 4 ways of parallel loads; q = 1 keeps many-row combines to one wave of
+ * blocks (bench/NOTES.md, v2). The weights come first, one thread per split (MAX_SPLITS <=
+ * THREADS) with block reductions for the max, the NaN flag and the sum, under the rules of
+ * merge.h. (Earlier versions: a serial chain of dependent loads, then one thread computing all
+ * weights serially, each cost more than the split kernel for a lone q_len 1 request.) */
 template <typename T>
 __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
 {
     static_assert(MAX_SPLITS <= THREADS, "one thread per split for the weights");
-    static_assert(QUARTERS * 32 * 4 == DL && THREADS == 32 * SPLIT_GROUPS, "column mapping");
-    __shared__ float s_w[MAX_SPLITS], s_red[SPLIT_GROUPS];
-    __shared__ float4 s_acc[SPLIT_GROUPS - 1][32];
+    static_assert(THREADS * 4 == DL, "one float4 of columns per thread and column block");
+    __shared__ float s_w[MAX_SPLITS], s_red[THREADS / 32];
+    __shared__ float4 s_acc[THREADS - THREADS / MAX_COL_BLOCKS];
     const mlav_combine_item it = p.combine[blockIdx.x]; /* the plan's: ready before the wait */
     const int r = blockIdx.y, m = it.mtile * BM + r;
     if (m >= it.rows)
         return; /* uniform over the block */
     const int n = it.nsplit, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int q = p.combine_col_blocks, tpg = THREADS / q; /* threads per split group */
+    const int grp = tid / tpg, c = tid % tpg;
     mlav::wait_for_primary(); /* launched early (p.pdl): the split grid's states are complete */
 
     const float lse_s =
@@ -61,7 +64,7 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     const int nan = __syncthreads_or(lse_s != lse_s);
     mx = s_red[0];
 #pragma unroll
-    for (int k = 1; k < SPLIT_GROUPS; k++)
+    for (int k = 1; k < THREADS / 32; k++)
         mx = fmaxf(mx, s_red[k]);
     const float w = tid < n ? mlav_merge_weight(lse_s, mx, nan) : 0.0f;
     float sum = w;
@@ -74,18 +77,18 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     __syncthreads();
     sum = s_red[0];
 #pragma unroll
-    for (int k = 1; k < SPLIT_GROUPS; k++)
+    for (int k = 1; k < THREADS / 32; k++)
         sum += s_red[k];
     if (tid < n)
         s_w[tid] = mlav_merge_normalize(w, sum);
     __syncthreads();
 
-    const int d = blockIdx.z * 128 + lane * 4;
+    const int d = blockIdx.z * (DL / q) + c * 4;
     const float *part = p.part_o + ((size_t)it.slot0 * BM + r) * DL + d;
     const size_t stride = (size_t)it.slot_stride * BM * DL;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
-    for (int s = warp; s < n; s += SPLIT_GROUPS) {
+    for (int s = grp; s < n; s += q) {
         /* an empty split holds o = 0 with weight 0, so no branch is needed here */
         const float4 v = *reinterpret_cast<const float4 *>(part + s * stride);
         const float ws = s_w[s];
@@ -94,25 +97,26 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
         acc.z += ws * v.z;
         acc.w += ws * v.w;
     }
-    if (warp > 0)
-        s_acc[warp - 1][lane] = acc;
-    __syncthreads();
-    if (warp > 0)
-        return;
-#pragma unroll
-    for (int k = 0; k < SPLIT_GROUPS - 1; k++) {
-        const float4 v = s_acc[k][lane];
-        acc.x += v.x;
-        acc.y += v.y;
-        acc.z += v.z;
-        acc.w += v.w;
+    if (q > 1) {
+        if (grp > 0)
+            s_acc[(grp - 1) * tpg + c] = acc;
+        __syncthreads();
+        if (grp > 0)
+            return;
+        for (int k = 0; k < q - 1; k++) {
+            const float4 v = s_acc[k * tpg + c];
+            acc.x += v.x;
+            acc.y += v.y;
+            acc.z += v.z;
+            acc.w += v.w;
+        }
     }
     T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + d;
     out[0] = from_float<T>(acc.x);
     out[1] = from_float<T>(acc.y);
     out[2] = from_float<T>(acc.z);
     out[3] = from_float<T>(acc.w);
-    if (p.lse && blockIdx.z == 0 && lane == 0)
+    if (p.lse && blockIdx.z == 0 && tid == 0)
         p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
 }
 
@@ -128,7 +132,7 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)fp->n_combine, BM, QUARTERS);
+    cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
     cfg.blockDim = dim3(THREADS);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
@@ -142,4 +146,19 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
         MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<__half>, *fp));
     MLAV_CUDA_TRY(cudaGetLastError());
     return MLAV_OK;
+}
+
+int mlav_combine_col_blocks(int64_t rows, const mlav_cuda_device *dev)
+{
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16>), THREADS, 0) !=
+            cudaSuccess ||
+        per_sm < 1)
+        per_sm = 1;
+    const int64_t wave = (int64_t)per_sm * dev->sm_count;
+    for (int q = MAX_COL_BLOCKS; q > 1; q /= 2)
+        if (rows * q <= wave)
+            return q;
+    return 1;
 }

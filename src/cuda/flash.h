@@ -36,6 +36,7 @@ typedef struct mlav_flash_params {
     int32_t H, page_size, max_pages, mask_words;
     int32_t page_shift;             /* log2(page_size) when a power of two, else -1 */
     int32_t pdl;                    /* 1: launch the combine as a programmatic dependent (sm_90+) */
+    int32_t combine_col_blocks;     /* 1, 2 or 4 column blocks per combined row (combine.cu) */
     int64_t num_pages;
     float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
 } mlav_flash_params;
@@ -51,6 +52,9 @@ mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, cud
  * exactness checks; no tensor cores, no shared memory. */
 mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm);
 mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, cudaStream_t stream);
+/* Column blocks per row for the combine of `rows` rows: the most (up to 4) that keep its grid to
+ * one wave of resident blocks (combine.cu). */
+int mlav_combine_col_blocks(int64_t rows, const mlav_cuda_device *dev);
 /* The combine kernel alone (combine.cu). */
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream);
 
