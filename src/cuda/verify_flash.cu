@@ -73,6 +73,15 @@ static_assert(COLS_Q % 16 == 0 && ROPE_Q == 16 && BN == 16, "MMA tiling");
 static_assert((STAGES * SKV_ELEMS * 2) % 16 == 0 && (SP_ELEMS * 2) % 16 == 0 &&
                   (SQ_ELEMS * 2) % 16 == 0,
               "alignment");
+/* Output staging (the epilogue), per warp in a free KV buffer: 8 rows of 128 fp32 (partial
+ * states) or 128 T (the final output), rows padded so that the fragment writes hit 32 distinct
+ * banks per half-warp (fp32) or per warp (T). */
+constexpr int STAGE_F_STRIDE = COLS_Q + 8;  /* floats */
+constexpr int STAGE_T_STRIDE = COLS_Q + 8;  /* T elements */
+constexpr int STAGE_WARP_BYTES = 8 * STAGE_F_STRIDE * 4;
+static_assert(QUARTERS * STAGE_WARP_BYTES <= SKV_ELEMS * 2 && STAGE_WARP_BYTES % 16 == 0 &&
+                  (SKV_ELEMS * 2) % 16 == 0,
+              "one KV buffer stages a group's output");
 constexpr int QPE_CHUNKS = BM * DR / 8; /* 16-byte chunks of rope Q per block: 512 */
 static_assert(QPE_CHUNKS % NT == 0, "rope Q load mapping");
 
@@ -532,32 +541,71 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             lrow[dq * 16 + g + 8 * rr] = l;
     }
     mlav::named_barrier(bar, GROUP_THREADS);
+    const bool final_out = item.slot < 0;
+    float inv[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const int i = k >> 1, e0 = 2 * (k & 1), mt = i ^ own_m, r16 = g + 8 * (k & 1);
+        const int mt = (k >> 1) ^ own_m, r16 = g + 8 * (k & 1);
         const float l = lrow[2 * mt * 16 + r16] + lrow[(2 * mt + 1) * 16 + r16];
-        const float lse = mlav_finish_lse(ref_max[k] * LN2, l);
-        const float inv = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
+        inv[k] = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
         const int m = gm0 + mt * 16 + r16;
-        if (m >= M)
-            continue;
-        const int r_local = m - m0;
-        if (item.slot < 0) {
-            T *out = static_cast<T *>(p.out) + ((size_t)q_start * p.H + m) * DL + dq * COLS_Q;
-#pragma unroll
-            for (int n = 0; n < COLS_Q / 8; n++)
-                *reinterpret_cast<uint32_t *>(out + n * 8 + qd * 2) =
-                    MTY::pack(o[i][n][e0] * inv, o[i][n][e0 + 1] * inv);
-            if (p.lse && dq == 0 && qd == 0)
+        if (m < M && dq == 0 && qd == 0) {
+            const float lse = mlav_finish_lse(ref_max[k] * LN2, l);
+            if (!final_out)
+                p.part_lse[(size_t)item.slot * BM + (m - m0)] = lse;
+            else if (p.lse)
                 p.lse[(size_t)q_start * p.H + m] = lse;
-        } else {
-            float *po = p.part_o + ((size_t)item.slot * BM + r_local) * DL + dq * COLS_Q;
+        }
+    }
+
+    /* O goes out through shared memory, 8 rows at a time per warp, so that every global store
+     * writes whole 16-byte row pieces: straight from the MMA fragments each store instruction
+     * touches 8 rows (8 cache lines), 64 of them per thread, and on the H200 those stores held
+     * ~30% of a short-prefix block's stall samples (bench/NOTES.md, session 4). The staging
+     * area is a KV buffer that neither group reads any more: this group's last tile is done, and
+     * the other group, which synced with it on the full barrier of tile n_tiles - 1, is past its
+     * S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and n_tiles - 4 are free, and
+     * with fewer tiles buffers 2 and 3 were never gathered into (the prologue fills 0 and 1). */
+    const int free_buf = grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
+                                   : (n_tiles >= 4 ? n_tiles % STAGES : 3);
+    unsigned char *stage =
+        reinterpret_cast<unsigned char *>(sKV + free_buf * SKV_ELEMS) + dq * STAGE_WARP_BYTES;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = k >> 1, e0 = 2 * (k & 1);
+        const int row0 = gm0 + (i ^ own_m) * 16 + 8 * (k & 1); /* this round's 8 rows */
+        if (row0 >= M)
+            continue; /* uniform over the warp */
+        const int rows = min(8, M - row0);
+        __syncwarp(); /* the previous round's reads are done */
+        if (final_out) {
+            uint32_t *st = reinterpret_cast<uint32_t *>(stage) + g * (STAGE_T_STRIDE / 2) + qd;
 #pragma unroll
             for (int n = 0; n < COLS_Q / 8; n++)
-                *reinterpret_cast<float2 *>(po + n * 8 + qd * 2) =
-                    make_float2(o[i][n][e0] * inv, o[i][n][e0 + 1] * inv);
-            if (dq == 0 && qd == 0)
-                p.part_lse[(size_t)item.slot * BM + r_local] = lse;
+                st[n * 4] = MTY::pack(o[i][n][e0] * inv[k], o[i][n][e0 + 1] * inv[k]);
+            __syncwarp();
+            /* a row is 128 T = 16 lanes x 16 bytes: two rows per instruction */
+            T *out = static_cast<T *>(p.out) + ((size_t)q_start * p.H + row0) * DL + dq * COLS_Q;
+#pragma unroll
+            for (int r = lane >> 4; r < 8; r += 2)
+                if (r < rows)
+                    *reinterpret_cast<uint4 *>(out + (size_t)r * DL + (lane & 15) * 8) =
+                        *reinterpret_cast<const uint4 *>(reinterpret_cast<const T *>(stage) +
+                                                         r * STAGE_T_STRIDE + (lane & 15) * 8);
+        } else {
+            float2 *st = reinterpret_cast<float2 *>(stage) + g * (STAGE_F_STRIDE / 2) + qd;
+#pragma unroll
+            for (int n = 0; n < COLS_Q / 8; n++)
+                st[n * 4] = make_float2(o[i][n][e0] * inv[k], o[i][n][e0 + 1] * inv[k]);
+            __syncwarp();
+            /* a row is 128 floats = 32 lanes x 16 bytes */
+            float *po = p.part_o + ((size_t)item.slot * BM + (row0 - m0)) * DL + dq * COLS_Q;
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+                if (r < rows)
+                    *reinterpret_cast<float4 *>(po + (size_t)r * DL + lane * 4) =
+                        *reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(stage) +
+                                                          r * STAGE_F_STRIDE + lane * 4);
         }
     }
 }
