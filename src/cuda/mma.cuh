@@ -10,6 +10,12 @@
 
 namespace mlav {
 
+/* A compile-time flag as a type, to instantiate a generic lambda twice (std::bool_constant
+ * without the standard library header in device code). */
+template <bool B> struct bool_constant {
+    static constexpr bool value = B;
+};
+
 /* Per storage type: the tensor-core MMA, packing two floats into one operand register, a NaN
  * bit pattern and the exponent mask that tells Inf and NaN. */
 template <typename T> struct mma_type;

@@ -146,34 +146,23 @@ __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page,
             mlav::cp_async16(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
 }
 
-/* Zero the Inf and NaN values among this thread's value columns (c_kv, the first Dl) of row
- * `row` of a stage buffer, after S has used them. Exact, because c_kv is also the key: a
+/* Zero the Inf and NaN elements of one V fragment (four registers of two elements each), on
+ * tiles with draft rows or rows past the split end. Exact, because c_kv is also the key: a
  * non-finite c_kv element makes that key's score NaN or +-inf for every row, so a row that sees
  * the key comes out NaN (or gives it weight 0 at -inf) through the softmax, and a row that does
  * not has it masked; no row needs the value itself. Without this, P = 0 times NaN on the tensor
- * cores would carry a hidden draft row's NaN into rows that do not see it. */
-template <typename T>
-__device__ __forceinline__ void zero_nonfinite_values(T *tile, int row, int part)
+ * cores would carry a hidden draft row's NaN into rows that do not see it. Done on the fragment
+ * in registers, so the tile in shared memory is never written after the gather (v4 zeroed it in
+ * place between two block barriers, and racecheck intermittently reported that pass against
+ * the other group's P V reads; bench/NOTES.md, session 4). */
+template <typename T> __device__ __forceinline__ void zero_nonfinite_fragment(uint32_t r[4])
 {
     const uint32_t m = mlav::mma_type<T>::exp_mask;
 #pragma unroll
-    for (int k = 0; k < GATHER_STEPS; k++) {
-        const int col = (part + k * GATHER_TPR) * 8;
-        if (col >= DL)
-            continue;
-        uint4 *chunk = reinterpret_cast<uint4 *>(tile + row * RS + col);
-        uint4 v = *chunk;
-        uint32_t *w = reinterpret_cast<uint32_t *>(&v);
-        bool changed = false;
-#pragma unroll
-        for (int h = 0; h < 4; h++) {
-            const uint32_t lo = (w[h] & m) == m ? 0xffff0000u : 0xffffffffu;
-            const uint32_t hi = ((w[h] >> 16) & m) == m ? 0x0000ffffu : 0xffffffffu;
-            changed |= (lo & hi) != 0xffffffffu;
-            w[h] &= lo & hi;
-        }
-        if (changed)
-            *chunk = v;
+    for (int h = 0; h < 4; h++) {
+        const uint32_t lo = (r[h] & m) == m ? 0xffff0000u : 0xffffffffu;
+        const uint32_t hi = ((r[h] >> 16) & m) == m ? 0x0000ffffu : 0xffffffffu;
+        r[h] &= lo & hi;
     }
 }
 
@@ -227,7 +216,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     const T *qg = static_cast<const T *>(p.q) + (size_t)q_start * p.H * W;
     const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
     /* a group past the request's rows (H x q_len not a multiple of 64) skips the MMAs; its warps
-     * still gather and meet every block barrier */
+     * still gather and meet every "full" barrier of the other group */
     const bool active = gm0 < M;
     const int bar = 1 + grp; /* the group's named barrier */
 
@@ -486,23 +475,16 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             run_sum[1] += pv[2] + pv[3];
         }
 
-        if (!prefix_only) {
-            /* a tile with draft rows or rows past the split end: after every warp has used the
-             * tile for S, drop non-finite values (zero_nonfinite_values says why it is exact) */
-            __syncthreads();
-            if (j_base + g_row < kv_end)
-                zero_nonfinite_values(const_cast<T *>(sK), g_row, g_part);
-            __syncthreads();
-        }
-
         /* this thread's part of tile t + 1 has landed: tell the other group */
         mlav::cp_async_wait<AHEAD - 1>();
         if (t + 1 < n_tiles)
             mlav::named_barrier_arrive(full_bar(grp ^ 1, (t + 1) % STAGES), NT);
-        if (active) {
-            /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments (16 keys x 16
-             * columns per step) loaded PV_AHEAD steps before their MMAs, each feeding both
-             * m-tiles */
+        /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments (16 keys x 16
+         * columns per step) loaded PV_AHEAD steps before their MMAs, each feeding both m-tiles.
+         * Two instances: tiles with draft rows or rows past the split end also zero the
+         * non-finite elements of each V fragment (zero_nonfinite_fragment), the common prefix
+         * tile does not pay for it. */
+        const auto pv_tile = [&](auto sanitize) {
             uint32_t pa[MT][4];
 #pragma unroll
             for (int i = 0; i < MT; i++)
@@ -516,6 +498,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
 #pragma unroll
             for (int st = 0; st < PV_STEPS; st++) {
                 const int slot = st % PV_AHEAD;
+                if (decltype(sanitize)::value)
+                    zero_nonfinite_fragment<T>(bv[slot]);
 #pragma unroll
                 for (int i = 0; i < MT; i++) {
                     MTY::mma(o[i][2 * st], pa[i], bv[slot][0], bv[slot][1]);
@@ -524,6 +508,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                 if (st + PV_AHEAD < PV_STEPS)
                     mlav::ldsm_x4_trans(bv[slot], vbase + (st + PV_AHEAD) * 16);
             }
+        };
+        if (active) {
+            if (prefix_only)
+                pv_tile(mlav::bool_constant<false>());
+            else
+                pv_tile(mlav::bool_constant<true>());
         }
     }
     mlav::cp_async_wait<0>();
