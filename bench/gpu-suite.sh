@@ -179,12 +179,14 @@ else
   # memcheck covers the whole GPU test (grid, graph, bad inputs); racecheck is too slow for the
   # grid, so it and synccheck/initcheck run the tests that launch every kernel on a few problems:
   # test_cuda_graph (partial row tiles, splits), test_cuda_nonfinite_hidden_draft (flash BF16/F16/
-  # F32, combine, naive, device and host mode), test_cuda_bad_device_page_id, and the multi-stream
-  # test (4 threads x streams sharing a plan)
+  # F32, combine, naive, device and host mode), test_cuda_bad_device_page_id,
+  # test_cuda_rising_scores (the rescale vote and row-max exchange after a split's first tile),
+  # and the multi-stream test (4 threads x streams sharing a plan)
   streams_test=$build/tests/test_cuda_streams_gpu
   san() { # san TOOL: the subset under compute-sanitizer TOOL, stopping at the first failure
     local t f
-    for f in test_cuda_graph test_cuda_nonfinite_hidden_draft test_cuda_bad_device_page_id; do
+    for f in test_cuda_graph test_cuda_nonfinite_hidden_draft test_cuda_bad_device_page_id \
+             test_cuda_rising_scores; do
       echo "--- $1 $f"
       MLAV_TEST_FILTER=$f compute-sanitizer --tool "$1" --error-exitcode 99 "$gpu_test" || return $?
     done
