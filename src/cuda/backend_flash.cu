@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "flash.h"
+#include "mma.cuh"
 
 namespace {
 
@@ -15,6 +16,7 @@ struct flash_state {
     void *d_buf;                  /* one device allocation for the arrays below */
     mlav_split_item *d_items;
     mlav_combine_item *d_combine;
+    void *d_nan_row;              /* [W] NaN of the plan's dtype (mlav_flash_params.nan_row) */
     size_t part_o_bytes;          /* workspace: partial outputs, then partial lse */
 };
 
@@ -68,11 +70,24 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     st->combine_col_blocks =
         mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, &st->dev);
     size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
-    size_t total = off_comb + align256(sizeof(mlav_combine_item) * (size_t)sc->n_combine);
+    size_t off_nan = off_comb + align256(sizeof(mlav_combine_item) * (size_t)sc->n_combine);
+    size_t total = off_nan + align256(sizeof(uint32_t) * MLAV_FLASH_W);
     MLAV_CUDA_TRY(cudaMalloc(&st->d_buf, total));
     char *base = static_cast<char *>(st->d_buf);
     st->d_items = reinterpret_cast<mlav_split_item *>(base);
     st->d_combine = reinterpret_cast<mlav_combine_item *>(base + off_comb);
+    st->d_nan_row = base + off_nan;
+    {
+        /* what the gather reads for a page id outside the pool, in the plan's dtype */
+        uint32_t nan_row[MLAV_FLASH_W];
+        const uint32_t nan2 =
+            p->dtype == MLAV_DTYPE_F16 ? (uint32_t)mlav::mma_type<__half>::nan_bits * 0x10001u
+                                       : (uint32_t)mlav::mma_type<__nv_bfloat16>::nan_bits *
+                                             0x10001u; /* BF16; also an F32 NaN (0x7fc07fc0) */
+        for (int i = 0; i < MLAV_FLASH_W; i++)
+            nan_row[i] = nan2;
+        MLAV_CUDA_TRY(cudaMemcpy(st->d_nan_row, nan_row, sizeof nan_row, cudaMemcpyHostToDevice));
+    }
     if (sc->n_items)
         MLAV_CUDA_TRY(cudaMemcpy(st->d_items, sc->items,
                                  sizeof(mlav_split_item) * (size_t)sc->n_items,
@@ -130,10 +145,10 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.combine_col_blocks = st->combine_col_blocks;
     fp.H = p->H;
     fp.page_size = p->page_size;
-    fp.page_shift = -1;
-    for (int sh = 0; sh < 31; sh++)
-        if ((1 << sh) == p->page_size)
-            fp.page_shift = sh;
+    fp.page_div = mlav_fastdiv_make((uint32_t)p->page_size);
+    fp.page_elems = (uint32_t)p->page_size * MLAV_FLASH_W; /* page_size <= 2^20: fits */
+    fp.page_limit = t->num_pages < ((int64_t)1 << 31) ? (uint32_t)t->num_pages : 1u << 31;
+    fp.nan_row = st->d_nan_row;
     fp.max_pages = p->max_pages;
     fp.mask_words = p->mask_words;
     fp.num_pages = t->num_pages;

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../common/fastdiv.h"
 #include "../common/schedule.h"
 #include "cuda_backend.h"
 
@@ -34,7 +35,10 @@ typedef struct mlav_flash_params {
     const mlav_combine_item *combine; /* [n_combine] */
     int32_t n_items, n_combine;
     int32_t H, page_size, max_pages, mask_words;
-    int32_t page_shift;             /* log2(page_size) when a power of two, else -1 */
+    mlav_fastdiv page_div;          /* KV row / page_size, branch-free (fastdiv.h) */
+    uint32_t page_elems;            /* page_size * W: elements from one page to the next */
+    uint32_t page_limit;            /* min(num_pages, 2^31): a page id is valid iff (uint32) id < it */
+    const void *nan_row;            /* [W] NaN of the dtype: what a page id outside the pool reads */
     int32_t pdl;                    /* 1: launch the combine as a programmatic dependent (sm_90+) */
     int32_t combine_col_blocks;     /* 1, 2 or 4 column blocks per combined row (combine.cu) */
     int64_t num_pages;

@@ -97,30 +97,21 @@ constexpr int GATHER_TPR = NT / BN;                                  /* threads 
 constexpr int GATHER_STEPS = (CHUNKS + GATHER_TPR - 1) / GATHER_TPR; /* 5 */
 static_assert(NT % BN == 0, "gather mapping");
 
-/* KV row j's page and slot: a shift for power-of-two page sizes, a division otherwise. */
-__device__ __forceinline__ int page_of(int j, const mlav_flash_params &p)
-{
-    return p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
-}
-__device__ __forceinline__ int slot_of(int j, const mlav_flash_params &p)
-{
-    return p.page_shift >= 0 ? j & (p.page_size - 1) : j % p.page_size;
-}
-
 /* The page id of KV row j (0 past kv_end, where nothing is read). Issued two tiles before the
  * gather that uses it: the gather depends on this global load, and one tile of compute is
  * shorter than a DRAM round trip. */
 __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int kv_end,
                                                const mlav_flash_params &p)
 {
-    return j < kv_end ? ptab[page_of(j, p)] : 0;
+    return j < kv_end ? ptab[mlav_fastdiv_div((uint32_t)j, p.page_div)] : 0;
 }
 
 /* Gather this thread's share of KV row j into row `row` of a stage buffer. Rows past kv_end are
  * zero-filled without reading (their scores are masked to -inf, and 0 * 0 keeps P V clean;
- * the source address is then row 0 of the pool, never read); a page id outside the pool reads as
- * NaN, never out of bounds. One straight path for the common cases: the gather runs every tile
- * for every thread, and v4's first profile found a fifth of the stall samples in it. */
+ * the source address is then row 0 of the pool, never read); a page id outside the pool reads
+ * the plan's NaN row, never out of bounds. Branch-free 32-bit index arithmetic, one 64-bit
+ * product: the gather runs every tile for every thread, and its address code was 58
+ * instructions per warp and tile (bench/NOTES.md, session 4). */
 template <typename T>
 __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page, int j,
                                               int kv_end, const mlav_flash_params &p, int row,
@@ -128,17 +119,11 @@ __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page,
 {
     T *d = dst + row * RS + part * 8;
     const bool live = j < kv_end;
-    if (live && (page < 0 || page >= p.num_pages)) {
-        uint4 nan4;
-        nan4.x = nan4.y = nan4.z = nan4.w = (uint32_t)mlav::mma_type<T>::nan_bits * 0x10001u;
-#pragma unroll
-        for (int k = 0; k < GATHER_STEPS; k++)
-            if (part + k * GATHER_TPR < CHUNKS)
-                *reinterpret_cast<uint4 *>(d + k * GATHER_TPR * 8) = nan4;
-        return;
-    }
-    const size_t kv_row = live ? (size_t)page * p.page_size + slot_of(j, p) : 0;
-    const T *src = kv + kv_row * W + part * 8;
+    const uint32_t pg = (uint32_t)page, uj = (uint32_t)j;
+    const uint32_t slot = uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
+    const T *base = live && pg >= p.page_limit ? static_cast<const T *>(p.nan_row) : kv;
+    const size_t off = live && pg < p.page_limit ? (size_t)pg * p.page_elems + slot * W : 0;
+    const T *src = base + off + part * 8;
     const int bytes = live ? 16 : 0;
 #pragma unroll
     for (int k = 0; k < GATHER_STEPS; k++)
