@@ -7,13 +7,17 @@
 #   bash bench/ab.sh BASE_SRC [bench args]   BASE_SRC: a source tree (e.g. `git archive` of the
 #                                            baseline commit); bench args default to
 #                                            "--preset reference"; env OUT (output folder), JOBS
-# Files under $OUT: ab-base.csv, ab-new.csv, ab.txt (the comparison).
+# Files: $OUT/ab.txt (the comparison), ab-base.csv and ab-new.csv in ${AB_CSV_DIR:-$OUT}; build
+# logs and the bench tables in build-ab-logs/. The device tool returns at most 8 files from $OUT
+# and a suite run needs 7: in a call with both, set AB_CSV_DIR=build-ab-logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base_src=$(cd "$1" && pwd); shift
 args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--preset reference)
 OUT=${OUT:-$PWD/build-ab-out}
-mkdir -p "$OUT"
+logs=$PWD/build-ab-logs
+csvd=${AB_CSV_DIR:-$OUT}
+mkdir -p "$OUT" "$logs" "$csvd"
 export PATH=/usr/local/cuda/bin:$PATH
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d .)
 tag=$(basename "$base_src")
@@ -21,21 +25,21 @@ for side in base new; do
   src=$PWD dir=build-ab-new
   [ $side = base ] && src=$base_src dir=build-ab-base-$tag
   cmake -S "$src" -B "$dir" -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_ARCHITECTURES="$arch-real" -DMLAV_BUILD_TESTS=OFF > "$OUT/ab-cmake-$side.log" 2>&1
-  cmake --build "$dir" -j "${JOBS:-16}" --target mlaverify_cli >> "$OUT/ab-cmake-$side.log" 2>&1 \
-    || { tail -n 40 "$OUT/ab-cmake-$side.log"; exit 1; }
+    -DCMAKE_CUDA_ARCHITECTURES="$arch-real" -DMLAV_BUILD_TESTS=OFF > "$logs/ab-cmake-$side.log" 2>&1
+  cmake --build "$dir" -j "${JOBS:-16}" --target mlaverify_cli >> "$logs/ab-cmake-$side.log" 2>&1 \
+    || { tail -n 40 "$logs/ab-cmake-$side.log"; exit 1; }
 done
 for side in base new; do
   dir=build-ab-new; [ $side = base ] && dir=build-ab-base-$tag
-  "$dir/src/cli/mlaverify" bench --backend cuda "${args[@]}" --csv "$OUT/ab-$side.csv" \
-    > "$OUT/ab-$side.txt" 2>&1 || { cat "$OUT/ab-$side.txt"; exit 1; }
+  "$dir/src/cli/mlaverify" bench --backend cuda "${args[@]}" --csv "$csvd/ab-$side.csv" \
+    > "$logs/ab-$side.txt" 2>&1 || { cat "$logs/ab-$side.txt"; exit 1; }
 done
 {
   echo "A/B on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1)"
   echo "base: $base_src  new: $PWD  bench ${args[*]}"
   printf '%6s %6s %6s %8s %5s %12s %12s %7s\n' batch heads q_len prefix page base_us new_us new/base
-  join -t, <(awk -F, 'NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7","$9}' "$OUT/ab-base.csv" | sort) \
-           <(awk -F, 'NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7","$9}' "$OUT/ab-new.csv" | sort) |
+  join -t, <(awk -F, 'NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7","$9}' "$csvd/ab-base.csv" | sort) \
+           <(awk -F, 'NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7","$9}' "$csvd/ab-new.csv" | sort) |
     awk -F'[|,]' '{printf "%6s %6s %6s %8s %5s %12.1f %12.1f %7.3f\n", $1,$2,$3,$4,$5,$6,$7,$7/$6}' |
     sort -n -k1,1 -k2,2 -k3,3 -k4,4 -k5,5
 } | tee "$OUT/ab.txt"
