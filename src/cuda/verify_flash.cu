@@ -538,8 +538,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
 
     /* O goes out through shared memory, 8 rows at a time per warp, so that every global store
      * writes whole 16-byte row pieces: straight from the MMA fragments each store instruction
-     * touches 8 rows (8 cache lines), 64 of them per thread, and on the H200 those stores held
-     * ~30% of a short-prefix block's stall samples (bench/NOTES.md, session 4). The staging
+     * touches 8 rows (8 cache lines), 64 of them per thread. Staged, a quarter of the store
+     * requests; on the H200 the same at q1/256 and 0.4-2% faster from 16k on (bench/NOTES.md,
+     * session 4: the old stores' stall samples were mostly off the critical path). The staging
      * area is a KV buffer that neither group reads any more: this group's last tile is done, and
      * the other group, which synced with it on the full barrier of tile n_tiles - 1, is past its
      * S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and n_tiles - 4 are free, and
