@@ -37,6 +37,9 @@ done
 {
   echo "A/B on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1)"
   echo "base: $base_src  new: $PWD  bench ${args[*]}"
+  for side in base new; do   # the ceilings each bench measured (its table stays in build-ab-logs/)
+    grep -h '^# ceilings' "$logs/ab-$side.txt" | sed "s/^# /# $side: /" || true
+  done
   printf '%6s %6s %6s %8s %5s %12s %12s %7s\n' batch heads q_len prefix page base_us new_us new/base
   join -t, <(awk -F, 'NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7","$9}' "$csvd/ab-base.csv" | sort) \
            <(awk -F, 'NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7","$9}' "$csvd/ab-new.csv" | sort) |
