@@ -124,6 +124,19 @@ static int plan_or_skip(mlav_context *ctx, mlav_backend b, const tu_problem *p, 
     return 0;
 }
 
+/* A context of backend b and its plan of p, or 0 (nothing left open) where either step skips. */
+static int open_and_plan(mlav_backend b, const tu_problem *p, mlav_context **ctx,
+                         mlav_plan **plan)
+{
+    if (!open_context(b, ctx))
+        return 0;
+    if (plan_or_skip(*ctx, b, p, plan))
+        return 1;
+    mlav_context_free(*ctx);
+    *ctx = NULL;
+    return 0;
+}
+
 /* ---- device copies of a problem's tensors ----------------------------------------------- */
 
 typedef struct dbuf {
@@ -600,12 +613,8 @@ static void test_cuda_bad_inputs(void **state)
         const mlav_backend b = gpu_backends[k];
         mlav_context *ctx = NULL;
         mlav_plan *plan = NULL;
-        if (!open_context(b, &ctx))
+        if (!open_and_plan(b, p, &ctx, &plan))
             continue;
-        if (!plan_or_skip(ctx, b, p, &plan)) {
-            mlav_context_free(ctx);
-            continue;
-        }
         const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
         void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
         dbuf d;
@@ -726,12 +735,8 @@ static void test_cuda_bad_device_page_id(void **state)
         const mlav_backend b = gpu_backends[k];
         mlav_context *ctx = NULL;
         mlav_plan *plan = NULL;
-        if (!open_context(b, &ctx))
+        if (!open_and_plan(b, p, &ctx, &plan))
             continue;
-        if (!plan_or_skip(ctx, b, p, &plan)) {
-            mlav_context_free(ctx);
-            continue;
-        }
         const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
         void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
         dbuf d;
@@ -771,12 +776,8 @@ static int run_each_backend(tu_problem *p, int host_too, cudaStream_t stream)
         const mlav_backend b = gpu_backends[bi];
         mlav_context *ctx = NULL;
         mlav_plan *plan = NULL;
-        if (!open_context(b, &ctx))
+        if (!open_and_plan(b, p, &ctx, &plan))
             continue;
-        if (!plan_or_skip(ctx, b, p, &plan)) {
-            mlav_context_free(ctx);
-            continue;
-        }
         check_run(plan, b, p, MODE_DEVICE, 0, stream);
         if (host_too)
             check_run(plan, b, p, MODE_HOST, 0, stream);

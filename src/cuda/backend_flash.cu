@@ -17,6 +17,7 @@ struct flash_state {
     mlav_split_item *d_items;
     mlav_combine_item *d_combine;
     void *d_nan_row;              /* [W] NaN of the plan's dtype (mlav_flash_params.nan_row) */
+    mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
     size_t part_o_bytes;          /* workspace: partial outputs, then partial lse */
 };
 
@@ -67,6 +68,7 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         return s;
 
     const mlav_schedule *sc = &st->sched;
+    st->page_div = mlav_fastdiv_make((uint32_t)p->page_size);
     st->combine_col_blocks =
         mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, &st->dev);
     size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
@@ -145,7 +147,7 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.combine_col_blocks = st->combine_col_blocks;
     fp.H = p->H;
     fp.page_size = p->page_size;
-    fp.page_div = mlav_fastdiv_make((uint32_t)p->page_size);
+    fp.page_div = st->page_div;
     fp.page_elems = (uint32_t)p->page_size * MLAV_FLASH_W; /* page_size <= 2^20: fits */
     fp.page_limit = t->num_pages < ((int64_t)1 << 31) ? (uint32_t)t->num_pages : 1u << 31;
     fp.nan_row = st->d_nan_row;
