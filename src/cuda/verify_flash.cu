@@ -97,9 +97,10 @@ constexpr int GATHER_TPR = NT / BN;                                  /* threads 
 constexpr int GATHER_STEPS = (CHUNKS + GATHER_TPR - 1) / GATHER_TPR; /* 5 */
 static_assert(NT % BN == 0, "gather mapping");
 
-/* The page id of KV row j (0 past kv_end, where nothing is read). Issued two tiles before the
- * gather that uses it: the gather depends on this global load, and one tile of compute is
- * shorter than a DRAM round trip. */
+/* The page id of KV row j (0 past kv_end, where nothing is read). Issued one tile before the
+ * gather that uses it, into the one register the loop carries (pg_next): with two ids in flight
+ * (two tiles ahead) ptxas rotated them through a MOV placed right after the load, so every tile
+ * waited for the full round trip (bench/NOTES.md, session 5: 6% at long prefixes). */
 __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int kv_end,
                                                const mlav_flash_params &p)
 {
@@ -172,6 +173,22 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
     }
 }
 
+#ifdef MLAV_FLASH_TRACE
+/* Diagnostic builds only (bench/flash_trace.cu defines the macro): lane 0 of each warp stamps the
+ * SM clock at the loop's phase boundaries, for the first TRACE_TILES tiles of the first
+ * TRACE_BLOCKS blocks, so that phase lengths and the two groups' offset can be read directly
+ * rather than inferred from stall samples. The product never defines it. */
+constexpr int TRACE_BLOCKS = 8, TRACE_TILES = 256, TRACE_POINTS = 8;
+__device__ unsigned int flash_trace[TRACE_BLOCKS][NT / 32][TRACE_TILES][TRACE_POINTS];
+#define FLASH_TRACE(t, point)                                                                   \
+    do {                                                                                        \
+        if (blockIdx.x < TRACE_BLOCKS && (t) < TRACE_TILES && lane == 0)                        \
+            flash_trace[blockIdx.x][warp][t][point] = (unsigned int)clock();                    \
+    } while (0)
+#else
+#define FLASH_TRACE(t, point) ((void)0)
+#endif
+
 template <typename T>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
@@ -212,7 +229,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     for (int s = 0; s < AHEAD; s++)
         pg_first[s] = lookup_page(ptab, kv_begin + s * BN + g_row, kv_end, p);
     int32_t pg_next = lookup_page(ptab, kv_begin + AHEAD * BN + g_row, kv_end, p);
-    int32_t pg_after = lookup_page(ptab, kv_begin + (AHEAD + 1) * BN + g_row, kv_end, p);
 
     /* Rope Q of the block's 64 rows into shared memory (rows past the request zero-filled), in
      * the first cp.async group. Q rows of a request are contiguous: (token, head) folds to row
@@ -292,26 +308,20 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     if (grp == 1 && n_tiles > 0) /* group 0 (always active) arrives in its first tile */
         mlav::named_barrier(start_bar, NT);
     for (int t = 0; t < n_tiles; t++) {
+        FLASH_TRACE(t, 0);
         mlav::named_barrier(full_bar(grp, t % STAGES), NT); /* tile t visible to this group */
-        if (t + AHEAD < n_tiles) {
-            const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
-            gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
-                          kv_end, p, g_row, g_part);
-            pg_next = pg_after;
-            pg_after = lookup_page(ptab, j_row + 2 * BN, kv_end, p);
-        }
-        mlav::cp_async_commit();
+        FLASH_TRACE(t, 1);
         const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
         const int j_base = kv_begin + t * BN;
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
 
+        float s[MT][NTS][4];
         if (active) {
             /* partial S over this warp's depth quarter: the rope k-step (Q from shared memory),
              * then 8 latent k-steps (Q from registers), four chains of 9 MMAs; each K fragment
              * (16 keys x 16 deep, loaded two steps ahead in the source; ptxas keeps one) feeds
              * both m-tiles.
              * s[i][j] is block (m-tile i ^ own_m, n-tile j ^ own_n). */
-            float s[MT][NTS][4];
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -347,7 +357,20 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                 if (kk + K_AHEAD < KSTEPS)
                     mlav::ldsm_x4(bk[slot], kbase + (kk + K_AHEAD) * 16);
             }
-
+        }
+        /* The gather of tile t + 2 goes after the S MMAs are issued, so that its copies queue
+         * under them. Issued before S, they filled the memory pipe, and the S ldmatrix address
+         * code, which ptxas rebuilds from the thread index (S2R) every tile, waited behind them
+         * (bench/NOTES.md, session 5). */
+        if (t + AHEAD < n_tiles) {
+            const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
+            gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
+                          kv_end, p, g_row, g_part);
+        }
+        pg_next = lookup_page(ptab, kv_begin + (t + AHEAD + 1) * BN + g_row, kv_end, p);
+        mlav::cp_async_commit();
+        FLASH_TRACE(t, 2);
+        if (active) {
             /* reduce-scatter: block x = 2 i + j (x = 1..3) belongs to warp dq ^ x and goes to
              * its slot x - 1, [dest][slot][lane] of float4 (consecutive lanes, consecutive 16
              * bytes: no bank conflicts); the sum order is fixed, so results are deterministic */
@@ -358,9 +381,11 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                     make_float4(v[0], v[1], v[2], v[3]);
             }
             float sv[4] = {s[0][0][0], s[0][0][1], s[0][0][2], s[0][0][3]};
+            FLASH_TRACE(t, 3);
             mlav::named_barrier(bar, GROUP_THREADS);
             if (grp == 0 && t == 0)
                 mlav::named_barrier_arrive(start_bar, NT);
+            FLASH_TRACE(t, 4);
 #pragma unroll
             for (int slot = 0; slot < 3; slot++) {
                 const float4 v =
@@ -458,10 +483,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             }
             run_sum[0] += pv[0] + pv[1];
             run_sum[1] += pv[2] + pv[3];
+            FLASH_TRACE(t, 5);
         }
 
         /* this thread's part of tile t + 1 has landed: tell the other group */
         mlav::cp_async_wait<AHEAD - 1>();
+        FLASH_TRACE(t, 6);
         if (t + 1 < n_tiles)
             mlav::named_barrier_arrive(full_bar(grp ^ 1, (t + 1) % STAGES), NT);
         /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments (16 keys x 16
@@ -503,6 +530,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             else
                 pv_tile(mlav::bool_constant<true>());
         }
+        FLASH_TRACE(t, 7);
     }
     mlav::cp_async_wait<0>();
     if (!active)
