@@ -98,9 +98,10 @@ constexpr int GATHER_STEPS = (CHUNKS + GATHER_TPR - 1) / GATHER_TPR; /* 5 */
 static_assert(NT % BN == 0, "gather mapping");
 
 /* The page id of KV row j (0 past kv_end, where nothing is read). Issued one tile before the
- * gather that uses it, into the one register the loop carries (pg_next): with two ids in flight
- * (two tiles ahead) ptxas rotated them through a MOV placed right after the load, so every tile
- * waited for the full round trip (bench/NOTES.md, session 5: 6% at long prefixes). */
+ * gather that uses it, into the one register the loop carries (pg_next). With two ids in
+ * flight (two tiles ahead) ptxas rotated them through register copies, which can wait for the
+ * load (in one build a copy right after it held 8% of the stall samples); with one, 3-8%
+ * faster from 16k on (bench/NOTES.md, session 5). */
 __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int kv_end,
                                                const mlav_flash_params &p)
 {
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     const bool active = gm0 < M;
     const int bar = 1 + grp; /* the group's named barrier */
 
-    /* The prologue's page-id lookups are issued first; the loop keeps them two tiles ahead. */
+    /* The prologue's page-id lookups are issued first; the loop keeps one a tile ahead. */
     const int g_row = tid / GATHER_TPR, g_part = tid % GATHER_TPR;
     int32_t pg_first[AHEAD];
 #pragma unroll
