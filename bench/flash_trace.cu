@@ -5,13 +5,14 @@
  * for bench/NOTES.md, not part of the library: stall samples say where warps wait, this says
  * how long each phase of a tile takes and how the two warp groups line up.
  *
- *   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Iinclude -o flash_trace \
+ *   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Iinclude -DMLAV_WITH_CUDA -o flash_trace \
  *        bench/flash_trace.cu src/cuda/cuda_device.cu src/cuda/combine.cu \
  *        src/cuda/verify_flash_f32.cu src/dispatch/error.c src/common/schedule.c
  *   ./flash_trace Q_LEN PREFIX [H] [SEED]
  * With -DFLASH_TIMING_ONLY the kernel is built without the stamps and only the timing line is
- * printed: the stamps perturb ptxas's schedule (up to 16% of the kernel time on the H200), so
- * variants are ranked by timing-only builds or `mlaverify bench`, never by a traced build.
+ * printed: the stamps perturb ptxas's schedule (e039263 at q33/131k on the H200: 2902 us
+ * stamped, 2409 us not), so variants are ranked by timing-only builds or `mlaverify bench`,
+ * never by a traced build.
  *
  * Points of tile t (verify_flash.cu's loop): 0 the loop head, 1 after the "full" barrier,
  * 2 after the S MMAs and the gather of tile t + 2 are issued, 3 after the S exchange stores (the
