@@ -204,7 +204,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
 
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[blockIdx.x];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31;
+    /* through a shuffle, so that ptxas can prove the warp index and everything derived from it
+     * (group, quarter, barrier ids, row offsets) warp-uniform and keep them in uniform registers:
+     * with V fragments in pairs, the loop then gets the registers it needs (bench/NOTES.md,
+     * session 5: 6% at q33/131k; either change alone gained at most 2%) */
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const int grp = warp / QUARTERS, dq = warp % QUARTERS;
     const int own_m = dq >> 1, own_n = dq & 1; /* the S block this warp finishes */
     const int g = lane >> 2, qd = lane & 3;    /* MMA fragment row and column pair */
@@ -492,37 +497,59 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         FLASH_TRACE(t, 6);
         if (t + 1 < n_tiles)
             mlav::named_barrier_arrive(full_bar(grp ^ 1, (t + 1) % STAGES), NT);
-        /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments (16 keys x 16
-         * columns per step) loaded PV_AHEAD steps before their MMAs, each feeding both m-tiles.
-         * Two instances: tiles with draft rows or rows past the split end also zero the
-         * non-finite elements of each V fragment (zero_nonfinite_fragment), the common prefix
-         * tile does not pay for it. */
+        /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments of 16 keys x 16
+         * columns, each feeding both m-tiles. Two instances: tiles with draft rows or rows past
+         * the split end also zero the non-finite elements of each V fragment
+         * (zero_nonfinite_fragment); the common prefix tile does not pay for it. */
         const auto pv_tile = [&](auto sanitize) {
             uint32_t pa[MT][4];
 #pragma unroll
             for (int i = 0; i < MT; i++)
                 mlav::ldsm_x4(pa[i], pg + ((i ^ own_m) * 16 + a_row) * PS + a_col);
-            /* the sanitizing instance (a few tiles per split) loads each V fragment right before
-             * its use: its extra registers would otherwise shape the allocation of the whole
-             * loop (with PV_AHEAD = 3 in both, long prefixes ran 2-3% slower on the H200) */
-            constexpr int PV_STEPS = COLS_Q / 16, PV_AHEAD = decltype(sanitize)::value ? 1 : 3;
+            /* the sanitizing instance (a few tiles per split) loads each V fragment one step
+             * ahead: its extra registers would otherwise shape the allocation of the whole loop
+             * (with three in flight in both instances, long prefixes ran 2-3% slower on the
+             * H200, session 4) */
+            constexpr int PV_STEPS = COLS_Q / 16, PV_AHEAD = 1;
             const T *vbase = sK + v_off;
-            uint32_t bv[PV_AHEAD][4];
+            if constexpr (!decltype(sanitize)::value) {
+                /* the common tile: V fragments in pairs, two loads then eight MMAs, so the
+                 * second load's latency hides under the first fragment's MMAs (written as a
+                 * look-ahead ring, ptxas kept one fragment in flight) */
 #pragma unroll
-            for (int st = 0; st < PV_AHEAD; st++)
-                mlav::ldsm_x4_trans(bv[st], vbase + st * 16);
+                for (int st = 0; st < PV_STEPS; st += 2) {
+                    uint32_t b0[4], b1[4];
+                    mlav::ldsm_x4_trans(b0, vbase + st * 16);
+                    mlav::ldsm_x4_trans(b1, vbase + (st + 1) * 16);
 #pragma unroll
-            for (int st = 0; st < PV_STEPS; st++) {
-                const int slot = st % PV_AHEAD;
-                if (decltype(sanitize)::value)
+                    for (int i = 0; i < MT; i++) {
+                        MTY::mma(o[i][2 * st], pa[i], b0[0], b0[1]);
+                        MTY::mma(o[i][2 * st + 1], pa[i], b0[2], b0[3]);
+                    }
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        MTY::mma(o[i][2 * st + 2], pa[i], b1[0], b1[1]);
+                        MTY::mma(o[i][2 * st + 3], pa[i], b1[2], b1[3]);
+                    }
+                }
+            } else {
+                /* a few tiles per split: each V fragment loaded one step ahead, sanitized, used */
+                uint32_t bv[PV_AHEAD][4];
+#pragma unroll
+                for (int st = 0; st < PV_AHEAD; st++)
+                    mlav::ldsm_x4_trans(bv[st], vbase + st * 16);
+#pragma unroll
+                for (int st = 0; st < PV_STEPS; st++) {
+                    const int slot = st % PV_AHEAD;
                     zero_nonfinite_fragment<T>(bv[slot]);
 #pragma unroll
-                for (int i = 0; i < MT; i++) {
-                    MTY::mma(o[i][2 * st], pa[i], bv[slot][0], bv[slot][1]);
-                    MTY::mma(o[i][2 * st + 1], pa[i], bv[slot][2], bv[slot][3]);
+                    for (int i = 0; i < MT; i++) {
+                        MTY::mma(o[i][2 * st], pa[i], bv[slot][0], bv[slot][1]);
+                        MTY::mma(o[i][2 * st + 1], pa[i], bv[slot][2], bv[slot][3]);
+                    }
+                    if (st + PV_AHEAD < PV_STEPS)
+                        mlav::ldsm_x4_trans(bv[slot], vbase + (st + PV_AHEAD) * 16);
                 }
-                if (st + PV_AHEAD < PV_STEPS)
-                    mlav::ldsm_x4_trans(bv[slot], vbase + (st + PV_AHEAD) * 16);
             }
         };
         if (active) {
