@@ -206,9 +206,10 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     const mlav_split_item item = p.items[blockIdx.x];
     const int tid = threadIdx.x, lane = tid & 31;
     /* through a shuffle, so that ptxas can prove the warp index and everything derived from it
-     * (group, quarter, barrier ids, row offsets) warp-uniform and keep them in uniform registers:
-     * with V fragments in pairs, the loop then gets the registers it needs (bench/NOTES.md,
-     * session 5: 6% at q33/131k; either change alone gained at most 2%) */
+     * (group, quarter, barrier ids, row offsets) warp-uniform: a build with this alone used 30
+     * uniform registers instead of 24. With V fragments in pairs (P V below) it measured 6%
+     * faster at q33/131k on the H200; either change alone gained at most 2% (bench/NOTES.md,
+     * session 5). */
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const int grp = warp / QUARTERS, dq = warp % QUARTERS;
     const int own_m = dq >> 1, own_n = dq & 1; /* the S block this warp finishes */
