@@ -100,13 +100,7 @@ int main(int argc, char **argv)
     CHECK_MLAV(mlav_cuda_device_query(&dev));
     int bps = 0;
     CHECK_MLAV(mlav_flash_prepare(MLAV_DTYPE_BF16, &dev, &bps));
-    /* the schedule the cuda backend builds (backend_flash.cu) */
-    mlav_schedule_params sp;
-    sp.rows_per_tile = MLAV_FLASH_BLOCK_M;
-    sp.key_align = MLAV_FLASH_SPLIT_ALIGN;
-    sp.min_chunk = MLAV_FLASH_SPLIT_ALIGN;
-    sp.max_splits = MLAV_FLASH_MAX_SPLITS;
-    sp.target_blocks = dev.sm_count * bps;
+    const mlav_schedule_params sp = mlav_flash_schedule_params(dev.sm_count, bps);
     mlav_schedule sc;
     CHECK_MLAV(mlav_schedule_build(&p, &sp, &sc));
     printf("%d blocks (%d per SM, %d SMs), %d keys per split\n", sc.n_items, bps, dev.sm_count,

@@ -51,18 +51,8 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     if (s != MLAV_OK)
         return s;
 
-    /* One wave of resident blocks: the splits of a request are equal, so a wave is balanced,
-     * and with one 8-warp block per SM a second wave doubles the per-block prologue at short
-     * prefixes (bench/NOTES.md, v2). */
-    mlav_schedule_params sp;
-    sp.rows_per_tile = MLAV_FLASH_BLOCK_M;
-    sp.key_align = MLAV_FLASH_SPLIT_ALIGN;
-    /* Splits go down to 32 keys (two KV tiles): with one 8-warp block per SM 64 rows x 32 keys
-     * take microseconds, so at short prefixes latency, not the combine, decides (bench/NOTES.md,
-     * v2: 256-key minimum splits left q_len 9 / prefix 256 on 18 blocks, 28 us). */
-    sp.min_chunk = MLAV_FLASH_SPLIT_ALIGN;
-    sp.max_splits = MLAV_FLASH_MAX_SPLITS;
-    sp.target_blocks = st->dev.sm_count * st->blocks_per_sm;
+    const mlav_schedule_params sp =
+        mlav_flash_schedule_params(st->dev.sm_count, st->blocks_per_sm);
     s = mlav_schedule_build(p, &sp, &st->sched);
     if (s != MLAV_OK)
         return s;

@@ -45,6 +45,25 @@ typedef struct mlav_flash_params {
     float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
 } mlav_flash_params;
 
+/* The split schedule of the flash kernel on a device with `sm_count` SMs and `blocks_per_sm`
+ * resident blocks (backend_flash.cu's plan; bench/flash_trace.cu runs the same).
+ * One wave of resident blocks: the splits of a request are equal, so a wave is balanced, and
+ * with one 8-warp block per SM a second wave doubles the per-block prologue at short prefixes
+ * (bench/NOTES.md, v2). Splits go down to 32 keys (two KV tiles): with one 8-warp block per SM
+ * 64 rows x 32 keys take microseconds, so at short prefixes latency, not the combine, decides
+ * (bench/NOTES.md, v2: 256-key minimum splits left q_len 9 / prefix 256 on 18 blocks, 28 us;
+ * session 5: fewer blocks were never faster). */
+static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int blocks_per_sm)
+{
+    mlav_schedule_params sp;
+    sp.rows_per_tile = MLAV_FLASH_BLOCK_M;
+    sp.key_align = MLAV_FLASH_SPLIT_ALIGN;
+    sp.min_chunk = MLAV_FLASH_SPLIT_ALIGN;
+    sp.max_splits = MLAV_FLASH_MAX_SPLITS;
+    sp.target_blocks = sm_count * blocks_per_sm;
+    return sp;
+}
+
 /* Dynamic shared memory of the flash kernel. */
 size_t mlav_flash_smem_bytes(void);
 /* Check the kernel for `dtype` fits the sm_120 limit and raise its dynamic smem limit;
