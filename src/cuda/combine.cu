@@ -53,6 +53,20 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     const int grp = tid / tpg, c = tid % tpg;
     mlav::wait_for_primary(); /* launched early (p.pdl): the split grid's states are complete */
 
+    /* This thread's first PRELOAD partial rows are loaded together with the lse values: they do
+     * not depend on the weights, and loaded after them they cost a second round trip to L2 on
+     * the path of every combine (bench/NOTES.md, session 6). */
+    const int d = blockIdx.z * (DL / q) + c * 4;
+    const float *part = p.part_o + ((size_t)it.slot0 * BM + r) * DL + d;
+    const size_t stride = (size_t)it.slot_stride * BM * DL;
+    constexpr int PRELOAD = 8;
+    float4 pre[PRELOAD];
+#pragma unroll
+    for (int k = 0; k < PRELOAD; k++) {
+        const int s = grp + k * q;
+        pre[k] = s < n ? *reinterpret_cast<const float4 *>(part + s * stride)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     const float lse_s =
         tid < n ? p.part_lse[(size_t)(it.slot0 + tid * it.slot_stride) * BM + r] : -INFINITY;
     float mx = lse_s;
@@ -83,12 +97,20 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
         s_w[tid] = mlav_merge_normalize(w, sum);
     __syncthreads();
 
-    const int d = blockIdx.z * (DL / q) + c * 4;
-    const float *part = p.part_o + ((size_t)it.slot0 * BM + r) * DL + d;
-    const size_t stride = (size_t)it.slot_stride * BM * DL;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < PRELOAD; k++) {
+        const int s = grp + k * q;
+        if (s < n) { /* the loop bound below */
+            const float ws = s_w[s];
+            acc.x += ws * pre[k].x;
+            acc.y += ws * pre[k].y;
+            acc.z += ws * pre[k].z;
+            acc.w += ws * pre[k].w;
+        }
+    }
 #pragma unroll 8
-    for (int s = grp; s < n; s += q) {
+    for (int s = grp + PRELOAD * q; s < n; s += q) {
         /* an empty split holds o = 0 with weight 0, so no branch is needed here */
         const float4 v = *reinterpret_cast<const float4 *>(part + s * stride);
         const float ws = s_w[s];
