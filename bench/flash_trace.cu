@@ -12,13 +12,18 @@
  * With -DFLASH_TIMING_ONLY the kernel is built without the stamps and only the timing line is
  * printed: the stamps perturb ptxas's schedule (e039263 at q33/131k on the H200: 2902 us
  * stamped, 2409 us not), so variants are ranked by timing-only builds or `mlaverify bench`,
- * never by a traced build.
+ * never by a traced build. With -DFLASH_PHASES_ONLY the loop has no stamps; thread 0 of each
+ * block stamps kernel entry, loop entry, loop exit and kernel end (verify_flash.cu's
+ * FLASH_PHASE), and the harness prints a block's fixed cost (prologue, epilogue), its loop time
+ * per tile, and the spread of block start times, for one more L2-flushed run.
  *
  * Points of tile t (verify_flash.cu's loop): 0 the loop head, 1 after the "full" barrier,
  * 2 after the S MMAs and the gather of tile t + 2 are issued, 3 after the S exchange stores (the
  * S MMAs done), 4 after the exchange barrier, 5 after the softmax and its vote barrier, 6 after
  * the cp.async wait for tile t + 1, 7 after the P V MMAs are issued. */
-#ifndef FLASH_TIMING_ONLY /* -DFLASH_TIMING_ONLY: the product kernel, timed without stamps */
+#if defined(FLASH_PHASES_ONLY) /* four stamps per block, none in the loop */
+#define MLAV_FLASH_PHASES 1
+#elif !defined(FLASH_TIMING_ONLY) /* -DFLASH_TIMING_ONLY: the product kernel, timed without stamps */
 #define MLAV_FLASH_TRACE 1
 #endif
 #include "../src/cuda/verify_flash.cu"
@@ -188,7 +193,59 @@ int main(int argc, char **argv)
     printf("split kernel alone, L2 flushed: median %.1f us (min %.1f) (attribute clock %d MHz)\n",
            times[times.size() / 2], times[0], clock_khz / 1000);
 
-#ifdef FLASH_TIMING_ONLY
+#if defined(FLASH_TIMING_ONLY)
+    return 0;
+#elif defined(FLASH_PHASES_ONLY)
+    {
+        CHECK(cudaMalloc(&flush, flush_bytes));
+        CHECK(cudaMemset(flush, 0, flush_bytes));
+        CHECK(cudaEventRecord(e0));
+        flash_verify_kernel<__nv_bfloat16><<<sc.n_items, NT, SMEM_BYTES>>>(fp);
+        CHECK(cudaEventRecord(e1));
+        CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        CHECK(cudaFree(flush));
+        static unsigned long long ns[PHASE_BLOCKS][PHASE_POINTS];
+        static long long clk[PHASE_BLOCKS][PHASE_POINTS];
+        CHECK(cudaMemcpyFromSymbol(ns, flash_phase_ns, sizeof ns));
+        CHECK(cudaMemcpyFromSymbol(clk, flash_phase_clk, sizeof clk));
+        const int nb = std::min(sc.n_items, PHASE_BLOCKS);
+        unsigned long long first = ~0ull, last = 0;
+        for (int b = 0; b < nb; b++) {
+            first = std::min(first, ns[b][0]);
+            last = std::max(last, ns[b][3]);
+        }
+        std::vector<double> start, pro, loop, tile, epi;
+        for (int b = 0; b < nb; b++) {
+            const mlav_split_item it = sc.items[b];
+            const int nt = (it.kv_end - it.kv_begin + BN - 1) / BN;
+            start.push_back((double)(ns[b][0] - first) / 1000.0);
+            pro.push_back((double)(clk[b][1] - clk[b][0]));
+            loop.push_back((double)(clk[b][2] - clk[b][1]));
+            tile.push_back(nt > 0 ? (double)(clk[b][2] - clk[b][1]) / nt : 0.0);
+            epi.push_back((double)(clk[b][3] - clk[b][2]));
+        }
+        const auto pct = [](std::vector<double> v, double q) {
+            std::sort(v.begin(), v.end());
+            return v[(size_t)(q * (double)(v.size() - 1))];
+        };
+        printf("phases of one more L2-flushed run: kernel %.1f us (events), first block entry to "
+               "last block end %.1f us (global timer)\n",
+               ms * 1000.0, (double)(last - first) / 1000.0);
+        printf("%-28s %10s %10s %10s\n", "per block", "min", "median", "max");
+        printf("%-28s %10.2f %10.2f %10.2f\n", "entry after first (us)", pct(start, 0),
+               pct(start, 0.5), pct(start, 1));
+        printf("%-28s %10.0f %10.0f %10.0f\n", "prologue (cycles)", pct(pro, 0), pct(pro, 0.5),
+               pct(pro, 1));
+        printf("%-28s %10.0f %10.0f %10.0f\n", "loop (cycles)", pct(loop, 0), pct(loop, 0.5),
+               pct(loop, 1));
+        printf("%-28s %10.0f %10.0f %10.0f\n", "loop per tile (cycles)", pct(tile, 0),
+               pct(tile, 0.5), pct(tile, 1));
+        printf("%-28s %10.0f %10.0f %10.0f\n", "epilogue, warp 0 (cycles)", pct(epi, 0),
+               pct(epi, 0.5), pct(epi, 1));
+    }
+    mlav_schedule_free(&sc);
     return 0;
 #else
     const auto median = [](std::vector<unsigned> v) -> unsigned {

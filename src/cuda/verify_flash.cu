@@ -189,6 +189,26 @@ __device__ unsigned int flash_trace[TRACE_BLOCKS][NT / 32][TRACE_TILES][TRACE_PO
 #else
 #define FLASH_TRACE(t, point) ((void)0)
 #endif
+#ifdef MLAV_FLASH_PHASES
+/* Diagnostic builds only (bench/flash_trace.cu with -DFLASH_PHASES_ONLY): thread 0 of each block
+ * stamps the global timer and the SM clock at kernel entry, loop entry, loop exit and kernel
+ * end, outside the loop, so that a block's fixed cost (prologue, epilogue) and the blocks'
+ * start skew can be read without perturbing the loop. The product never defines it. */
+constexpr int PHASE_BLOCKS = 1024, PHASE_POINTS = 4;
+__device__ unsigned long long flash_phase_ns[PHASE_BLOCKS][PHASE_POINTS];
+__device__ long long flash_phase_clk[PHASE_BLOCKS][PHASE_POINTS];
+#define FLASH_PHASE(point)                                                                      \
+    do {                                                                                        \
+        if (threadIdx.x == 0 && blockIdx.x < PHASE_BLOCKS) {                                    \
+            unsigned long long ns_;                                                             \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns_));                             \
+            flash_phase_ns[blockIdx.x][point] = ns_;                                            \
+            flash_phase_clk[blockIdx.x][point] = clock64();                                     \
+        }                                                                                       \
+    } while (0)
+#else
+#define FLASH_PHASE(point) ((void)0)
+#endif
 
 template <typename T>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
@@ -202,6 +222,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     float *sMax = reinterpret_cast<float *>(sQ + SQ_ELEMS);
     float *sL = sMax + SROW_FLOATS;
 
+    FLASH_PHASE(0);
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[blockIdx.x];
     const int tid = threadIdx.x, lane = tid & 31;
@@ -314,6 +335,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     const int start_bar = 1 + GROUPS + GROUPS * STAGES;
     if (grp == 1 && n_tiles > 0) /* group 0 (always active) arrives in its first tile */
         mlav::named_barrier(start_bar, NT);
+    FLASH_PHASE(1);
     for (int t = 0; t < n_tiles; t++) {
         FLASH_TRACE(t, 0);
         mlav::named_barrier(full_bar(grp, t % STAGES), NT); /* tile t visible to this group */
@@ -562,6 +584,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         FLASH_TRACE(t, 7);
     }
     mlav::cp_async_wait<0>();
+    FLASH_PHASE(2);
     if (!active)
         return;
 
@@ -644,6 +667,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                                                           r * STAGE_F_STRIDE + lane * 4);
         }
     }
+    FLASH_PHASE(3);
 }
 
 template <typename T> const void *kernel_of()
