@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
 #pragma unroll
     for (int k = 0; k < PRELOAD; k++) {
         const int s = grp + k * q;
-        if (s < n) { /* the loop bound below */
+        if (s < n) { /* the bound of the loop below */
             const float ws = s_w[s];
             acc.x += ws * pre[k].x;
             acc.y += ws * pre[k].y;
