@@ -84,6 +84,13 @@ static_assert(QUARTERS * STAGE_WARP_BYTES <= SKV_ELEMS * 2 && STAGE_WARP_BYTES %
               "one KV buffer stages a group's output");
 constexpr int QPE_CHUNKS = BM * DR / 8; /* 16-byte chunks of rope Q per block: 512 */
 static_assert(QPE_CHUNKS % NT == 0, "rope Q load mapping");
+/* Latent Q staging (the prologue): BM rows of DL, rows padded to 65 16-byte chunks (so that the
+ * fragment loads are conflict-free), in KV buffers 1-3 and the S exchange area, which follow each
+ * other in shared memory. */
+constexpr int QSS = DL + 8;
+constexpr int QL_CHUNKS = BM * DL / 8; /* 4096 */
+static_assert(QL_CHUNKS % NT == 0 && BM * QSS * 2 <= (STAGES - 1) * SKV_ELEMS * 2 + SX_FLOATS * 4,
+              "latent Q staging fits in KV buffers 1-3 and the exchange area");
 
 constexpr float LN2 = 0.6931471805599453f;
 /* log2 units a score may exceed the reference max before O is rescaled: P stays <= 256, far
@@ -151,14 +158,6 @@ template <typename T> __device__ __forceinline__ void zero_nonfinite_fragment(ui
         const uint32_t hi = ((r[h] >> 16) & m) == m ? 0x0000ffffu : 0xffffffffu;
         r[h] &= lo & hi;
     }
-}
-
-/* One 32-bit word of Q (two elements) for an A fragment; rows past the request read as 0. */
-__device__ __forceinline__ uint32_t load_q2(const void *row, int col, bool ok)
-{
-    return ok ? __ldg(reinterpret_cast<const unsigned int *>(static_cast<const uint16_t *>(row) +
-                                                             col))
-              : 0u;
 }
 
 /* The P of this thread's four scores (rows r, r + 8 x two keys) against the reference maxima;
@@ -269,31 +268,54 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                          ok ? 16 : 0);
     }
 
-    /* Latent Q in registers: qf[i] is m-tile i ^ own_m of the group (own block first); the A
-     * fragment of k-step kk holds rows g, g + 8 at columns 2 qd (+1) and 2 qd + 8 (+1). */
-    uint32_t qf[MT][KSTEPS][4];
+    /* Latent Q (64 rows x 512) is staged in shared memory by cp.async, 16 coalesced 16-byte
+     * copies per thread, then read into the A fragments with 4-byte shared loads. Loaded straight
+     * from global memory it took 64 four-byte loads per thread, each touching 8 rows, and the
+     * first S MMA waited on them. Read back by ldmatrix instead of 4-byte loads, the prologue was
+     * as fast but the loop 9% slower at q33/131k: ldmatrix writes aligned register quads, and
+     * ptxas then allocated the loop differently (bench/NOTES.md, session 6). The staging area is
+     * KV buffers 1-3 and the S exchange area, contiguous and unused until tile 1's gather and the
+     * first exchange; tile 0's gather goes to buffer 0 meanwhile, tile 1's after the reads. */
+    {
+        T *qs = sKV + SKV_ELEMS; /* [BM][QSS] */
 #pragma unroll
-    for (int i = 0; i < MT; i++) {
-        const int r0 = gm0 + (i ^ own_m) * 16 + g;
-        const T *q0 = qg + (size_t)r0 * W;
-        const T *q1 = q0 + (size_t)8 * W;
-        const bool ok0 = r0 < M, ok1 = r0 + 8 < M;
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; kk++) {
-            const int c = dq * COLS_Q + kk * 16 + qd * 2;
-            qf[i][kk][0] = load_q2(q0, c, ok0);
-            qf[i][kk][1] = load_q2(q1, c, ok1);
-            qf[i][kk][2] = load_q2(q0, c + 8, ok0);
-            qf[i][kk][3] = load_q2(q1, c + 8, ok1);
+        for (int c = 0; c < QL_CHUNKS / NT; c++) {
+            const int idx = tid + c * NT, r = idx / (DL / 8), ch = idx % (DL / 8);
+            const bool ok = m0 + r < M;
+            mlav::cp_async16(qs + r * QSS + ch * 8, qg + (ok ? (size_t)(m0 + r) * W + ch * 8 : 0),
+                             ok ? 16 : 0);
         }
     }
-
+    mlav::cp_async_commit(); /* rope Q and latent Q */
+    gather_kv_row(sKV, kv, pg_first[0], kv_begin + g_row, kv_end, p, g_row, g_part);
+    mlav::cp_async_commit(); /* tile 0 */
+    mlav::cp_async_wait<1>();
+    __syncthreads(); /* every thread's Q copies have landed */
+    /* qf[i] is m-tile i ^ own_m of the group (own block first); the A fragment of k-step kk
+     * holds rows g, g + 8 at columns 2 qd (+1) and 2 qd + 8 (+1) of the warp's quarter (rows 260
+     * words apart: the 32 lanes of each load hit 32 distinct banks). */
+    uint32_t qf[MT][KSTEPS][4];
+    {
+        const T *qs = sKV + SKV_ELEMS;
 #pragma unroll
-    for (int s = 0; s < AHEAD; s++) {
-        gather_kv_row(sKV + s * SKV_ELEMS, kv, pg_first[s], kv_begin + s * BN + g_row, kv_end, p,
-                      g_row, g_part);
-        mlav::cp_async_commit();
+        for (int i = 0; i < MT; i++) {
+            const uint32_t *q0 = reinterpret_cast<const uint32_t *>(
+                qs + (grp * GROUP_ROWS + (i ^ own_m) * 16 + g) * QSS + dq * COLS_Q + qd * 2);
+            const uint32_t *q1 = q0 + 8 * QSS / 2;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                qf[i][kk][0] = q0[kk * 8];
+                qf[i][kk][1] = q1[kk * 8];
+                qf[i][kk][2] = q0[kk * 8 + 4];
+                qf[i][kk][3] = q1[kk * 8 + 4];
+            }
+        }
     }
+    __syncthreads(); /* the staging area is free again */
+    gather_kv_row(sKV + SKV_ELEMS, kv, pg_first[1], kv_begin + BN + g_row, kv_end, p, g_row,
+                  g_part);
+    mlav::cp_async_commit(); /* tile 1 */
+    static_assert(AHEAD == 2, "the prologue gathers tiles 0 and 1");
 
     /* This thread's output rows: o[i][n][2 rr + (0, 1)] is row g + 8 rr of m-tile i ^ own_m,
      * k = 2 i + rr in ref_max; k = 0, 1 are the rows of the S block the warp finishes. */
