@@ -8,7 +8,8 @@
  * meet only through per-tile "full" barriers (see the loop), and run staggered, so one group's
  * exchange and softmax overlap the other's MMAs.
  *   Q          : warp dq keeps the A fragments of its group's 32 rows x latent columns
- *                [128 dq, +128) in 64 registers for the whole split; the rope part of Q (64 rows x
+ *                [128 dq, +128) in 64 registers for the whole split (loaded through shared
+ *                memory in the prologue); the rope part of Q (64 rows x
  *                64) sits in shared memory, 16 columns per warp. So the S loop reads K from shared
  *                memory, and each K fragment feeds two m16 tiles.
  *   S = Q K^T  : each warp sums its quarter of the depth for 32 rows x 16 keys, then the group
