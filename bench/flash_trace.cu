@@ -175,36 +175,31 @@ int main(int argc, char **argv)
     void *flush;
     const size_t flush_bytes = (size_t)256 << 20;
     CHECK(cudaMalloc(&flush, flush_bytes));
-    std::vector<float> times;
-    for (int i = 0; i < 21; i++) {
-        CHECK(cudaMemset(flush, i, flush_bytes));
+    const auto flushed_run_us = [&](int fill) { /* one launch after an L2-evicting memset */
+        CHECK(cudaMemset(flush, fill, flush_bytes));
         CHECK(cudaEventRecord(e0));
         flash_verify_kernel<__nv_bfloat16><<<sc.n_items, NT, SMEM_BYTES>>>(fp);
         CHECK(cudaEventRecord(e1));
         CHECK(cudaEventSynchronize(e1));
         float ms = 0;
         CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        times.push_back(ms * 1000);
-    }
+        return ms * 1000.0f;
+    };
+    std::vector<float> times;
+    for (int i = 0; i < 21; i++)
+        times.push_back(flushed_run_us(i));
     std::sort(times.begin(), times.end());
-    CHECK(cudaFree(flush));
     int clock_khz = 0;
     CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev.device));
     printf("split kernel alone, L2 flushed: median %.1f us (min %.1f) (attribute clock %d MHz)\n",
            times[times.size() / 2], times[0], clock_khz / 1000);
 
 #if defined(FLASH_TIMING_ONLY)
+    CHECK(cudaFree(flush));
     return 0;
 #elif defined(FLASH_PHASES_ONLY)
     {
-        CHECK(cudaMalloc(&flush, flush_bytes));
-        CHECK(cudaMemset(flush, 0, flush_bytes));
-        CHECK(cudaEventRecord(e0));
-        flash_verify_kernel<__nv_bfloat16><<<sc.n_items, NT, SMEM_BYTES>>>(fp);
-        CHECK(cudaEventRecord(e1));
-        CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        const float us = flushed_run_us(0);
         CHECK(cudaFree(flush));
         static unsigned long long ns[PHASE_BLOCKS][PHASE_POINTS];
         static long long clk[PHASE_BLOCKS][PHASE_POINTS];
@@ -232,7 +227,7 @@ int main(int argc, char **argv)
         };
         printf("phases of one more L2-flushed run: kernel %.1f us (events), first block entry to "
                "last block end %.1f us (global timer)\n",
-               ms * 1000.0, (double)(last - first) / 1000.0);
+               us, (double)(last - first) / 1000.0);
         printf("%-28s %10s %10s %10s\n", "per block", "min", "median", "max");
         printf("%-28s %10.2f %10.2f %10.2f\n", "entry after first (us)", pct(start, 0),
                pct(start, 0.5), pct(start, 1));
@@ -248,6 +243,7 @@ int main(int argc, char **argv)
     mlav_schedule_free(&sc);
     return 0;
 #else
+    CHECK(cudaFree(flush));
     const auto median = [](std::vector<unsigned> v) -> unsigned {
         if (v.empty())
             return 0;

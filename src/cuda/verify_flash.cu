@@ -277,15 +277,13 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * ptxas then allocated the loop differently (bench/NOTES.md, session 6). The staging area is
      * KV buffers 1-3 and the S exchange area, contiguous and unused until tile 1's gather and the
      * first exchange; tile 0's gather goes to buffer 0 meanwhile, tile 1's after the reads. */
-    {
-        T *qs = sKV + SKV_ELEMS; /* [BM][QSS] */
+    T *const qs = sKV + SKV_ELEMS; /* [BM][QSS] */
 #pragma unroll
-        for (int c = 0; c < QL_CHUNKS / NT; c++) {
-            const int idx = tid + c * NT, r = idx / (DL / 8), ch = idx % (DL / 8);
-            const bool ok = m0 + r < M;
-            mlav::cp_async16(qs + r * QSS + ch * 8, qg + (ok ? (size_t)(m0 + r) * W + ch * 8 : 0),
-                             ok ? 16 : 0);
-        }
+    for (int c = 0; c < QL_CHUNKS / NT; c++) {
+        const int idx = tid + c * NT, r = idx / (DL / 8), ch = idx % (DL / 8);
+        const bool ok = m0 + r < M;
+        mlav::cp_async16(qs + r * QSS + ch * 8, qg + (ok ? (size_t)(m0 + r) * W + ch * 8 : 0),
+                         ok ? 16 : 0);
     }
     mlav::cp_async_commit(); /* rope Q and latent Q */
     gather_kv_row(sKV, kv, pg_first[0], kv_begin + g_row, kv_end, p, g_row, g_part);
@@ -297,7 +295,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * words apart: the 32 lanes of each load hit 32 distinct banks). */
     uint32_t qf[MT][KSTEPS][4];
     {
-        const T *qs = sKV + SKV_ELEMS;
 #pragma unroll
         for (int i = 0; i < MT; i++) {
             const uint32_t *q0 = reinterpret_cast<const uint32_t *>(
