@@ -125,7 +125,7 @@ int main(int argc, char **argv)
         std::swap(ptab[i], ptab[rng() % (uint32_t)(i + 1)]);
 
     void *dq, *dkv, *dout, *dtab, *ditems, *dnan;
-    float *dlse, *dpo, *dpl;
+    float *dlse, *dpo, *dpl, *dps;
     CHECK(cudaMalloc(&dq, q_elems * 2));
     CHECK(cudaMalloc(&dkv, kv_elems * 2));
     CHECK(cudaMalloc(&dout, (size_t)q_len * H * DL * 2));
@@ -135,6 +135,7 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc(&dnan, W * 2));
     CHECK(cudaMalloc(&dpo, sizeof(float) * (size_t)std::max(sc.n_slots, 1) * BM * DL));
     CHECK(cudaMalloc(&dpl, sizeof(float) * (size_t)std::max(sc.n_slots, 1) * BM));
+    CHECK(cudaMalloc(&dps, sizeof(float) * (size_t)std::max(sc.n_slots, 1) * BM * (DL / 128)));
     CHECK(cudaMemcpy(dq, hq.data(), q_elems * 2, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(dkv, hkv.data(), kv_elems * 2, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(dtab, ptab.data(), (size_t)kv_len * 4, cudaMemcpyHostToDevice));
@@ -150,6 +151,7 @@ int main(int argc, char **argv)
     fp.lse = dlse;
     fp.part_o = dpo;
     fp.part_lse = dpl;
+    fp.part_scale = dps;
     fp.items = static_cast<mlav_split_item *>(ditems);
     fp.n_items = sc.n_items;
     fp.n_combine = 0; /* the split kernel only */
@@ -211,7 +213,7 @@ int main(int argc, char **argv)
             first = std::min(first, ns[b][0]);
             last = std::max(last, ns[b][3]);
         }
-        std::vector<double> start, pro, loop, tile, epi;
+        std::vector<double> start, pro, loop, tile, epi, pro_q, pro_rest, epi_bar, epi_lse, epi_out;
         for (int b = 0; b < nb; b++) {
             const mlav_split_item it = sc.items[b];
             const int nt = (it.kv_end - it.kv_begin + BN - 1) / BN;
@@ -220,6 +222,11 @@ int main(int argc, char **argv)
             loop.push_back((double)(clk[b][2] - clk[b][1]));
             tile.push_back(nt > 0 ? (double)(clk[b][2] - clk[b][1]) / nt : 0.0);
             epi.push_back((double)(clk[b][3] - clk[b][2]));
+            pro_q.push_back((double)(clk[b][4] - clk[b][0]));
+            pro_rest.push_back((double)(clk[b][1] - clk[b][4]));
+            epi_bar.push_back((double)(clk[b][5] - clk[b][2]));
+            epi_lse.push_back((double)(clk[b][6] - clk[b][5]));
+            epi_out.push_back((double)(clk[b][3] - clk[b][6]));
         }
         const auto pct = [](std::vector<double> v, double q) {
             std::sort(v.begin(), v.end());
@@ -239,6 +246,18 @@ int main(int argc, char **argv)
                pct(tile, 0.5), pct(tile, 1));
         printf("%-28s %10.0f %10.0f %10.0f\n", "epilogue, warp 0 (cycles)", pct(epi, 0),
                pct(epi, 0.5), pct(epi, 1));
+        /* the pieces, each a median over blocks on its own (they need not add up exactly) */
+        const struct {
+            const char *name;
+            const std::vector<double> &v;
+        } part[] = {{"  to Q and tile 0 landed", pro_q},
+                    {"  then to loop entry", pro_rest},
+                    {"  exit to row-sum barrier", epi_bar},
+                    {"  then lse written", epi_lse},
+                    {"  then O stored", epi_out}};
+        for (const auto &x : part)
+            printf("%-28s %10.0f %10.0f %10.0f\n", x.name, pct(x.v, 0), pct(x.v, 0.5),
+                   pct(x.v, 1));
     }
     mlav_schedule_free(&sc);
     return 0;

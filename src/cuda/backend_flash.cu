@@ -18,7 +18,8 @@ struct flash_state {
     mlav_combine_item *d_combine;
     void *d_nan_row;              /* [W] NaN of the plan's dtype (mlav_flash_params.nan_row) */
     mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
-    size_t part_o_bytes;          /* workspace: partial outputs, then partial lse */
+    size_t part_o_bytes;          /* workspace: partial outputs, partial lse, then (16-bit */
+    size_t part_lse_bytes;        /* plans) the partial outputs' scales */
 };
 
 size_t align256(size_t n)
@@ -88,11 +89,14 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         MLAV_CUDA_TRY(cudaMemcpy(st->d_combine, sc->combine,
                                  sizeof(mlav_combine_item) * (size_t)sc->n_combine,
                                  cudaMemcpyHostToDevice));
-    st->part_o_bytes = align256(sizeof(float) * (size_t)sc->n_slots * MLAV_FLASH_BLOCK_M *
-                                MLAV_FLASH_DL);
-    *ws = sc->n_slots ? st->part_o_bytes +
-                            align256(sizeof(float) * (size_t)sc->n_slots * MLAV_FLASH_BLOCK_M)
-                      : 0;
+    /* partial outputs: fp32 for F32 plans, fp16 with a scale per row and 128 columns otherwise
+     * (verify_flash.cu's epilogue) */
+    const size_t rows = (size_t)sc->n_slots * MLAV_FLASH_BLOCK_M;
+    const bool f32 = p->dtype == MLAV_DTYPE_F32;
+    st->part_o_bytes = align256((f32 ? sizeof(float) : sizeof(uint16_t)) * rows * MLAV_FLASH_DL);
+    st->part_lse_bytes = align256(sizeof(float) * rows);
+    const size_t scale_bytes = f32 ? 0 : align256(sizeof(float) * rows * (MLAV_FLASH_DL / 128));
+    *ws = sc->n_slots ? st->part_o_bytes + st->part_lse_bytes + scale_bytes : 0;
     return MLAV_OK;
 }
 
@@ -126,10 +130,12 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.tree_mask = t->tree_mask;
     fp.out = t->out;
     fp.lse = t->lse;
-    fp.part_o = static_cast<float *>(workspace);
-    fp.part_lse = workspace ? reinterpret_cast<float *>(static_cast<char *>(workspace) +
-                                                        st->part_o_bytes)
-                            : NULL;
+    char *ws = static_cast<char *>(workspace);
+    fp.part_o = workspace;
+    fp.part_lse = ws ? reinterpret_cast<float *>(ws + st->part_o_bytes) : NULL;
+    fp.part_scale = ws && p->dtype != MLAV_DTYPE_F32
+                        ? reinterpret_cast<float *>(ws + st->part_o_bytes + st->part_lse_bytes)
+                        : NULL;
     fp.items = st->d_items;
     fp.combine = st->d_combine;
     fp.n_items = st->sched.n_items;

@@ -29,6 +29,43 @@ template <> __device__ __forceinline__ float from_float(float v)
     return v;
 }
 
+/* The partial states as the split kernels leave them: fp32 for F32 plans (verify_flash_f32.cu);
+ * fp16 for 16-bit plans (verify_flash.cu), each (row, 128-column block) scaled by a power of two
+ * that part_scale undoes. load() returns one thread's four columns of split s as fp32. */
+template <typename T> struct partial {
+    const __half *o;      /* slot0's row r, from this thread's first column */
+    const float *unscale; /* slot0's part_scale of that row and 128-column block */
+    size_t stride;        /* elements from one split to the next, in o */
+    size_t ustride;       /* the same in part_scale */
+    __device__ partial(const mlav_flash_params &p, const mlav_combine_item &it, int r, int d)
+        : o(static_cast<const __half *>(p.part_o) + ((size_t)it.slot0 * BM + r) * DL + d),
+          unscale(p.part_scale + ((size_t)it.slot0 * BM + r) * (DL / 128) + d / 128),
+          stride((size_t)it.slot_stride * BM * DL), ustride((size_t)it.slot_stride * BM * (DL / 128))
+    {
+    }
+    __device__ __forceinline__ float4 load(int s) const
+    {
+        const uint2 u = *reinterpret_cast<const uint2 *>(o + s * stride);
+        const float f = unscale[s * ustride];
+        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&u.x));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
+        return make_float4(a.x * f, a.y * f, b.x * f, b.y * f);
+    }
+};
+template <> struct partial<float> {
+    const float *o; /* as above, fp32 and unscaled */
+    size_t stride;
+    __device__ partial(const mlav_flash_params &p, const mlav_combine_item &it, int r, int d)
+        : o(static_cast<const float *>(p.part_o) + ((size_t)it.slot0 * BM + r) * DL + d),
+          stride((size_t)it.slot_stride * BM * DL)
+    {
+    }
+    __device__ __forceinline__ float4 load(int s) const
+    {
+        return *reinterpret_cast<const float4 *>(o + s * stride);
+    }
+};
+
 /* Block (combine item, row, column block): q = p.combine_col_blocks column blocks of 512 / q
  * columns per row, each with q split groups of 128 / q threads (one float4 each); group k sums
  * the splits s = k, k + q, ... and the groups meet in shared memory. q = 4 gives a lone q_len 1
@@ -57,15 +94,13 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
      * not depend on the weights, and loaded after them they cost a second round trip to L2 on
      * the path of every combine (bench/NOTES.md, session 6). */
     const int d = blockIdx.z * (DL / q) + c * 4;
-    const float *part = p.part_o + ((size_t)it.slot0 * BM + r) * DL + d;
-    const size_t stride = (size_t)it.slot_stride * BM * DL;
+    const partial<T> part(p, it, r, d);
     constexpr int PRELOAD = 8;
     float4 pre[PRELOAD];
 #pragma unroll
     for (int k = 0; k < PRELOAD; k++) {
         const int s = grp + k * q;
-        pre[k] = s < n ? *reinterpret_cast<const float4 *>(part + s * stride)
-                       : make_float4(0.f, 0.f, 0.f, 0.f);
+        pre[k] = s < n ? part.load(s) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     const float lse_s =
         tid < n ? p.part_lse[(size_t)(it.slot0 + tid * it.slot_stride) * BM + r] : -INFINITY;
@@ -112,7 +147,7 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
 #pragma unroll 8
     for (int s = grp + PRELOAD * q; s < n; s += q) {
         /* an empty split holds o = 0 with weight 0, so no branch is needed here */
-        const float4 v = *reinterpret_cast<const float4 *>(part + s * stride);
+        const float4 v = part.load(s);
         const float ws = s_w[s];
         acc.x += ws * v.x;
         acc.y += ws * v.y;

@@ -29,7 +29,9 @@ typedef struct mlav_flash_params {
     const uint32_t *tree_mask;      /* [T, mask_words], NULL = causal */
     void *out;                      /* [T, H, Dl] */
     float *lse;                     /* [T, H], may be NULL */
-    float *part_o;                  /* [n_slots, BLOCK_M, Dl] fp32 partial outputs (workspace) */
+    void *part_o;                   /* [n_slots, BLOCK_M, Dl] partial outputs O / l (workspace):
+                                     * fp32 for F32 plans; fp16 for 16-bit plans, scaled by the
+                                     * inverse of part_scale */
     float *part_lse;                /* [n_slots, BLOCK_M] */
     const mlav_split_item *items;   /* [n_items] */
     const mlav_combine_item *combine; /* [n_combine] */
@@ -43,6 +45,10 @@ typedef struct mlav_flash_params {
     int32_t combine_col_blocks;     /* 1, 2 or 4 column blocks per combined row (combine.cu) */
     int64_t num_pages;
     float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
+    float *part_scale;              /* [n_slots, BLOCK_M, Dl / 128] 16-bit plans: a power of two
+                                     * per row and 128-column block that restores the fp16 part_o
+                                     * values; NULL for F32 plans (last, so that adding it left the
+                                     * offsets of the fields the kernel's loop reads unchanged) */
 } mlav_flash_params;
 
 /* The split schedule of the flash kernel on a device with `sm_count` SMs and `blocks_per_sm`

@@ -74,12 +74,12 @@ static_assert(COLS_Q % 16 == 0 && ROPE_Q == 16 && BN == 16, "MMA tiling");
 static_assert((STAGES * SKV_ELEMS * 2) % 16 == 0 && (SP_ELEMS * 2) % 16 == 0 &&
                   (SQ_ELEMS * 2) % 16 == 0,
               "alignment");
-/* Output staging (the epilogue), per warp in a free KV buffer: 8 rows of 128 fp32 (partial
- * states) or 128 T (the final output), rows padded so that the fragment writes hit 32 distinct
- * banks per half-warp (fp32) or per warp (T). */
-constexpr int STAGE_F_STRIDE = COLS_Q + 8;  /* floats */
-constexpr int STAGE_T_STRIDE = COLS_Q + 8;  /* T elements */
-constexpr int STAGE_WARP_BYTES = 8 * STAGE_F_STRIDE * 4;
+/* Output staging (the epilogue), per warp in a free KV buffer: 8 rows of 128 16-bit values (T
+ * for the final output, fp16 for partial states), rows padded so that the fragment writes hit
+ * 32 distinct banks per warp. */
+constexpr int STAGE_T_STRIDE = COLS_Q + 8;  /* 16-bit elements */
+static_assert(COLS_Q == 128 && QUARTERS == DL / 128, "part_scale holds one scale per 128 columns");
+constexpr int STAGE_WARP_BYTES = 8 * STAGE_T_STRIDE * 2;
 static_assert(QUARTERS * STAGE_WARP_BYTES <= SKV_ELEMS * 2 && STAGE_WARP_BYTES % 16 == 0 &&
                   (SKV_ELEMS * 2) % 16 == 0,
               "one KV buffer stages a group's output");
@@ -191,10 +191,12 @@ __device__ unsigned int flash_trace[TRACE_BLOCKS][NT / 32][TRACE_TILES][TRACE_PO
 #endif
 #ifdef MLAV_FLASH_PHASES
 /* Diagnostic builds only (bench/flash_trace.cu with -DFLASH_PHASES_ONLY): thread 0 of each block
- * stamps the global timer and the SM clock at kernel entry, loop entry, loop exit and kernel
- * end, outside the loop, so that a block's fixed cost (prologue, epilogue) and the blocks'
- * start skew can be read without perturbing the loop. The product never defines it. */
-constexpr int PHASE_BLOCKS = 1024, PHASE_POINTS = 4;
+ * stamps the global timer and the SM clock at kernel entry (0), loop entry (1), loop exit (2)
+ * and kernel end (3), and inside the prologue and epilogue at 4 (Q and tile 0 landed, after
+ * the first block barrier), 5 (the epilogue's row-sum barrier passed) and 6 (lse written,
+ * staging begins), none in the loop, so that a block's fixed cost and the blocks' start skew
+ * can be read without perturbing the loop. The product never defines it. */
+constexpr int PHASE_BLOCKS = 1024, PHASE_POINTS = 7;
 __device__ unsigned long long flash_phase_ns[PHASE_BLOCKS][PHASE_POINTS];
 __device__ long long flash_phase_clk[PHASE_BLOCKS][PHASE_POINTS];
 #define FLASH_PHASE(point)                                                                      \
@@ -290,6 +292,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     mlav::cp_async_commit(); /* tile 0 */
     mlav::cp_async_wait<1>();
     __syncthreads(); /* every thread's Q copies have landed */
+    FLASH_PHASE(4);
     /* qf[i] is m-tile i ^ own_m of the group (own block first); the A fragment of k-step kk
      * holds rows g, g + 8 at columns 2 qd (+1) and 2 qd + 8 (+1) of the warp's quarter (rows 260
      * words apart: the 32 lanes of each load hit 32 distinct banks). */
@@ -619,6 +622,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             lrow[dq * 16 + g + 8 * rr] = l;
     }
     mlav::named_barrier(bar, GROUP_THREADS);
+    FLASH_PHASE(5);
     const bool final_out = item.slot < 0;
     float inv[4];
 #pragma unroll
@@ -627,7 +631,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         const float l = lrow[2 * mt * 16 + r16] + lrow[(2 * mt + 1) * 16 + r16];
         inv[k] = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
         const int m = gm0 + mt * 16 + r16;
-        if (m < M && dq == 0 && qd == 0) {
+        if (m < M && dq == k && qd == 0) { /* one warp per row set: one logf chain each */
             const float lse = mlav_finish_lse(ref_max[k] * LN2, l);
             if (!final_out)
                 p.part_lse[(size_t)item.slot * BM + (m - m0)] = lse;
@@ -645,6 +649,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * the other group, which synced with it on the full barrier of tile n_tiles - 1, is past its
      * S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and n_tiles - 4 are free, and
      * with fewer tiles buffers 2 and 3 were never gathered into (the prologue fills 0 and 1). */
+    FLASH_PHASE(6);
     const int free_buf = grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
                                    : (n_tiles >= 4 ? n_tiles % STAGES : 3);
     unsigned char *stage =
@@ -672,19 +677,41 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                         *reinterpret_cast<const uint4 *>(reinterpret_cast<const T *>(stage) +
                                                          r * STAGE_T_STRIDE + (lane & 15) * 8);
         } else {
-            float2 *st = reinterpret_cast<float2 *>(stage) + g * (STAGE_F_STRIDE / 2) + qd;
+            /* partial state as fp16, scaled by a power of two per (row, this warp's 128 columns)
+             * that puts the block's largest |O / l| in [2^14, 2^15): range-safe for any input, 11
+             * significant bits, and half the bytes of fp32 (bench/NOTES.md, session 7). The
+             * maximum is taken on the bit patterns (|x| orders like its bits; NaN above Inf),
+             * over the lane quad that holds the row. The combine multiplies by part_scale. */
+            uint32_t mb = 0;
 #pragma unroll
             for (int n = 0; n < COLS_Q / 8; n++)
-                st[n * 4] = make_float2(o[i][n][e0] * inv[k], o[i][n][e0 + 1] * inv[k]);
-            __syncwarp();
-            /* a row is 128 floats = 32 lanes x 16 bytes */
-            float *po = p.part_o + ((size_t)item.slot * BM + (row0 - m0)) * DL + dq * COLS_Q;
+                mb = max(mb, max(__float_as_uint(o[i][n][e0]) & 0x7fffffffu,
+                                 __float_as_uint(o[i][n][e0 + 1]) & 0x7fffffffu));
+            mb = __float_as_uint(__uint_as_float(mb) * inv[k]);
+            mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+            mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+            /* biased exponent, at least 15 so that the scale below stays a normal fp32 */
+            const int ex = max((int)((mb >> 23) & 0xffu), 15);
+            const float sc = __uint_as_float((uint32_t)(268 - ex) << 23) * inv[k]; /* 2^(141-ex) / l */
+            if (qd == 0 && row0 + g < M)
+                p.part_scale[((size_t)item.slot * BM + (row0 + g - m0)) * QUARTERS + dq] =
+                    __uint_as_float((uint32_t)(ex - 14) << 23); /* 2^(ex-141) */
+            uint32_t *st = reinterpret_cast<uint32_t *>(stage) + g * (STAGE_T_STRIDE / 2) + qd;
 #pragma unroll
-            for (int r = 0; r < 8; r++)
+            for (int n = 0; n < COLS_Q / 8; n++) {
+                const __half2 h = __floats2half2_rn(o[i][n][e0] * sc, o[i][n][e0 + 1] * sc);
+                st[n * 4] = *reinterpret_cast<const uint32_t *>(&h);
+            }
+            __syncwarp();
+            /* a row is 128 halves = 16 lanes x 16 bytes: two rows per instruction */
+            __half *po = static_cast<__half *>(p.part_o) +
+                         ((size_t)item.slot * BM + (row0 - m0)) * DL + dq * COLS_Q;
+#pragma unroll
+            for (int r = lane >> 4; r < 8; r += 2)
                 if (r < rows)
-                    *reinterpret_cast<float4 *>(po + (size_t)r * DL + lane * 4) =
-                        *reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(stage) +
-                                                          r * STAGE_F_STRIDE + lane * 4);
+                    *reinterpret_cast<uint4 *>(po + (size_t)r * DL + (lane & 15) * 8) =
+                        *reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(stage) +
+                                                         r * STAGE_T_STRIDE + (lane & 15) * 8);
         }
     }
     FLASH_PHASE(3);

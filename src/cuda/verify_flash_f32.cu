@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
             if (p.lse && lane == 0)
                 p.lse[(size_t)q_start * p.H + m] = lse;
         } else {
-            float *po = p.part_o + ((size_t)item.slot * BM + r) * DL;
+            float *po = static_cast<float *>(p.part_o) + ((size_t)item.slot * BM + r) * DL;
 #pragma unroll
             for (int k = 0; k < DL / 32; k++)
                 po[lane + 32 * k] = acc[k] * inv;
