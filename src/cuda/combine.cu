@@ -31,28 +31,36 @@ template <> __device__ __forceinline__ float from_float(float v)
 
 /* The partial states as the split kernels leave them: fp32 for F32 plans (verify_flash_f32.cu);
  * fp16 for 16-bit plans (verify_flash.cu), each (row, 128-column block) scaled by a power of two
- * that part_scale undoes. load() returns one thread's four columns of split s as fp32. */
+ * that part_scale undoes. load() returns one thread's four columns of split s as stored, in fp32;
+ * unscale() the factor that restores them, which the combine folds into the split's weight. */
+constexpr int SCALE_COLS = 128; /* columns per part_scale entry */
 template <typename T> struct partial {
-    const __half *o;      /* slot0's row r, from this thread's first column */
-    const float *unscale; /* slot0's part_scale of that row and 128-column block */
-    size_t stride;        /* elements from one split to the next, in o */
-    size_t ustride;       /* the same in part_scale */
+    static constexpr bool scaled = true;
+    const __half *o; /* slot0's row r, from this thread's first column */
+    const float *u;  /* slot0's part_scale row r */
+    size_t stride;   /* elements from one split to the next, in o */
+    size_t ustride;  /* the same in part_scale */
     __device__ partial(const mlav_flash_params &p, const mlav_combine_item &it, int r, int d)
         : o(static_cast<const __half *>(p.part_o) + ((size_t)it.slot0 * BM + r) * DL + d),
-          unscale(p.part_scale + ((size_t)it.slot0 * BM + r) * (DL / 128) + d / 128),
-          stride((size_t)it.slot_stride * BM * DL), ustride((size_t)it.slot_stride * BM * (DL / 128))
+          u(p.part_scale + ((size_t)it.slot0 * BM + r) * (DL / SCALE_COLS)),
+          stride((size_t)it.slot_stride * BM * DL),
+          ustride((size_t)it.slot_stride * BM * (DL / SCALE_COLS))
     {
     }
     __device__ __forceinline__ float4 load(int s) const
     {
-        const uint2 u = *reinterpret_cast<const uint2 *>(o + s * stride);
-        const float f = unscale[s * ustride];
-        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&u.x));
-        const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
-        return make_float4(a.x * f, a.y * f, b.x * f, b.y * f);
+        const uint2 v = *reinterpret_cast<const uint2 *>(o + s * stride);
+        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&v.x));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&v.y));
+        return make_float4(a.x, a.y, b.x, b.y);
+    }
+    __device__ __forceinline__ float unscale(int s, int cb) const
+    {
+        return u[s * ustride + cb];
     }
 };
 template <> struct partial<float> {
+    static constexpr bool scaled = false;
     const float *o; /* as above, fp32 and unscaled */
     size_t stride;
     __device__ partial(const mlav_flash_params &p, const mlav_combine_item &it, int r, int d)
@@ -64,6 +72,10 @@ template <> struct partial<float> {
     {
         return *reinterpret_cast<const float4 *>(o + s * stride);
     }
+    __device__ __forceinline__ float unscale(int, int) const
+    {
+        return 1.0f;
+    }
 };
 
 /* Block (combine item, row, column block): q = p.combine_col_blocks column blocks of 512 / q
@@ -72,14 +84,18 @@ template <> struct partial<float> {
  * row with 125 splits 4 x 4 ways of parallel loads; q = 1 keeps many-row combines to one wave of
  * blocks (bench/NOTES.md, v2). The weights come first, one thread per split (MAX_SPLITS <=
  * THREADS) with block reductions for the max, the NaN flag and the sum, under the rules of
- * merge.h. (Earlier versions: a serial chain of dependent loads, then one thread computing all
- * weights serially, each cost more than the split kernel for a lone q_len 1 request.) */
+ * merge.h; a 16-bit plan's weights also carry the part_scale factor of each of the block's
+ * 128-column blocks, loaded with the lse values, so that the loop over the splits reads no more
+ * than the partial rows. (Earlier versions: a serial chain of dependent loads, then one thread
+ * computing all weights serially, each cost more than the split kernel for a lone q_len 1
+ * request.) */
 template <typename T>
 __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
 {
     static_assert(MAX_SPLITS <= THREADS, "one thread per split for the weights");
     static_assert(THREADS * 4 == DL, "one float4 of columns per thread and column block");
-    __shared__ float s_w[MAX_SPLITS], s_red[THREADS / 32];
+    constexpr int CBS = DL / SCALE_COLS;
+    __shared__ float s_w[CBS][MAX_SPLITS], s_red[THREADS / 32]; /* [128-column block][split] */
     __shared__ float4 s_acc[THREADS - THREADS / MAX_COL_BLOCKS];
     const mlav_combine_item it = p.combine[blockIdx.x]; /* the plan's: ready before the wait */
     const int r = blockIdx.y, m = it.mtile * BM + r;
@@ -104,6 +120,12 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     }
     const float lse_s =
         tid < n ? p.part_lse[(size_t)(it.slot0 + tid * it.slot_stride) * BM + r] : -INFINITY;
+    /* this block's 128-column blocks: cb0 .. cb0 + ncb - 1; this thread's: cb0 + (c >> 5) */
+    const int ncb = partial<T>::scaled ? CBS / q : 1, cb0 = blockIdx.z * (CBS / q);
+    float u[CBS];
+#pragma unroll
+    for (int j = 0; j < CBS; j++)
+        u[j] = tid < n && j < ncb ? part.unscale(tid, cb0 + j) : 1.0f;
     float mx = lse_s;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
@@ -128,16 +150,22 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
 #pragma unroll
     for (int k = 1; k < THREADS / 32; k++)
         sum += s_red[k];
-    if (tid < n)
-        s_w[tid] = mlav_merge_normalize(w, sum);
+    if (tid < n) {
+        const float wn = mlav_merge_normalize(w, sum);
+#pragma unroll
+        for (int j = 0; j < CBS; j++)
+            if (j < ncb)
+                s_w[j][tid] = wn * u[j];
+    }
     __syncthreads();
+    const float *ws_of = s_w[partial<T>::scaled ? c * 4 / SCALE_COLS : 0]; /* [split] */
 
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int k = 0; k < PRELOAD; k++) {
         const int s = grp + k * q;
         if (s < n) { /* the bound of the loop below */
-            const float ws = s_w[s];
+            const float ws = ws_of[s];
             acc.x += ws * pre[k].x;
             acc.y += ws * pre[k].y;
             acc.z += ws * pre[k].z;
@@ -148,7 +176,7 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     for (int s = grp + PRELOAD * q; s < n; s += q) {
         /* an empty split holds o = 0 with weight 0, so no branch is needed here */
         const float4 v = part.load(s);
-        const float ws = s_w[s];
+        const float ws = ws_of[s];
         acc.x += ws * v.x;
         acc.y += ws * v.y;
         acc.z += ws * v.z;

@@ -631,7 +631,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         const float l = lrow[2 * mt * 16 + r16] + lrow[(2 * mt + 1) * 16 + r16];
         inv[k] = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
         const int m = gm0 + mt * 16 + r16;
-        if (m < M && dq == k && qd == 0) { /* one warp per row set: one logf chain each */
+        if (m < M && dq == 0 && qd == 0) {
             const float lse = mlav_finish_lse(ref_max[k] * LN2, l);
             if (!final_out)
                 p.part_lse[(size_t)item.slot * BM + (m - m0)] = lse;
