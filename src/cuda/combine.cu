@@ -172,9 +172,27 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
             acc.w += ws * pre[k].w;
         }
     }
-#pragma unroll 8
-    for (int s = grp + PRELOAD * q; s < n; s += q) {
-        /* an empty split holds o = 0 with weight 0, so no branch is needed here */
+    /* the rest in batches of 8 loads issued before their first use (written as an unrolled
+     * loop with a run-time bound, the fp16 loads and their conversions came out one load per
+     * use: 4-5 us slower at 128 splits on the H200, bench/NOTES.md session 7), then one by one;
+     * an empty split holds o = 0 with weight 0, so no branch is needed here */
+    constexpr int BATCH = 8;
+    int s = grp + PRELOAD * q;
+    for (; s + (BATCH - 1) * q < n; s += BATCH * q) {
+        float4 v[BATCH];
+#pragma unroll
+        for (int k = 0; k < BATCH; k++)
+            v[k] = part.load(s + k * q);
+#pragma unroll
+        for (int k = 0; k < BATCH; k++) {
+            const float ws = ws_of[s + k * q];
+            acc.x += ws * v[k].x;
+            acc.y += ws * v[k].y;
+            acc.z += ws * v[k].z;
+            acc.w += ws * v[k].w;
+        }
+    }
+    for (; s < n; s += q) {
         const float4 v = part.load(s);
         const float ws = ws_of[s];
         acc.x += ws * v.x;
