@@ -18,8 +18,8 @@ struct flash_state {
     mlav_combine_item *d_combine;
     void *d_nan_row;              /* [W] NaN of the plan's dtype (mlav_flash_params.nan_row) */
     mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
-    size_t part_o_bytes;          /* workspace: partial outputs, partial lse, then (16-bit */
-    size_t part_lse_bytes;        /* plans) the partial outputs' scales */
+    size_t part_o_bytes;          /* workspace, first: the partial outputs */
+    size_t part_lse_bytes;        /* then the partial lse; then (16-bit plans) part_scale */
 };
 
 size_t align256(size_t n)
