@@ -436,6 +436,29 @@ static void test_cpu_backend_rising_scores(void **state)
     }
 }
 
+/* Values near 1e30 and 1e-30 (tu_scale_magnitudes): the same softmax, out scaled by 2^+-100. */
+static void test_cpu_backend_extreme_magnitudes(void **state)
+{
+    (void)state;
+    static const tu_case cases[] = {
+        CASE(16, 512, 64, 1, BF16, TU_BUSHY, Q(9, 1), Q(700, 300), 2),
+        CASE(8, 512, 64, 16, F32, TU_CHAIN, Q(33), Q(900), 1),
+    };
+    static const int exps[] = {100, -100};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (size_t k = 0; k < sizeof exps / sizeof exps[0]; k++) {
+            tu_case c = cases[i];
+            c.seed = tu_seed();
+            tu_problem *p = tu_make(&c);
+            tu_scale_magnitudes(p, exps[k]);
+            tu_reference(p);
+            mlav_tensors t = tu_tensors(p);
+            assert_int_equal(run_cpu(p, &t), MLAV_OK);
+            expect_match(p, exps[k] > 0 ? "values x 2^100" : "values x 2^-100");
+            tu_free(p);
+        }
+}
+
 /* Device-resident tensors are for CUDA contexts: the CPU backend says so and writes nothing. */
 static void test_cpu_backend_device_memory(void **state)
 {
@@ -478,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_cpu_backend_shared_plan),
         cmocka_unit_test(test_cpu_backend_long_prefix),
         cmocka_unit_test(test_cpu_backend_rising_scores),
+        cmocka_unit_test(test_cpu_backend_extreme_magnitudes),
         cmocka_unit_test(test_cpu_backend_device_memory),
     };
     for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)

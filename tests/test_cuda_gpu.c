@@ -858,6 +858,39 @@ static void test_cuda_rising_scores(void **state)
         skip();
 }
 
+/* Values near 1e30 and 1e-30 (tu_scale_magnitudes): the scores and the softmax are those of
+ * random inputs, out is scaled by 2^+-100. The flash kernel's partial states (16-bit plans:
+ * fp16 with a power-of-two scale per row and 128 columns) must carry both; unscaled fp16 would
+ * overflow to Inf at one end and flush to 0 at the other. F32 plans keep fp32 partials. */
+static void test_cuda_extreme_magnitudes(void **state)
+{
+    (void)state;
+    require_device();
+    static const tu_case cases[] = {
+        CASE(64, 512, 64, 1, BF16, TU_BUSHY, 1, QS(9), PS(1500)),
+        CASE(16, 512, 64, 16, BF16, TU_CHAIN, 2, QS(9, 33), PS(700, 2000)),
+        CASE(8, 512, 64, 64, F32, TU_DEEP, 1, QS(33), PS(900)),
+    };
+    static const int exps[] = {100, -100};
+    const uint64_t seed = tu_seed();
+    int ran = 0;
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (size_t e = 0; e < sizeof exps / sizeof exps[0]; e++) {
+            tu_case c = cases[k];
+            c.seed = seed + 2 * k + e;
+            tu_problem *p = tu_make(&c);
+            tu_scale_magnitudes(p, exps[e]);
+            tu_reference(p);
+            ran += run_each_backend(p, 0, stream);
+            tu_free(p);
+        }
+    CK(cudaStreamDestroy(stream));
+    if (!ran)
+        skip();
+}
+
 #else /* built without CUDA: the same tests, each a skip */
 
 #define SKIP_TEST(name)                                                                      \
@@ -876,6 +909,7 @@ SKIP_TEST(test_cuda_bad_inputs)
 SKIP_TEST(test_cuda_bad_device_page_id)
 SKIP_TEST(test_cuda_nonfinite_hidden_draft)
 SKIP_TEST(test_cuda_rising_scores)
+SKIP_TEST(test_cuda_extreme_magnitudes)
 
 #endif
 
@@ -891,6 +925,7 @@ int main(void)
         cmocka_unit_test(test_cuda_bad_device_page_id),
         cmocka_unit_test(test_cuda_nonfinite_hidden_draft),
         cmocka_unit_test(test_cuda_rising_scores),
+        cmocka_unit_test(test_cuda_extreme_magnitudes),
     };
     /* MLAV_TEST_FILTER=test_cuda_graph (wildcards * and ?) runs a subset, e.g. under
      * compute-sanitizer --tool racecheck, which is too slow for the whole grid */

@@ -225,6 +225,16 @@ void tu_rising_scores(tu_problem *p, int32_t period)
     free(base);
 }
 
+void tu_scale_magnitudes(tu_problem *p, int e)
+{
+    const int dt = (int)p->c.dtype;
+    const float up = ldexpf(1.0f, e), down = ldexpf(1.0f, -e);
+    for (size_t i = 0; i < p->kv_elems; i++) /* the NaN pages stay NaN */
+        mlav_store_from_f32(p->kv, dt, i, mlav_load_as_f32(p->kv, dt, i) * up);
+    for (size_t i = 0; i < p->q_elems; i++)
+        mlav_store_from_f32(p->q, dt, i, mlav_load_as_f32(p->q, dt, i) * down);
+}
+
 void tu_free(tu_problem *p)
 {
     if (!p)

@@ -65,6 +65,12 @@ void tu_free(tu_problem *p);
  * period below 1 leaves the problem as it is. */
 void tu_rising_scores(tu_problem *p, int32_t period);
 
+/* Scale every value of the pool by 2^e and every query by 2^-e, exactly (powers of two on
+ * values whose magnitudes stay inside the dtype's normal range): the scores, the softmax and
+ * lse are unchanged, and out is scaled by 2^e. Far from 1, this reaches the range handling of
+ * whatever holds intermediate outputs (e = 100: |out| near 1e30 for BF16; -100: near 1e-30). */
+void tu_scale_magnitudes(tu_problem *p, int e);
+
 /* Host-memory tensors for the problem. */
 mlav_tensors tu_tensors(const tu_problem *p);
 
