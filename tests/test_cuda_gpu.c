@@ -827,28 +827,16 @@ static void test_cuda_nonfinite_hidden_draft(void **state)
         skip();
 }
 
-/* Rising scores (tu_rising_scores): the running max of many rows moves again and again inside
- * a split, so the flash kernel's vote path runs after the first tile too (group-wide row-max
- * exchange, O rescaled by factors far from 1, P redone), in some warps' rows and not others.
- * Random inputs never reach it: their scores stay within the 8 log2 units of slack. */
-static void test_cuda_rising_scores(void **state)
+/* Problems 0..n-1, each built by make(k, seed + k) with its inputs final, checked on both GPU
+ * backends in device mode against the oracle; a skip when no backend ran. */
+static void run_problems(size_t n, tu_problem *(*make)(size_t k, uint64_t seed))
 {
-    (void)state;
-    require_device();
-    static const tu_case rising[] = {
-        CASE(64, 512, 64, 1, BF16, TU_CHAIN_NULL, 1, QS(9), PS(4000)),
-        CASE(16, 512, 64, 16, F16, TU_BUSHY, 2, QS(9, 33), PS(3000, 700)),
-        CASE(8, 512, 64, 64, F32, TU_DEEP, 1, QS(33), PS(2000)),
-    };
     const uint64_t seed = tu_seed();
     int ran = 0;
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    for (size_t k = 0; k < sizeof rising / sizeof rising[0]; k++) {
-        tu_case c = rising[k];
-        c.seed = seed + k;
-        tu_problem *p = tu_make(&c);
-        tu_rising_scores(p, 64);
+    for (size_t k = 0; k < n; k++) {
+        tu_problem *p = make(k, seed + k);
         tu_reference(p);
         ran += run_each_backend(p, 0, stream);
         tu_free(p);
@@ -858,37 +846,57 @@ static void test_cuda_rising_scores(void **state)
         skip();
 }
 
+/* Rising scores (tu_rising_scores): the running max of many rows moves again and again inside
+ * a split, so the flash kernel's vote path runs after the first tile too (group-wide row-max
+ * exchange, O rescaled by factors far from 1, P redone), in some warps' rows and not others.
+ * Random inputs never reach it: their scores stay within the 8 log2 units of slack. */
+static const tu_case rising_cases[] = {
+    CASE(64, 512, 64, 1, BF16, TU_CHAIN_NULL, 1, QS(9), PS(4000)),
+    CASE(16, 512, 64, 16, F16, TU_BUSHY, 2, QS(9, 33), PS(3000, 700)),
+    CASE(8, 512, 64, 64, F32, TU_DEEP, 1, QS(33), PS(2000)),
+};
+
+static tu_problem *rising_problem(size_t k, uint64_t seed)
+{
+    tu_case c = rising_cases[k];
+    c.seed = seed;
+    tu_problem *p = tu_make(&c);
+    tu_rising_scores(p, 64);
+    return p;
+}
+
+static void test_cuda_rising_scores(void **state)
+{
+    (void)state;
+    require_device();
+    run_problems(sizeof rising_cases / sizeof rising_cases[0], rising_problem);
+}
+
 /* Values near 1e30 and 1e-30 (tu_scale_magnitudes): the scores and the softmax are those of
  * random inputs, out is scaled by 2^+-100. The flash kernel's partial states (16-bit plans:
  * fp16 with a power-of-two scale per row and 128 columns) must carry both; unscaled fp16 would
- * overflow to Inf at one end and flush to 0 at the other. F32 plans keep fp32 partials. */
+ * overflow to Inf at one end and flush to 0 at the other. F32 plans keep fp32 partials.
+ * Problem k is case k / 2 with values x 2^100 (k even) or x 2^-100 (k odd). */
+static const tu_case magnitude_cases[] = {
+    CASE(64, 512, 64, 1, BF16, TU_BUSHY, 1, QS(9), PS(1500)),
+    CASE(16, 512, 64, 16, BF16, TU_CHAIN, 2, QS(9, 33), PS(700, 2000)),
+    CASE(8, 512, 64, 64, F32, TU_DEEP, 1, QS(33), PS(900)),
+};
+
+static tu_problem *magnitude_problem(size_t k, uint64_t seed)
+{
+    tu_case c = magnitude_cases[k / 2];
+    c.seed = seed;
+    tu_problem *p = tu_make(&c);
+    tu_scale_magnitudes(p, k % 2 ? -100 : 100);
+    return p;
+}
+
 static void test_cuda_extreme_magnitudes(void **state)
 {
     (void)state;
     require_device();
-    static const tu_case cases[] = {
-        CASE(64, 512, 64, 1, BF16, TU_BUSHY, 1, QS(9), PS(1500)),
-        CASE(16, 512, 64, 16, BF16, TU_CHAIN, 2, QS(9, 33), PS(700, 2000)),
-        CASE(8, 512, 64, 64, F32, TU_DEEP, 1, QS(33), PS(900)),
-    };
-    static const int exps[] = {100, -100};
-    const uint64_t seed = tu_seed();
-    int ran = 0;
-    cudaStream_t stream;
-    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        for (size_t e = 0; e < sizeof exps / sizeof exps[0]; e++) {
-            tu_case c = cases[k];
-            c.seed = seed + 2 * k + e;
-            tu_problem *p = tu_make(&c);
-            tu_scale_magnitudes(p, exps[e]);
-            tu_reference(p);
-            ran += run_each_backend(p, 0, stream);
-            tu_free(p);
-        }
-    CK(cudaStreamDestroy(stream));
-    if (!ran)
-        skip();
+    run_problems(2 * (sizeof magnitude_cases / sizeof magnitude_cases[0]), magnitude_problem);
 }
 
 #else /* built without CUDA: the same tests, each a skip */
