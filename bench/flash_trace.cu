@@ -135,7 +135,7 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc(&dnan, W * 2));
     CHECK(cudaMalloc(&dpo, sizeof(float) * (size_t)std::max(sc.n_slots, 1) * BM * DL));
     CHECK(cudaMalloc(&dpl, sizeof(float) * (size_t)std::max(sc.n_slots, 1) * BM));
-    CHECK(cudaMalloc(&dps, sizeof(float) * (size_t)std::max(sc.n_slots, 1) * BM * (DL / 128)));
+    CHECK(cudaMalloc(&dps, sizeof(float) * (size_t)std::max(sc.n_slots, 1) * BM * (DL / MLAV_FLASH_SCALE_COLS)));
     CHECK(cudaMemcpy(dq, hq.data(), q_elems * 2, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(dkv, hkv.data(), kv_elems * 2, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(dtab, ptab.data(), (size_t)kv_len * 4, cudaMemcpyHostToDevice));

@@ -187,7 +187,7 @@ else
   streams_test=$build/tests/test_cuda_streams_gpu
   san() { # san TOOL [streams]: the kernel tests under compute-sanitizer TOOL, then (with
           # "streams") the multi-stream test, stopping at the first failure
-    local t f
+    local f
     for f in test_cuda_graph test_cuda_nonfinite_hidden_draft test_cuda_bad_device_page_id \
              test_cuda_rising_scores; do
       echo "--- $1 $f"

@@ -95,7 +95,7 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     const bool f32 = p->dtype == MLAV_DTYPE_F32;
     st->part_o_bytes = align256((f32 ? sizeof(float) : sizeof(uint16_t)) * rows * MLAV_FLASH_DL);
     st->part_lse_bytes = align256(sizeof(float) * rows);
-    const size_t scale_bytes = f32 ? 0 : align256(sizeof(float) * rows * (MLAV_FLASH_DL / 128));
+    const size_t scale_bytes = f32 ? 0 : align256(sizeof(float) * rows * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
     *ws = sc->n_slots ? st->part_o_bytes + st->part_lse_bytes + scale_bytes : 0;
     return MLAV_OK;
 }

@@ -33,7 +33,7 @@ template <> __device__ __forceinline__ float from_float(float v)
  * fp16 for 16-bit plans (verify_flash.cu), each (row, 128-column block) scaled by a power of two
  * that part_scale undoes. load() returns one thread's four columns of split s as stored, in fp32;
  * unscale() the factor that restores them, which the combine folds into the split's weight. */
-constexpr int SCALE_COLS = 128; /* columns per part_scale entry */
+constexpr int SCALE_COLS = MLAV_FLASH_SCALE_COLS;
 template <typename T> struct partial {
     static constexpr bool scaled = true;
     const __half *o; /* slot0's row r, from this thread's first column */

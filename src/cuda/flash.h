@@ -17,6 +17,7 @@
 #define MLAV_FLASH_BLOCK_N 16    /* KV rows per pipeline tile */
 #define MLAV_FLASH_SPLIT_ALIGN 32 /* split boundaries and the shortest split, in KV rows */
 #define MLAV_FLASH_THREADS 256   /* 8 warps: 2 groups of 32 rows x 4 warps (depth / columns) */
+#define MLAV_FLASH_SCALE_COLS 128 /* columns per part_scale entry (one warp's output columns) */
 #define MLAV_LOG2E 1.4426950408889634f
 /* Most splits of one request: the plan's cap and the combine's shared-memory arrays (one
  * thread per split). 128 lets a lone 64-row request (q_len 1, H = 64) fill one block per SM. */
@@ -45,8 +46,8 @@ typedef struct mlav_flash_params {
     int32_t combine_col_blocks;     /* 1, 2 or 4 column blocks per combined row (combine.cu) */
     int64_t num_pages;
     float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
-    float *part_scale;              /* [n_slots, BLOCK_M, Dl / 128] 16-bit plans: a power of two
-                                     * per row and 128-column block that restores the fp16 part_o
+    float *part_scale;              /* [n_slots, BLOCK_M, Dl / SCALE_COLS] 16-bit plans: a power
+                                     * of two per row and column block that restores the fp16 part_o
                                      * values; NULL for F32 plans (last, so that adding it left the
                                      * offsets of the fields the kernel's loop reads unchanged) */
 } mlav_flash_params;

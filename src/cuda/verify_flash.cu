@@ -78,7 +78,7 @@ static_assert((STAGES * SKV_ELEMS * 2) % 16 == 0 && (SP_ELEMS * 2) % 16 == 0 &&
  * for the final output, fp16 for partial states), rows padded so that the fragment writes hit
  * 32 distinct banks per warp. */
 constexpr int STAGE_T_STRIDE = COLS_Q + 8;  /* 16-bit elements */
-static_assert(COLS_Q == 128 && QUARTERS == DL / 128, "part_scale holds one scale per 128 columns");
+static_assert(COLS_Q == MLAV_FLASH_SCALE_COLS, "part_scale holds one scale per warp's columns");
 constexpr int STAGE_WARP_BYTES = 8 * STAGE_T_STRIDE * 2;
 static_assert(QUARTERS * STAGE_WARP_BYTES <= SKV_ELEMS * 2 && STAGE_WARP_BYTES % 16 == 0 &&
                   (SKV_ELEMS * 2) % 16 == 0,
