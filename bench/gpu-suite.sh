@@ -183,13 +183,14 @@ else
   # test_cuda_graph (partial row tiles, splits), test_cuda_nonfinite_hidden_draft (flash BF16/F16/
   # F32, combine, naive, device and host mode), test_cuda_bad_device_page_id,
   # test_cuda_rising_scores (the rescale vote and row-max exchange after a split's first tile),
-  # and the multi-stream test (4 threads x streams sharing a plan)
+  # test_cuda_many_splits (the combine's 16- and 4-column-block shapes), and the multi-stream
+  # test (4 threads x streams sharing a plan)
   streams_test=$build/tests/test_cuda_streams_gpu
   san() { # san TOOL [streams]: the kernel tests under compute-sanitizer TOOL, then (with
           # "streams") the multi-stream test, stopping at the first failure
     local f
     for f in test_cuda_graph test_cuda_nonfinite_hidden_draft test_cuda_bad_device_page_id \
-             test_cuda_rising_scores; do
+             test_cuda_rising_scores test_cuda_many_splits; do
       echo "--- $1 $f"
       MLAV_TEST_FILTER=$f compute-sanitizer --tool "$1" --error-exitcode 99 "$gpu_test" || return $?
     done

@@ -899,6 +899,31 @@ static void test_cuda_extreme_magnitudes(void **state)
     run_problems(2 * (sizeof magnitude_cases / sizeof magnitude_cases[0]), magnitude_problem);
 }
 
+/* Lone requests split 63 to 128 ways, through the combine's two shapes: 16 column blocks, whose
+ * 32 columns are a quarter of one part_scale block of a 16-bit plan, each split group summing
+ * its 8 splits in the first batch of loads (BF16: 128 splits on the H200); and 4 column blocks
+ * whose groups go on past the first batch, in whole batches of 8 and one by one (F16: 100
+ * splits; F32, two row tiles: 63 or more). One case per dtype. */
+static const tu_case many_split_cases[] = {
+    CASE(64, 512, 64, 1, BF16, TU_CHAIN, 1, QS(1), PS(8191)),
+    CASE(16, 512, 64, 16, F16, TU_CHAIN, 1, QS(1), PS(3199)),
+    CASE(128, 512, 64, 64, F32, TU_CHAIN, 1, QS(1), PS(6000)),
+};
+
+static tu_problem *many_split_problem(size_t k, uint64_t seed)
+{
+    tu_case c = many_split_cases[k];
+    c.seed = seed;
+    return tu_make(&c);
+}
+
+static void test_cuda_many_splits(void **state)
+{
+    (void)state;
+    require_device();
+    run_problems(sizeof many_split_cases / sizeof many_split_cases[0], many_split_problem);
+}
+
 #else /* built without CUDA: the same tests, each a skip */
 
 #define SKIP_TEST(name)                                                                      \
@@ -918,6 +943,7 @@ SKIP_TEST(test_cuda_bad_device_page_id)
 SKIP_TEST(test_cuda_nonfinite_hidden_draft)
 SKIP_TEST(test_cuda_rising_scores)
 SKIP_TEST(test_cuda_extreme_magnitudes)
+SKIP_TEST(test_cuda_many_splits)
 
 #endif
 
@@ -934,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_cuda_nonfinite_hidden_draft),
         cmocka_unit_test(test_cuda_rising_scores),
         cmocka_unit_test(test_cuda_extreme_magnitudes),
+        cmocka_unit_test(test_cuda_many_splits),
     };
     /* MLAV_TEST_FILTER=test_cuda_graph (wildcards * and ?) runs a subset, e.g. under
      * compute-sanitizer --tool racecheck, which is too slow for the whole grid */

@@ -60,8 +60,11 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
 
     const mlav_schedule *sc = &st->sched;
     st->page_div = mlav_fastdiv_make((uint32_t)p->page_size);
+    int max_nsplit = 0;
+    for (int32_t i = 0; i < sc->n_combine; i++)
+        max_nsplit = sc->combine[i].nsplit > max_nsplit ? sc->combine[i].nsplit : max_nsplit;
     st->combine_col_blocks =
-        mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, &st->dev);
+        mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, &st->dev);
     size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
     size_t off_nan = off_comb + align256(sizeof(mlav_combine_item) * (size_t)sc->n_combine);
     size_t total = off_nan + align256(sizeof(uint32_t) * MLAV_FLASH_W);

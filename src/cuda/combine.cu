@@ -12,8 +12,9 @@ namespace {
 
 constexpr int DL = MLAV_FLASH_DL, BM = MLAV_FLASH_BLOCK_M;
 constexpr int THREADS = 128;             /* 128 float4 = the 512 output columns */
-constexpr int MAX_COL_BLOCKS = 4;
+constexpr int MAX_COL_BLOCKS = 16;
 constexpr int MAX_SPLITS = MLAV_FLASH_MAX_SPLITS;
+constexpr int PRELOAD = 8; /* splits per thread loaded with the lse values, ahead of the weights */
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v)
@@ -80,15 +81,15 @@ template <> struct partial<float> {
 
 /* Block (combine item, row, column block): q = p.combine_col_blocks column blocks of 512 / q
  * columns per row, each with q split groups of 128 / q threads (one float4 each); group k sums
- * the splits s = k, k + q, ... and the groups meet in shared memory. q = 4 gives a lone q_len 1
- * row with 125 splits 4 x 4 ways of parallel loads; q = 1 keeps many-row combines to one wave of
- * blocks (bench/NOTES.md, v2). The weights come first, one thread per split (MAX_SPLITS <=
- * THREADS) with block reductions for the max, the NaN flag and the sum, under the rules of
- * merge.h; a 16-bit plan's weights also carry the part_scale factor of each of the block's
- * 128-column blocks, loaded with the lse values, so that the loop over the splits reads no more
- * than the partial rows. (Earlier versions: a serial chain of dependent loads, then one thread
- * computing all weights serially, each cost more than the split kernel for a lone q_len 1
- * request.) */
+ * the splits s = k, k + q, ... and the groups meet in shared memory. q = 16 gives a lone 64-row
+ * request with 125 splits 16 x 16 ways of parallel loads, all in the first batch; q = 1 keeps
+ * many-row combines to one wave of blocks (bench/NOTES.md, v2 and session 8). The weights come
+ * first, one thread per split (MAX_SPLITS <= THREADS) with block reductions for the max, the NaN
+ * flag and the sum, under the rules of merge.h; a 16-bit plan's weights also carry the
+ * part_scale factor of each of the block's 128-column blocks, loaded with the lse values, so that
+ * the loop over the splits reads no more than the partial rows. (Earlier versions: a serial chain
+ * of dependent loads, then one thread computing all weights serially, each cost more than the
+ * split kernel for a lone q_len 1 request.) */
 template <typename T>
 __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
 {
@@ -111,7 +112,6 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
      * the path of every combine (bench/NOTES.md, session 6). */
     const int d = blockIdx.z * (DL / q) + c * 4;
     const partial<T> part(p, it, r, d);
-    constexpr int PRELOAD = 8;
     float4 pre[PRELOAD];
 #pragma unroll
     for (int k = 0; k < PRELOAD; k++) {
@@ -120,8 +120,10 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     }
     const float lse_s =
         tid < n ? p.part_lse[(size_t)(it.slot0 + tid * it.slot_stride) * BM + r] : -INFINITY;
-    /* this block's 128-column blocks: cb0 .. cb0 + ncb - 1; this thread's: cb0 + (c >> 5) */
-    const int ncb = partial<T>::scaled ? CBS / q : 1, cb0 = blockIdx.z * (CBS / q);
+    /* this block's 128-column blocks: cb0 .. cb0 + ncb - 1 (one when q > 4: the block's columns
+     * are part of one); this thread's: the one holding column d */
+    const int ncb = partial<T>::scaled ? max(CBS / q, 1) : 1;
+    const int cb0 = blockIdx.z * (DL / q) / SCALE_COLS;
     float u[CBS];
 #pragma unroll
     for (int j = 0; j < CBS; j++)
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
                 s_w[j][tid] = wn * u[j];
     }
     __syncthreads();
-    const float *ws_of = s_w[partial<T>::scaled ? c * 4 / SCALE_COLS : 0]; /* [split] */
+    const float *ws_of = s_w[partial<T>::scaled ? d / SCALE_COLS - cb0 : 0]; /* [split] */
 
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -251,7 +253,7 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
     return MLAV_OK;
 }
 
-int mlav_combine_col_blocks(int64_t rows, const mlav_cuda_device *dev)
+int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev)
 {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -260,7 +262,14 @@ int mlav_combine_col_blocks(int64_t rows, const mlav_cuda_device *dev)
         per_sm < 1)
         per_sm = 1;
     const int64_t wave = (int64_t)per_sm * dev->sm_count;
-    for (int q = MAX_COL_BLOCKS; q > 1; q /= 2)
+    /* 16 column blocks where they take every split group to one batch of loads (the PRELOAD)
+     * from four or more, and the grid is still one wave: a lone 64-row request split 113 to 128
+     * ways. On the H200 (bench/NOTES.md, session 8) 16 column blocks were 2-4% faster end to end
+     * at 121-125 splits, but 4% faster to 3% slower at 103 (H = 64 against 16) and 5% slower at
+     * 65; 8 column blocks at 64 splits were 1-3% slower. */
+    if (max_nsplit > (PRELOAD - 1) * MAX_COL_BLOCKS && rows * MAX_COL_BLOCKS <= wave)
+        return MAX_COL_BLOCKS;
+    for (int q = 4; q > 1; q /= 2)
         if (rows * q <= wave)
             return q;
     return 1;

@@ -43,7 +43,7 @@ typedef struct mlav_flash_params {
     uint32_t page_limit;            /* min(num_pages, 2^31): a page id is valid iff (uint32) id < it */
     const void *nan_row;            /* [W] NaN of the dtype: what a page id outside the pool reads */
     int32_t pdl;                    /* 1: launch the combine as a programmatic dependent (sm_90+) */
-    int32_t combine_col_blocks;     /* 1, 2 or 4 column blocks per combined row (combine.cu) */
+    int32_t combine_col_blocks;     /* 1, 2, 4 or 16 column blocks per row (combine.cu) */
     int64_t num_pages;
     float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
     float *part_scale;              /* [n_slots, BLOCK_M, Dl / SCALE_COLS] 16-bit plans: a power
@@ -82,9 +82,10 @@ mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, cud
  * exactness checks; no tensor cores, no shared memory. */
 mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm);
 mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, cudaStream_t stream);
-/* Column blocks per row for the combine of `rows` rows: the most (up to 4) that keep its grid to
- * one wave of resident blocks (combine.cu). */
-int mlav_combine_col_blocks(int64_t rows, const mlav_cuda_device *dev);
+/* Column blocks per row for the combine of `rows` rows whose items have at most `max_nsplit`
+ * splits: 16 for a lone request split more than 112 ways, else the most (up to 4) that keep its
+ * grid to one wave of resident blocks (combine.cu). */
+int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev);
 /* The combine kernel alone (combine.cu). */
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream);
 
