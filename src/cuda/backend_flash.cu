@@ -12,6 +12,8 @@ struct flash_state {
     mlav_cuda_device dev;
     int blocks_per_sm;
     int combine_col_blocks;
+    int combine_smem;             /* the combine launch's spreading reservation (combine.cu) */
+    int pdl;                      /* launch the combine as a programmatic dependent (sm_90+) */
     mlav_schedule sched;
     void *d_buf;                  /* one device allocation for the arrays below */
     mlav_split_item *d_items;
@@ -65,6 +67,19 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         max_nsplit = sc->combine[i].nsplit > max_nsplit ? sc->combine[i].nsplit : max_nsplit;
     st->combine_col_blocks =
         mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, &st->dev);
+    st->pdl = st->dev.cc_major >= 9;
+    if (st->pdl) {
+        /* the combine blocks that do work: a row tile's rows past its request return at once */
+        int64_t working = 0;
+        for (int32_t i = 0; i < sc->n_combine; i++) {
+            const int32_t left = sc->combine[i].rows - sc->combine[i].mtile * MLAV_FLASH_BLOCK_M;
+            working += left < MLAV_FLASH_BLOCK_M ? left : MLAV_FLASH_BLOCK_M;
+        }
+        s = mlav_combine_spread_smem(working * st->combine_col_blocks, &st->dev,
+                                     &st->combine_smem);
+        if (s != MLAV_OK)
+            return s;
+    }
     size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
     size_t off_nan = off_comb + align256(sizeof(mlav_combine_item) * (size_t)sc->n_combine);
     size_t total = off_nan + align256(sizeof(uint32_t) * MLAV_FLASH_W);
@@ -144,6 +159,7 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.n_items = st->sched.n_items;
     fp.n_combine = st->sched.n_combine;
     fp.combine_col_blocks = st->combine_col_blocks;
+    fp.combine_smem = st->combine_smem;
     fp.H = p->H;
     fp.page_size = p->page_size;
     fp.page_div = st->page_div;
@@ -154,7 +170,7 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.mask_words = p->mask_words;
     fp.num_pages = t->num_pages;
     fp.scale_log2 = p->scale * MLAV_LOG2E;
-    fp.pdl = st->dev.cc_major >= 9;
+    fp.pdl = st->pdl;
     /* kernels run on this plan's device; the caller's current device must be it */
     return mlav_flash_launch(p->dtype, &fp, stream);
 }

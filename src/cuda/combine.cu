@@ -239,7 +239,7 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
     cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = 0;
+    cfg.dynamicSmemBytes = (size_t)fp->combine_smem; /* reserved, unused: see spread_smem */
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = fp->pdl ? 1 : 0;
@@ -253,13 +253,25 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
     return MLAV_OK;
 }
 
-int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev)
+/* Resident combine blocks per SM with `dyn` bytes of dynamic shared memory (0 on error). The
+ * three instantiations have the same registers and static shared memory to within what decides
+ * occupancy; the BF16 one stands for all. */
+static int combine_blocks_per_sm(size_t dyn)
 {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16>), THREADS, 0) !=
-            cudaSuccess ||
-        per_sm < 1)
+            &per_sm, reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16>), THREADS,
+            dyn) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return per_sm;
+}
+
+int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev)
+{
+    int per_sm = combine_blocks_per_sm(0);
+    if (per_sm < 1)
         per_sm = 1;
     const int64_t wave = (int64_t)per_sm * dev->sm_count;
     /* 16 column blocks where they take every split group to one batch of loads (the PRELOAD)
@@ -273,4 +285,43 @@ int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device
         if (rows * q <= wave)
             return q;
     return 1;
+}
+
+mlav_status mlav_combine_spread_smem(int64_t blocks, const mlav_cuda_device *dev, int *bytes)
+{
+    /* With PDL the combine grid launches at once, while every SM but the few the split grid
+     * leaves free is still busy; uncapped, up to 8 combine blocks land on each free SM, where
+     * they run together, while the SMs freed last get few. Reserving shared memory caps the
+     * blocks per SM at k, what an even spread of `blocks` over the SMs needs, so that the rest
+     * wait for the SMs the split grid frees. It stays within sm_120's per-block limit, which on
+     * an H200 means no fewer than 2 per SM. */
+    *bytes = 0;
+    const int per_sm = combine_blocks_per_sm(0);
+    const int64_t k = (blocks + dev->sm_count - 1) / dev->sm_count;
+    if (per_sm < 1 || k < 1 || k >= per_sm)
+        return MLAV_OK;
+    cudaFuncAttributes a;
+    MLAV_CUDA_TRY(cudaFuncGetAttributes(&a, reinterpret_cast<const void *>(
+                                                &combine_kernel<__nv_bfloat16>)));
+    const size_t fixed = a.sharedSizeBytes + dev->smem_reserved;
+    size_t per_block = dev->smem_per_sm / (size_t)k; /* footprint that lets k blocks fit */
+    if (per_block > dev->smem_limit + dev->smem_reserved)
+        per_block = dev->smem_limit + dev->smem_reserved;
+    if (per_block <= fixed)
+        return MLAV_OK;
+    const size_t dyn = (per_block - fixed) & ~(size_t)127;
+    mlav_status s = mlav_cuda_prepare_kernel(
+        reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16>), dyn, dev, "combine");
+    if (s == MLAV_OK)
+        s = mlav_cuda_prepare_kernel(reinterpret_cast<const void *>(&combine_kernel<__half>), dyn,
+                                     dev, "combine");
+    if (s == MLAV_OK)
+        s = mlav_cuda_prepare_kernel(reinterpret_cast<const void *>(&combine_kernel<float>), dyn,
+                                     dev, "combine");
+    if (s != MLAV_OK)
+        return s;
+    /* the cap must still hold k blocks per SM, or the grid would take a second wave */
+    if (combine_blocks_per_sm(dyn) >= k)
+        *bytes = (int)dyn;
+    return MLAV_OK;
 }

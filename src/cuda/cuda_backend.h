@@ -29,6 +29,8 @@ typedef struct mlav_cuda_device {
     int sm_count;
     size_t smem_optin;    /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
     size_t smem_limit;    /* min(smem_optin, MLAV_SM120_SMEM_LIMIT): what our kernels may use */
+    size_t smem_per_sm;   /* cudaDevAttrMaxSharedMemoryPerMultiprocessor */
+    size_t smem_reserved; /* cudaDevAttrReservedSharedMemoryPerBlock: the runtime's own share */
     size_t l2_bytes;
 } mlav_cuda_device;
 

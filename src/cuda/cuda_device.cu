@@ -56,11 +56,13 @@ mlav_status mlav_cuda_device_query(mlav_cuda_device *dev)
                                                : "the CUDA runtime reports no device");
     MLAV_CUDA_TRY(cudaGetDevice(&dev->device));
     const int d = dev->device;
-    int smem_optin = 0, l2 = 0;
+    int smem_optin = 0, smem_sm = 0, smem_reserved = 0, l2 = 0;
     MLAV_CUDA_TRY(cudaDeviceGetAttribute(&dev->cc_major, cudaDevAttrComputeCapabilityMajor, d));
     MLAV_CUDA_TRY(cudaDeviceGetAttribute(&dev->cc_minor, cudaDevAttrComputeCapabilityMinor, d));
     MLAV_CUDA_TRY(cudaDeviceGetAttribute(&dev->sm_count, cudaDevAttrMultiProcessorCount, d));
     MLAV_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
+    MLAV_CUDA_TRY(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, d));
+    MLAV_CUDA_TRY(cudaDeviceGetAttribute(&smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, d));
     MLAV_CUDA_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, d));
     if (dev->cc_major < 8)
         return mlav_set_error(MLAV_ERR_NO_DEVICE,
@@ -71,6 +73,8 @@ mlav_status mlav_cuda_device_query(mlav_cuda_device *dev)
     dev->smem_limit = dev->smem_optin < (size_t)MLAV_SM120_SMEM_LIMIT
                           ? dev->smem_optin
                           : (size_t)MLAV_SM120_SMEM_LIMIT;
+    dev->smem_per_sm = (size_t)smem_sm;
+    dev->smem_reserved = (size_t)smem_reserved;
     dev->l2_bytes = (size_t)l2;
     return MLAV_OK;
 }

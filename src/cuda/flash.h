@@ -50,6 +50,8 @@ typedef struct mlav_flash_params {
                                      * of two per row and column block that restores the fp16 part_o
                                      * values; NULL for F32 plans (last, so that adding it left the
                                      * offsets of the fields the kernel's loop reads unchanged) */
+    int32_t combine_smem;           /* dynamic shared memory of the combine launch, reserved and
+                                     * unused: it spreads the blocks over the SMs (combine.cu) */
 } mlav_flash_params;
 
 /* The split schedule of the flash kernel on a device with `sm_count` SMs and `blocks_per_sm`
@@ -86,6 +88,11 @@ mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, cudaStream_t stre
  * splits: 16 for a lone request split more than 112 ways, else the most (up to 4) that keep its
  * grid to one wave of resident blocks (combine.cu). */
 int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev);
+/* Dynamic shared memory for a combine launch of `blocks` working blocks that caps its resident
+ * blocks per SM at what one even wave needs, and raises the kernel's limit to it: with PDL the
+ * grid launches while the split kernel still holds most SMs, and uncapped its blocks crowd onto
+ * the few free ones. 0 when no cap is needed or possible (combine.cu). */
+mlav_status mlav_combine_spread_smem(int64_t blocks, const mlav_cuda_device *dev, int *bytes);
 /* The combine kernel alone (combine.cu). */
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream);
 
