@@ -277,8 +277,8 @@ int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device
     /* 16 column blocks where they take every split group to one batch of loads (the PRELOAD)
      * from four or more, and the grid is still one wave: a lone 64-row request split 113 to 128
      * ways. On the H200 (bench/NOTES.md, session 8) 16 column blocks were 2-4% faster end to end
-     * at 121-125 splits, but 4% faster to 3% slower at 103 (H = 64 against 16) and 5% slower at
-     * 65; 8 column blocks at 64 splits were 1-3% slower. */
+     * at 121-125 splits, but 4% faster to 3% slower at 103 (H = 64 against 16) and 5-7% slower
+     * at 65; 8 column blocks at 64 splits were 1-3% slower. */
     if (max_nsplit > (PRELOAD - 1) * MAX_COL_BLOCKS && rows * MAX_COL_BLOCKS <= wave)
         return MAX_COL_BLOCKS;
     for (int q = 4; q > 1; q /= 2)
@@ -290,11 +290,14 @@ int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device
 mlav_status mlav_combine_spread_smem(int64_t blocks, const mlav_cuda_device *dev, int *bytes)
 {
     /* With PDL the combine grid launches at once, while every SM but the few the split grid
-     * leaves free is still busy; uncapped, up to 8 combine blocks land on each free SM, where
-     * they run together, while the SMs freed last get few. Reserving shared memory caps the
-     * blocks per SM at k, what an even spread of `blocks` over the SMs needs, so that the rest
-     * wait for the SMs the split grid frees. It stays within sm_120's per-block limit, which on
-     * an H200 means no fewer than 2 per SM. */
+     * leaves free is still busy; uncapped, as many combine blocks as fit (8 on the H200) land on
+     * each free SM and on each SM the split grid frees first, and run there together, while the
+     * SMs freed last get none. Reserving shared memory caps the blocks per SM at k, what an even
+     * spread of `blocks` over the SMs needs, so that the rest wait for the SMs freed later. It
+     * stays within sm_120's per-block limit, which on an H200 means no fewer than 2 per SM.
+     * Measured on the H200 (bench/NOTES.md, session 8): a lone q_len 1 request at prefix 16k 7%
+     * faster, H = 128 at q_len 1 4-7%; the uncapped grid without PDL gained less (5%, 2-3.5%)
+     * and lost 3-7% at short prefixes. */
     *bytes = 0;
     const int per_sm = combine_blocks_per_sm(0);
     const int64_t k = (blocks + dev->sm_count - 1) / dev->sm_count;
