@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "../common/combine_shape.h"
 #include "../common/merge.h"
 #include "flash.h"
 #include "mma.cuh"
@@ -273,46 +274,25 @@ int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device
     int per_sm = combine_blocks_per_sm(0);
     if (per_sm < 1)
         per_sm = 1;
-    const int64_t wave = (int64_t)per_sm * dev->sm_count;
-    /* 16 column blocks where they take every split group to one batch of loads (the PRELOAD)
-     * from four or more, and the grid is still one wave: a lone 64-row request split 113 to 128
-     * ways. On the H200 (bench/NOTES.md, session 8) 16 column blocks were 2-4% faster end to end
-     * at 121-125 splits, but 4% faster to 3% slower at 103 (H = 64 against 16) and 5-7% slower
-     * at 65; 8 column blocks at 64 splits were 1-3% slower. */
-    if (max_nsplit > (PRELOAD - 1) * MAX_COL_BLOCKS && rows * MAX_COL_BLOCKS <= wave)
-        return MAX_COL_BLOCKS;
-    for (int q = 4; q > 1; q /= 2)
-        if (rows * q <= wave)
-            return q;
-    return 1;
+    return mlav_combine_col_blocks_for(rows, max_nsplit, (int64_t)per_sm * dev->sm_count, PRELOAD,
+                                       MAX_COL_BLOCKS);
 }
 
 mlav_status mlav_combine_spread_smem(int64_t blocks, const mlav_cuda_device *dev, int *bytes)
 {
-    /* With PDL the combine grid launches at once, while every SM but the few the split grid
-     * leaves free is still busy; uncapped, as many combine blocks as fit (8 on the H200) land on
-     * each free SM and on each SM the split grid frees first, and run there together, while the
-     * SMs freed last get none. Reserving shared memory caps the blocks per SM at k, what an even
-     * spread of `blocks` over the SMs needs, so that the rest wait for the SMs freed later. It
-     * stays within sm_120's per-block limit, which on an H200 means no fewer than 2 per SM.
-     * Measured on the H200 (bench/NOTES.md, session 8): a lone q_len 1 request at prefix 16k 7%
+    /* Measured on the H200 (bench/NOTES.md, session 8): a lone q_len 1 request at prefix 16k 7%
      * faster, H = 128 at q_len 1 4-7%; the uncapped grid without PDL gained less (5%, 2-3.5%)
      * and lost 3-7% at short prefixes. */
     *bytes = 0;
     const int per_sm = combine_blocks_per_sm(0);
-    const int64_t k = (blocks + dev->sm_count - 1) / dev->sm_count;
-    if (per_sm < 1 || k < 1 || k >= per_sm)
-        return MLAV_OK;
     cudaFuncAttributes a;
     MLAV_CUDA_TRY(cudaFuncGetAttributes(&a, reinterpret_cast<const void *>(
                                                 &combine_kernel<__nv_bfloat16>)));
-    const size_t fixed = a.sharedSizeBytes + dev->smem_reserved;
-    size_t per_block = dev->smem_per_sm / (size_t)k; /* footprint that lets k blocks fit */
-    if (per_block > dev->smem_limit + dev->smem_reserved)
-        per_block = dev->smem_limit + dev->smem_reserved;
-    if (per_block <= fixed)
+    const size_t dyn = mlav_combine_spread_bytes(blocks, dev->sm_count, per_sm, dev->smem_per_sm,
+                                                 dev->smem_reserved, a.sharedSizeBytes,
+                                                 dev->smem_limit);
+    if (dyn == 0)
         return MLAV_OK;
-    const size_t dyn = (per_block - fixed) & ~(size_t)127;
     mlav_status s = mlav_cuda_prepare_kernel(
         reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16>), dyn, dev, "combine");
     if (s == MLAV_OK)
@@ -324,6 +304,7 @@ mlav_status mlav_combine_spread_smem(int64_t blocks, const mlav_cuda_device *dev
     if (s != MLAV_OK)
         return s;
     /* the cap must still hold k blocks per SM, or the grid would take a second wave */
+    const int64_t k = (blocks + dev->sm_count - 1) / dev->sm_count;
     if (combine_blocks_per_sm(dyn) >= k)
         *bytes = (int)dyn;
     return MLAV_OK;

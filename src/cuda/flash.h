@@ -85,13 +85,11 @@ mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, cud
 mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm);
 mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, cudaStream_t stream);
 /* Column blocks per row for the combine of `rows` rows whose items have at most `max_nsplit`
- * splits: 16 for a lone request split more than 112 ways, else the most (up to 4) that keep its
- * grid to one wave of resident blocks (combine.cu). */
+ * splits, on this device (combine.cu; the rule: mlav_combine_col_blocks_for). */
 int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev);
 /* Dynamic shared memory for a combine launch of `blocks` working blocks that caps its resident
- * blocks per SM at what one even wave needs, and raises the kernel's limit to it: with PDL the
- * grid launches while the split kernel still holds most SMs, and uncapped its blocks crowd onto
- * the few free ones. 0 when no cap is needed or possible (combine.cu). */
+ * blocks per SM at an even spread, and the kernel's limit raised to it; 0 when no cap is needed
+ * or possible (combine.cu; the rule and why: mlav_combine_spread_bytes). */
 mlav_status mlav_combine_spread_smem(int64_t blocks, const mlav_cuda_device *dev, int *bytes);
 /* The combine kernel alone (combine.cu). */
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream);

@@ -1,0 +1,56 @@
+/* The split combine's launch shape as pure functions of the device's numbers: column blocks
+ * per row, and the shared-memory reservation that spreads its blocks over the SMs. combine.cu
+ * calls them with what it queries from the device; tests/test_combine_shape.c checks them on
+ * the CPU with the numbers of an H200 and of sm_120. Host code, C and C++. */
+#ifndef MLAV_COMMON_COMBINE_SHAPE_H
+#define MLAV_COMMON_COMBINE_SHAPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Column blocks per combined row for `rows` rows whose items have at most `max_nsplit` splits,
+ * when `wave` blocks are resident at once: 16 (max_col) where that takes every split group to
+ * one batch of `preload` loads from four or more and the grid still fits the wave (a lone
+ * 64-row request split 113 to 128 ways); else the most of 4, 2 that fit the wave; else 1.
+ * On the H200 (bench/NOTES.md, session 8) 16 column blocks were 2-4% faster end to end at
+ * 121-125 splits, but 4% faster to 3% slower at 103 (H = 64 against 16) and 5-7% slower at 65;
+ * 8 column blocks at 64 splits were 1-3% slower. */
+static inline int mlav_combine_col_blocks_for(int64_t rows, int max_nsplit, int64_t wave,
+                                              int preload, int max_col)
+{
+    if (max_nsplit > (preload - 1) * max_col && rows * max_col <= wave)
+        return max_col;
+    for (int q = 4; q > 1; q /= 2)
+        if (rows * q <= wave)
+            return q;
+    return 1;
+}
+
+/* Dynamic shared memory (a multiple of 128 bytes) that caps a grid of `blocks` blocks at
+ * k = ceil(blocks / sm_count) resident per SM, or less where one block may not reserve enough
+ * (its static + dynamic bytes stay within smem_limit: on an H200, sm_120's limit allows no
+ * fewer than 2 per SM). 0 when no cap is needed (k >= per_sm, the uncapped blocks per SM) or
+ * possible. per_sm: occupancy without a reservation; smem_per_sm and reserved:
+ * cudaDevAttrMaxSharedMemoryPerMultiprocessor and cudaDevAttrReservedSharedMemoryPerBlock;
+ * static_bytes: the kernel's static shared memory. Why (bench/NOTES.md, session 8): under PDL
+ * the combine grid launches while the split grid holds most SMs, and uncapped its blocks
+ * crowd onto the SMs that are free first. */
+static inline size_t mlav_combine_spread_bytes(int64_t blocks, int sm_count, int per_sm,
+                                               size_t smem_per_sm, size_t reserved,
+                                               size_t static_bytes, size_t smem_limit)
+{
+    if (blocks < 1 || sm_count < 1 || per_sm < 1)
+        return 0;
+    const int64_t k = (blocks + sm_count - 1) / sm_count;
+    if (k >= per_sm)
+        return 0;
+    size_t per_block = smem_per_sm / (size_t)k; /* a footprint that lets k blocks fit */
+    if (per_block > smem_limit + reserved)
+        per_block = smem_limit + reserved;
+    const size_t fixed = static_bytes + reserved;
+    if (per_block <= fixed)
+        return 0;
+    return (per_block - fixed) & ~(size_t)127;
+}
+
+#endif
