@@ -280,9 +280,9 @@ int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device
 
 mlav_status mlav_combine_spread_smem(int64_t blocks, const mlav_cuda_device *dev, int *bytes)
 {
-    /* Measured on the H200 (bench/NOTES.md, session 8): a lone q_len 1 request at prefix 16k 7%
-     * faster, H = 128 at q_len 1 4-7%; the uncapped grid without PDL gained less (5%, 2-3.5%)
-     * and lost 3-7% at short prefixes. */
+    /* Measured on the H200 (bench/NOTES.md, session 8): a lone q_len 1 request at prefix 16k
+     * 7-8% faster, H = 128 at q_len 1 from prefix 1024 on 3-7.5%; the uncapped grid without PDL
+     * gained less there (4-6%, 1-4%) and lost 3-8.5% at short prefixes. */
     *bytes = 0;
     const int per_sm = combine_blocks_per_sm(0);
     cudaFuncAttributes a;
