@@ -12,10 +12,10 @@
 #include "../src/common/combine_shape.h"
 #include "test_util.h"
 
-/* combine.cu's constants and the H200's numbers as the CUDA runtime reports them: 132 SMs, 8
+/* combine.cu's shapes, and the H200's numbers as the CUDA runtime reports them: 132 SMs, 8
  * resident combine blocks per SM (64 registers x 128 threads), 228 KiB of shared memory per SM,
  * 1 KiB reserved per block, 3,984 bytes of static shared memory, sm_120's per-block limit. */
-enum { PRELOAD = 8, MAX_COL = 16 };
+enum { PRELOAD = MLAV_COMBINE_PRELOAD, MAX_COL = MLAV_COMBINE_MAX_COL_BLOCKS };
 #define H200_SMS 132
 #define H200_PER_SM 8
 #define H200_SMEM_SM 233472u

@@ -8,6 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The combine kernel's shapes (combine.cu): splits per thread loaded with the lse values, ahead
+ * of the weights, and the most column blocks per row. */
+#define MLAV_COMBINE_PRELOAD 8
+#define MLAV_COMBINE_MAX_COL_BLOCKS 16
+
 /* Column blocks per combined row for `rows` rows whose items have at most `max_nsplit` splits,
  * when `wave` blocks are resident at once: 16 (max_col) where that takes every split group to
  * one batch of `preload` loads from four or more and the grid still fits the wave (a lone

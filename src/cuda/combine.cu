@@ -13,9 +13,9 @@ namespace {
 
 constexpr int DL = MLAV_FLASH_DL, BM = MLAV_FLASH_BLOCK_M;
 constexpr int THREADS = 128;             /* 128 float4 = the 512 output columns */
-constexpr int MAX_COL_BLOCKS = 16;
+constexpr int MAX_COL_BLOCKS = MLAV_COMBINE_MAX_COL_BLOCKS;
 constexpr int MAX_SPLITS = MLAV_FLASH_MAX_SPLITS;
-constexpr int PRELOAD = 8; /* splits per thread loaded with the lse values, ahead of the weights */
+constexpr int PRELOAD = MLAV_COMBINE_PRELOAD; /* loaded with the lse values */
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v)
