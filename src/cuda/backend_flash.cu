@@ -21,7 +21,8 @@ struct flash_state {
     void *d_nan_row;              /* [W] NaN of the plan's dtype (mlav_flash_params.nan_row) */
     mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
     size_t part_o_bytes;          /* workspace, first: the partial outputs */
-    size_t part_lse_bytes;        /* then the partial lse; then (16-bit plans) part_scale */
+    size_t part_lse_bytes;        /* then the partial lse */
+    size_t part_scale_bytes;      /* then part_scale: 16-bit plans only, 0 for F32 */
 };
 
 size_t align256(size_t n)
@@ -62,19 +63,20 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
 
     const mlav_schedule *sc = &st->sched;
     st->page_div = mlav_fastdiv_make((uint32_t)p->page_size);
+    /* the combine's items: their most splits, and their rows that do work (a row tile's rows
+     * past its request return at once) */
     int max_nsplit = 0;
-    for (int32_t i = 0; i < sc->n_combine; i++)
-        max_nsplit = sc->combine[i].nsplit > max_nsplit ? sc->combine[i].nsplit : max_nsplit;
+    int64_t working = 0;
+    for (int32_t i = 0; i < sc->n_combine; i++) {
+        const mlav_combine_item *c = &sc->combine[i];
+        const int32_t left = c->rows - c->mtile * MLAV_FLASH_BLOCK_M;
+        max_nsplit = c->nsplit > max_nsplit ? c->nsplit : max_nsplit;
+        working += left < MLAV_FLASH_BLOCK_M ? left : MLAV_FLASH_BLOCK_M;
+    }
     st->combine_col_blocks =
         mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, &st->dev);
     st->pdl = st->dev.cc_major >= 9;
     if (st->pdl) {
-        /* the combine blocks that do work: a row tile's rows past its request return at once */
-        int64_t working = 0;
-        for (int32_t i = 0; i < sc->n_combine; i++) {
-            const int32_t left = sc->combine[i].rows - sc->combine[i].mtile * MLAV_FLASH_BLOCK_M;
-            working += left < MLAV_FLASH_BLOCK_M ? left : MLAV_FLASH_BLOCK_M;
-        }
         s = mlav_combine_spread_smem(working * st->combine_col_blocks, &st->dev,
                                      &st->combine_smem);
         if (s != MLAV_OK)
@@ -113,8 +115,9 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     const bool f32 = p->dtype == MLAV_DTYPE_F32;
     st->part_o_bytes = align256((f32 ? sizeof(float) : sizeof(uint16_t)) * rows * MLAV_FLASH_DL);
     st->part_lse_bytes = align256(sizeof(float) * rows);
-    const size_t scale_bytes = f32 ? 0 : align256(sizeof(float) * rows * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
-    *ws = sc->n_slots ? st->part_o_bytes + st->part_lse_bytes + scale_bytes : 0;
+    st->part_scale_bytes =
+        f32 ? 0 : align256(sizeof(float) * rows * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
+    *ws = sc->n_slots ? st->part_o_bytes + st->part_lse_bytes + st->part_scale_bytes : 0;
     return MLAV_OK;
 }
 
@@ -151,7 +154,7 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     char *ws = static_cast<char *>(workspace);
     fp.part_o = workspace;
     fp.part_lse = ws ? reinterpret_cast<float *>(ws + st->part_o_bytes) : NULL;
-    fp.part_scale = ws && p->dtype != MLAV_DTYPE_F32
+    fp.part_scale = ws && st->part_scale_bytes
                         ? reinterpret_cast<float *>(ws + st->part_o_bytes + st->part_lse_bytes)
                         : NULL;
     fp.items = st->d_items;
