@@ -385,6 +385,10 @@ static const tu_case grid_cases[] = {
     CASE(8, 512, 64, 16, BF16, TU_BUSHY, 3, QS(0, 9, 0), PS(5, 255, 0)),
     CASE(16, 512, 64, 64, F16, TU_BUSHY, 1, QS(64), PS(0)),
     CASE(64, 64, 16, 3, F32, TU_DEEP, 2, QS(2, 2), PS(4097, 1)),
+    /* every request within one warp group (H x q_len <= 32): the flash kernel's instance that
+     * skips idle groups; every case above with H x q_len > 32 somewhere runs the one where idle
+     * groups compute (and must write nothing: their rows are the next request's) */
+    CASE(16, 512, 64, 1, BF16, TU_CHAIN_NULL, 2, QS(1, 2), PS(4097, 300)),
     /* odd dims: rows are not 16-byte aligned (cuda-naive takes any dims) */
     CASE(2, 100, 7, 5, BF16, TU_DEEP, 2, QS(5, 17), PS(37, 0)),
 };

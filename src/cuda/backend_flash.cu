@@ -14,6 +14,7 @@ struct flash_state {
     int combine_col_blocks;
     int combine_smem;             /* the combine launch's spreading reservation (combine.cu) */
     int pdl;                      /* launch the combine as a programmatic dependent (sm_90+) */
+    int all_groups;               /* the split kernel's instance (mlav_flash_all_groups) */
     mlav_schedule sched;
     void *d_buf;                  /* one device allocation for the arrays below */
     mlav_split_item *d_items;
@@ -76,6 +77,7 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     st->combine_col_blocks =
         mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, &st->dev);
     st->pdl = st->dev.cc_major >= 9;
+    st->all_groups = mlav_flash_all_groups(p->max_q_len, p->H);
     if (st->pdl) {
         s = mlav_combine_spread_smem(working * st->combine_col_blocks, &st->dev,
                                      &st->combine_smem);
@@ -174,6 +176,7 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.num_pages = t->num_pages;
     fp.scale_log2 = p->scale * MLAV_LOG2E;
     fp.pdl = st->pdl;
+    fp.all_groups = st->all_groups;
     /* kernels run on this plan's device; the caller's current device must be it */
     return mlav_flash_launch(p->dtype, &fp, stream);
 }

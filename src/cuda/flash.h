@@ -52,7 +52,19 @@ typedef struct mlav_flash_params {
                                      * offsets of the fields the kernel's loop reads unchanged) */
     int32_t combine_smem;           /* dynamic shared memory of the combine launch, reserved and
                                      * unused: it spreads the blocks over the SMs (combine.cu) */
+    int32_t all_groups;             /* host only, which split-kernel instance runs: 1 = every warp
+                                     * group computes, also one past its request's rows
+                                     * (mlav_flash_all_groups; verify_flash.cu) */
 } mlav_flash_params;
+
+/* Whether the split kernel should run every warp group, also those whose 32 rows lie past their
+ * request's: yes as soon as a request fills more than one group (H x q_len > 32), since a block
+ * then takes as long as its full groups anyway and the loop without branches is faster; no when
+ * every request fits in one group, where the idle group would only slow the other down. */
+static inline int mlav_flash_all_groups(int32_t max_q_len, int32_t H)
+{
+    return (int64_t)max_q_len * H > MLAV_FLASH_BLOCK_M / 2;
+}
 
 /* The split schedule of the flash kernel on a device with `sm_count` SMs and `blocks_per_sm`
  * resident blocks (backend_flash.cu's plan; bench/flash_trace.cu runs the same).
