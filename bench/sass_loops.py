@@ -27,4 +27,4 @@ for line in sys.stdin:
         span = [o for a, o in body if a >= tgt]
         if tgt < addr and len(span) > 16:
             counts = " ".join(f"{k} {sum(o.startswith(k) for o in span):3d}" for k in OPS)
-            print(f"{fn[:90]:90s} 0x{tgt:04x}-0x{addr:04x}: {counts} instr {len(span):4d}")
+            print(f"{fn} 0x{tgt:04x}-0x{addr:04x}: {counts} instr {len(span):4d}")
