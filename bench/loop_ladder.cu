@@ -24,6 +24,11 @@
  *           global and shared memory, not 256 bytes of each of two rows; every warp holds the
  *           tile's 16 page ids in lanes 0-15 and takes a chunk's by shuffle
  *   rung 9  rung 3 with the flat gather
+ *   rung 10 rung 2 with the exchange in 16 bits (8 bytes per lane and slot instead of 16): what
+ *           halving the exchange's shared-memory traffic would buy (fp16 partial scores are not
+ *           accurate enough for a kernel; a what-if)
+ *   rung 11 rung 2 without the exchange's stores and loads (barriers, softmax and P kept; the
+ *           three S blocks not exchanged are summed into a sink, or ptxas drops their MMAs)
  * Every rung cycles through the 4 KV buffers and stores one word per warp and tile, so that
  * ptxas can neither merge the loads of consecutive tiles nor the S of identical tiles (a first
  * version without them ran "faster than the tensor pipe": ptxas had computed S once per four
@@ -67,9 +72,10 @@ __global__ void __launch_bounds__(256, 1)
 ladder(const T *pool, const int32_t *ptab, const T *init, int n_tiles, long long *cycles,
        float *sink)
 {
-    constexpr bool SYNC = RUNG == 2 || RUNG == 3 || RUNG == 9;
-    constexpr bool GATHER = RUNG == 3 || RUNG == 4 || RUNG == 6 || RUNG >= 8;
-    constexpr bool BARS = RUNG == 5, ROT = RUNG == 6 || RUNG == 7, FLAT = RUNG >= 8;
+    constexpr bool SYNC = RUNG == 2 || RUNG == 3 || RUNG == 9 || RUNG == 10 || RUNG == 11;
+    constexpr bool XHALF = RUNG == 10, NOXCH = RUNG == 11;
+    constexpr bool GATHER = RUNG == 3 || RUNG == 4 || RUNG == 6 || RUNG == 8 || RUNG == 9;
+    constexpr bool BARS = RUNG == 5, ROT = RUNG == 6 || RUNG == 7, FLAT = RUNG == 8 || RUNG == 9;
     constexpr int NT = GROUPS * 128, TPR = NT / BN, STEPS = (CHUNKS + TPR - 1) / TPR;
     extern __shared__ __align__(16) unsigned char smem[];
     T *sKV = reinterpret_cast<T *>(smem);
@@ -263,20 +269,38 @@ ladder(const T *pool, const int32_t *ptab, const T *init, int n_tiles, long long
             run_sum += pvv[0] + pvv[1] + pvv[2] + pvv[3];
         } else if (SYNC) {
 #pragma unroll
-            for (int x = 1; x < QUARTERS; x++) {
+            for (int x = 1; x < QUARTERS && !NOXCH; x++) {
                 const float *v = s[x >> 1][x & 1];
-                *reinterpret_cast<float4 *>(xg + (((dq ^ x) * 3 + x - 1) * 32 + lane) * 4) =
-                    make_float4(v[0], v[1], v[2], v[3]);
+                if (XHALF) {
+                    const __half2 lo = __floats2half2_rn(v[0], v[1]);
+                    const __half2 hi = __floats2half2_rn(v[2], v[3]);
+                    *reinterpret_cast<uint2 *>(xg + (((dq ^ x) * 3 + x - 1) * 32 + lane) * 2) =
+                        make_uint2(*reinterpret_cast<const uint32_t *>(&lo),
+                                   *reinterpret_cast<const uint32_t *>(&hi));
+                } else {
+                    *reinterpret_cast<float4 *>(xg + (((dq ^ x) * 3 + x - 1) * 32 + lane) * 4) =
+                        make_float4(v[0], v[1], v[2], v[3]);
+                }
             }
             float sv[4] = {s[0][0][0], s[0][0][1], s[0][0][2], s[0][0][3]};
+            if (NOXCH)
+                s_sink += s[0][1][0] + s[1][0][1] + s[1][1][2];
             mlav::named_barrier(bar, 128);
             if (GROUPS == 2 && grp == 0 && t == 0)
                 mlav::named_barrier_arrive(start_bar, NT);
 #pragma unroll
-            for (int slot = 0; slot < 3; slot++) {
-                const float4 v =
-                    *reinterpret_cast<const float4 *>(xg + ((dq * 3 + slot) * 32 + lane) * 4);
-                sv[0] += v.x, sv[1] += v.y, sv[2] += v.z, sv[3] += v.w;
+            for (int slot = 0; slot < 3 && !NOXCH; slot++) {
+                if (XHALF) {
+                    const uint2 u =
+                        *reinterpret_cast<const uint2 *>(xg + ((dq * 3 + slot) * 32 + lane) * 2);
+                    const float2 lo = __half22float2(*reinterpret_cast<const __half2 *>(&u.x));
+                    const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
+                    sv[0] += lo.x, sv[1] += lo.y, sv[2] += hi.x, sv[3] += hi.y;
+                } else {
+                    const float4 v =
+                        *reinterpret_cast<const float4 *>(xg + ((dq * 3 + slot) * 32 + lane) * 4);
+                    sv[0] += v.x, sv[1] += v.y, sv[2] += v.z, sv[3] += v.w;
+                }
             }
             float pv[4];
             bool over = false;
@@ -492,6 +516,8 @@ int main(int argc, char **argv)
     run<7, 2>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
     run<8, 2>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
     run<9, 2>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
+    run<10, 2>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
+    run<11, 2>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
     run<1, 1>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
     run<2, 1>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
     run<3, 1>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
@@ -501,6 +527,8 @@ int main(int argc, char **argv)
     run<7, 1>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
     run<8, 1>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
     run<9, 1>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
+    run<10, 1>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
+    run<11, 1>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
     CK(cudaFree(pool));
     CK(cudaFree(init));
     CK(cudaFree(ptab));
