@@ -65,7 +65,7 @@ constexpr int SKV = BN * RS, SX = 2 * QUARTERS * 3 * 32 * 4, SP = 2 * GROUP_ROWS
 constexpr int SQ = 64 * QPS;
 constexpr size_t SMEM = (size_t)STAGES * SKV * 2 + SX * 4 + SP * 2 + SQ * 2;
 constexpr size_t SMEM_ROT = SMEM + SX * 4 + SP * 2; /* rungs 6, 7: second exchange and P areas */
-constexpr size_t smem_of(int rung) { return rung >= 6 ? SMEM_ROT : SMEM; }
+constexpr size_t smem_of(int rung) { return rung == 6 || rung == 7 ? SMEM_ROT : SMEM; }
 
 template <int RUNG, int GROUPS>
 __global__ void __launch_bounds__(256, 1)
