@@ -352,8 +352,8 @@ ladder(const T *pool, const int32_t *ptab, const T *init, int n_tiles, long long
 }
 
 template <int RUNG, int GROUPS>
-void run(const T *pool, const int32_t *ptab, const T *init, int n_tiles, int sms, long long *d_cyc,
-         float *sink, double peak_tflops)
+void run(const T *pool, const int32_t *ptab, const T *init, int n_tiles, int sms,
+         long long *d_cyc, float *sink, double peak_tflops)
 {
     auto kern = ladder<RUNG, GROUPS>;
     constexpr size_t smem = smem_of(RUNG);
@@ -380,12 +380,14 @@ void run(const T *pool, const int32_t *ptab, const T *init, int n_tiles, int sms
         std::sort(cyc.begin(), cyc.end());
         med_all.push_back(cyc[sms / 2]);
     }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
     std::sort(ms_all.begin(), ms_all.end());
     std::sort(med_all.begin(), med_all.end());
     const double ms = ms_all[2];
     const double flop = (double)sms * n_tiles * (GROUPS * 32) * BN * 2.0 * (W + DL);
     const double tf = flop / (ms * 1e-3) / 1e12;
-    /* the tensor floor of a tile at the measured ceiling, for the rows this block has */
+    /* medians of five launches: cycles per tile (of block medians), rate against the ceiling */
     printf("rung %d  groups %d  regs %3d  local %4zu B  cycles/tile %7.1f  %6.1f TFLOP/s  %.3f of "
            "ceiling\n",
            RUNG, GROUPS, fa.numRegs, (size_t)fa.localSizeBytes, (double)med_all[2] / n_tiles, tf,
@@ -439,7 +441,7 @@ static std::vector<T> make_fill(int mode, size_t n)
     return v;
 }
 
-static double peak_run(int sms, const uint32_t *init, float *sink, long long *d_cyc)
+static double peak_run(int sms, const uint32_t *init, float *sink)
 {
     const int iters = 8192;
     cudaEvent_t a, b;
@@ -454,7 +456,8 @@ static double peak_run(int sms, const uint32_t *init, float *sink, long long *d_
     CK(cudaEventSynchronize(b));
     float ms;
     CK(cudaEventElapsedTime(&ms, a, b));
-    (void)d_cyc;
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
     return 5.0 * sms * 256 / 32 * 4.0 * iters * 4096 / (ms * 1e-3) / 1e12;
 }
 
@@ -502,10 +505,10 @@ int main(int argc, char **argv)
 
     /* the ceiling in this run: 8 warps per SM, 4 accumulators each, the constants of the
      * bench's ceiling loop; then the same loop on this fill's values */
-    const double peak = peak_run(sms, nullptr, sink, d_cyc);
+    const double peak = peak_run(sms, nullptr, sink);
     printf("mma.sync register-only, 8 warps/SM, 4 accumulators: constants %.1f TFLOP/s, "
            "this fill %.1f TFLOP/s\n",
-           peak, peak_run(sms, reinterpret_cast<const uint32_t *>(init), sink, d_cyc));
+           peak, peak_run(sms, reinterpret_cast<const uint32_t *>(init), sink));
 
     run<1, 2>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
     run<2, 2>(pool, ptab, init, n_tiles, sms, d_cyc, sink, peak);
