@@ -46,28 +46,16 @@ static int64_t blocks_at(const mlav_problem_info *p, const mlav_schedule_params 
     return n;
 }
 
-mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
-                                mlav_schedule *out)
+/* The smallest chunk (most parallelism) whose blocks fit in `cap` blocks: blocks_at does not grow
+ * with the chunk, so a binary search over whole key_align multiples. */
+static int64_t chunk_for_cap(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                             int64_t max_kv, int64_t cap)
 {
-    memset(out, 0, sizeof *out);
-    if (sp->rows_per_tile < 1 || sp->key_align < 1 || sp->min_chunk < 1 || sp->max_splits < 1 ||
-        sp->target_blocks < 1)
-        return mlav_set_error(MLAV_ERR_INVALID_ARG, "schedule parameters must be positive");
-
-    /* The smallest chunk (most parallelism) whose blocks fit in whole waves of target_blocks,
-     * as few waves as the unsplit batch allows: blocks of one split size finish together, and a
-     * wave that is only a few blocks over (15 splits x 9 row tiles = 135 blocks on 132 SMs)
-     * doubles the time (bench/NOTES.md, v2). */
     const int64_t ka = sp->key_align;
-    int64_t max_kv = 1;
-    for (int32_t b = 0; b < p->B; b++)
-        if (mlav_info_q_len(p, b) > 0 && p->kv_lens[b] > max_kv)
-            max_kv = p->kv_lens[b];
     int64_t lo = ceil_div(sp->min_chunk, ka), hi = ceil_div(max_kv, ka);
     if (hi < lo)
         hi = lo;
-    const int64_t cap = ceil_div(blocks_at(p, sp, hi * ka), sp->target_blocks) * sp->target_blocks;
-    while (lo < hi) { /* blocks_at does not grow with the chunk */
+    while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         if (blocks_at(p, sp, mid * ka) <= cap)
             hi = mid;
@@ -77,8 +65,15 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
     int64_t chunk = lo * ka;
     if (chunk > INT32_MAX)
         chunk = (INT32_MAX / ka) * ka;
-    out->chunk_keys = (int32_t)chunk;
+    return chunk;
+}
 
+/* The schedule at one chunk. */
+static mlav_status build_at(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                            int64_t chunk, mlav_schedule *out)
+{
+    memset(out, 0, sizeof *out);
+    out->chunk_keys = (int32_t)chunk;
     out->splits = calloc((size_t)p->B, sizeof(int32_t));
     if (!out->splits)
         goto oom;
@@ -139,4 +134,89 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
 oom:
     mlav_schedule_free(out);
     return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory scheduling splits");
+}
+
+int64_t mlav_schedule_makespan(const mlav_schedule *s, const mlav_schedule_params *sp)
+{
+    const int64_t slots = sp->target_blocks < s->n_items ? sp->target_blocks : s->n_items;
+    if (slots < 1)
+        return 0;
+    int64_t *free_at = calloc((size_t)slots, sizeof(int64_t)); /* a min-heap of slot times */
+    if (!free_at)
+        return -1;
+    int64_t end = 0;
+    for (int32_t i = 0; i < s->n_items; i++) {
+        const mlav_split_item *x = &s->items[i];
+        const int64_t done = free_at[0] + sp->block_cost_keys + (x->kv_end - x->kv_begin);
+        end = done > end ? done : end;
+        int64_t k = 0; /* the earliest slot takes the block: sift its new time down */
+        for (;;) {
+            int64_t c = 2 * k + 1;
+            if (c >= slots)
+                break;
+            if (c + 1 < slots && free_at[c + 1] < free_at[c])
+                c++;
+            if (free_at[c] >= done)
+                break;
+            free_at[k] = free_at[c];
+            k = c;
+        }
+        free_at[k] = done;
+    }
+    free(free_at);
+    return end;
+}
+
+mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                                mlav_schedule *out)
+{
+    memset(out, 0, sizeof *out);
+    if (sp->rows_per_tile < 1 || sp->key_align < 1 || sp->min_chunk < 1 || sp->max_splits < 1 ||
+        sp->target_blocks < 1 || sp->block_cost_keys < 0)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "schedule parameters must be positive");
+
+    /* First the smallest chunk whose blocks fit in whole waves of target_blocks, as few waves as
+     * the unsplit batch allows: blocks of one split size finish together, and a wave that is only
+     * a few blocks over (15 splits x 9 row tiles = 135 blocks on 132 SMs) doubles the time
+     * (bench/NOTES.md, v2). */
+    int64_t max_kv = 1;
+    for (int32_t b = 0; b < p->B; b++)
+        if (mlav_info_q_len(p, b) > 0 && p->kv_lens[b] > max_kv)
+            max_kv = p->kv_lens[b];
+    const int64_t cap = ceil_div(blocks_at(p, sp, ceil_div(max_kv, sp->key_align) * sp->key_align),
+                                 sp->target_blocks) *
+                        sp->target_blocks;
+    int64_t chunk = chunk_for_cap(p, sp, max_kv, cap);
+    mlav_status s = build_at(p, sp, chunk, out);
+    if (s != MLAV_OK || sp->block_cost_keys == 0)
+        return s;
+
+    /* Then one or two more waves of shorter splits, kept where the modelled time is shorter:
+     * where the fewest waves leave SMs idle (9 row tiles x 14 splits = 126 blocks on 132 SMs,
+     * 8 requests x 3 row tiles x 5 = 120) and the splits are long enough that a block's fixed
+     * cost is worth paying again. On the H200 (bench/NOTES.md, session 10) two waves measured
+     * 0.94 of one at 8 x (H 16, q_len 9), prefix 32k, and 0.98 at H 64, q_len 9, prefix 131k;
+     * 1.06-1.19 at prefixes up to 16k, which the model also rejects. */
+    int64_t best = mlav_schedule_makespan(out, sp);
+    for (int extra = 1; extra <= 2 && best >= 0; extra++) {
+        const int64_t c = chunk_for_cap(p, sp, max_kv, cap + extra * (int64_t)sp->target_blocks);
+        if (c >= chunk)
+            continue; /* no shorter split fits (min_chunk, max_splits) */
+        mlav_schedule cand;
+        s = build_at(p, sp, c, &cand);
+        if (s != MLAV_OK) {
+            mlav_schedule_free(out);
+            return s;
+        }
+        const int64_t t = mlav_schedule_makespan(&cand, sp);
+        if (t >= 0 && t < best) {
+            mlav_schedule_free(out);
+            *out = cand;
+            best = t;
+            chunk = c;
+        } else {
+            mlav_schedule_free(&cand);
+        }
+    }
+    return MLAV_OK;
 }

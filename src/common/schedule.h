@@ -42,7 +42,11 @@ typedef struct mlav_schedule_params {
     int32_t key_align;      /* split boundaries are multiples of this (the kernel's KV tile) */
     int32_t min_chunk;      /* fewest KV rows worth a split (amortises loading Q) */
     int32_t max_splits;     /* most splits of one request (bounds the combine's work) */
-    int32_t target_blocks;  /* blocks that fill the device: waves x SMs x blocks per SM */
+    int32_t target_blocks;  /* blocks resident at once: SMs x blocks per SM (one wave) */
+    int32_t block_cost_keys; /* a block's fixed cost (prologue, epilogue, its share of the
+                                combine) in KV rows of loop work: one or two more waves of
+                                shorter splits are taken when the modelled time says they pay
+                                (mlav_schedule_makespan); 0 keeps the fewest whole waves */
 } mlav_schedule_params;
 
 /* Build the schedule. Returns MLAV_OK, MLAV_ERR_INVALID_ARG (bad params) or
@@ -50,6 +54,11 @@ typedef struct mlav_schedule_params {
 mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                 mlav_schedule *out);
 void mlav_schedule_free(mlav_schedule *s);
+
+/* The schedule's modelled time, in KV rows of loop work: its blocks go, in item order, to the
+ * first of target_blocks slots to come free (as the GPU hands out blocks), each costing
+ * block_cost_keys plus its KV rows. -1 when out of host memory. */
+int64_t mlav_schedule_makespan(const mlav_schedule *s, const mlav_schedule_params *sp);
 
 #ifdef __cplusplus
 }

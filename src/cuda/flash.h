@@ -22,6 +22,12 @@
 /* Most splits of one request: the plan's cap and the combine's shared-memory arrays (one
  * thread per split). 128 lets a lone 64-row request (q_len 1, H = 64) fill one block per SM. */
 #define MLAV_FLASH_MAX_SPLITS 128
+/* A split block's fixed cost in KV rows of loop work, for the schedule's choice of waves
+ * (mlav_schedule_params.block_cost_keys). Fitted on the H200 (bench/NOTES.md, session 10): one
+ * wave against two at q_len 9 put it at 75-126 keys for H = 64 (prefix 4096 to 131k) and ~190
+ * for 8 x H = 16; 128 keeps every choice that measured faster there and none that measured
+ * slower. */
+#define MLAV_FLASH_BLOCK_COST_KEYS 128
 
 typedef struct mlav_flash_params {
     const void *q;                  /* [T, H, W] */
@@ -68,10 +74,12 @@ static inline int mlav_flash_all_groups(int32_t max_q_len, int32_t H)
 
 /* The split schedule of the flash kernel on a device with `sm_count` SMs and `blocks_per_sm`
  * resident blocks (backend_flash.cu's plan; bench/flash_trace.cu runs the same).
- * One wave of resident blocks: the splits of a request are equal, so a wave is balanced, and
+ * Whole waves of resident blocks: the splits of a request are equal, so a wave is balanced, and
  * with one 8-warp block per SM a second wave doubles the per-block prologue at short prefixes
- * (bench/NOTES.md, v2). Splits go down to 32 keys (two KV tiles): with one 8-warp block per SM
- * 64 rows x 32 keys take microseconds, so at short prefixes latency, not the combine, decides
+ * (bench/NOTES.md, v2); one or two more waves only where the fewest leave SMs idle and the
+ * splits are long (block_cost_keys). Splits go down to 32 keys (two KV tiles): with one 8-warp
+ * block per SM 64 rows x 32 keys take microseconds, so at short prefixes latency, not the
+ * combine, decides
  * (bench/NOTES.md, v2: 256-key minimum splits left q_len 9 / prefix 256 on 18 blocks, 28 us;
  * session 5: fewer blocks were never faster). */
 static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int blocks_per_sm)
@@ -82,6 +90,7 @@ static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int 
     sp.min_chunk = MLAV_FLASH_SPLIT_ALIGN;
     sp.max_splits = MLAV_FLASH_MAX_SPLITS;
     sp.target_blocks = sm_count * blocks_per_sm;
+    sp.block_cost_keys = MLAV_FLASH_BLOCK_COST_KEYS;
     return sp;
 }
 
