@@ -12,6 +12,8 @@
  * of the weights, and the most column blocks per row. */
 #define MLAV_COMBINE_PRELOAD 8
 #define MLAV_COMBINE_MAX_COL_BLOCKS 16
+/* Most splits per item for the row combine (combine.cu: a warp per row, a lane per split). */
+#define MLAV_COMBINE_ROW_MAX_SPLITS 32
 
 /* Column blocks per combined row for `rows` rows whose items have at most `max_nsplit` splits,
  * when `wave` blocks are resident at once: 16 (max_col) where that takes every split group to

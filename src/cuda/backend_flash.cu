@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/combine_shape.h"
 #include "flash.h"
 #include "mma.cuh"
 
@@ -15,6 +16,7 @@ struct flash_state {
     int combine_smem;             /* the combine launch's spreading reservation (combine.cu) */
     int pdl;                      /* launch the combine as a programmatic dependent (sm_90+) */
     int all_groups;               /* the split kernel's instance (mlav_flash_all_groups) */
+    int combine_rows;             /* the row combine (items of <= MLAV_COMBINE_ROW_MAX_SPLITS) */
     mlav_schedule sched;
     void *d_buf;                  /* one device allocation for the arrays below */
     mlav_split_item *d_items;
@@ -78,7 +80,8 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, &st->dev);
     st->pdl = st->dev.cc_major >= 9;
     st->all_groups = mlav_flash_all_groups(p->max_q_len, p->H);
-    if (st->pdl) {
+    st->combine_rows = max_nsplit <= MLAV_COMBINE_ROW_MAX_SPLITS;
+    if (st->pdl && !st->combine_rows) {
         s = mlav_combine_spread_smem(working * st->combine_col_blocks, &st->dev,
                                      &st->combine_smem);
         if (s != MLAV_OK)
@@ -177,6 +180,7 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.scale_log2 = p->scale * MLAV_LOG2E;
     fp.pdl = st->pdl;
     fp.all_groups = st->all_groups;
+    fp.combine_rows = st->combine_rows;
     /* kernels run on this plan's device; the caller's current device must be it */
     return mlav_flash_launch(p->dtype, &fp, stream);
 }

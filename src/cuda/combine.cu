@@ -226,6 +226,141 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
         p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
 }
 
+/* The row combine's view of the partial states: a raw 4-column piece as stored (kept raw until
+ * its use, so that a batch of them fits in registers), its fp32 value, and the output store. */
+template <typename T> struct row_io { /* 16-bit plans: fp16 pieces, scaled by part_scale */
+    using raw = uint2;
+    static constexpr int BATCH = 16; /* splits in flight: 16 x 4 column blocks x 2 registers */
+    __device__ static raw load(const void *o, size_t e)
+    {
+        return *reinterpret_cast<const uint2 *>(static_cast<const __half *>(o) + e);
+    }
+    __device__ static float4 value(raw v)
+    {
+        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&v.x));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&v.y));
+        return make_float4(a.x, a.y, b.x, b.y);
+    }
+    __device__ static void store(T *out, float4 a)
+    {
+        T v[4] = {from_float<T>(a.x), from_float<T>(a.y), from_float<T>(a.z), from_float<T>(a.w)};
+        *reinterpret_cast<uint2 *>(out) = *reinterpret_cast<const uint2 *>(v);
+    }
+};
+template <> struct row_io<float> { /* F32 plans: fp32 pieces, unscaled */
+    using raw = float4;
+    static constexpr int BATCH = 8;
+    __device__ static raw load(const void *o, size_t e)
+    {
+        return *reinterpret_cast<const float4 *>(static_cast<const float *>(o) + e);
+    }
+    __device__ static float4 value(raw v)
+    {
+        return v;
+    }
+    __device__ static void store(float *out, float4 a)
+    {
+        *reinterpret_cast<float4 *>(out) = a;
+    }
+};
+
+/* The row combine, for items of at most ROW_MAX_SPLITS splits: a warp merges one row, all 512
+ * columns, with no shared memory and no block barrier. Lane s holds split s's lse and weight
+ * (the reductions are shuffles) and lane l owns columns 4 l .. 4 l + 3 of each 128-column block;
+ * every partial load of the row is issued before the weights are known, in batches of
+ * row_io::BATCH splits. Against combine_kernel (a block per row and column block, weights
+ * through shared memory and four block barriers) this is one round trip to L2 per row, and a
+ * block per 4 rows instead of 1-4 per row for the PDL launch to place (bench/NOTES.md, session
+ * 10). */
+constexpr int ROW_WARPS = 4; /* 128 threads: ~170 registers each leave room for 3 blocks per SM */
+static_assert(MLAV_COMBINE_ROW_MAX_SPLITS <= 32, "one lane per split for the weights");
+template <typename T>
+__global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav_flash_params p)
+{
+    using io = row_io<T>;
+    constexpr int CBS = DL / SCALE_COLS, BATCH = io::BATCH;
+    static_assert(SCALE_COLS == 32 * 4, "a warp's pieces span one column block");
+    const int u = blockIdx.x * ROW_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (u >= p.n_combine * BM)
+        return; /* whole warps */
+    const mlav_combine_item it = p.combine[u / BM]; /* the plan's: ready before the wait */
+    const int r = u % BM, m = it.mtile * BM + r;
+    if (m >= it.rows)
+        return;
+    const int n = it.nsplit;
+    const size_t row0 = (size_t)it.slot0 * BM + r; /* split 0's partial row */
+    const size_t rstride = (size_t)it.slot_stride * BM;
+    const size_t e0 = row0 * DL + lane * 4;       /* this lane's first element in part_o */
+    mlav::wait_for_primary(); /* launched early (p.pdl): the split grid's states are complete */
+
+    const float lse_s = lane < n ? p.part_lse[row0 + lane * rstride] : -INFINITY;
+    float us[CBS];
+#pragma unroll
+    for (int cb = 0; cb < CBS; cb++)
+        us[cb] = partial<T>::scaled && lane < n
+                     ? p.part_scale[(row0 + lane * rstride) * CBS + cb]
+                     : 1.0f;
+    typename io::raw v[BATCH][CBS];
+#pragma unroll
+    for (int s = 0; s < BATCH; s++)
+#pragma unroll
+        for (int cb = 0; cb < CBS; cb++)
+            if (s < n)
+                v[s][cb] = io::load(p.part_o, e0 + s * rstride * DL + cb * SCALE_COLS);
+
+    float mx = lse_s;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const int nan = __any_sync(0xffffffffu, lse_s != lse_s);
+    const float w = lane < n ? mlav_merge_weight(lse_s, mx, nan) : 0.0f;
+    float sum = w;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float wn = lane < n ? mlav_merge_normalize(w, sum) : 0.0f;
+    float wu[CBS];
+#pragma unroll
+    for (int cb = 0; cb < CBS; cb++)
+        wu[cb] = wn * us[cb];
+
+    float4 acc[CBS];
+#pragma unroll
+    for (int cb = 0; cb < CBS; cb++)
+        acc[cb] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0;; s0 += BATCH) {
+#pragma unroll
+        for (int s = 0; s < BATCH; s++) {
+            if (s0 + s >= n) /* uniform over the warp */
+                break;
+#pragma unroll
+            for (int cb = 0; cb < CBS; cb++) {
+                const float ws = __shfl_sync(0xffffffffu, wu[cb], s0 + s);
+                const float4 x = io::value(v[s][cb]);
+                acc[cb].x += ws * x.x;
+                acc[cb].y += ws * x.y;
+                acc[cb].z += ws * x.z;
+                acc[cb].w += ws * x.w;
+            }
+        }
+        if (s0 + BATCH >= n)
+            break;
+#pragma unroll
+        for (int s = 0; s < BATCH; s++)
+#pragma unroll
+            for (int cb = 0; cb < CBS; cb++)
+                if (s0 + BATCH + s < n)
+                    v[s][cb] =
+                        io::load(p.part_o, e0 + (s0 + BATCH + s) * rstride * DL + cb * SCALE_COLS);
+    }
+    T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + lane * 4;
+#pragma unroll
+    for (int cb = 0; cb < CBS; cb++)
+        io::store(out + cb * SCALE_COLS, acc[cb]);
+    if (p.lse && lane == 0)
+        p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
+}
+
 } // namespace
 
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream)
@@ -238,12 +373,25 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
-    cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = (size_t)fp->combine_smem; /* reserved, unused: see spread_smem */
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = fp->pdl ? 1 : 0;
+    if (fp->combine_rows) {
+        const int64_t rows = (int64_t)fp->n_combine * BM;
+        cfg.gridDim = dim3((unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS));
+        cfg.blockDim = dim3(ROW_WARPS * 32);
+        if (dtype == MLAV_DTYPE_BF16)
+            MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_rows_kernel<__nv_bfloat16>, *fp));
+        else if (dtype == MLAV_DTYPE_F32)
+            MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_rows_kernel<float>, *fp));
+        else
+            MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_rows_kernel<__half>, *fp));
+        MLAV_CUDA_TRY(cudaGetLastError());
+        return MLAV_OK;
+    }
+    cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = (size_t)fp->combine_smem; /* reserved, unused: see spread_smem */
     if (dtype == MLAV_DTYPE_BF16)
         MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<__nv_bfloat16>, *fp));
     else if (dtype == MLAV_DTYPE_F32)

@@ -61,6 +61,9 @@ typedef struct mlav_flash_params {
     int32_t all_groups;             /* host only, which split-kernel instance runs: 1 = every warp
                                      * group computes, also one past its request's rows
                                      * (mlav_flash_all_groups; verify_flash.cu) */
+    int32_t combine_rows;           /* host only, which combine runs: 1 = a warp per row, for
+                                     * items of at most MLAV_COMBINE_ROW_MAX_SPLITS splits; 0 =
+                                     * a block per row and column block (combine.cu) */
 } mlav_flash_params;
 
 /* Whether the split kernel should run every warp group, also those whose 32 rows lie past their
