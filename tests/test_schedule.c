@@ -104,7 +104,7 @@ static void check_whole_waves(const mlav_problem_info *p, const mlav_schedule_pa
     fewest.block_cost_keys = 0;
     mlav_schedule f;
     assert_int_equal(mlav_schedule_build(p, &fewest, &f), MLAV_OK);
-    const int64_t t = mlav_schedule_makespan(s, sp), tf = mlav_schedule_makespan(&f, sp);
+    const int64_t t = mlav_schedule_model_time(s, sp), tf = mlav_schedule_model_time(&f, sp);
     assert_true(t >= 0 && tf >= 0);
     assert_true(t <= tf);
     if (s->n_items > waves * sp->target_blocks)
@@ -135,7 +135,8 @@ static void test_schedule_random_batches(void **state)
         mlav_schedule_params sp = {.rows_per_tile = 32, .key_align = 16, .min_chunk = 128,
                                    .max_splits = 64,
                                    .target_blocks = 1 + (int32_t)(tu_next(&rng) % 2000),
-                                   .block_cost_keys = iter % 2 ? (int32_t)(tu_next(&rng) % 600) : 0};
+                                   .block_cost_keys = iter % 2 ? (int32_t)(tu_next(&rng) % 600) : 0,
+                                   .split_cost_keys = (int32_t)(tu_next(&rng) % 4)};
         mlav_schedule s;
         assert_int_equal(mlav_schedule_build(&info, &sp, &s), MLAV_OK);
         check_schedule(&info, &sp, &s, seed);
@@ -210,15 +211,22 @@ static void test_schedule_makespan_by_hand(void **state)
     mlav_schedule s = {.n_items = 4, .items = items};
     mlav_schedule_params sp = {.target_blocks = 2, .block_cost_keys = 10};
     /* slot A: 0 -> 110 (100 rows); slot B: 0 -> 60 (50), 60 -> 100 (30), 100 -> 190 (80) */
-    assert_int_equal(mlav_schedule_makespan(&s, &sp), 190);
+    assert_int_equal(mlav_schedule_model_time(&s, &sp), 190);
     sp.target_blocks = 1;
-    assert_int_equal(mlav_schedule_makespan(&s, &sp), 300);
+    assert_int_equal(mlav_schedule_model_time(&s, &sp), 300);
     sp.target_blocks = 8; /* more slots than blocks */
-    assert_int_equal(mlav_schedule_makespan(&s, &sp), 110);
+    assert_int_equal(mlav_schedule_model_time(&s, &sp), 110);
+    /* plus the combine: 3 keys per split of its most split item (2 splits) */
+    mlav_combine_item comb[2] = {{.nsplit = 2}, {.nsplit = 1}};
+    s.combine = comb;
+    s.n_combine = 2;
+    sp.split_cost_keys = 3;
+    assert_int_equal(mlav_schedule_model_time(&s, &sp), 116);
 }
 
-/* The flash plan's choice of waves on the H200 (132 SMs, one block per SM, block_cost_keys
- * MLAV_FLASH_BLOCK_COST_KEYS = 128), at the points where one wave was measured against two and
+/* The flash plan's choice of waves and splits on the H200 (132 SMs, one block per SM,
+ * MLAV_FLASH_MAX_SPLITS = 256, MLAV_FLASH_BLOCK_COST_KEYS = 128, MLAV_FLASH_SPLIT_COST_KEYS = 1),
+ * at the points where one wave was measured against two and
  * three (bench/NOTES.md, session 10): blocks per point, and so waves. */
 static void test_schedule_waves_h200(void **state)
 {
@@ -229,7 +237,9 @@ static void test_schedule_waves_h200(void **state)
         {1, 64, 9, 4096, 117},    {1, 64, 9, 16384, 126},  /* two waves measured 1.19, 1.06 */
         {1, 64, 9, 65536, 261},   {1, 64, 9, 131072, 261}, /* 0.99, 0.98; three 1.01, 0.99 */
         {1, 64, 33, 16384, 132},  {1, 64, 33, 131072, 132}, /* one wave is full */
-        {1, 16, 9, 65536, 132},   {1, 64, 1, 131072, 125},  /* full; held to 128 splits */
+        {1, 16, 9, 65536, 132},   {1, 64, 1, 131072, 129},  /* full; 129 whole 1024-key splits */
+        {1, 64, 1, 65536, 129},   {1, 64, 1, 16384, 129},  /* 0.96, 0.99 of 121, 103 splits */
+        {1, 64, 1, 4096, 65},     {1, 64, 1, 1024, 33},    /* 129 measured 1.07 */
         {1, 128, 9, 16384, 126},  {1, 128, 9, 65536, 396}, /* three waves 1.08, 0.99 */
         {8, 16, 9, 4096, 120},    {8, 16, 9, 32768, 264},  /* two waves 1.06, 0.94 */
     };
@@ -246,8 +256,8 @@ static void test_schedule_waves_h200(void **state)
         mlav_problem_info info;
         assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
         mlav_schedule_params sp = {.rows_per_tile = 64, .key_align = 32, .min_chunk = 32,
-                                   .max_splits = 128, .target_blocks = 132,
-                                   .block_cost_keys = 128};
+                                   .max_splits = 256, .target_blocks = 132,
+                                   .block_cost_keys = 128, .split_cost_keys = 1};
         mlav_schedule s;
         assert_int_equal(mlav_schedule_build(&info, &sp, &s), MLAV_OK);
         check_schedule(&info, &sp, &s, 0);
@@ -258,6 +268,28 @@ static void test_schedule_waves_h200(void **state)
         mlav_schedule_free(&s);
         mlav_problem_info_free(&info);
     }
+}
+
+/* A lone q_len 1 request at H = 64 is one row tile: its splits alone must fill an sm_120 of 188
+ * SMs (MLAV_FLASH_MAX_SPLITS = 256; at 128, 60 SMs stayed idle). */
+static void test_schedule_q1_fills_sm120(void **state)
+{
+    (void)state;
+    int32_t q_indptr[2] = {0, 1}, kv_lens[1] = {131072 + 1};
+    mlav_problem prob = {.num_heads = 64, .d_latent = 512, .d_rope = 64, .softmax_scale = 0.1f,
+                         .dtype = MLAV_DTYPE_BF16, .page_size = 1, .batch = 1,
+                         .q_indptr = q_indptr, .kv_lens = kv_lens, .max_pages = kv_lens[0]};
+    mlav_problem_info info;
+    assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+    mlav_schedule_params sp = {.rows_per_tile = 64, .key_align = 32, .min_chunk = 32,
+                               .max_splits = 256, .target_blocks = 188, .block_cost_keys = 128,
+                               .split_cost_keys = 1};
+    mlav_schedule s;
+    assert_int_equal(mlav_schedule_build(&info, &sp, &s), MLAV_OK);
+    check_schedule(&info, &sp, &s, 0);
+    assert_true(s.n_items > 180 && s.n_items <= 188);
+    mlav_schedule_free(&s);
+    mlav_problem_info_free(&info);
 }
 
 /* A short request is not split below min_chunk (loading Q would dominate). */
@@ -291,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_schedule_short_request_not_oversplit),
         cmocka_unit_test(test_schedule_makespan_by_hand),
         cmocka_unit_test(test_schedule_waves_h200),
+        cmocka_unit_test(test_schedule_q1_fills_sm120),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

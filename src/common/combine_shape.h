@@ -14,6 +14,22 @@
 #define MLAV_COMBINE_MAX_COL_BLOCKS 16
 /* Most splits per item for the row combine (combine.cu: a warp per row, a lane per split). */
 #define MLAV_COMBINE_ROW_MAX_SPLITS 32
+/* Threads of a block of the block combine: its weights take one split per thread up to this,
+ * two up to twice this (the instance for the longest q_len 1 requests). */
+#define MLAV_COMBINE_THREADS 128
+
+/* Which combine kernel merges items of at most `max_nsplit` splits (combine.cu): the row combine
+ * where a lane per split suffices; else the block combine, in its instance with one split per
+ * thread for the weights where that suffices, so that the common instance stays the one measured
+ * before the wide one existed (bench/NOTES.md, session 10: a single instance for up to 256
+ * splits was 0.5 us slower at 33-128 splits on the H200). */
+enum { MLAV_COMBINE_ROWS = 0, MLAV_COMBINE_BLOCKS = 1, MLAV_COMBINE_BLOCKS_WIDE = 2 };
+static inline int mlav_combine_kind(int max_nsplit)
+{
+    if (max_nsplit <= MLAV_COMBINE_ROW_MAX_SPLITS)
+        return MLAV_COMBINE_ROWS;
+    return max_nsplit <= MLAV_COMBINE_THREADS ? MLAV_COMBINE_BLOCKS : MLAV_COMBINE_BLOCKS_WIDE;
+}
 
 /* Column blocks per combined row for `rows` rows whose items have at most `max_nsplit` splits,
  * when `wave` blocks are resident at once: 16 (max_col) where that takes every split group to

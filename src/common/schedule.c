@@ -136,15 +136,20 @@ oom:
     return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory scheduling splits");
 }
 
-int64_t mlav_schedule_makespan(const mlav_schedule *s, const mlav_schedule_params *sp)
+int64_t mlav_schedule_model_time(const mlav_schedule *s, const mlav_schedule_params *sp)
 {
+    int64_t end = 0;
+    for (int32_t c = 0; c < s->n_combine; c++) /* the combine: its most split item */
+        if ((int64_t)sp->split_cost_keys * s->combine[c].nsplit > end)
+            end = (int64_t)sp->split_cost_keys * s->combine[c].nsplit;
     const int64_t slots = sp->target_blocks < s->n_items ? sp->target_blocks : s->n_items;
     if (slots < 1)
-        return 0;
+        return end;
     int64_t *free_at = calloc((size_t)slots, sizeof(int64_t)); /* a min-heap of slot times */
     if (!free_at)
         return -1;
-    int64_t end = 0;
+    const int64_t combine = end;
+    end = 0;
     for (int32_t i = 0; i < s->n_items; i++) {
         const mlav_split_item *x = &s->items[i];
         const int64_t done = free_at[0] + sp->block_cost_keys + (x->kv_end - x->kv_begin);
@@ -164,7 +169,7 @@ int64_t mlav_schedule_makespan(const mlav_schedule *s, const mlav_schedule_param
         free_at[k] = done;
     }
     free(free_at);
-    return end;
+    return end + combine;
 }
 
 mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
@@ -172,7 +177,7 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
 {
     memset(out, 0, sizeof *out);
     if (sp->rows_per_tile < 1 || sp->key_align < 1 || sp->min_chunk < 1 || sp->max_splits < 1 ||
-        sp->target_blocks < 1 || sp->block_cost_keys < 0)
+        sp->target_blocks < 1 || sp->block_cost_keys < 0 || sp->split_cost_keys < 0)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "schedule parameters must be positive");
 
     /* First the smallest chunk whose blocks fit in whole waves of target_blocks, as few waves as
@@ -186,34 +191,38 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
     const int64_t cap = ceil_div(blocks_at(p, sp, ceil_div(max_kv, sp->key_align) * sp->key_align),
                                  sp->target_blocks) *
                         sp->target_blocks;
-    int64_t chunk = chunk_for_cap(p, sp, max_kv, cap);
-    mlav_status s = build_at(p, sp, chunk, out);
+    const int64_t chunk0 = chunk_for_cap(p, sp, max_kv, cap);
+    mlav_status s = build_at(p, sp, chunk0, out);
     if (s != MLAV_OK || sp->block_cost_keys == 0)
         return s;
 
-    /* Then one or two more waves of shorter splits, kept where the modelled time is shorter:
-     * where the fewest waves leave SMs idle (9 row tiles x 14 splits = 126 blocks on 132 SMs,
-     * 8 requests x 3 row tiles x 5 = 120) and the splits are long enough that a block's fixed
-     * cost is worth paying again. On the H200 (bench/NOTES.md, session 10) two waves measured
-     * 0.94 of one at 8 x (H 16, q_len 9), prefix 32k, and 0.98 at H 64, q_len 9, prefix 131k;
-     * 1.06-1.19 at prefixes up to 16k, which the model also rejects. */
-    int64_t best = mlav_schedule_makespan(out, sp);
-    for (int extra = 1; extra <= 2 && best >= 0; extra++) {
-        const int64_t c = chunk_for_cap(p, sp, max_kv, cap + extra * (int64_t)sp->target_blocks);
-        if (c >= chunk)
-            continue; /* no shorter split fits (min_chunk, max_splits) */
+    /* Then the model (mlav_schedule_model_time) weighs four more: splits of twice and four times
+     * that chunk, where the many short splits' blocks and combine cost more than their
+     * parallelism gives (a lone q_len 1 request at prefix 4096: 129 splits of 32 keys measured
+     * 1.07 of 65 of 64 on the H200); and one or two more waves of shorter splits, where the
+     * fewest waves leave SMs idle (9 row tiles x 14 splits = 126 blocks on 132 SMs, 8 requests x
+     * 3 row tiles x 5 = 120) and the splits are long enough that a block's fixed cost is worth
+     * paying again (bench/NOTES.md, session 10: two waves measured 0.94 of one at 8 x (H 16,
+     * q_len 9), prefix 32k, and 0.98 at H 64, q_len 9, prefix 131k; 1.06-1.19 up to 16k, which
+     * the model also rejects). */
+    int64_t best = mlav_schedule_model_time(out, sp);
+    for (int k = 0; k < 4 && best >= 0; k++) {
+        const int64_t c = k < 2 ? chunk0 << (k + 1)
+                                : chunk_for_cap(p, sp, max_kv,
+                                                cap + (k - 1) * (int64_t)sp->target_blocks);
+        if (c > INT32_MAX || (k >= 2 && c >= chunk0))
+            continue; /* too long a split, or no shorter one fits (min_chunk, max_splits) */
         mlav_schedule cand;
         s = build_at(p, sp, c, &cand);
         if (s != MLAV_OK) {
             mlav_schedule_free(out);
             return s;
         }
-        const int64_t t = mlav_schedule_makespan(&cand, sp);
+        const int64_t t = mlav_schedule_model_time(&cand, sp);
         if (t >= 0 && t < best) {
             mlav_schedule_free(out);
             *out = cand;
             best = t;
-            chunk = c;
         } else {
             mlav_schedule_free(&cand);
         }

@@ -43,10 +43,12 @@ typedef struct mlav_schedule_params {
     int32_t min_chunk;      /* fewest KV rows worth a split (amortises loading Q) */
     int32_t max_splits;     /* most splits of one request (bounds the combine's work) */
     int32_t target_blocks;  /* blocks resident at once: SMs x blocks per SM (one wave) */
-    int32_t block_cost_keys; /* a block's fixed cost (prologue, epilogue, its share of the
-                                combine) in KV rows of loop work: one or two more waves of
-                                shorter splits are taken when the modelled time says they pay
-                                (mlav_schedule_makespan); 0 keeps the fewest whole waves */
+    int32_t block_cost_keys; /* a block's fixed cost (prologue, epilogue) in KV rows of loop
+                                work: with it the plan weighs longer splits, and one or two more
+                                waves of shorter ones, against the fewest whole waves of the
+                                shortest (mlav_schedule_model_time); 0 keeps those */
+    int32_t split_cost_keys; /* the combine's cost per split of the most split item, in KV rows
+                                of loop work (the model's second term) */
 } mlav_schedule_params;
 
 /* Build the schedule. Returns MLAV_OK, MLAV_ERR_INVALID_ARG (bad params) or
@@ -57,8 +59,9 @@ void mlav_schedule_free(mlav_schedule *s);
 
 /* The schedule's modelled time, in KV rows of loop work: its blocks go, in item order, to the
  * first of target_blocks slots to come free (as the GPU hands out blocks), each costing
- * block_cost_keys plus its KV rows. -1 when out of host memory. */
-int64_t mlav_schedule_makespan(const mlav_schedule *s, const mlav_schedule_params *sp);
+ * block_cost_keys plus its KV rows; then the combine, split_cost_keys per split of its most split
+ * item. -1 when out of host memory. */
+int64_t mlav_schedule_model_time(const mlav_schedule *s, const mlav_schedule_params *sp);
 
 #ifdef __cplusplus
 }

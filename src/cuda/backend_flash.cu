@@ -16,7 +16,7 @@ struct flash_state {
     int combine_smem;             /* the combine launch's spreading reservation (combine.cu) */
     int pdl;                      /* launch the combine as a programmatic dependent (sm_90+) */
     int all_groups;               /* the split kernel's instance (mlav_flash_all_groups) */
-    int combine_rows;             /* the row combine (items of <= MLAV_COMBINE_ROW_MAX_SPLITS) */
+    int combine_kind;             /* which combine kernel (mlav_combine_kind) */
     mlav_schedule sched;
     void *d_buf;                  /* one device allocation for the arrays below */
     mlav_split_item *d_items;
@@ -80,9 +80,9 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, &st->dev);
     st->pdl = st->dev.cc_major >= 9;
     st->all_groups = mlav_flash_all_groups(p->max_q_len, p->H);
-    st->combine_rows = max_nsplit <= MLAV_COMBINE_ROW_MAX_SPLITS;
-    if (st->pdl && !st->combine_rows) {
-        s = mlav_combine_spread_smem(working * st->combine_col_blocks, &st->dev,
+    st->combine_kind = mlav_combine_kind(max_nsplit);
+    if (st->pdl && st->combine_kind != MLAV_COMBINE_ROWS) {
+        s = mlav_combine_spread_smem(working * st->combine_col_blocks, st->combine_kind, &st->dev,
                                      &st->combine_smem);
         if (s != MLAV_OK)
             return s;
@@ -180,7 +180,7 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     fp.scale_log2 = p->scale * MLAV_LOG2E;
     fp.pdl = st->pdl;
     fp.all_groups = st->all_groups;
-    fp.combine_rows = st->combine_rows;
+    fp.combine_kind = st->combine_kind;
     /* kernels run on this plan's device; the caller's current device must be it */
     return mlav_flash_launch(p->dtype, &fp, stream);
 }

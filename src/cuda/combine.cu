@@ -12,9 +12,9 @@
 namespace {
 
 constexpr int DL = MLAV_FLASH_DL, BM = MLAV_FLASH_BLOCK_M;
-constexpr int THREADS = 128;             /* 128 float4 = the 512 output columns */
+constexpr int THREADS = MLAV_COMBINE_THREADS; /* 128 float4 = the 512 output columns */
 constexpr int MAX_COL_BLOCKS = MLAV_COMBINE_MAX_COL_BLOCKS;
-constexpr int MAX_SPLITS = MLAV_FLASH_MAX_SPLITS;
+static_assert(MLAV_FLASH_MAX_SPLITS <= 2 * THREADS, "the wide block combine: two splits a thread");
 constexpr int PRELOAD = MLAV_COMBINE_PRELOAD; /* loaded with the lse values */
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
@@ -85,19 +85,19 @@ template <> struct partial<float> {
  * the splits s = k, k + q, ... and the groups meet in shared memory. q = 16 gives a lone 64-row
  * request with 125 splits 16 x 16 ways of parallel loads, all in the first batch; q = 1 keeps
  * many-row combines to one wave of blocks (bench/NOTES.md, v2 and session 8). The weights come
- * first, one thread per split (MAX_SPLITS <= THREADS) with block reductions for the max, the NaN
- * flag and the sum, under the rules of merge.h; a 16-bit plan's weights also carry the
+ * first, SPT splits per thread (s = tid + k x THREADS; SPT = 2 only for items of more than
+ * THREADS splits, mlav_combine_kind) with block reductions for the max, the NaN flag and the sum,
+ * under the rules of merge.h; a 16-bit plan's weights also carry the
  * part_scale factor of each of the block's 128-column blocks, loaded with the lse values, so that
  * the loop over the splits reads no more than the partial rows. (Earlier versions: a serial chain
  * of dependent loads, then one thread computing all weights serially, each cost more than the
  * split kernel for a lone q_len 1 request.) */
-template <typename T>
+template <typename T, int SPT>
 __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
 {
-    static_assert(MAX_SPLITS <= THREADS, "one thread per split for the weights");
     static_assert(THREADS * 4 == DL, "one float4 of columns per thread and column block");
     constexpr int CBS = DL / SCALE_COLS;
-    __shared__ float s_w[CBS][MAX_SPLITS], s_red[THREADS / 32]; /* [128-column block][split] */
+    __shared__ float s_w[CBS][SPT * THREADS], s_red[THREADS / 32]; /* [128-column block][split] */
     __shared__ float4 s_acc[THREADS - THREADS / MAX_COL_BLOCKS];
     const mlav_combine_item it = p.combine[blockIdx.x]; /* the plan's: ready before the wait */
     const int r = blockIdx.y, m = it.mtile * BM + r;
@@ -119,29 +119,47 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
         const int s = grp + k * q;
         pre[k] = s < n ? part.load(s) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    const float lse_s =
-        tid < n ? p.part_lse[(size_t)(it.slot0 + tid * it.slot_stride) * BM + r] : -INFINITY;
+    float lse_s[SPT];
+#pragma unroll
+    for (int k = 0; k < SPT; k++) {
+        const int s = tid + k * THREADS;
+        lse_s[k] = s < n ? p.part_lse[(size_t)(it.slot0 + s * it.slot_stride) * BM + r] : -INFINITY;
+    }
     /* this block's 128-column blocks: cb0 .. cb0 + ncb - 1 (one when q > 4: the block's columns
      * are part of one); this thread's: the one holding column d */
     const int ncb = partial<T>::scaled ? max(CBS / q, 1) : 1;
     const int cb0 = blockIdx.z * (DL / q) / SCALE_COLS;
-    float u[CBS];
+    float u[SPT][CBS];
 #pragma unroll
-    for (int j = 0; j < CBS; j++)
-        u[j] = tid < n && j < ncb ? part.unscale(tid, cb0 + j) : 1.0f;
-    float mx = lse_s;
+    for (int k = 0; k < SPT; k++)
+#pragma unroll
+        for (int j = 0; j < CBS; j++)
+            u[k][j] = tid + k * THREADS < n && j < ncb ? part.unscale(tid + k * THREADS, cb0 + j)
+                                                       : 1.0f;
+    float mx = lse_s[0];
+#pragma unroll
+    for (int k = 1; k < SPT; k++)
+        mx = fmaxf(mx, lse_s[k]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if (lane == 0)
         s_red[warp] = mx;
-    const int nan = __syncthreads_or(lse_s != lse_s);
+    bool my_nan = lse_s[0] != lse_s[0];
+#pragma unroll
+    for (int k = 1; k < SPT; k++)
+        my_nan = my_nan || lse_s[k] != lse_s[k];
+    const int nan = __syncthreads_or(my_nan);
     mx = s_red[0];
 #pragma unroll
     for (int k = 1; k < THREADS / 32; k++)
         mx = fmaxf(mx, s_red[k]);
-    const float w = tid < n ? mlav_merge_weight(lse_s, mx, nan) : 0.0f;
-    float sum = w;
+    float w[SPT], sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < SPT; k++) {
+        w[k] = tid + k * THREADS < n ? mlav_merge_weight(lse_s[k], mx, nan) : 0.0f;
+        sum += w[k];
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -153,13 +171,15 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
 #pragma unroll
     for (int k = 1; k < THREADS / 32; k++)
         sum += s_red[k];
-    if (tid < n) {
-        const float wn = mlav_merge_normalize(w, sum);
 #pragma unroll
-        for (int j = 0; j < CBS; j++)
-            if (j < ncb)
-                s_w[j][tid] = wn * u[j];
-    }
+    for (int k = 0; k < SPT; k++)
+        if (tid + k * THREADS < n) {
+            const float wn = mlav_merge_normalize(w[k], sum);
+#pragma unroll
+            for (int j = 0; j < CBS; j++)
+                if (j < ncb)
+                    s_w[j][tid + k * THREADS] = wn * u[k][j];
+        }
     __syncthreads();
     const float *ws_of = s_w[partial<T>::scaled ? d / SCALE_COLS - cb0 : 0]; /* [split] */
 
@@ -376,7 +396,7 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = fp->pdl ? 1 : 0;
-    if (fp->combine_rows) {
+    if (fp->combine_kind == MLAV_COMBINE_ROWS) {
         const int64_t rows = (int64_t)fp->n_combine * BM;
         cfg.gridDim = dim3((unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS));
         cfg.blockDim = dim3(ROW_WARPS * 32);
@@ -392,25 +412,42 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
     cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
     cfg.blockDim = dim3(THREADS);
     cfg.dynamicSmemBytes = (size_t)fp->combine_smem; /* reserved, unused: see spread_smem */
+    const bool wide = fp->combine_kind == MLAV_COMBINE_BLOCKS_WIDE;
     if (dtype == MLAV_DTYPE_BF16)
-        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<__nv_bfloat16>, *fp));
+        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, wide ? combine_kernel<__nv_bfloat16, 2>
+                                                    : combine_kernel<__nv_bfloat16, 1>, *fp));
     else if (dtype == MLAV_DTYPE_F32)
-        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<float>, *fp));
+        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, wide ? combine_kernel<float, 2>
+                                                    : combine_kernel<float, 1>, *fp));
     else
-        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<__half>, *fp));
+        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, wide ? combine_kernel<__half, 2>
+                                                    : combine_kernel<__half, 1>, *fp));
     MLAV_CUDA_TRY(cudaGetLastError());
     return MLAV_OK;
 }
 
-/* Resident combine blocks per SM with `dyn` bytes of dynamic shared memory (0 on error). The
- * three instantiations have the same registers and static shared memory to within what decides
- * occupancy; the BF16 one stands for all. */
-static int combine_blocks_per_sm(size_t dyn)
+/* The block combine's instance for a dtype and kind (MLAV_COMBINE_BLOCKS or _WIDE). */
+static const void *block_combine(mlav_dtype dtype, int kind)
+{
+    const bool wide = kind == MLAV_COMBINE_BLOCKS_WIDE;
+    if (dtype == MLAV_DTYPE_BF16)
+        return wide ? reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 2>)
+                    : reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 1>);
+    if (dtype == MLAV_DTYPE_F32)
+        return wide ? reinterpret_cast<const void *>(&combine_kernel<float, 2>)
+                    : reinterpret_cast<const void *>(&combine_kernel<float, 1>);
+    return wide ? reinterpret_cast<const void *>(&combine_kernel<__half, 2>)
+                : reinterpret_cast<const void *>(&combine_kernel<__half, 1>);
+}
+
+/* Resident blocks per SM of a block combine with `dyn` bytes of dynamic shared memory (0 on
+ * error). The three dtypes' instances of a kind have the same registers and static shared memory
+ * to within what decides occupancy; the BF16 one stands for all. */
+static int combine_blocks_per_sm(int kind, size_t dyn)
 {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16>), THREADS,
-            dyn) != cudaSuccess) {
+            &per_sm, block_combine(MLAV_DTYPE_BF16, kind), THREADS, dyn) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
@@ -419,41 +456,37 @@ static int combine_blocks_per_sm(size_t dyn)
 
 int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev)
 {
-    int per_sm = combine_blocks_per_sm(0);
+    int per_sm = combine_blocks_per_sm(mlav_combine_kind(max_nsplit), 0);
     if (per_sm < 1)
         per_sm = 1;
     return mlav_combine_col_blocks_for(rows, max_nsplit, (int64_t)per_sm * dev->sm_count, PRELOAD,
                                        MAX_COL_BLOCKS);
 }
 
-mlav_status mlav_combine_spread_smem(int64_t blocks, const mlav_cuda_device *dev, int *bytes)
+mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, const mlav_cuda_device *dev,
+                                     int *bytes)
 {
     /* Measured on the H200 (bench/NOTES.md, session 8): a lone q_len 1 request at prefix 16k
      * 7-8% faster, H = 128 at q_len 1 from prefix 1024 on 3-7.5%; the uncapped grid without PDL
      * gained less there (4-6%, 1-4%) and lost 3-8.5% at short prefixes. */
     *bytes = 0;
-    const int per_sm = combine_blocks_per_sm(0);
+    const int per_sm = combine_blocks_per_sm(kind, 0);
     cudaFuncAttributes a;
-    MLAV_CUDA_TRY(cudaFuncGetAttributes(&a, reinterpret_cast<const void *>(
-                                                &combine_kernel<__nv_bfloat16>)));
+    MLAV_CUDA_TRY(cudaFuncGetAttributes(&a, block_combine(MLAV_DTYPE_BF16, kind)));
     const size_t dyn = mlav_combine_spread_bytes(blocks, dev->sm_count, per_sm, dev->smem_per_sm,
                                                  dev->smem_reserved, a.sharedSizeBytes,
                                                  dev->smem_limit);
     if (dyn == 0)
         return MLAV_OK;
-    mlav_status s = mlav_cuda_prepare_kernel(
-        reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16>), dyn, dev, "combine");
-    if (s == MLAV_OK)
-        s = mlav_cuda_prepare_kernel(reinterpret_cast<const void *>(&combine_kernel<__half>), dyn,
-                                     dev, "combine");
-    if (s == MLAV_OK)
-        s = mlav_cuda_prepare_kernel(reinterpret_cast<const void *>(&combine_kernel<float>), dyn,
-                                     dev, "combine");
+    mlav_status s = MLAV_OK;
+    const mlav_dtype dts[3] = {MLAV_DTYPE_BF16, MLAV_DTYPE_F16, MLAV_DTYPE_F32};
+    for (int i = 0; i < 3 && s == MLAV_OK; i++)
+        s = mlav_cuda_prepare_kernel(block_combine(dts[i], kind), dyn, dev, "combine");
     if (s != MLAV_OK)
         return s;
     /* the cap must still hold k blocks per SM, or the grid would take a second wave */
     const int64_t k = (blocks + dev->sm_count - 1) / dev->sm_count;
-    if (combine_blocks_per_sm(dyn) >= k)
+    if (combine_blocks_per_sm(kind, dyn) >= k)
         *bytes = (int)dyn;
     return MLAV_OK;
 }

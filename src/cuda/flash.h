@@ -19,15 +19,22 @@
 #define MLAV_FLASH_THREADS 256   /* 8 warps: 2 groups of 32 rows x 4 warps (depth / columns) */
 #define MLAV_FLASH_SCALE_COLS 128 /* columns per part_scale entry (one warp's output columns) */
 #define MLAV_LOG2E 1.4426950408889634f
-/* Most splits of one request: the plan's cap and the combine's shared-memory arrays (one
- * thread per split). 128 lets a lone 64-row request (q_len 1, H = 64) fill one block per SM. */
-#define MLAV_FLASH_MAX_SPLITS 128
+/* Most splits of one request: the plan's cap and the combine's shared-memory arrays (two splits
+ * per thread). 256 lets a lone 64-row request (q_len 1, H = 64) fill one block per SM of an
+ * sm_120 (170-188 SMs), and on the H200 take the 129th split that a prefix of 2^k keys plus its
+ * draft rows needs to keep whole 32-key splits of 2^k / 128 keys (128 rounded every split up by
+ * a tile: 125 splits of 1056 keys at q_len 1, prefix 131072). */
+#define MLAV_FLASH_MAX_SPLITS 256
 /* A split block's fixed cost in KV rows of loop work, for the schedule's choice of waves
  * (mlav_schedule_params.block_cost_keys). Fitted on the H200 (bench/NOTES.md, session 10): one
  * wave against two at q_len 9 put it at 75-126 keys for H = 64 (prefix 4096 to 131k) and ~190
  * for 8 x H = 16; 128 keeps every choice that measured faster there and none that measured
  * slower. */
 #define MLAV_FLASH_BLOCK_COST_KEYS 128
+/* The combine's cost per split (mlav_schedule_params.split_cost_keys), fitted on the H200 (bench/
+ * NOTES.md, session 10): a lone q_len 1 request at prefixes 4096 to 131k, 65-125 splits against
+ * 129, put it at 0.6-0.8 keys per split. */
+#define MLAV_FLASH_SPLIT_COST_KEYS 1
 
 typedef struct mlav_flash_params {
     const void *q;                  /* [T, H, W] */
@@ -61,9 +68,8 @@ typedef struct mlav_flash_params {
     int32_t all_groups;             /* host only, which split-kernel instance runs: 1 = every warp
                                      * group computes, also one past its request's rows
                                      * (mlav_flash_all_groups; verify_flash.cu) */
-    int32_t combine_rows;           /* host only, which combine runs: 1 = a warp per row, for
-                                     * items of at most MLAV_COMBINE_ROW_MAX_SPLITS splits; 0 =
-                                     * a block per row and column block (combine.cu) */
+    int32_t combine_kind;           /* host only, which combine runs (mlav_combine_kind): a warp
+                                     * per row, or a block per row and column block (combine.cu) */
 } mlav_flash_params;
 
 /* Whether the split kernel should run every warp group, also those whose 32 rows lie past their
@@ -94,6 +100,7 @@ static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int 
     sp.max_splits = MLAV_FLASH_MAX_SPLITS;
     sp.target_blocks = sm_count * blocks_per_sm;
     sp.block_cost_keys = MLAV_FLASH_BLOCK_COST_KEYS;
+    sp.split_cost_keys = MLAV_FLASH_SPLIT_COST_KEYS;
     return sp;
 }
 
@@ -111,10 +118,12 @@ mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, cudaStream_t stre
 /* Column blocks per row for the combine of `rows` rows whose items have at most `max_nsplit`
  * splits, on this device (combine.cu; the rule: mlav_combine_col_blocks_for). */
 int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev);
-/* Dynamic shared memory for a combine launch of `blocks` working blocks that caps its resident
- * blocks per SM at an even spread, and the kernel's limit raised to it; 0 when no cap is needed
- * or possible (combine.cu; the rule and why: mlav_combine_spread_bytes). */
-mlav_status mlav_combine_spread_smem(int64_t blocks, const mlav_cuda_device *dev, int *bytes);
+/* Dynamic shared memory for a block combine launch (`kind`: MLAV_COMBINE_BLOCKS or _WIDE) of
+ * `blocks` working blocks that caps its resident blocks per SM at an even spread, and the
+ * kernel's limit raised to it; 0 when no cap is needed or possible (combine.cu; the rule and
+ * why: mlav_combine_spread_bytes). */
+mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, const mlav_cuda_device *dev,
+                                     int *bytes);
 /* The combine kernel alone (combine.cu). */
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream);
 
