@@ -138,18 +138,17 @@ oom:
 
 int64_t mlav_schedule_model_time(const mlav_schedule *s, const mlav_schedule_params *sp)
 {
-    int64_t end = 0;
-    for (int32_t c = 0; c < s->n_combine; c++) /* the combine: its most split item */
-        if ((int64_t)sp->split_cost_keys * s->combine[c].nsplit > end)
-            end = (int64_t)sp->split_cost_keys * s->combine[c].nsplit;
+    int64_t combine = 0; /* the combine: split_cost_keys per split of its most split item */
+    for (int32_t c = 0; c < s->n_combine; c++)
+        if ((int64_t)sp->split_cost_keys * s->combine[c].nsplit > combine)
+            combine = (int64_t)sp->split_cost_keys * s->combine[c].nsplit;
     const int64_t slots = sp->target_blocks < s->n_items ? sp->target_blocks : s->n_items;
     if (slots < 1)
-        return end;
+        return combine;
     int64_t *free_at = calloc((size_t)slots, sizeof(int64_t)); /* a min-heap of slot times */
     if (!free_at)
         return -1;
-    const int64_t combine = end;
-    end = 0;
+    int64_t end = 0;
     for (int32_t i = 0; i < s->n_items; i++) {
         const mlav_split_item *x = &s->items[i];
         const int64_t done = free_at[0] + sp->block_cost_keys + (x->kv_end - x->kv_begin);
@@ -178,7 +177,8 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
     memset(out, 0, sizeof *out);
     if (sp->rows_per_tile < 1 || sp->key_align < 1 || sp->min_chunk < 1 || sp->max_splits < 1 ||
         sp->target_blocks < 1 || sp->block_cost_keys < 0 || sp->split_cost_keys < 0)
-        return mlav_set_error(MLAV_ERR_INVALID_ARG, "schedule parameters must be positive");
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "schedule parameters must be positive (the two costs non-negative)");
 
     /* First the smallest chunk whose blocks fit in whole waves of target_blocks, as few waves as
      * the unsplit batch allows: blocks of one split size finish together, and a wave that is only

@@ -83,7 +83,7 @@ template <> struct partial<float> {
 /* Block (combine item, row, column block): q = p.combine_col_blocks column blocks of 512 / q
  * columns per row, each with q split groups of 128 / q threads (one float4 each); group k sums
  * the splits s = k, k + q, ... and the groups meet in shared memory. q = 16 gives a lone 64-row
- * request with 125 splits 16 x 16 ways of parallel loads, all in the first batch; q = 1 keeps
+ * request with 113-128 splits 16 x 16 ways of parallel loads, all in the first batch; q = 1 keeps
  * many-row combines to one wave of blocks (bench/NOTES.md, v2 and session 8). The weights come
  * first, SPT splits per thread (s = tid + k x THREADS; SPT = 2 only for items of more than
  * THREADS splits, mlav_combine_kind) with block reductions for the max, the NaN flag and the sum,
@@ -300,11 +300,12 @@ __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav
     using io = row_io<T>;
     constexpr int CBS = DL / SCALE_COLS, BATCH = io::BATCH;
     static_assert(SCALE_COLS == 32 * 4, "a warp's pieces span one column block");
-    const int u = blockIdx.x * ROW_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (u >= p.n_combine * BM)
+    const int64_t u = (int64_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5); /* the row */
+    const int lane = threadIdx.x & 31;
+    if (u >= (int64_t)p.n_combine * BM)
         return; /* whole warps */
     const mlav_combine_item it = p.combine[u / BM]; /* the plan's: ready before the wait */
-    const int r = u % BM, m = it.mtile * BM + r;
+    const int r = (int)(u % BM), m = it.mtile * BM + r;
     if (m >= it.rows)
         return;
     const int n = it.nsplit;
