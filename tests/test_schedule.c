@@ -202,7 +202,7 @@ static void test_schedule_fits_one_wave(void **state)
 
 /* The modelled time by hand: two requests, blocks dispatched in item order to the first free of
  * two slots, each costing block_cost_keys plus its KV rows. */
-static void test_schedule_makespan_by_hand(void **state)
+static void test_schedule_model_time_by_hand(void **state)
 {
     (void)state;
     mlav_split_item items[4] = {
@@ -226,8 +226,8 @@ static void test_schedule_makespan_by_hand(void **state)
 
 /* The flash plan's choice of waves and splits on the H200 (132 SMs, one block per SM,
  * MLAV_FLASH_MAX_SPLITS = 256, MLAV_FLASH_BLOCK_COST_KEYS = 128, MLAV_FLASH_SPLIT_COST_KEYS = 1),
- * at the points where one wave was measured against two and
- * three (bench/NOTES.md, session 10): blocks per point, and so waves. */
+ * at the points where one wave was measured against two and three and q_len 1 against more
+ * splits (bench/NOTES.md, session 10): blocks per point, and so waves and splits. */
 static void test_schedule_waves_h200(void **state)
 {
     (void)state;
@@ -321,7 +321,7 @@ int main(void)
         cmocka_unit_test(test_schedule_long_request_fills_device),
         cmocka_unit_test(test_schedule_fits_one_wave),
         cmocka_unit_test(test_schedule_short_request_not_oversplit),
-        cmocka_unit_test(test_schedule_makespan_by_hand),
+        cmocka_unit_test(test_schedule_model_time_by_hand),
         cmocka_unit_test(test_schedule_waves_h200),
         cmocka_unit_test(test_schedule_q1_fills_sm120),
     };
