@@ -138,6 +138,19 @@ static void test_combine_spread_invariants(void **state)
     }
 }
 
+/* Which combine kernel: the row combine up to a lane per split, the block combine's common
+ * instance up to a thread per split, the wide one beyond (its weights take two per thread). */
+static void test_combine_kind_boundaries(void **state)
+{
+    (void)state;
+    assert_int_equal(mlav_combine_kind(1), MLAV_COMBINE_ROWS);
+    assert_int_equal(mlav_combine_kind(MLAV_COMBINE_ROW_MAX_SPLITS), MLAV_COMBINE_ROWS);
+    assert_int_equal(mlav_combine_kind(MLAV_COMBINE_ROW_MAX_SPLITS + 1), MLAV_COMBINE_BLOCKS);
+    assert_int_equal(mlav_combine_kind(MLAV_COMBINE_THREADS), MLAV_COMBINE_BLOCKS);
+    assert_int_equal(mlav_combine_kind(MLAV_COMBINE_THREADS + 1), MLAV_COMBINE_BLOCKS_WIDE);
+    assert_int_equal(mlav_combine_kind(2 * MLAV_COMBINE_THREADS), MLAV_COMBINE_BLOCKS_WIDE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -145,6 +158,7 @@ int main(void)
         cmocka_unit_test(test_combine_col_blocks_invariants),
         cmocka_unit_test(test_combine_spread_h200_points),
         cmocka_unit_test(test_combine_spread_invariants),
+        cmocka_unit_test(test_combine_kind_boundaries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,14 @@ constexpr int MAX_COL_BLOCKS = MLAV_COMBINE_MAX_COL_BLOCKS;
 static_assert(MLAV_FLASH_MAX_SPLITS <= 2 * THREADS, "the wide block combine: two splits a thread");
 constexpr int PRELOAD = MLAV_COMBINE_PRELOAD; /* loaded with the lse values */
 
+/* Four fp16 partial values, as the split kernel stores them, in fp32. */
+__device__ __forceinline__ float4 half4_to_float4(uint2 v)
+{
+    const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&v.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&v.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v)
 {
@@ -51,10 +59,7 @@ template <typename T> struct partial {
     }
     __device__ __forceinline__ float4 load(int s) const
     {
-        const uint2 v = *reinterpret_cast<const uint2 *>(o + s * stride);
-        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&v.x));
-        const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&v.y));
-        return make_float4(a.x, a.y, b.x, b.y);
+        return half4_to_float4(*reinterpret_cast<const uint2 *>(o + s * stride));
     }
     __device__ __forceinline__ float unscale(int s, int cb) const
     {
@@ -257,9 +262,7 @@ template <typename T> struct row_io { /* 16-bit plans: fp16 pieces, scaled by pa
     }
     __device__ static float4 value(raw v)
     {
-        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&v.x));
-        const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&v.y));
-        return make_float4(a.x, a.y, b.x, b.y);
+        return half4_to_float4(v);
     }
     __device__ static void store(T *out, float4 a)
     {
