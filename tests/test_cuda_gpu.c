@@ -269,6 +269,12 @@ static void check_run(const mlav_plan *plan, mlav_backend b, tu_problem *p, enum
              lse_null ? ",lse=NULL" : "");
     const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
     void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
+    if (ws) {
+        /* NaN partial states (0xff.. in fp16, fp32 and the lse): a combine that read a slot
+         * before its split block wrote it, or the previous run's, fails */
+        CK(cudaMemset(ws, 0xff, ws_bytes));
+        CK(cudaDeviceSynchronize());
+    }
     tu_poison(p);
     dbuf d;
     mlav_tensors t;
@@ -387,8 +393,10 @@ static const tu_case grid_cases[] = {
     CASE(64, 64, 16, 3, F32, TU_DEEP, 2, QS(2, 2), PS(4097, 1)),
     /* every request within one warp group (H x q_len <= 32): the flash kernel's instance that
      * skips idle groups; every case above with H x q_len > 32 somewhere runs the one where idle
-     * groups compute (and must write nothing: their rows are the next request's) */
+     * groups compute (and must write nothing: their rows are the next request's), as does the
+     * next one, where H = 8 puts one request within a group and two past it */
     CASE(16, 512, 64, 1, BF16, TU_CHAIN_NULL, 2, QS(1, 2), PS(4097, 300)),
+    CASE(8, 512, 64, 64, BF16, TU_DEEP, 3, QS(4, 9, 33), PS(3000, 100, 1)),
     /* odd dims: rows are not 16-byte aligned (cuda-naive takes any dims) */
     CASE(2, 100, 7, 5, BF16, TU_DEEP, 2, QS(5, 17), PS(37, 0)),
 };
@@ -919,6 +927,12 @@ static const tu_case many_split_cases[] = {
     CASE(64, 512, 64, 1, BF16, TU_CHAIN, 1, QS(1), PS(16384)),
     CASE(64, 512, 64, 1, F32, TU_CHAIN, 1, QS(1), PS(16384)),
     CASE(32, 512, 64, 1, BF16, TU_BUSHY, 1, QS(9), PS(2047)),
+    /* a request past one group (144 rows) beside one within it (16), many splits each */
+    CASE(16, 512, 64, 16, F16, TU_BUSHY, 2, QS(9, 1), PS(8191, 4000)),
+    /* every request within one group (the skipping instance): many splits, and a request of
+     * one split */
+    CASE(16, 512, 64, 1, BF16, TU_CHAIN, 1, QS(2), PS(12000)),
+    CASE(8, 512, 64, 64, BF16, TU_BUSHY, 3, QS(4, 1, 3), PS(5000, 20, 777)),
 };
 
 static tu_problem *many_split_problem(size_t k, uint64_t seed)
