@@ -89,6 +89,7 @@ static const tu_case cases[] = {
     CASE(128, 64, 16, 1, F32, TU_BUSHY, Q(64), Q(255), 1),           /* 8192 rows: row blocks */
     CASE(3, 1, 5, 64, F32, TU_CHAIN, Q(9, 2), Q(300, 2), 2),         /* Dl = 1, page > kv */
     CASE(5, 33, 0, 7, BF16, TU_DEEP, Q(33), Q(600), 1),              /* Dr = 0, odd sizes */
+    CASE(4, 64, 16, 16, BF16, TU_BUSHY, Q(100, 65), Q(300, 0), 2),   /* 4 and 3 mask words */
     /* the reference dims (512, 64) */
     CASE(8, 512, 64, 64, BF16, TU_BUSHY, Q(9), Q(4097), 1),
     CASE(64, 512, 64, 1, BF16, TU_CHAIN_NULL, Q(9), Q(255), 1),

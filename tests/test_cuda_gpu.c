@@ -369,10 +369,10 @@ static void test_cuda_without_device(void **state)
     }
 }
 
-/* Each value of each axis appears at least once: page size {1,3,16,64}, q_len {1,2,9,33,64},
- * H {1,8,16,64,128}, prefix {0,1,255,4097}, dims (512,64) and (64,16), three dtypes, four tree
- * shapes, several requests per batch (one of them empty). Big-dim cases are few: the host
- * oracle is the slow part. */
+/* Each value of each axis appears at least once: page size {1,3,16,64}, q_len {1,2,9,33,64,
+ * 65,100} (up to 4 mask words), H {1,8,16,64,128}, prefix {0,1,255,4097}, dims (512,64) and
+ * (64,16), three dtypes, four tree shapes, several requests per batch (one of them empty).
+ * Big-dim cases are few: the host oracle is the slow part. */
 #define CASE(h, dl, dr, ps, dt, tr, nb, ...)                                                  \
     {.H = h, .Dl = dl, .Dr = dr, .page_size = ps, .B = nb, .dtype = MLAV_DTYPE_##dt,          \
      .tree = tr, __VA_ARGS__}
@@ -397,6 +397,8 @@ static const tu_case grid_cases[] = {
      * next one, where H = 8 puts one request within a group and two past it */
     CASE(16, 512, 64, 1, BF16, TU_CHAIN_NULL, 2, QS(1, 2), PS(4097, 300)),
     CASE(8, 512, 64, 64, BF16, TU_DEEP, 3, QS(4, 9, 33), PS(3000, 100, 1)),
+    /* trees past 64 nodes: 4 and 3 mask words per row */
+    CASE(8, 512, 64, 16, BF16, TU_BUSHY, 2, QS(100, 65), PS(600, 33)),
     /* odd dims: rows are not 16-byte aligned (cuda-naive takes any dims) */
     CASE(2, 100, 7, 5, BF16, TU_DEEP, 2, QS(5, 17), PS(37, 0)),
 };
