@@ -5,7 +5,8 @@
  * for bench/NOTES.md, not part of the library: stall samples say where warps wait, this says
  * how long each phase of a tile takes and how the two warp groups line up.
  *
- *   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Iinclude -DMLAV_WITH_CUDA -o flash_trace \
+ *   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Iinclude -DMLAV_WITH_CUDA \
+ *        -Xptxas=--register-usage-level=10 -o flash_trace \
  *        bench/flash_trace.cu src/cuda/cuda_device.cu src/cuda/combine.cu \
  *        src/cuda/verify_flash_f32.cu src/dispatch/error.c src/common/schedule.c
  *   ./flash_trace Q_LEN PREFIX [H] [SEED]

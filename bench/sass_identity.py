@@ -8,7 +8,8 @@ that left the ~1,000-instruction main loop alone shows an identical run of about
 It needs only nvcc and readelf, so a variant can be screened in seconds before device time:
 
     nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Iinclude -Isrc/cuda \\
-         -DMLAV_WITH_CUDA -cubin -o a.cubin src/cuda/verify_flash.cu     (likewise b.cubin)
+         -DMLAV_WITH_CUDA -Xptxas=--register-usage-level=10 -cubin -o a.cubin \\
+         src/cuda/verify_flash.cu     (likewise b.cubin; the option is the product's, CMakeLists)
     bench/sass_identity.py a.cubin b.cubin [KERNEL_SUBSTRING]   (default: the BF16 flash kernel)
 """
 import difflib
