@@ -210,7 +210,7 @@ else
   step synccheck 60 "$OUT/sanitizer.log" "san synccheck streams"
   step initcheck 60 "$OUT/sanitizer.log" "san initcheck streams"
   # The multi-stream test under racecheck last, in a step of its own: it passes in 27-34 s, but
-  # about one run in four never ends, with the GPU at 100% utilization (sessions 2, 5, 7, 11, 12).
+  # some runs never end (sessions 2, 5, 7, 11, 12; in session 12 with the GPU 100% busy).
   # Sessions 11-12: 3 stalls in 11 runs with the combine's programmatic dependent launch, none in
   # 11 of a build without it, none in plain runs (bench/NOTES.md, session 12); session 2's
   # timeout predates that launch. A stall shows as this step's TIMEOUT after 120 s, and must not
