@@ -1,0 +1,146 @@
+/* Does compute-sanitizer's racecheck stall on programmatic dependent launch across streams,
+ * without this library? A stand-alone copy of the launch pattern of `test_cuda_streams_gpu`
+ * (bench/NOTES.md, session 12: that test stalls under racecheck in about one run in four with
+ * the combine's programmatic launch, never without it, never outside the sanitizer):
+ *   - a primary kernel of several waves (one 120 KB block per SM), which triggers its dependents
+ *     at entry, as the split kernels do, then works in shared memory with block barriers;
+ *   - a dependent kernel of many small blocks, launched with programmatic stream serialization,
+ *     which waits (griddepcontrol.wait) before it reads the primary's output, as the combine does;
+ *   - 4 host threads, each with its own non-blocking stream, 3 pairs in flight before a copy back
+ *     and a stream synchronization, a cudaMalloc/cudaFree per round (the test's offload mode).
+ * Each pair's result is checked. A run that never ends under racecheck reproduces the stall
+ * without our kernels; PDL=0 in the environment launches the dependent without the attribute.
+ *   nvcc -O3 -std=c++17 -arch=sm_90 -o pdl_sanitizer_repro bench/pdl_sanitizer_repro.cu
+ *   compute-sanitizer --tool racecheck ./pdl_sanitizer_repro [ROUNDS (4)] */
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <pthread.h>
+#include <vector>
+#include <cuda_runtime.h>
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));  \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+
+namespace {
+
+constexpr int THREADS = 256, SMEM = 120 * 1024, STEPS = 32, DEP_THREADS = 128, IN_FLIGHT = 3;
+
+__global__ void __launch_bounds__(THREADS) primary(float *out, int salt)
+{
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    extern __shared__ float sm[];
+    const int n = SMEM / 4, tid = threadIdx.x;
+    for (int i = tid; i < n; i += THREADS)
+        sm[i] = (float)((i + salt) & 7);
+    __syncthreads();
+    float acc = 0.0f;
+    for (int s = 0; s < STEPS; s++) {
+        acc += sm[(tid * 33 + s * 97) % n];
+        __syncthreads();
+        sm[(tid * 7 + s * 131) % n] = acc;
+        __syncthreads();
+    }
+    if (tid == 0)
+        out[blockIdx.x] = (float)(blockIdx.x + salt);
+    (void)acc;
+}
+
+__global__ void __launch_bounds__(DEP_THREADS) dependent(const float *in, float *out, int n)
+{
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    const int i = blockIdx.x * DEP_THREADS + threadIdx.x;
+    if (i < n)
+        out[i] = in[i] + 1.0f;
+}
+
+struct arg {
+    int id, rounds, primary_blocks, dep_blocks, pdl, errors;
+};
+
+void *thread_main(void *p)
+{
+    arg *a = static_cast<arg *>(p);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const int n = a->primary_blocks;
+    float *mid[IN_FLIGHT], *res[IN_FLIGHT];
+    for (int k = 0; k < IN_FLIGHT; k++) {
+        CK(cudaMalloc(&mid[k], n * sizeof(float)));
+        CK(cudaMalloc(&res[k], (size_t)a->dep_blocks * DEP_THREADS * sizeof(float)));
+    }
+    std::vector<float> h(n);
+    for (int r = 0; r < a->rounds; r++) {
+        for (int k = 0; k < IN_FLIGHT; k++) {
+            const int salt = a->id * 1000 + r * 10 + k;
+            cudaLaunchConfig_t c1 = {};
+            c1.gridDim = dim3(n);
+            c1.blockDim = dim3(THREADS);
+            c1.dynamicSmemBytes = SMEM;
+            c1.stream = st;
+            CK(cudaLaunchKernelEx(&c1, primary, mid[k], salt));
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[0].val.programmaticStreamSerializationAllowed = 1;
+            cudaLaunchConfig_t c2 = {};
+            c2.gridDim = dim3(a->dep_blocks);
+            c2.blockDim = dim3(DEP_THREADS);
+            c2.stream = st;
+            c2.attrs = at;
+            c2.numAttrs = a->pdl ? 1 : 0;
+            CK(cudaLaunchKernelEx(&c2, dependent, (const float *)mid[k], res[k], n));
+        }
+        for (int k = 0; k < IN_FLIGHT; k++) {
+            CK(cudaMemcpyAsync(h.data(), res[k], n * sizeof(float), cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            const int salt = a->id * 1000 + r * 10 + k;
+            for (int i = 0; i < n; i++)
+                a->errors += h[i] != (float)(i + salt) + 1.0f;
+        }
+        void *tmp; /* the test's offload mode allocates and frees while other threads run */
+        CK(cudaMalloc(&tmp, 1 << 20));
+        CK(cudaMemsetAsync(tmp, 0, 1 << 20, st));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaFree(tmp));
+    }
+    for (int k = 0; k < IN_FLIGHT; k++) {
+        CK(cudaFree(mid[k]));
+        CK(cudaFree(res[k]));
+    }
+    CK(cudaStreamDestroy(st));
+    return nullptr;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    const int rounds = argc > 1 ? atoi(argv[1]) : 4;
+    const char *e = getenv("PDL");
+    const int pdl = !(e && strcmp(e, "0") == 0);
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CK(cudaFuncSetAttribute(primary, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    const int nthreads = 4;
+    arg a[nthreads];
+    pthread_t th[nthreads];
+    for (int i = 0; i < nthreads; i++) {
+        /* three waves of one block per SM; the dependent grid 9 blocks per SM */
+        a[i] = {i, rounds, 3 * sms, 9 * sms, pdl, 0};
+        pthread_create(&th[i], nullptr, thread_main, &a[i]);
+    }
+    int errors = 0;
+    for (int i = 0; i < nthreads; i++) {
+        pthread_join(th[i], nullptr);
+        errors += a[i].errors;
+    }
+    printf("pdl %d, %d threads x %d rounds x %d pairs: %d wrong values\n", pdl, nthreads, rounds,
+           IN_FLIGHT, errors);
+    return errors != 0;
+}
