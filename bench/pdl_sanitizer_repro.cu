@@ -10,8 +10,15 @@
  *     and a stream synchronization, a cudaMalloc/cudaFree per round (the test's offload mode).
  * Each pair's result is checked. A run that never ends under racecheck reproduces the stall
  * without our kernels; PDL=0 in the environment launches the dependent without the attribute.
+ * With a second argument of 1, the kernels also use what ours add to that pattern: the primary
+ * splits its block into two groups that meet only through named barriers (bar.arrive on the
+ * other group's, bar.sync on their own, four ids per group in rotation, as the split kernel's
+ * "tile full" barriers) and stages its input by cp.async, and the dependent reserves dynamic
+ * shared memory (as the block combine does to spread its blocks) and meets at a block barrier.
+ * (Session 12 ran the plain form, 23 racecheck runs without a stall; the FEATURES form was
+ * compiled after the session's device time ran out and has not run yet.)
  *   nvcc -O3 -std=c++17 -arch=sm_90 -o pdl_sanitizer_repro bench/pdl_sanitizer_repro.cu
- *   compute-sanitizer --tool racecheck ./pdl_sanitizer_repro [ROUNDS (4)] */
+ *   compute-sanitizer --tool racecheck ./pdl_sanitizer_repro [ROUNDS (4)] [FEATURES (0)] */
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,8 +67,66 @@ __global__ void __launch_bounds__(DEP_THREADS) dependent(const float *in, float 
         out[i] = in[i] + 1.0f;
 }
 
+constexpr int GROUP = THREADS / 2, STAGES = 4, DEP_SMEM = 32 * 1024;
+
+__device__ __forceinline__ void bar_sync(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* Two groups of 128 threads, each working in its own half of shared memory, staged by cp.async
+ * from `src`; the groups meet only through "full" barriers 1 + 4 g + s % 4 (group g syncs on
+ * its own, the other group arrives on it a step ahead), each group's own work between barriers
+ * 9 + g. A group leads by at most a step, so no barrier id is reused before its last phase. */
+__global__ void __launch_bounds__(THREADS) primary_features(float *out, const float4 *src, int salt)
+{
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    extern __shared__ float sm[];
+    const int tid = threadIdx.x, g = tid / GROUP, t = tid % GROUP;
+    const int half = SMEM / 8; /* floats per group */
+    float *mine = sm + g * half;
+    const auto full = [](int group, int step) { return 1 + STAGES * group + step % STAGES; };
+    bar_arrive(full(g ^ 1, 0), THREADS);
+    float acc = 0.0f;
+    for (int s = 0; s < STEPS; s++) {
+        bar_sync(full(g, s), THREADS);
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(mine + (s % 8) * GROUP * 4 + t * 4);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+                     "l"(src + (blockIdx.x * STEPS + s) % 4096 * GROUP + t));
+        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        bar_sync(9 + g, GROUP);
+        acc += mine[((s % 8) * GROUP * 4 + (t * 5 + s) % (GROUP * 4))];
+        bar_sync(9 + g, GROUP);
+        if (s + 1 < STEPS)
+            bar_arrive(full(g ^ 1, s + 1), THREADS);
+    }
+    __syncthreads();
+    if (tid == 0)
+        out[blockIdx.x] = (float)(blockIdx.x + salt);
+    (void)acc;
+}
+
+__global__ void __launch_bounds__(DEP_THREADS) dependent_features(const float *in, float *out, int n)
+{
+    extern __shared__ float reserved[]; /* as the block combine: reserved to spread the blocks */
+    __shared__ float red[DEP_THREADS];
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    const int i = blockIdx.x * DEP_THREADS + threadIdx.x;
+    red[threadIdx.x] = i < n ? in[i] : 0.0f;
+    __syncthreads();
+    if (i < n)
+        out[i] = red[threadIdx.x] + 1.0f;
+    (void)reserved;
+}
+
 struct arg {
-    int id, rounds, primary_blocks, dep_blocks, pdl, errors;
+    int id, rounds, primary_blocks, dep_blocks, pdl, features, errors;
+    const float4 *src;
 };
 
 void *thread_main(void *p)
@@ -84,7 +149,10 @@ void *thread_main(void *p)
             c1.blockDim = dim3(THREADS);
             c1.dynamicSmemBytes = SMEM;
             c1.stream = st;
-            CK(cudaLaunchKernelEx(&c1, primary, mid[k], salt));
+            if (a->features)
+                CK(cudaLaunchKernelEx(&c1, primary_features, mid[k], a->src, salt));
+            else
+                CK(cudaLaunchKernelEx(&c1, primary, mid[k], salt));
             cudaLaunchAttribute at[1];
             at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
             at[0].val.programmaticStreamSerializationAllowed = 1;
@@ -94,7 +162,12 @@ void *thread_main(void *p)
             c2.stream = st;
             c2.attrs = at;
             c2.numAttrs = a->pdl ? 1 : 0;
-            CK(cudaLaunchKernelEx(&c2, dependent, (const float *)mid[k], res[k], n));
+            if (a->features) {
+                c2.dynamicSmemBytes = DEP_SMEM;
+                CK(cudaLaunchKernelEx(&c2, dependent_features, (const float *)mid[k], res[k], n));
+            } else {
+                CK(cudaLaunchKernelEx(&c2, dependent, (const float *)mid[k], res[k], n));
+            }
         }
         for (int k = 0; k < IN_FLIGHT; k++) {
             CK(cudaMemcpyAsync(h.data(), res[k], n * sizeof(float), cudaMemcpyDeviceToHost, st));
@@ -126,13 +199,18 @@ int main(int argc, char **argv)
     const int pdl = !(e && strcmp(e, "0") == 0);
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int features = argc > 2 ? atoi(argv[2]) : 0;
     CK(cudaFuncSetAttribute(primary, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    CK(cudaFuncSetAttribute(primary_features, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    float4 *src = nullptr; /* the primary's cp.async source: 4096 x GROUP float4 */
+    CK(cudaMalloc(&src, sizeof(float4) * 4096 * GROUP));
+    CK(cudaMemset(src, 0, sizeof(float4) * 4096 * GROUP));
     const int nthreads = 4;
     arg a[nthreads];
     pthread_t th[nthreads];
     for (int i = 0; i < nthreads; i++) {
         /* three waves of one block per SM; the dependent grid 9 blocks per SM */
-        a[i] = {i, rounds, 3 * sms, 9 * sms, pdl, 0};
+        a[i] = {i, rounds, 3 * sms, 9 * sms, pdl, features, 0, src};
         pthread_create(&th[i], nullptr, thread_main, &a[i]);
     }
     int errors = 0;
@@ -140,7 +218,8 @@ int main(int argc, char **argv)
         pthread_join(th[i], nullptr);
         errors += a[i].errors;
     }
-    printf("pdl %d, %d threads x %d rounds x %d pairs: %d wrong values\n", pdl, nthreads, rounds,
-           IN_FLIGHT, errors);
+    CK(cudaFree(src));
+    printf("pdl %d, features %d, %d threads x %d rounds x %d pairs: %d wrong values\n", pdl,
+           features, nthreads, rounds, IN_FLIGHT, errors);
     return errors != 0;
 }
