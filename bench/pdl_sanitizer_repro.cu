@@ -1,7 +1,8 @@
 /* Does compute-sanitizer's racecheck stall on programmatic dependent launch across streams,
  * without this library? A stand-alone copy of the launch pattern of `test_cuda_streams_gpu`
- * (bench/NOTES.md, session 12: that test stalls under racecheck in about one run in four with
- * the combine's programmatic launch, never without it, never outside the sanitizer):
+ * (bench/NOTES.md, session 12: under racecheck that test stalled in 3 of 11 runs with the
+ * combine's programmatic launch, in none of 11 without it, and never outside the sanitizer).
+ * An H200 diagnostic (its 120 KB blocks do not fit an sm_120):
  *   - a primary kernel of several waves (one 120 KB block per SM), which triggers its dependents
  *     at entry, as the split kernels do, then works in shared memory with block barriers;
  *   - a dependent kernel of many small blocks, launched with programmatic stream serialization,
