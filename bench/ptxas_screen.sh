@@ -16,7 +16,8 @@ arch=${1:-90}
 shift || true
 out=${OUT_DIR:-build-exp/ptxas}
 mkdir -p "$out"
-product="-Xptxas=--register-usage-level=10" # keep in step with src/cuda/CMakeLists.txt
+# the options the product gives verify_flash.cu (src/cuda/CMakeLists.txt, when ptxas has them)
+product=$(sed -n 's/.*COMPILE_OPTIONS "\([^"]*\)".*/\1/p' src/cuda/CMakeLists.txt)
 if [ $# -gt 0 ]; then
   sets=("$@")
 else
