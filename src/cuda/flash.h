@@ -88,9 +88,8 @@ static inline int mlav_flash_all_groups(int32_t max_q_len, int32_t H)
  * (bench/NOTES.md, v2); one or two more waves only where the fewest leave SMs idle and the
  * splits are long (block_cost_keys). Splits go down to 32 keys (two KV tiles): with one 8-warp
  * block per SM 64 rows x 32 keys take microseconds, so at short prefixes latency, not the
- * combine, decides
- * (bench/NOTES.md, v2: 256-key minimum splits left q_len 9 / prefix 256 on 18 blocks, 28 us;
- * session 5: fewer blocks were never faster). */
+ * combine, decides (bench/NOTES.md, v2: 256-key minimum splits left q_len 9 / prefix 256 on 18
+ * blocks, 28 us; session 5: fewer blocks were never faster). */
 static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int blocks_per_sm)
 {
     mlav_schedule_params sp;
