@@ -387,6 +387,30 @@ __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav
 
 } // namespace
 
+/* The block combine's instance for a dtype and kind (MLAV_COMBINE_BLOCKS or _WIDE). */
+static const void *block_combine(mlav_dtype dtype, int kind)
+{
+    const bool wide = kind == MLAV_COMBINE_BLOCKS_WIDE;
+    if (dtype == MLAV_DTYPE_BF16)
+        return wide ? reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 2>)
+                    : reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 1>);
+    if (dtype == MLAV_DTYPE_F32)
+        return wide ? reinterpret_cast<const void *>(&combine_kernel<float, 2>)
+                    : reinterpret_cast<const void *>(&combine_kernel<float, 1>);
+    return wide ? reinterpret_cast<const void *>(&combine_kernel<__half, 2>)
+                : reinterpret_cast<const void *>(&combine_kernel<__half, 1>);
+}
+
+/* The row combine's instance for a dtype. */
+static const void *row_combine(mlav_dtype dtype)
+{
+    if (dtype == MLAV_DTYPE_BF16)
+        return reinterpret_cast<const void *>(&combine_rows_kernel<__nv_bfloat16>);
+    if (dtype == MLAV_DTYPE_F32)
+        return reinterpret_cast<const void *>(&combine_rows_kernel<float>);
+    return reinterpret_cast<const void *>(&combine_rows_kernel<__half>);
+}
+
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream)
 {
     /* With p.pdl the combine is a programmatic dependent of the split kernel just launched on
@@ -400,48 +424,23 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = fp->pdl ? 1 : 0;
+    const void *kernel;
     if (fp->combine_kind == MLAV_COMBINE_ROWS) {
         const int64_t rows = (int64_t)fp->n_combine * BM;
         cfg.gridDim = dim3((unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS));
         cfg.blockDim = dim3(ROW_WARPS * 32);
-        if (dtype == MLAV_DTYPE_BF16)
-            MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_rows_kernel<__nv_bfloat16>, *fp));
-        else if (dtype == MLAV_DTYPE_F32)
-            MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_rows_kernel<float>, *fp));
-        else
-            MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_rows_kernel<__half>, *fp));
-        MLAV_CUDA_TRY(cudaGetLastError());
-        return MLAV_OK;
+        kernel = row_combine(dtype);
+    } else {
+        cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = (size_t)fp->combine_smem; /* reserved, unused: see spread_smem */
+        kernel = block_combine(dtype, fp->combine_kind);
     }
-    cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
-    cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = (size_t)fp->combine_smem; /* reserved, unused: see spread_smem */
-    const bool wide = fp->combine_kind == MLAV_COMBINE_BLOCKS_WIDE;
-    if (dtype == MLAV_DTYPE_BF16)
-        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, wide ? combine_kernel<__nv_bfloat16, 2>
-                                                    : combine_kernel<__nv_bfloat16, 1>, *fp));
-    else if (dtype == MLAV_DTYPE_F32)
-        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, wide ? combine_kernel<float, 2>
-                                                    : combine_kernel<float, 1>, *fp));
-    else
-        MLAV_CUDA_TRY(cudaLaunchKernelEx(&cfg, wide ? combine_kernel<__half, 2>
-                                                    : combine_kernel<__half, 1>, *fp));
+    /* every instance takes the params struct by value as its only argument */
+    void *args[1] = {const_cast<mlav_flash_params *>(fp)};
+    MLAV_CUDA_TRY(cudaLaunchKernelExC(&cfg, kernel, args));
     MLAV_CUDA_TRY(cudaGetLastError());
     return MLAV_OK;
-}
-
-/* The block combine's instance for a dtype and kind (MLAV_COMBINE_BLOCKS or _WIDE). */
-static const void *block_combine(mlav_dtype dtype, int kind)
-{
-    const bool wide = kind == MLAV_COMBINE_BLOCKS_WIDE;
-    if (dtype == MLAV_DTYPE_BF16)
-        return wide ? reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 2>)
-                    : reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 1>);
-    if (dtype == MLAV_DTYPE_F32)
-        return wide ? reinterpret_cast<const void *>(&combine_kernel<float, 2>)
-                    : reinterpret_cast<const void *>(&combine_kernel<float, 1>);
-    return wide ? reinterpret_cast<const void *>(&combine_kernel<__half, 2>)
-                : reinterpret_cast<const void *>(&combine_kernel<__half, 1>);
 }
 
 /* Resident blocks per SM of a block combine with `dyn` bytes of dynamic shared memory (0 on
