@@ -11,15 +11,16 @@
  *     and a stream synchronization, a cudaMalloc/cudaFree per round (the test's offload mode).
  * Each pair's result is checked. A run that never ends under racecheck reproduces the stall
  * without our kernels; PDL=0 in the environment launches the dependent without the attribute.
- * With a second argument of 1, the kernels also use what ours add to that pattern: the primary
- * splits its block into two groups that meet only through named barriers (bar.arrive on the
- * other group's, bar.sync on their own, four ids per group in rotation, as the split kernel's
- * "tile full" barriers) and stages its input by cp.async, and the dependent reserves dynamic
- * shared memory (as the block combine does to spread its blocks) and meets at a block barrier.
- * (Session 12 ran the plain form, 23 racecheck runs without a stall; the FEATURES form was
- * compiled after the session's device time ran out and has not run yet.)
+ * A second argument, FEATURES, adds what our kernels add to that pattern, one bit each:
+ *   1: the primary's block is two groups that meet only through named barriers (bar.arrive on
+ *      the other group's, bar.sync on their own, four ids per group in rotation, as the split
+ *      kernel's "tile full" barriers), each group's steps fenced by its own named barrier;
+ *   2: the primary stages its input by cp.async (else by plain loads and stores);
+ *   4: the dependent reserves dynamic shared memory (as the block combine does to spread its
+ *      blocks) and meets at a block barrier.
+ * (Session 12 ran the plain form: 23 racecheck runs without a stall.)
  *   nvcc -O3 -std=c++17 -arch=sm_90 -o pdl_sanitizer_repro bench/pdl_sanitizer_repro.cu
- *   compute-sanitizer --tool racecheck ./pdl_sanitizer_repro [ROUNDS (4)] [FEATURES (0)] */
+ *   compute-sanitizer --tool racecheck ./pdl_sanitizer_repro [ROUNDS (4)] [FEATURES (0..7)] */
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -83,27 +84,44 @@ __device__ __forceinline__ void bar_arrive(int id, int count)
  * from `src`; the groups meet only through "full" barriers 1 + 4 g + s % 4 (group g syncs on
  * its own, the other group arrives on it a step ahead), each group's own work between barriers
  * 9 + g. A group leads by at most a step, so no barrier id is reused before its last phase. */
-__global__ void __launch_bounds__(THREADS) primary_features(float *out, const float4 *src, int salt)
+__global__ void __launch_bounds__(THREADS)
+primary_features(float *out, const float4 *src, int salt, int feat)
 {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     extern __shared__ float sm[];
     const int tid = threadIdx.x, g = tid / GROUP, t = tid % GROUP;
     const int half = SMEM / 8; /* floats per group */
     float *mine = sm + g * half;
+    const bool named = feat & 1, async = feat & 2;
     const auto full = [](int group, int step) { return 1 + STAGES * group + step % STAGES; };
-    bar_arrive(full(g ^ 1, 0), THREADS);
+    if (named)
+        bar_arrive(full(g ^ 1, 0), THREADS);
     float acc = 0.0f;
     for (int s = 0; s < STEPS; s++) {
-        bar_sync(full(g, s), THREADS);
-        const unsigned dst = (unsigned)__cvta_generic_to_shared(mine + (s % 8) * GROUP * 4 + t * 4);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
-                     "l"(src + (blockIdx.x * STEPS + s) % 4096 * GROUP + t));
-        asm volatile("cp.async.commit_group;\n" ::);
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        bar_sync(9 + g, GROUP);
+        if (named)
+            bar_sync(full(g, s), THREADS);
+        else
+            __syncthreads();
+        float *slot = mine + (s % 8) * GROUP * 4 + t * 4;
+        const float4 *from = src + (blockIdx.x * STEPS + s) % 4096 * GROUP + t;
+        if (async) {
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(slot);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(from));
+            asm volatile("cp.async.commit_group;\n" ::);
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        } else {
+            *reinterpret_cast<float4 *>(slot) = *from;
+        }
+        if (named)
+            bar_sync(9 + g, GROUP);
+        else
+            __syncthreads();
         acc += mine[((s % 8) * GROUP * 4 + (t * 5 + s) % (GROUP * 4))];
-        bar_sync(9 + g, GROUP);
-        if (s + 1 < STEPS)
+        if (named)
+            bar_sync(9 + g, GROUP);
+        else
+            __syncthreads();
+        if (named && s + 1 < STEPS)
             bar_arrive(full(g ^ 1, s + 1), THREADS);
     }
     __syncthreads();
@@ -150,8 +168,8 @@ void *thread_main(void *p)
             c1.blockDim = dim3(THREADS);
             c1.dynamicSmemBytes = SMEM;
             c1.stream = st;
-            if (a->features)
-                CK(cudaLaunchKernelEx(&c1, primary_features, mid[k], a->src, salt));
+            if (a->features & 3)
+                CK(cudaLaunchKernelEx(&c1, primary_features, mid[k], a->src, salt, a->features));
             else
                 CK(cudaLaunchKernelEx(&c1, primary, mid[k], salt));
             cudaLaunchAttribute at[1];
@@ -163,7 +181,7 @@ void *thread_main(void *p)
             c2.stream = st;
             c2.attrs = at;
             c2.numAttrs = a->pdl ? 1 : 0;
-            if (a->features) {
+            if (a->features & 4) {
                 c2.dynamicSmemBytes = DEP_SMEM;
                 CK(cudaLaunchKernelEx(&c2, dependent_features, (const float *)mid[k], res[k], n));
             } else {
