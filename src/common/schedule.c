@@ -136,6 +136,39 @@ oom:
     return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory scheduling splits");
 }
 
+/* The model's dispatch: when each of `slots` block slots comes free (a min-heap), and the
+ * latest end so far. */
+typedef struct {
+    int64_t *free_at, slots, end;
+} dispatch;
+
+static void dispatch_reset(dispatch *d, int64_t slots)
+{
+    memset(d->free_at, 0, (size_t)slots * sizeof(int64_t));
+    d->slots = slots;
+    d->end = 0;
+}
+
+/* A block costing `cost` goes to the slot that comes free first: sift its new time down. */
+static void dispatch_block(dispatch *d, int64_t cost)
+{
+    const int64_t done = d->free_at[0] + cost;
+    d->end = done > d->end ? done : d->end;
+    int64_t k = 0;
+    for (;;) {
+        int64_t c = 2 * k + 1;
+        if (c >= d->slots)
+            break;
+        if (c + 1 < d->slots && d->free_at[c + 1] < d->free_at[c])
+            c++;
+        if (d->free_at[c] >= done)
+            break;
+        d->free_at[k] = d->free_at[c];
+        k = c;
+    }
+    d->free_at[k] = done;
+}
+
 int64_t mlav_schedule_model_time(const mlav_schedule *s, const mlav_schedule_params *sp)
 {
     int64_t combine = 0; /* the combine: split_cost_keys per split of its most split item */
@@ -145,30 +178,41 @@ int64_t mlav_schedule_model_time(const mlav_schedule *s, const mlav_schedule_par
     const int64_t slots = sp->target_blocks < s->n_items ? sp->target_blocks : s->n_items;
     if (slots < 1)
         return combine;
-    int64_t *free_at = calloc((size_t)slots, sizeof(int64_t)); /* a min-heap of slot times */
-    if (!free_at)
+    dispatch d = {.free_at = malloc((size_t)slots * sizeof(int64_t))};
+    if (!d.free_at)
         return -1;
-    int64_t end = 0;
-    for (int32_t i = 0; i < s->n_items; i++) {
-        const mlav_split_item *x = &s->items[i];
-        const int64_t done = free_at[0] + sp->block_cost_keys + (x->kv_end - x->kv_begin);
-        end = done > end ? done : end;
-        int64_t k = 0; /* the earliest slot takes the block: sift its new time down */
-        for (;;) {
-            int64_t c = 2 * k + 1;
-            if (c >= slots)
-                break;
-            if (c + 1 < slots && free_at[c + 1] < free_at[c])
-                c++;
-            if (free_at[c] >= done)
-                break;
-            free_at[k] = free_at[c];
-            k = c;
+    dispatch_reset(&d, slots);
+    for (int32_t i = 0; i < s->n_items; i++)
+        dispatch_block(&d, sp->block_cost_keys + (s->items[i].kv_end - s->items[i].kv_begin));
+    free(d.free_at);
+    return d.end + combine;
+}
+
+/* mlav_schedule_model_time of build_at's schedule at `chunk`, without building it: the same
+ * blocks in the same order. `d` holds target_blocks slots. */
+static int64_t model_at(const mlav_problem_info *p, const mlav_schedule_params *sp, int64_t chunk,
+                        dispatch *d)
+{
+    const int64_t n = blocks_at(p, sp, chunk);
+    dispatch_reset(d, sp->target_blocks < n ? sp->target_blocks : n);
+    int64_t most = 0;
+    for (int32_t b = 0; b < p->B; b++) {
+        const int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
+        if (rows == 0)
+            continue;
+        const int64_t mt = ceil_div(rows, sp->rows_per_tile);
+        int64_t per;
+        const int64_t ns = splits_of(p->kv_lens[b], chunk, sp, &per);
+        if (ns > 1 && ns > most)
+            most = ns;
+        for (int64_t k = 0; k < ns; k++) {
+            const int64_t begin = k * per;
+            const int64_t end = begin + per < p->kv_lens[b] ? begin + per : p->kv_lens[b];
+            for (int64_t m = 0; m < mt; m++)
+                dispatch_block(d, sp->block_cost_keys + (end - begin));
         }
-        free_at[k] = done;
     }
-    free(free_at);
-    return end + combine;
+    return d->end + (int64_t)sp->split_cost_keys * most;
 }
 
 mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
@@ -176,9 +220,10 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
 {
     memset(out, 0, sizeof *out);
     if (sp->rows_per_tile < 1 || sp->key_align < 1 || sp->min_chunk < 1 || sp->max_splits < 1 ||
-        sp->target_blocks < 1 || sp->block_cost_keys < 0 || sp->split_cost_keys < 0)
-        return mlav_set_error(MLAV_ERR_INVALID_ARG,
-                              "schedule parameters must be positive (the two costs non-negative)");
+        sp->target_blocks < 1 || sp->block_cost_keys < 0 || sp->split_cost_keys < 0 ||
+        sp->more_waves < 0)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "schedule parameters must be positive (the "
+                                                    "two costs and more_waves non-negative)");
 
     /* First the smallest chunk whose blocks fit in whole waves of target_blocks, as few waves as
      * the unsplit batch allows: blocks of one split size finish together, and a wave that is only
@@ -196,36 +241,54 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
     if (s != MLAV_OK || sp->block_cost_keys == 0)
         return s;
 
-    /* Then the model (mlav_schedule_model_time) weighs four more: splits of twice and four times
-     * that chunk, where the many short splits' blocks and combine cost more than their
-     * parallelism gives (a lone q_len 1 request at prefix 4096: 129 splits of 32 keys measured
-     * 1.07 of 65 of 64 on the H200); and one or two more waves of shorter splits, where the
-     * fewest waves leave SMs idle (9 row tiles x 14 splits = 126 blocks on 132 SMs, 8 requests x
-     * 3 row tiles x 5 = 120) and the splits are long enough that a block's fixed cost is worth
-     * paying again (bench/NOTES.md, session 10: two waves measured 0.94 of one at 8 x (H 16,
-     * q_len 9), prefix 32k, and 0.98 at H 64, q_len 9, prefix 131k; 1.06-1.19 up to 16k, which
-     * the model also rejects). */
-    int64_t best = mlav_schedule_model_time(out, sp);
-    for (int k = 0; k < 4 && best >= 0; k++) {
-        const int64_t c = k < 2 ? chunk0 << (k + 1)
-                                : chunk_for_cap(p, sp, max_kv,
-                                                cap + (k - 1) * (int64_t)sp->target_blocks);
-        if (c > INT32_MAX || (k >= 2 && c >= chunk0))
-            continue; /* too long a split, or no shorter one fits (min_chunk, max_splits) */
-        mlav_schedule cand;
-        s = build_at(p, sp, c, &cand);
-        if (s != MLAV_OK) {
-            mlav_schedule_free(out);
-            return s;
-        }
-        const int64_t t = mlav_schedule_model_time(&cand, sp);
-        if (t >= 0 && t < best) {
-            mlav_schedule_free(out);
-            *out = cand;
-            best = t;
+    /* Then the model (mlav_schedule_model_time, evaluated without building: model_at) weighs
+     * more chunks and keeps the shortest:
+     * - splits of twice and four times that chunk, where the many short splits' blocks and
+     *   combine cost more than their parallelism gives (a lone q_len 1 request at prefix 4096:
+     *   129 splits of 32 keys measured 1.07 of 65 of 64 on the H200);
+     * - up to more_waves more waves of shorter splits, where the fewest waves leave SMs idle
+     *   (9 row tiles x 14 splits = 126 blocks on 132 SMs; 16 requests x 9 row tiles = 144 row
+     *   tiles, whose fewest waves are 3 splits in 3.3 waves and whose shortest modelled time is
+     *   7 splits in 7.6) and the splits are long enough that a block's fixed cost is worth
+     *   paying again (bench/NOTES.md, session 10: two waves measured 0.94 of one at 8 x (H 16,
+     *   q_len 9), prefix 32k, and 0.98 at H 64, q_len 9, prefix 131k; 1.06-1.19 up to 16k, which
+     *   the model also rejects; session 13: more waves for batches). */
+    dispatch d = {.free_at = malloc((size_t)sp->target_blocks * sizeof(int64_t))};
+    if (!d.free_at) {
+        mlav_schedule_free(out);
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory scheduling splits");
+    }
+    int64_t best = model_at(p, sp, chunk0, &d), best_chunk = chunk0, last = chunk0;
+    int64_t work = 0; /* KV rows of loop work over all blocks, the same at every chunk */
+    for (int32_t b = 0; b < p->B; b++)
+        work += ceil_div((int64_t)mlav_info_q_len(p, b) * p->H, sp->rows_per_tile) * p->kv_lens[b];
+    for (int32_t k = 0; k < 2 + sp->more_waves; k++) {
+        int64_t c;
+        if (k < 2) {
+            c = chunk0 << (k + 1);
         } else {
-            mlav_schedule_free(&cand);
+            c = chunk_for_cap(p, sp, max_kv, cap + (k - 1) * (int64_t)sp->target_blocks);
+            if (c >= last)
+                continue; /* no shorter split fits this many waves (min_chunk, max_splits) */
+            last = c;
+            /* no schedule of n blocks ends before its work and fixed costs spread evenly over
+             * the slots, and n only grows with more waves: past the best, stop */
+            const int64_t n = blocks_at(p, sp, c);
+            if ((work + n * sp->block_cost_keys) / sp->target_blocks >= best)
+                break;
         }
+        if (c > INT32_MAX)
+            continue;
+        const int64_t t = model_at(p, sp, c, &d);
+        if (t < best) {
+            best = t;
+            best_chunk = c;
+        }
+    }
+    free(d.free_at);
+    if (best_chunk != chunk0) {
+        mlav_schedule_free(out);
+        return build_at(p, sp, best_chunk, out);
     }
     return MLAV_OK;
 }

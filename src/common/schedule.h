@@ -49,6 +49,8 @@ typedef struct mlav_schedule_params {
                                 shortest (mlav_schedule_model_time); 0 keeps those */
     int32_t split_cost_keys; /* the combine's cost per split of the most split item, in KV rows
                                 of loop work (the model's second term) */
+    int32_t more_waves;     /* with a block cost, the most waves beyond the fewest that the plan
+                               weighs (each a model run over its blocks: host time) */
 } mlav_schedule_params;
 
 /* Build the schedule. Returns MLAV_OK, MLAV_ERR_INVALID_ARG (bad params) or

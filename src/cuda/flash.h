@@ -35,6 +35,11 @@
  * NOTES.md, session 10): a lone q_len 1 request at prefixes 4096 to 131k, 65-125 splits against
  * 129, put it at 0.6-0.8 keys per split. */
 #define MLAV_FLASH_SPLIT_COST_KEYS 1
+/* The most waves beyond the fewest that the plan weighs (mlav_schedule_params.more_waves). A
+ * batch whose row tiles a little exceed the SMs (16 requests x 9 row tiles = 144 on 132) is best
+ * in 6 more (the model); over random engine-like batches 8 more came within 0.05% of 16 at
+ * 125 us of host time per plan against 199 on the development VM (bench/NOTES.md, session 13). */
+#define MLAV_FLASH_MORE_WAVES 8
 
 typedef struct mlav_flash_params {
     const void *q;                  /* [T, H, W] */
@@ -85,8 +90,8 @@ static inline int mlav_flash_all_groups(int32_t max_q_len, int32_t H)
  * resident blocks (backend_flash.cu's plan; bench/flash_trace.cu runs the same).
  * Whole waves of resident blocks: the splits of a request are equal, so a wave is balanced, and
  * with one 8-warp block per SM a second wave doubles the per-block prologue at short prefixes
- * (bench/NOTES.md, v2); one or two more waves only where the fewest leave SMs idle and the
- * splits are long (block_cost_keys). Splits go down to 32 keys (two KV tiles): with one 8-warp
+ * (bench/NOTES.md, v2); more waves only where the fewest leave SMs idle and the splits are long
+ * (block_cost_keys). Splits go down to 32 keys (two KV tiles): with one 8-warp
  * block per SM 64 rows x 32 keys take microseconds, so at short prefixes latency, not the
  * combine, decides (bench/NOTES.md, v2: 256-key minimum splits left q_len 9 / prefix 256 on 18
  * blocks, 28 us; session 5: fewer blocks were never faster). */
@@ -100,6 +105,7 @@ static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int 
     sp.target_blocks = sm_count * blocks_per_sm;
     sp.block_cost_keys = MLAV_FLASH_BLOCK_COST_KEYS;
     sp.split_cost_keys = MLAV_FLASH_SPLIT_COST_KEYS;
+    sp.more_waves = MLAV_FLASH_MORE_WAVES;
     return sp;
 }
 
