@@ -44,6 +44,8 @@ typedef struct bench_opts {
     const char *csv;
     int tree;               /* 1: random draft tree mask; 0: causal chain (tree_mask = NULL) */
     int warm_l2;            /* 1: no L2 flush before GPU replays (diagnostic, --l2 warm) */
+    double spread;          /* --prefix-spread: request b's prefix is prefix * (1 + spread * u_b),
+                               u_b uniform in [-1, 1] (0: every request the same) */
     uint64_t seed;
 } bench_opts;
 
@@ -56,7 +58,7 @@ static void usage(FILE *f)
         "                       [--heads LIST] [--qlen LIST] [--prefix LIST] [--batch N]\n"
         "                       [--page-size N] [--dtype bf16|f16|f32] [--tree tree|chain]\n"
         "                       [--reps N] [--min-reps N] [--max-seconds S] [--csv FILE]\n"
-        "                       [--l2 flush|warm] [--list]\n"
+        "                       [--l2 flush|warm] [--prefix-spread F] [--list]\n"
         "  --backend LIST    comma-separated: cuda, cuda-naive, cpu, reference\n"
         "                    (default: cuda,cuda-naive with a CUDA device, else cpu)\n"
         "  --preset NAME     reference: B=1 H=64 bf16 page_size 1 (shuffled), q_len 1,9,33,\n"
@@ -68,13 +70,17 @@ static void usage(FILE *f)
         "                      page_size 64 at H=64), for the CPU backend (the default without\n"
         "                      a CUDA device)\n"
         "                    a preset cannot be combined with --heads/--qlen/--prefix/--batch/\n"
-        "                    --page-size/--dtype, which build a grid of their own\n"
+        "                    --page-size/--dtype/--prefix-spread, which build a grid of their own\n"
         "  --reps N          replays per point (default 50); a point stops earlier once\n"
         "                    --max-seconds (default 2) of timing have passed, but never before\n"
         "                    --min-reps (default 10)\n"
         "  --csv FILE        one row per backend and point:\n"
         "                    backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,\n"
         "                    gbps,frac_mma,frac_bw\n"
+        "  --prefix-spread F request b's prefix is prefix x (1 + F u_b), u_b drawn uniformly from\n"
+        "                    [-1, 1] (seeded: the same batch every run), 0 <= F < 1: an engine's\n"
+        "                    batch of mixed lengths; the prefix column is the nominal (mean)\n"
+        "                    prefix, FLOPs and bytes count the drawn lengths\n"
         "  --l2 warm         do not flush the L2 before each GPU replay (a diagnostic: shows how\n"
         "                    much of a short point is cold misses; default flush)\n"
         "  --list            print the points (batch heads q_len prefix page_size dtype) and exit\n"
@@ -145,24 +151,16 @@ static void sanitize(char *s)
 
 /* ---- the work of one config --------------------------------------------------------------- */
 
-static int64_t pages_per_request(const bench_config *c)
+/* Request b's prefix: the config's, or with a spread, drawn around it (the same batch for every
+ * run and backend of a config). */
+static int64_t request_prefix(const bench_config *c, const bench_opts *o, int b)
 {
-    int64_t kv = c->prefix + c->q_len;
-    return (kv + c->page_size - 1) / c->page_size;
-}
-
-static double config_flops(const bench_config *c, int32_t Dl, int32_t Dr)
-{
-    double kv = (double)(c->prefix + c->q_len);
-    return 2.0 * c->B * c->H * c->q_len * kv * (double)(Dl + Dr + Dl);
-}
-
-/* Bytes that must move at least once: the prefix KV, q and out. */
-static double config_bytes(const bench_config *c, int32_t Dl, int32_t Dr)
-{
-    double es = (double)mlav_dtype_size(c->dtype), W = Dl + Dr;
-    double T = (double)c->B * c->q_len;
-    return es * ((double)c->B * (double)c->prefix * W + T * c->H * W + T * c->H * Dl);
+    if (o->spread <= 0.0)
+        return c->prefix;
+    uint64_t x = o->seed ^ 0x9E3779B97F4A7C15ull * (uint64_t)(b + 1) ^ (uint64_t)c->prefix;
+    const double u = (double)(splitmix64(&x) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+    const int64_t p = llround((double)c->prefix * (1.0 + o->spread * u));
+    return p < 0 ? 0 : p;
 }
 
 /* Host-side description shared by all backends of a config: lengths, a shuffled page table
@@ -171,7 +169,9 @@ typedef struct bench_layout {
     int32_t q_indptr[257], kv_lens[256];
     int32_t max_pages, words;
     int64_t num_pages;
-    int32_t *page_table;     /* [B, max_pages] */
+    int32_t *page_table;     /* [B, max_pages]: request b's pages, then zeros it never reads */
+    double flops, bytes;     /* the work: 2 H q_len kv_len (2 Dl + Dr) summed over requests; the
+                                bytes that must move once: every prefix's KV, q and out */
     uint32_t *tree_mask;     /* [T, words] or NULL */
     mlav_problem prob;
     size_t q_elems, kv_elems, out_elems, lse_elems;
@@ -184,31 +184,49 @@ static int layout_make(bench_layout *L, const bench_config *c, const bench_opts 
         fprintf(stderr, "mlaverify bench: batch %d > 256\n", c->B);
         return -1;
     }
-    int64_t ppr = pages_per_request(c);
-    if (ppr > INT32_MAX) {
+    int64_t pages[256], max_pages = 0, num_pages = 0;
+    const int32_t T = c->B * c->q_len;
+    const double es = (double)mlav_dtype_size(c->dtype), row = o->Dl + o->Dr;
+    for (int b = 0; b < c->B; b++) {
+        const int64_t prefix = request_prefix(c, o, b), kv = prefix + c->q_len;
+        if (kv > INT32_MAX) {
+            fprintf(stderr, "mlaverify bench: too long a request\n");
+            return -1;
+        }
+        L->q_indptr[b + 1] = L->q_indptr[b] + c->q_len;
+        L->kv_lens[b] = (int32_t)kv;
+        pages[b] = (kv + c->page_size - 1) / c->page_size;
+        max_pages = pages[b] > max_pages ? pages[b] : max_pages;
+        num_pages += pages[b];
+        L->flops += 2.0 * c->H * c->q_len * (double)kv * (double)(o->Dl + o->Dr + o->Dl);
+        L->bytes += es * (double)prefix * row;
+    }
+    L->bytes += es * (double)T * c->H * (row + o->Dl);
+    if (max_pages > INT32_MAX || num_pages > INT32_MAX) {
         fprintf(stderr, "mlaverify bench: too many pages\n");
         return -1;
     }
-    L->max_pages = (int32_t)ppr;
-    L->num_pages = ppr * c->B;
-    int32_t T = c->B * c->q_len;
-    for (int b = 0; b < c->B; b++) {
-        L->q_indptr[b + 1] = L->q_indptr[b] + c->q_len;
-        L->kv_lens[b] = (int32_t)(c->prefix + c->q_len);
-    }
+    L->max_pages = (int32_t)max_pages;
+    L->num_pages = num_pages;
     uint64_t rng = o->seed ^ (uint64_t)c->prefix * 31u ^ (uint64_t)c->q_len;
     /* Fisher-Yates over all page ids, dealt out to the requests in order */
-    L->page_table = malloc((size_t)L->num_pages * sizeof(int32_t));
-    if (!L->page_table)
+    int32_t *ids = malloc((size_t)num_pages * sizeof(int32_t));
+    L->page_table = calloc((size_t)c->B * (size_t)max_pages, sizeof(int32_t));
+    if (!ids || !L->page_table) {
+        free(ids);
         return -1;
-    for (int64_t i = 0; i < L->num_pages; i++)
-        L->page_table[i] = (int32_t)i;
-    for (int64_t i = L->num_pages - 1; i > 0; i--) {
-        int64_t j = (int64_t)(splitmix64(&rng) % (uint64_t)(i + 1));
-        int32_t tmp = L->page_table[i];
-        L->page_table[i] = L->page_table[j];
-        L->page_table[j] = tmp;
     }
+    for (int64_t i = 0; i < num_pages; i++)
+        ids[i] = (int32_t)i;
+    for (int64_t i = num_pages - 1; i > 0; i--) {
+        int64_t j = (int64_t)(splitmix64(&rng) % (uint64_t)(i + 1));
+        int32_t tmp = ids[i];
+        ids[i] = ids[j];
+        ids[j] = tmp;
+    }
+    for (int64_t b = 0, k = 0; b < c->B; k += pages[b], b++)
+        memcpy(L->page_table + b * max_pages, ids + k, (size_t)pages[b] * sizeof(int32_t));
+    free(ids);
     L->words = mlav_tree_mask_words(c->q_len);
     if (o->tree && c->q_len > 0) {
         L->tree_mask = calloc((size_t)T * (size_t)L->words, sizeof(uint32_t));
@@ -585,6 +603,14 @@ int mlav_cmd_bench(int argc, char **argv)
                 return 2;
             }
             o.warm_l2 = !strcmp(v, "warm");
+        } else if (!strcmp(a, "--prefix-spread")) {
+            char *end;
+            o.spread = strtod(v, &end);
+            if (*end || !(o.spread >= 0.0 && o.spread < 1.0)) {
+                fprintf(stderr, "mlaverify bench: --prefix-spread takes F with 0 <= F < 1\n");
+                return 2;
+            }
+            grid_opts = 1;
         } else if (!strcmp(a, "--csv"))
             o.csv = v;
         else {
@@ -756,8 +782,12 @@ int mlav_cmd_bench(int argc, char **argv)
         if (!group || group->B != c->B || group->H != c->H || group->page_size != c->page_size ||
             group->dtype != c->dtype) {
             group = c;
-            printf("\n## B=%d H=%d page_size=%d %s\n", c->B, c->H, c->page_size,
+            printf("\n## B=%d H=%d page_size=%d %s", c->B, c->H, c->page_size,
                    mlav_dtype_name(c->dtype));
+            if (o.spread > 0.0)
+                printf(", each request's prefix drawn from prefix x [%.2f, %.2f]", 1.0 - o.spread,
+                       1.0 + o.spread);
+            printf("\n");
             printf("%7s %6s %8s %11s %11s %8s %8s %8s %8s %8s %7s\n", "streams", "q_len", "prefix",
                    "naive_us", "flash_us", "speedup", "TFLOP/s", "GB/s", "frac_mma", "frac_bw",
                    "reps");
@@ -767,7 +797,7 @@ int mlav_cmd_bench(int argc, char **argv)
             fprintf(stderr, "mlaverify bench: out of host memory\n");
             return 2;
         }
-        double flops = config_flops(c, o.Dl, o.Dr), bytes = config_bytes(c, o.Dl, o.Dr);
+        const double flops = L.flops, bytes = L.bytes;
         uint64_t seed = o.seed + (uint64_t)i * 1000003u;
 #ifdef MLAV_WITH_CUDA
         size_t es = mlav_dtype_size(c->dtype);
@@ -778,10 +808,11 @@ int mlav_cmd_bench(int argc, char **argv)
             dkv = bench_gpu_alloc(L.kv_elems * es);
             dout = bench_gpu_alloc(L.out_elems * es);
             dlse = bench_gpu_alloc(L.lse_elems * sizeof(float));
-            dpt = bench_gpu_alloc((size_t)L.num_pages * sizeof(int32_t));
+            const size_t ptb = (size_t)c->B * (size_t)L.max_pages * sizeof(int32_t);
+            dpt = bench_gpu_alloc(ptb);
             bench_gpu_fill_random(dq, L.q_elems, c->dtype, seed);
             bench_gpu_fill_random(dkv, L.kv_elems, c->dtype, seed ^ 0x5bd1e995u);
-            bench_gpu_upload(dpt, L.page_table, (size_t)L.num_pages * sizeof(int32_t));
+            bench_gpu_upload(dpt, L.page_table, ptb);
             if (L.tree_mask) {
                 size_t mb = (size_t)c->B * c->q_len * L.words * sizeof(uint32_t);
                 dmask = bench_gpu_alloc(mb);
