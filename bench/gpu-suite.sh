@@ -233,8 +233,10 @@ else
   # kernels with named barriers, cp.async and reserved shared memory), so a stall is the tool's,
   # and is retried (san_streams_retry) rather than read as a hang of ours; hazards still fail.
   step racecheck-streams 200 "$OUT/sanitizer.log" "san_streams_retry"
-  stalls=$(grep -c 'test_cuda_streams_gpu: attempt .* STALLED' "$OUT/sanitizer.log")
-  [ "$stalls" -gt 0 ] && summary+=("$(printf '%-22s %-16s' '  sanitizer stalls' "$stalls retried")")
+  stalls=$(grep -c 'test_cuda_streams_gpu: attempt .* STALLED' "$OUT/sanitizer.log" 2> /dev/null)
+  if [ "${stalls:-0}" -gt 0 ]; then
+    summary+=("$(printf '%-22s %-16s' '  sanitizer stalls' "$stalls retried")")
+  fi
 fi
 
 # ---- summary --------------------------------------------------------------------------------------

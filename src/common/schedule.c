@@ -262,7 +262,7 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
     int64_t work = 0; /* KV rows of loop work over all blocks, the same at every chunk */
     for (int32_t b = 0; b < p->B; b++)
         work += ceil_div((int64_t)mlav_info_q_len(p, b) * p->H, sp->rows_per_tile) * p->kv_lens[b];
-    for (int32_t k = 0; k < 2 + sp->more_waves; k++) {
+    for (int64_t k = 0; k < 2 + (int64_t)sp->more_waves; k++) {
         int64_t c;
         if (k < 2) {
             c = chunk0 << (k + 1);

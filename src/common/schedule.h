@@ -44,8 +44,8 @@ typedef struct mlav_schedule_params {
     int32_t max_splits;     /* most splits of one request (bounds the combine's work) */
     int32_t target_blocks;  /* blocks resident at once: SMs x blocks per SM (one wave) */
     int32_t block_cost_keys; /* a block's fixed cost (prologue, epilogue) in KV rows of loop
-                                work: with it the plan weighs longer splits, and one or two more
-                                waves of shorter ones, against the fewest whole waves of the
+                                work: with it the plan weighs longer splits, and up to more_waves
+                                more waves of shorter ones, against the fewest whole waves of the
                                 shortest (mlav_schedule_model_time); 0 keeps those */
     int32_t split_cost_keys; /* the combine's cost per split of the most split item, in KV rows
                                 of loop work (the model's second term) */

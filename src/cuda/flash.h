@@ -37,8 +37,9 @@
 #define MLAV_FLASH_SPLIT_COST_KEYS 1
 /* The most waves beyond the fewest that the plan weighs (mlav_schedule_params.more_waves). A
  * batch whose row tiles a little exceed the SMs (16 requests x 9 row tiles = 144 on 132) is best
- * in 6 more (the model); over random engine-like batches 8 more came within 0.05% of 16 at
- * 125 us of host time per plan against 199 on the development VM (bench/NOTES.md, session 13). */
+ * in 6 more (the model; measured 0.914 of the plan with 2 on the H200). Over random engine-like
+ * batches 8 more model 0.9841 of 2's time and 16 more 0.9834, at ~110 and ~180 us of host time
+ * per plan on the development VM (bench/schedule_choices.c; bench/NOTES.md, session 13). */
 #define MLAV_FLASH_MORE_WAVES 8
 
 typedef struct mlav_flash_params {
