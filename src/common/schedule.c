@@ -237,9 +237,8 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
                                  sp->target_blocks) *
                         sp->target_blocks;
     const int64_t chunk0 = chunk_for_cap(p, sp, max_kv, cap);
-    mlav_status s = build_at(p, sp, chunk0, out);
-    if (s != MLAV_OK || sp->block_cost_keys == 0)
-        return s;
+    if (sp->block_cost_keys == 0)
+        return build_at(p, sp, chunk0, out);
 
     /* Then the model (mlav_schedule_model_time, evaluated without building: model_at) weighs
      * more chunks and keeps the shortest:
@@ -254,10 +253,8 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
      *   q_len 9), prefix 32k, and 0.98 at H 64, q_len 9, prefix 131k; 1.06-1.19 up to 16k, which
      *   the model also rejects; session 13: more waves for batches). */
     dispatch d = {.free_at = malloc((size_t)sp->target_blocks * sizeof(int64_t))};
-    if (!d.free_at) {
-        mlav_schedule_free(out);
+    if (!d.free_at)
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory scheduling splits");
-    }
     int64_t best = model_at(p, sp, chunk0, &d), best_chunk = chunk0, last = chunk0;
     int64_t work = 0; /* KV rows of loop work over all blocks, the same at every chunk */
     for (int32_t b = 0; b < p->B; b++)
@@ -286,9 +283,5 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
         }
     }
     free(d.free_at);
-    if (best_chunk != chunk0) {
-        mlav_schedule_free(out);
-        return build_at(p, sp, best_chunk, out);
-    }
-    return MLAV_OK;
+    return build_at(p, sp, best_chunk, out); /* only the winner is built */
 }
