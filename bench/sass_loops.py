@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Per-kernel loop bodies of `cuobjdump -sass` output (stdin): for each backward branch that spans
-more than 16 instructions, the count of HMMA, LDSM, LDGSTS, BAR, LDL/STL and all instructions
-between its target and itself. Shows whether ptxas kept the loop the source describes (one tile
-per body, 68 HMMA and 21 LDSM per warp-tile for the flash loop) or merged or unrolled it."""
+more than 16 instructions, the count of HMMA, LDSM, LDS, STS, MOVM, LDGSTS, BAR, LDL/STL and all
+instructions between its target and itself. Shows whether ptxas kept the loop the source
+describes (one tile per body, 68 HMMA and 21 LDSM per warp-tile for the flash loop) or merged or
+unrolled it."""
 import re
 import sys
 
-OPS = ("HMMA", "LDSM", "LDGSTS", "BAR", "LDL", "STL")
+OPS = ("HMMA", "LDSM", "LDS", "STS", "MOVM", "LDGSTS", "BAR", "LDL", "STL")
 fn, body = None, []
 line_re = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?);")
 for line in sys.stdin:
@@ -26,5 +27,5 @@ for line in sys.stdin:
         tgt = int(b.group(1), 16)
         span = [o for a, o in body if a >= tgt]
         if tgt < addr and len(span) > 16:
-            counts = " ".join(f"{k} {sum(o.startswith(k) for o in span):3d}" for k in OPS)
+            counts = " ".join(f"{k} {sum(o.split(".")[0] == k for o in span):3d}" for k in OPS)
             print(f"{fn} 0x{tgt:04x}-0x{addr:04x}: {counts} instr {len(span):4d}")
