@@ -8,13 +8,21 @@
  *   sts+lds : one st.shared.v4 and one ld.shared.v4 (1,024 bytes), the exchange's round trip
  *   sts     : one st.shared.v4 (512 bytes written; the B operand is then the stored values)
  *   cp.async: one 16-byte cp.async per lane from a buffer in the L2 (512 bytes written), one
- *             commit group per iteration with one group left in flight, as the gather runs
+ *             commit group per iteration and up to 16 in flight (about 3,000 cycles of the
+ *             tensor-bound loop, so the L2's latency is covered; the copies' data is never read,
+ *             so slots may be overwritten while in flight)
+ *   bulk    : lane 0 issues one 512-byte cp.async.bulk (the bulk-copy engine, sm_90 and sm_120)
+ *             from the same buffer, completing on an mbarrier; 28 iterations in flight
+ *   bulk1   : as bulk, but the iteration's U units are one copy of U x 512 bytes
  *   movm    : four movmatrix.trans (a register transpose of 512 bytes, nothing read: does it
  *             share the shared-memory pipe?)
  * Prints cycles per iteration (median over blocks, clock64) and TFLOP/s from events, as a
  * fraction of the unit-free loop measured in the same run. No correctness: values are bit
- * patterns, only the issue rate counts.
- *   nvcc -O3 -arch=sm_90 -o smem_feed bench/smem_feed.cu && ./smem_feed */
+ * patterns, only the issue rate counts. Built by hand, like the other .cu files here (sm_90 or
+ * later: the bulk kinds need it):
+ *   nvcc -O3 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_120,code=sm_120 \
+ *        -o smem_feed bench/smem_feed.cu && ./smem_feed
+ * H200 results and what they say about the flash kernel: bench/NOTES.md, session 14. */
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -34,8 +42,9 @@ namespace {
 
 constexpr int WARPS = 8, MMAS = 16, ACC = 8, ITERS = 4096;
 constexpr int REGION = 8192; /* bytes per warp (16 slots of 512), 64 KB per block */
-enum { LDSM, LDS, STSLDS, STS, CPASYNC, MOVM, KINDS };
-const char *kind_name[KINDS] = {"ldsm", "lds", "sts+lds", "sts", "cp.async", "movm"};
+enum { LDSM, LDS, STSLDS, STS, CPASYNC, BULK, BULK1, MOVM, KINDS };
+const char *kind_name[KINDS] = {"ldsm", "lds", "sts+lds", "sts", "cp.async", "bulk", "bulk1",
+                                "movm"};
 
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
@@ -75,6 +84,10 @@ __device__ __forceinline__ void unit(uint32_t (&r)[4], uint32_t region, int slot
         for (int i = 0; i < 4; i++) r[i] = seed + (uint32_t)(i + 4 * slot) * 0x00010001u;
         const uint4 *src = gsrc + (((uint32_t)slot * stride & (REGION - 1)) >> 4) + lane;
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src) : "memory");
+    } else if (KIND == BULK || KIND == BULK1) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) r[i] = seed + (uint32_t)(i + 4 * slot) * 0x00010001u;
+        /* the copies are issued by the loop, which owns the mbarriers */
     } else if (KIND == STS) {
 #pragma unroll
         for (int i = 0; i < 4; i++) r[i] = seed + (uint32_t)(i + 4 * slot) * 0x00010001u;
@@ -90,6 +103,15 @@ __device__ __forceinline__ void unit(uint32_t (&r)[4], uint32_t region, int slot
     }
 }
 
+constexpr int BARS = 32, BULK_AHEAD = 28; /* mbarriers per warp (bulk), after the warps' regions */
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n .reg .pred p;\n WAIT_%=:\n"
+                 " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 " @!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity)
+                 : "memory");
+}
+
 /* U units per iteration, double-buffered one iteration ahead (the kernel loads its fragments
  * ahead too). MMA m uses B fragment m mod 2U, so with U units each fragment feeds 8 / U MMAs;
  * U <= 8, or some units would feed no MMA and ptxas would drop them. */
@@ -100,9 +122,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1) feed(int iters, uint32_t stride
     extern __shared__ __align__(16) uint32_t smem[];
     for (int i = threadIdx.x; i < WARPS * REGION / 4; i += blockDim.x)
         smem[i] = 0x3c003c00u ^ (uint32_t)(i & 0x00ff00ffu); /* small finite bf16 pairs */
-    __syncthreads();
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const uint32_t region = (uint32_t)__cvta_generic_to_shared(smem) + warp * REGION;
+    const uint32_t bars = (uint32_t)__cvta_generic_to_shared(smem) + WARPS * REGION + warp * BARS * 8;
+    constexpr bool bulk = KIND == BULK || KIND == BULK1;
+    if (bulk && lane == 0) {
+        for (int i = 0; i < BARS; i++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + i * 8) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
     const uint4 *gsrc = gbuf + (size_t)(blockIdx.x * WARPS + warp) * (REGION / 16);
     uint32_t a[ACC][4];
 #pragma unroll
@@ -122,12 +151,33 @@ __global__ void __launch_bounds__(WARPS * 32, 1) feed(int iters, uint32_t stride
     __syncwarp();
     long long t0 = clock64();
     for (int it = 0; it < iters; it++) {
+        if (bulk) {
+            const uint32_t bar = bars + (it % BARS) * 8;
+            if (lane == 0) {
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                             "r"(U * 512)
+                             : "memory");
+                constexpr int copies = KIND == BULK ? U : 1, bytes = U * 512 / copies;
+#pragma unroll
+                for (int u = 0; u < copies; u++) {
+                    /* k x 512 modulo a multiple of 512 that keeps the copy inside the region */
+                    const uint32_t off =
+                        (uint32_t)((it + 1) * copies + u) * stride % (uint32_t)(REGION - bytes + 512);
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                                 " [%0], [%1], %3, [%2];\n" ::"r"(region + off),
+                                 "l"(gsrc + off / 16), "r"(bar), "n"(bytes)
+                                 : "memory");
+                }
+            }
+            if (it >= BULK_AHEAD)
+                mbar_wait(bars + ((it - BULK_AHEAD) % BARS) * 8, ((it - BULK_AHEAD) / BARS) & 1);
+        }
 #pragma unroll
         for (int u = 0; u < U; u++)
             unit<KIND>(nxt[u], region, (it + 1) * U + u, lane, lane ^ (uint32_t)it, stride, gsrc);
         if (KIND == CPASYNC) {
             asm volatile("cp.async.commit_group;\n" ::: "memory");
-            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            asm volatile("cp.async.wait_group 15;\n" ::: "memory");
         }
 #pragma unroll
         for (int m = 0; m < MMAS; m++) {
@@ -140,6 +190,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) feed(int iters, uint32_t stride
             for (int j = 0; j < 4; j++) cur[u][j] = nxt[u][j];
     }
     long long t1 = clock64();
+    if (bulk) /* no copy may be in flight when the block exits */
+        for (int it = iters > BULK_AHEAD ? iters - BULK_AHEAD : 0; it < iters; it++)
+            mbar_wait(bars + (it % BARS) * 8, (it / BARS) & 1);
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < ACC; i++) s += c[i][0] + c[i][1] + c[i][2] + c[i][3];
@@ -218,7 +271,7 @@ int main() {
     CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     CK(cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, dev));
     /* more than half an SM's shared memory: one block per SM, as the flash kernel runs */
-    size_t smem = std::max<size_t>((size_t)WARPS * REGION, (size_t)per_sm / 2 + 1024);
+    size_t smem = std::max<size_t>((size_t)WARPS * (REGION + BARS * 8), (size_t)per_sm / 2 + 1024);
     if (smem > (size_t)optin) {
         fprintf(stderr, "needs %zu bytes of shared memory per block, device allows %d\n", smem, optin);
         return 1;
@@ -239,7 +292,9 @@ int main() {
     printf("%-8s %2d %7d %9.1f %9.1f %7.3f %9.1f\n", "none", 0, 0, base.cyc_per_iter, base.tflops,
            1.0, 0.0);
     if (sweep<LDSM>(s, base) || sweep<LDS>(s, base) || sweep<STSLDS>(s, base) ||
-        sweep<STS>(s, base) || sweep<CPASYNC>(s, base) || sweep<MOVM>(s, base))
+        sweep<STS>(s, base) || sweep<CPASYNC>(s, base) || sweep<BULK>(s, base) ||
+        sweep<BULK1>(s, base) ||
+        sweep<MOVM>(s, base))
         return 1;
     return 0;
 }
