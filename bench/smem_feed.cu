@@ -190,6 +190,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) feed(int iters, uint32_t stride
             for (int j = 0; j < 4; j++) cur[u][j] = nxt[u][j];
     }
     long long t1 = clock64();
+    if (KIND == CPASYNC) asm volatile("cp.async.wait_all;\n" ::: "memory");
     if (bulk) /* no copy may be in flight when the block exits */
         for (int it = iters > BULK_AHEAD ? iters - BULK_AHEAD : 0; it < iters; it++)
             mbar_wait(bars + (it % BARS) * 8, (it / BARS) & 1);
