@@ -11,6 +11,9 @@
  *             commit group per iteration and up to 16 in flight (about 3,000 cycles of the
  *             tensor-bound loop, so the L2's latency is covered; the copies' data is never read,
  *             so slots may be overwritten while in flight)
+ *   cp.ca   : as cp.async, through the L1 (.ca) instead of around it (.cg)
+ *   cp.zf   : as cp.async, with the source size in a register (the zero-fill form the flash
+ *             kernel's gather uses)
  *   bulk    : lane 0 issues one 512-byte cp.async.bulk (the bulk-copy engine, sm_90 and sm_120)
  *             from the same buffer, completing on an mbarrier; 28 iterations in flight
  *   bulk1   : as bulk, but the iteration's U units are one copy of U x 512 bytes
@@ -42,9 +45,10 @@ namespace {
 
 constexpr int WARPS = 8, MMAS = 16, ACC = 8, ITERS = 4096;
 constexpr int REGION = 8192; /* bytes per warp (16 slots of 512), 64 KB per block */
-enum { LDSM, LDS, STSLDS, STS, CPASYNC, BULK, BULK1, MOVM, KINDS };
-const char *kind_name[KINDS] = {"ldsm", "lds", "sts+lds", "sts", "cp.async", "bulk", "bulk1",
-                                "movm"};
+enum { LDSM, LDS, STSLDS, STS, CPASYNC, CPCA, CPZF, BULK, BULK1, MOVM, KINDS };
+const char *kind_name[KINDS] = {"ldsm", "lds", "sts+lds", "sts", "cp.async", "cp.ca", "cp.zf",
+                                "bulk", "bulk1", "movm"};
+__host__ __device__ constexpr bool is_cp(int k) { return k == CPASYNC || k == CPCA || k == CPZF; }
 
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
@@ -79,11 +83,18 @@ __device__ __forceinline__ void unit(uint32_t (&r)[4], uint32_t region, int slot
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(addr)
                      : "memory");
-    } else if (KIND == CPASYNC) {
+    } else if (is_cp(KIND)) {
 #pragma unroll
         for (int i = 0; i < 4; i++) r[i] = seed + (uint32_t)(i + 4 * slot) * 0x00010001u;
         const uint4 *src = gsrc + (((uint32_t)slot * stride & (REGION - 1)) >> 4) + lane;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src) : "memory");
+        if (KIND == CPASYNC)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src) : "memory");
+        else if (KIND == CPCA)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src) : "memory");
+        else /* src bytes from a run-time value: 16, as stride / 32 */
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
+                         "r"(stride >> 5)
+                         : "memory");
     } else if (KIND == BULK || KIND == BULK1) {
 #pragma unroll
         for (int i = 0; i < 4; i++) r[i] = seed + (uint32_t)(i + 4 * slot) * 0x00010001u;
@@ -175,7 +186,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) feed(int iters, uint32_t stride
 #pragma unroll
         for (int u = 0; u < U; u++)
             unit<KIND>(nxt[u], region, (it + 1) * U + u, lane, lane ^ (uint32_t)it, stride, gsrc);
-        if (KIND == CPASYNC) {
+        if (is_cp(KIND)) {
             asm volatile("cp.async.commit_group;\n" ::: "memory");
             asm volatile("cp.async.wait_group 15;\n" ::: "memory");
         }
@@ -190,7 +201,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) feed(int iters, uint32_t stride
             for (int j = 0; j < 4; j++) cur[u][j] = nxt[u][j];
     }
     long long t1 = clock64();
-    if (KIND == CPASYNC) asm volatile("cp.async.wait_all;\n" ::: "memory");
+    if (is_cp(KIND)) asm volatile("cp.async.wait_all;\n" ::: "memory");
     if (bulk) /* no copy may be in flight when the block exits */
         for (int it = iters > BULK_AHEAD ? iters - BULK_AHEAD : 0; it < iters; it++)
             mbar_wait(bars + (it % BARS) * 8, (it / BARS) & 1);
@@ -293,7 +304,8 @@ int main() {
     printf("%-8s %2d %7d %9.1f %9.1f %7.3f %9.1f\n", "none", 0, 0, base.cyc_per_iter, base.tflops,
            1.0, 0.0);
     if (sweep<LDSM>(s, base) || sweep<LDS>(s, base) || sweep<STSLDS>(s, base) ||
-        sweep<STS>(s, base) || sweep<CPASYNC>(s, base) || sweep<BULK>(s, base) ||
+        sweep<STS>(s, base) || sweep<CPASYNC>(s, base) || sweep<CPCA>(s, base) ||
+        sweep<CPZF>(s, base) || sweep<BULK>(s, base) ||
         sweep<BULK1>(s, base) ||
         sweep<MOVM>(s, base))
         return 1;
