@@ -79,6 +79,13 @@ static void check_schedule(const mlav_problem_info *p, const mlav_schedule_param
         }
     }
     free(seen_slot);
+    /* the build weighs candidate chunks by mlav_schedule_model_chunk, which walks the blocks
+     * without building them: it must model exactly the schedule built at that chunk */
+    const int64_t built = mlav_schedule_model_time(s, sp);
+    const int64_t walked = mlav_schedule_model_chunk(p, sp, s->chunk_keys);
+    if (built < 0 || walked != built)
+        fail_msg("seed 0x%llx: chunk %d models %lld built, %lld walked", (unsigned long long)seed,
+                 s->chunk_keys, (long long)built, (long long)walked);
 }
 
 /* The blocks fill whole waves: never more than the fewest waves the unsplit batch needs (a

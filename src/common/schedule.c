@@ -215,6 +215,17 @@ static int64_t model_at(const mlav_problem_info *p, const mlav_schedule_params *
     return d->end + (int64_t)sp->split_cost_keys * most;
 }
 
+int64_t mlav_schedule_model_chunk(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                                  int64_t chunk)
+{
+    dispatch d = {.free_at = malloc((size_t)sp->target_blocks * sizeof(int64_t))};
+    if (!d.free_at)
+        return -1;
+    const int64_t t = model_at(p, sp, chunk, &d);
+    free(d.free_at);
+    return t;
+}
+
 mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                 mlav_schedule *out)
 {

@@ -65,6 +65,13 @@ void mlav_schedule_free(mlav_schedule *s);
  * item. -1 when out of host memory. */
 int64_t mlav_schedule_model_time(const mlav_schedule *s, const mlav_schedule_params *sp);
 
+/* mlav_schedule_model_time of the schedule at `chunk` KV rows per split (a built schedule's
+ * chunk_keys), without building it: how mlav_schedule_build compares its candidates. It walks the
+ * blocks in the order the build lays them out, so the two must agree (tests/test_schedule.c checks
+ * every built schedule). -1 when out of host memory. */
+int64_t mlav_schedule_model_chunk(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                                  int64_t chunk);
+
 #ifdef __cplusplus
 }
 #endif
