@@ -180,7 +180,8 @@ MLAV_API size_t mlav_plan_workspace_bytes(const mlav_plan *plan);
 /** Where the workspace must live (MLAV_MEM_DEVICE for the CUDA backends). */
 MLAV_API mlav_memory mlav_plan_workspace_memory(const mlav_plan *plan);
 
-/** Run a plan. `workspace` (>= 256-byte aligned, `workspace_bytes` >= mlav_plan_workspace_bytes,
+/** Run a plan. A plan for limits runs the schedule of the last mlav_plan_update of this
+ *  workspace (see "Engine steps" below). `workspace` (>= 256-byte aligned, `workspace_bytes` >= mlav_plan_workspace_bytes,
  *  may be NULL when that is 0) is scratch owned by the caller. `stream` is a cudaStream_t on the
  *  CUDA backends (NULL = the legacy default stream) and ignored on the CPU ones.
  *  With MLAV_MEM_DEVICE tensors on a CUDA plan the call is asynchronous on `stream`, allocates
@@ -195,6 +196,94 @@ MLAV_API mlav_status mlav_run(const mlav_plan *plan, const mlav_tensors *t, void
 
 /** One shot: plan, allocate the workspace, run (synchronously), free. Convenient, not fast. */
 MLAV_API mlav_status mlav_verify(mlav_context *ctx, const mlav_problem *p, const mlav_tensors *t);
+
+/* ------------------------------------------------------------------------------------------- */
+/* Engine steps: one plan for the engine's lifetime, lengths that change at every step          */
+/*
+ * An engine captures its verify forward into a CUDA graph once and replays it at every decode
+ * step while every request's lengths change. A plan for limits is made once for the most the
+ * engine will ever run; each step's lengths reach it through mlav_plan_update, which writes the
+ * step's split schedule into the caller's workspace on `stream`; every mlav_run of the plan on
+ * that workspace (one per layer) then runs that schedule. Neither call allocates device memory
+ * or synchronizes, and the launch shape is fixed by the limits, so both can be captured:
+ *
+ *   plan  = mlav_plan_create_for_limits(ctx, &shape, &limits)       once
+ *   ws    = cudaMalloc(mlav_plan_workspace_bytes(plan))              once
+ *   capture (or run directly) per step:
+ *     mlav_plan_update(plan, &lengths, ws, bytes, stream)           lengths: device or host
+ *     for each layer: mlav_run(plan, &tensors_of_layer, ws, bytes, stream)
+ *
+ * With device lengths (MLAV_MEM_DEVICE) the schedule is built on the device by a small kernel,
+ * so one captured graph serves every step whose lengths fit the limits. With host lengths the
+ * schedule is built on the host and copied on `stream` from pinned staging owned by the plan
+ * (not capturable: call it before each replay). Both build the same schedule from the same
+ * lengths. A workspace holds one step's schedule: streams that run different steps at once need
+ * one workspace each.
+ *
+ * Requests past the step's count, and requests with q_len 0 (padding, as engines pad a graph's
+ * batch), are skipped: their rows are not written. A request whose lengths break the limits or
+ * the rules of mlav_problem (kv_len < q_len) is skipped the same way: host lengths get
+ * MLAV_ERR_INVALID_ARG and a sentence at once; device lengths cannot be read on the host without
+ * a synchronization, so the step goes on without that request's rows and records it in the
+ * workspace, where mlav_plan_step_status reads it. A q_indptr that does not start at 0,
+ * decreases, or ends past max_tokens computes nothing for the step (also recorded).
+ */
+
+/** The most one step of a plan for limits will run. */
+typedef struct mlav_limits {
+    int32_t max_batch;   /* most requests in a step, 1 .. MLAV_STEP_MAX_BATCH */
+    int32_t max_tokens;  /* most query tokens in a step (q_indptr[batch]), >= 1 */
+    int32_t max_q_len;   /* longest draft of a request (q_len), 1 .. max_tokens */
+    int32_t max_kv_len;  /* longest kv_len of a request, >= max_q_len, and at most
+                            max_pages * page_size */
+} mlav_limits;
+
+/** Most requests of a plan for limits (the device scheduler keeps a prefix sum per request in
+ *  shared memory). */
+#define MLAV_STEP_MAX_BATCH 2048
+
+/** One step's lengths. */
+typedef struct mlav_lengths {
+    mlav_memory memory;       /* where q_indptr and kv_lens live */
+    int32_t batch;            /* requests in this step, 0 .. max_batch (a host value: a captured
+                                 graph keeps the one it was captured with; pad with q_len 0) */
+    const int32_t *q_indptr;  /* [batch+1] */
+    const int32_t *kv_lens;   /* [batch] */
+} mlav_lengths;
+
+/** Make a plan for limits. `shape` gives num_heads, d_latent, d_rope, softmax_scale, dtype,
+ *  page_size and max_pages (the page_table row stride); its batch, q_indptr and kv_lens are
+ *  ignored. The workspace bound (mlav_plan_workspace_bytes) covers every step within the limits.
+ *  On CUDA the plan's runs take MLAV_MEM_DEVICE tensors only. On an AUTO context whose CUDA
+ *  backend cannot run the shape, the plan falls back to the CPU as mlav_plan_create does.
+ *  cuda-naive has no plan for limits (MLAV_ERR_UNSUPPORTED).
+ *  Returns MLAV_OK, MLAV_ERR_INVALID_ARG, MLAV_ERR_UNSUPPORTED, MLAV_ERR_OUT_OF_MEMORY,
+ *  MLAV_ERR_CUDA. */
+MLAV_API mlav_status mlav_plan_create_for_limits(mlav_context *ctx, const mlav_problem *shape,
+                                                 const mlav_limits *limits, mlav_plan **plan);
+
+/** The limits of a plan made by mlav_plan_create_for_limits (MLAV_ERR_INVALID_ARG for a plan
+ *  made for one problem). */
+MLAV_API mlav_status mlav_plan_limits(const mlav_plan *plan, mlav_limits *limits);
+
+/** Give a plan for limits the lengths of the next step: write its schedule into `workspace` on
+ *  `stream` (ordered before the runs that follow on it). Device lengths: asynchronous, nothing
+ *  read on the host, capturable. Host lengths: checked at once, scheduled on the host, copied
+ *  asynchronously; not capturable (MLAV_ERR_UNSUPPORTED while `stream` captures). CPU backends
+ *  take host lengths only and ignore the stream.
+ *  Returns MLAV_OK, MLAV_ERR_INVALID_ARG (host lengths outside the limits or inconsistent, a
+ *  plan made for one problem), MLAV_ERR_UNSUPPORTED, MLAV_ERR_WORKSPACE, MLAV_ERR_CUDA. */
+MLAV_API mlav_status mlav_plan_update(const mlav_plan *plan, const mlav_lengths *lengths,
+                                      void *workspace, size_t workspace_bytes, void *stream);
+
+/** Whether the last update of `workspace` took every request: MLAV_OK, or MLAV_ERR_INVALID_ARG
+ *  with a sentence naming the first refused request (or the broken q_indptr). Reads the
+ *  workspace: on CUDA it copies 4 bytes on `stream` and synchronizes it (a check for after the
+ *  step, not for the hot loop). *bad_request (may be NULL) gets -1 when all were taken, the
+ *  index of the first refused request, or batch when q_indptr itself was refused. */
+MLAV_API mlav_status mlav_plan_step_status(const mlav_plan *plan, const void *workspace,
+                                           size_t workspace_bytes, void *stream,
+                                           int32_t *bad_request);
 
 /* ------------------------------------------------------------------------------------------- */
 /* Helpers on host memory                                                                       */

@@ -1,5 +1,10 @@
 /* The `cuda` backend: plans the split-KV schedule, keeps it on the device, and launches the
- * flash verify and combine kernels. Everything that allocates or synchronizes is in plan. */
+ * flash verify and combine kernels. Everything that allocates or synchronizes is in plan.
+ * Two kinds of plan share one configuration (flash_config): a plan for one problem, whose
+ * schedule is built at plan time, and a plan for limits (engine steps), whose schedule is
+ * rebuilt into the workspace at every step by mlav_plan_update, on the host or on the device,
+ * and whose launches are sized by the limits. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,29 +14,151 @@
 
 namespace {
 
-struct flash_state {
+size_t align256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+/* Everything the backend launches, decided once per plan from the problem (or the limits) and
+ * the device: kernels, their instances, the combine's kind, width and spreading, PDL, and the
+ * workspace's partial-state sizes. */
+struct flash_config {
     mlav_cuda_device dev;
     int blocks_per_sm;
+    mlav_schedule_params sp;
     int combine_col_blocks;
     int combine_smem;             /* the combine launch's spreading reservation (combine.cu) */
     int pdl;                      /* launch the combine as a programmatic dependent (sm_90+) */
     int all_groups;               /* the split kernel's instance (mlav_flash_all_groups) */
     int combine_kind;             /* which combine kernel (mlav_combine_kind) */
+    mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
+    size_t part_o_bytes;          /* workspace: the partial outputs */
+    size_t part_lse_bytes;        /* then the partial lse */
+    size_t part_scale_bytes;      /* then part_scale: 16-bit plans only, 0 for F32 */
+};
+
+/* The device, the kernel's residency and the schedule's parameters. `max_q_len` picks the split
+ * kernel's instance: the plan's longest draft, or the limits'. */
+mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int more_waves,
+                          flash_config *c)
+{
+    if (p->Dl != MLAV_FLASH_DL || p->Dr != MLAV_FLASH_DR)
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "the flash kernel is built for Dl = %d, Dr = %d (got %d, %d); use "
+                              "cuda-naive or cpu",
+                              MLAV_FLASH_DL, MLAV_FLASH_DR, p->Dl, p->Dr);
+    mlav_status s = mlav_cuda_device_query(&c->dev);
+    if (s != MLAV_OK)
+        return s;
+    s = mlav_flash_prepare(p->dtype, &c->dev, &c->blocks_per_sm);
+    if (s != MLAV_OK)
+        return s;
+    c->sp = mlav_flash_schedule_params(c->dev.sm_count, c->blocks_per_sm);
+    c->sp.more_waves = more_waves;
+    c->page_div = mlav_fastdiv_make((uint32_t)p->page_size);
+    c->pdl = c->dev.cc_major >= 9;
+    c->all_groups = mlav_flash_all_groups(max_q_len, p->H);
+    return MLAV_OK;
+}
+
+/* The combine's shape for items of at most `max_nsplit` splits over `combine_items` row tiles,
+ * `working` of whose rows do work, and the workspace for `n_slots` partial states. */
+mlav_status config_combine(const mlav_problem_info *p, int max_nsplit, int64_t combine_items,
+                           int64_t working, int64_t n_slots, flash_config *c)
+{
+    c->combine_col_blocks =
+        mlav_combine_col_blocks(combine_items * MLAV_FLASH_BLOCK_M, max_nsplit, &c->dev);
+    c->combine_kind = mlav_combine_kind(max_nsplit);
+    c->combine_smem = 0;
+    if (c->pdl && c->combine_kind != MLAV_COMBINE_ROWS) {
+        mlav_status s = mlav_combine_spread_smem(working * c->combine_col_blocks, c->combine_kind,
+                                                 &c->dev, &c->combine_smem);
+        if (s != MLAV_OK)
+            return s;
+    }
+    /* partial outputs: fp32 for F32 plans, fp16 with a scale per row and 128 columns otherwise
+     * (verify_flash.cu's epilogue) */
+    const size_t rows = (size_t)n_slots * MLAV_FLASH_BLOCK_M;
+    const bool f32 = p->dtype == MLAV_DTYPE_F32;
+    c->part_o_bytes = align256((f32 ? sizeof(float) : sizeof(uint16_t)) * rows * MLAV_FLASH_DL);
+    c->part_lse_bytes = align256(sizeof(float) * rows);
+    c->part_scale_bytes =
+        f32 ? 0 : align256(sizeof(float) * rows * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
+    return MLAV_OK;
+}
+
+size_t config_part_bytes(const flash_config *c)
+{
+    return c->part_o_bytes + c->part_lse_bytes + c->part_scale_bytes;
+}
+
+/* What the gather reads for a page id outside the pool, in the plan's dtype, into `d_row`. */
+mlav_status write_nan_row(mlav_dtype dtype, void *d_row)
+{
+    uint32_t nan_row[MLAV_FLASH_W];
+    const uint32_t nan2 =
+        dtype == MLAV_DTYPE_F16 ? (uint32_t)mlav::mma_type<__half>::nan_bits * 0x10001u
+                                : (uint32_t)mlav::mma_type<__nv_bfloat16>::nan_bits *
+                                      0x10001u; /* BF16; also an F32 NaN (0x7fc07fc0) */
+    for (int i = 0; i < MLAV_FLASH_W; i++)
+        nan_row[i] = nan2;
+    MLAV_CUDA_TRY(cudaMemcpy(d_row, nan_row, sizeof nan_row, cudaMemcpyHostToDevice));
+    return MLAV_OK;
+}
+
+/* The launch parameters of one run: the configuration, the tensors, the partial states at
+ * `part` in the workspace, and the schedule's arrays. */
+mlav_flash_params make_params(const mlav_problem_info *p, const flash_config *c,
+                              const mlav_tensors *t, void *part, const void *nan_row,
+                              const mlav_split_item *items, int32_t n_items,
+                              const mlav_combine_item *combine, int32_t n_combine)
+{
+    mlav_flash_params fp;
+    memset(&fp, 0, sizeof fp);
+    fp.q = t->q;
+    fp.kv = t->kv_cache;
+    fp.page_table = t->page_table;
+    fp.tree_mask = t->tree_mask;
+    fp.out = t->out;
+    fp.lse = t->lse;
+    char *ws = static_cast<char *>(part);
+    fp.part_o = part;
+    fp.part_lse = ws ? reinterpret_cast<float *>(ws + c->part_o_bytes) : NULL;
+    fp.part_scale = ws && c->part_scale_bytes
+                        ? reinterpret_cast<float *>(ws + c->part_o_bytes + c->part_lse_bytes)
+                        : NULL;
+    fp.items = items;
+    fp.combine = combine;
+    fp.n_items = n_items;
+    fp.n_combine = n_combine;
+    fp.combine_col_blocks = c->combine_col_blocks;
+    fp.combine_smem = c->combine_smem;
+    fp.H = p->H;
+    fp.page_size = p->page_size;
+    fp.page_div = c->page_div;
+    fp.page_elems = (uint32_t)p->page_size * MLAV_FLASH_W; /* page_size <= 2^20: fits */
+    fp.page_limit = t->num_pages < ((int64_t)1 << 31) ? (uint32_t)t->num_pages : 1u << 31;
+    fp.nan_row = nan_row;
+    fp.max_pages = p->max_pages;
+    fp.mask_words = p->mask_words;
+    fp.num_pages = t->num_pages;
+    fp.scale_log2 = p->scale * MLAV_LOG2E;
+    fp.pdl = c->pdl;
+    fp.all_groups = c->all_groups;
+    fp.combine_kind = c->combine_kind;
+    return fp;
+}
+
+/* ---- plans for one problem ----------------------------------------------------------------- */
+
+struct flash_state {
+    flash_config cfg;
     mlav_schedule sched;
     void *d_buf;                  /* one device allocation for the arrays below */
     mlav_split_item *d_items;
     mlav_combine_item *d_combine;
     void *d_nan_row;              /* [W] NaN of the plan's dtype (mlav_flash_params.nan_row) */
-    mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
-    size_t part_o_bytes;          /* workspace, first: the partial outputs */
-    size_t part_lse_bytes;        /* then the partial lse */
-    size_t part_scale_bytes;      /* then part_scale: 16-bit plans only, 0 for F32 */
 };
-
-size_t align256(size_t n)
-{
-    return (n + 255) & ~(size_t)255;
-}
 
 void flash_free(void *state)
 {
@@ -46,26 +173,14 @@ void flash_free(void *state)
 
 mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t *ws)
 {
-    if (p->Dl != MLAV_FLASH_DL || p->Dr != MLAV_FLASH_DR)
-        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
-                              "the flash kernel is built for Dl = %d, Dr = %d (got %d, %d); use "
-                              "cuda-naive or cpu",
-                              MLAV_FLASH_DL, MLAV_FLASH_DR, p->Dl, p->Dr);
-    mlav_status s = mlav_cuda_device_query(&st->dev);
+    mlav_status s = config_device(p, p->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
     if (s != MLAV_OK)
         return s;
-    s = mlav_flash_prepare(p->dtype, &st->dev, &st->blocks_per_sm);
-    if (s != MLAV_OK)
-        return s;
-
-    const mlav_schedule_params sp =
-        mlav_flash_schedule_params(st->dev.sm_count, st->blocks_per_sm);
-    s = mlav_schedule_build(p, &sp, &st->sched);
+    s = mlav_schedule_build(p, &st->cfg.sp, &st->sched);
     if (s != MLAV_OK)
         return s;
 
     const mlav_schedule *sc = &st->sched;
-    st->page_div = mlav_fastdiv_make((uint32_t)p->page_size);
     /* the combine's items: their most splits, and their rows that do work (a row tile's rows
      * past its request return at once) */
     int max_nsplit = 0;
@@ -76,17 +191,9 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         max_nsplit = c->nsplit > max_nsplit ? c->nsplit : max_nsplit;
         working += left < MLAV_FLASH_BLOCK_M ? left : MLAV_FLASH_BLOCK_M;
     }
-    st->combine_col_blocks =
-        mlav_combine_col_blocks((int64_t)sc->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, &st->dev);
-    st->pdl = st->dev.cc_major >= 9;
-    st->all_groups = mlav_flash_all_groups(p->max_q_len, p->H);
-    st->combine_kind = mlav_combine_kind(max_nsplit);
-    if (st->pdl && st->combine_kind != MLAV_COMBINE_ROWS) {
-        s = mlav_combine_spread_smem(working * st->combine_col_blocks, st->combine_kind, &st->dev,
-                                     &st->combine_smem);
-        if (s != MLAV_OK)
-            return s;
-    }
+    s = config_combine(p, max_nsplit, sc->n_combine, working, sc->n_slots, &st->cfg);
+    if (s != MLAV_OK)
+        return s;
     size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
     size_t off_nan = off_comb + align256(sizeof(mlav_combine_item) * (size_t)sc->n_combine);
     size_t total = off_nan + align256(sizeof(uint32_t) * MLAV_FLASH_W);
@@ -95,17 +202,9 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     st->d_items = reinterpret_cast<mlav_split_item *>(base);
     st->d_combine = reinterpret_cast<mlav_combine_item *>(base + off_comb);
     st->d_nan_row = base + off_nan;
-    {
-        /* what the gather reads for a page id outside the pool, in the plan's dtype */
-        uint32_t nan_row[MLAV_FLASH_W];
-        const uint32_t nan2 =
-            p->dtype == MLAV_DTYPE_F16 ? (uint32_t)mlav::mma_type<__half>::nan_bits * 0x10001u
-                                       : (uint32_t)mlav::mma_type<__nv_bfloat16>::nan_bits *
-                                             0x10001u; /* BF16; also an F32 NaN (0x7fc07fc0) */
-        for (int i = 0; i < MLAV_FLASH_W; i++)
-            nan_row[i] = nan2;
-        MLAV_CUDA_TRY(cudaMemcpy(st->d_nan_row, nan_row, sizeof nan_row, cudaMemcpyHostToDevice));
-    }
+    s = write_nan_row(p->dtype, st->d_nan_row);
+    if (s != MLAV_OK)
+        return s;
     if (sc->n_items)
         MLAV_CUDA_TRY(cudaMemcpy(st->d_items, sc->items,
                                  sizeof(mlav_split_item) * (size_t)sc->n_items,
@@ -114,15 +213,7 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         MLAV_CUDA_TRY(cudaMemcpy(st->d_combine, sc->combine,
                                  sizeof(mlav_combine_item) * (size_t)sc->n_combine,
                                  cudaMemcpyHostToDevice));
-    /* partial outputs: fp32 for F32 plans, fp16 with a scale per row and 128 columns otherwise
-     * (verify_flash.cu's epilogue) */
-    const size_t rows = (size_t)sc->n_slots * MLAV_FLASH_BLOCK_M;
-    const bool f32 = p->dtype == MLAV_DTYPE_F32;
-    st->part_o_bytes = align256((f32 ? sizeof(float) : sizeof(uint16_t)) * rows * MLAV_FLASH_DL);
-    st->part_lse_bytes = align256(sizeof(float) * rows);
-    st->part_scale_bytes =
-        f32 ? 0 : align256(sizeof(float) * rows * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
-    *ws = sc->n_slots ? st->part_o_bytes + st->part_lse_bytes + st->part_scale_bytes : 0;
+    *ws = sc->n_slots ? config_part_bytes(&st->cfg) : 0;
     return MLAV_OK;
 }
 
@@ -148,41 +239,11 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
 {
     (void)workspace_bytes; /* dispatch checked it against the plan */
     const flash_state *st = static_cast<const flash_state *>(state);
-    mlav_flash_params fp;
-    memset(&fp, 0, sizeof fp);
-    fp.q = t->q;
-    fp.kv = t->kv_cache;
-    fp.page_table = t->page_table;
-    fp.tree_mask = t->tree_mask;
-    fp.out = t->out;
-    fp.lse = t->lse;
-    char *ws = static_cast<char *>(workspace);
-    fp.part_o = workspace;
-    fp.part_lse = ws ? reinterpret_cast<float *>(ws + st->part_o_bytes) : NULL;
-    fp.part_scale = ws && st->part_scale_bytes
-                        ? reinterpret_cast<float *>(ws + st->part_o_bytes + st->part_lse_bytes)
-                        : NULL;
-    fp.items = st->d_items;
-    fp.combine = st->d_combine;
-    fp.n_items = st->sched.n_items;
-    fp.n_combine = st->sched.n_combine;
-    fp.combine_col_blocks = st->combine_col_blocks;
-    fp.combine_smem = st->combine_smem;
-    fp.H = p->H;
-    fp.page_size = p->page_size;
-    fp.page_div = st->page_div;
-    fp.page_elems = (uint32_t)p->page_size * MLAV_FLASH_W; /* page_size <= 2^20: fits */
-    fp.page_limit = t->num_pages < ((int64_t)1 << 31) ? (uint32_t)t->num_pages : 1u << 31;
-    fp.nan_row = st->d_nan_row;
-    fp.max_pages = p->max_pages;
-    fp.mask_words = p->mask_words;
-    fp.num_pages = t->num_pages;
-    fp.scale_log2 = p->scale * MLAV_LOG2E;
-    fp.pdl = st->pdl;
-    fp.all_groups = st->all_groups;
-    fp.combine_kind = st->combine_kind;
+    const mlav_flash_params fp =
+        make_params(p, &st->cfg, t, workspace, st->d_nan_row, st->d_items, st->sched.n_items,
+                    st->d_combine, st->sched.n_combine);
     /* kernels run on this plan's device; the caller's current device must be it */
-    return mlav_flash_launch(p->dtype, &fp, stream);
+    return mlav_flash_launch(p->dtype, &fp, 0, stream);
 }
 
 mlav_status flash_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,
@@ -191,9 +252,215 @@ mlav_status flash_run(const mlav_problem_info *p, const void *state, const mlav_
     return mlav_cuda_run_mapped(p, state, t, workspace, workspace_bytes, stream, flash_run_device);
 }
 
+/* ---- plans for limits ---------------------------------------------------------------------- */
+
+constexpr int STAGING_RING = 8; /* host updates in flight before one waits for the oldest */
+
+struct flash_step_state {
+    flash_config cfg;
+    int32_t H;
+    mlav_limits lim;
+    mlav_step_bounds bd;
+    void *d_nan_row;
+    size_t region_bytes;          /* the step region at the start of the workspace */
+    /* host updates: pinned staging slots, each reusable once its copy has run */
+    pthread_mutex_t mu;
+    int mu_made;
+    char *staging;                /* [STAGING_RING][region_bytes] pinned */
+    cudaEvent_t ev[STAGING_RING];
+    int ev_made[STAGING_RING], ev_used[STAGING_RING];
+    int next;
+};
+
+/* The step region's arrays (schedule_step.h): header, items, combine. */
+mlav_split_item *region_items(void *region)
+{
+    return reinterpret_cast<mlav_split_item *>(static_cast<char *>(region) +
+                                               sizeof(mlav_step_header));
+}
+
+mlav_combine_item *region_combine(void *region, const mlav_step_bounds *bd)
+{
+    return reinterpret_cast<mlav_combine_item *>(region_items(region) + bd->max_items);
+}
+
+void step_free(void *state)
+{
+    flash_step_state *st = static_cast<flash_step_state *>(state);
+    if (!st)
+        return;
+    for (int i = 0; i < STAGING_RING; i++)
+        if (st->ev_made[i])
+            cudaEventDestroy(st->ev[i]);
+    if (st->staging)
+        cudaFreeHost(st->staging);
+    if (st->d_nan_row)
+        cudaFree(st->d_nan_row);
+    if (st->mu_made)
+        pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *lim,
+                           flash_step_state *st, size_t *ws)
+{
+    st->lim = *lim;
+    st->H = shape->H;
+    mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_STEP_MORE_WAVES, &st->cfg);
+    if (s != MLAV_OK)
+        return s;
+    st->bd = mlav_step_bounds_of(shape->H, lim, &st->cfg.sp);
+    /* the most splits a request within the limits can take */
+    int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);
+    if (most > st->cfg.sp.max_splits)
+        most = st->cfg.sp.max_splits;
+    const int64_t working = (int64_t)lim->max_tokens * shape->H;
+    s = config_combine(shape, (int)most, st->bd.max_combine, working, st->bd.max_slots, &st->cfg);
+    if (s != MLAV_OK)
+        return s;
+    st->region_bytes = align256(sizeof(mlav_step_header) +
+                                sizeof(mlav_split_item) * (size_t)st->bd.max_items +
+                                sizeof(mlav_combine_item) * (size_t)st->bd.max_combine);
+    MLAV_CUDA_TRY(cudaMalloc(&st->d_nan_row, sizeof(uint32_t) * MLAV_FLASH_W));
+    s = write_nan_row(shape->dtype, st->d_nan_row);
+    if (s != MLAV_OK)
+        return s;
+    MLAV_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&st->staging),
+                                 st->region_bytes * STAGING_RING));
+    for (int i = 0; i < STAGING_RING; i++) {
+        MLAV_CUDA_TRY(cudaEventCreateWithFlags(&st->ev[i], cudaEventDisableTiming));
+        st->ev_made[i] = 1;
+    }
+    if (pthread_mutex_init(&st->mu, NULL) != 0)
+        return mlav_set_error(MLAV_ERR_INTERNAL, "pthread_mutex_init failed");
+    st->mu_made = 1;
+    *ws = st->region_bytes + config_part_bytes(&st->cfg);
+    return MLAV_OK;
+}
+
+mlav_status step_plan(const mlav_problem_info *shape, const mlav_limits *lim, void **state,
+                      size_t *ws)
+{
+    *state = NULL;
+    *ws = 0;
+    flash_step_state *st = static_cast<flash_step_state *>(calloc(1, sizeof(flash_step_state)));
+    if (!st)
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
+    mlav_status s = step_plan_into(shape, lim, st, ws);
+    if (s != MLAV_OK) {
+        step_free(st);
+        return s;
+    }
+    *state = st;
+    return MLAV_OK;
+}
+
+mlav_status step_check_device(const flash_step_state *st)
+{
+    int dev = -1;
+    MLAV_CUDA_TRY(cudaGetDevice(&dev));
+    if (dev != st->cfg.dev.device)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "the plan was made on CUDA device %d, but device %d is current",
+                              st->cfg.dev.device, dev);
+    return MLAV_OK;
+}
+
+/* Host lengths (checked by dispatch): schedule into a staging slot, copy it on the stream. */
+mlav_status step_update_host(flash_step_state *st, const mlav_lengths *len, void *ws,
+                             cudaStream_t stream)
+{
+    pthread_mutex_lock(&st->mu);
+    const int k = st->next;
+    st->next = (st->next + 1) % STAGING_RING;
+    mlav_status s = MLAV_OK;
+    cudaError_t e = st->ev_used[k] ? cudaEventSynchronize(st->ev[k]) : cudaSuccess;
+    if (e != cudaSuccess)
+        s = mlav_cuda_error(e, "cudaEventSynchronize", __FILE__, __LINE__);
+    if (s == MLAV_OK) {
+        void *slot = st->staging + (size_t)k * st->region_bytes;
+        mlav_step_schedule_build(len->batch, len->q_indptr, len->kv_lens, st->H, &st->lim, &st->cfg.sp, &st->bd,
+                                 static_cast<mlav_step_header *>(slot), region_items(slot),
+                                 region_combine(slot, &st->bd));
+        e = cudaMemcpyAsync(ws, slot, st->region_bytes, cudaMemcpyHostToDevice, stream);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(st->ev[k], stream);
+        if (e != cudaSuccess)
+            s = mlav_cuda_error(e, "cudaMemcpyAsync / cudaEventRecord of a host update", __FILE__,
+                                __LINE__);
+        else
+            st->ev_used[k] = 1;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+mlav_status step_update(const mlav_problem_info *shape, const void *state,
+                        const mlav_lengths *len, void *ws, size_t ws_bytes, void *stream_)
+{
+    (void)ws_bytes;
+    flash_step_state *st = const_cast<flash_step_state *>(static_cast<const flash_step_state *>(state));
+    cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+    mlav_status s = step_check_device(st);
+    if (s != MLAV_OK)
+        return s;
+    if (len->memory == MLAV_MEM_HOST) {
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        MLAV_CUDA_TRY(cudaStreamIsCapturing(stream, &cap));
+        if (cap != cudaStreamCaptureStatusNone)
+            return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                                  "an update with host lengths cannot be captured (its schedule "
+                                  "is built at the call); pass device lengths, or update before "
+                                  "each replay");
+        return step_update_host(st, len, ws, stream);
+    }
+    mlav_step_sched_params sp;
+    sp.q_indptr = len->q_indptr;
+    sp.kv_lens = len->kv_lens;
+    sp.batch = len->batch;
+    sp.H = shape->H;
+    sp.lim = st->lim;
+    sp.sp = st->cfg.sp;
+    sp.bd = st->bd;
+    sp.hdr = static_cast<mlav_step_header *>(ws);
+    sp.items = region_items(ws);
+    sp.combine = region_combine(ws, &st->bd);
+    return mlav_step_schedule_launch(&sp, stream);
+}
+
+mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
+                            const mlav_tensors *t, void *ws, size_t ws_bytes, cudaStream_t stream)
+{
+    (void)ws_bytes;
+    const flash_step_state *st = static_cast<const flash_step_state *>(state);
+    mlav_status s = step_check_device(st);
+    if (s != MLAV_OK)
+        return s;
+    char *part = static_cast<char *>(ws) + st->region_bytes;
+    const mlav_flash_params fp =
+        make_params(shape, &st->cfg, t, part, st->d_nan_row, region_items(ws), st->bd.max_items,
+                    region_combine(ws, &st->bd), st->bd.max_combine);
+    return mlav_flash_launch(shape->dtype, &fp, 1, stream);
+}
+
+mlav_status step_run(const mlav_problem_info *shape, const void *state, const mlav_tensors *t,
+                     void *ws, size_t ws_bytes, void *stream)
+{
+    return mlav_cuda_run_mapped(shape, state, t, ws, ws_bytes, stream, step_run_device);
+}
+
+mlav_status step_words(const void *ws, void *stream, int32_t words[2])
+{
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    MLAV_CUDA_TRY(cudaMemcpyAsync(words, ws, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    MLAV_CUDA_TRY(cudaStreamSynchronize(st));
+    return MLAV_OK;
+}
+
 } // namespace
 
 extern "C" const mlav_backend_ops mlav_backend_cuda_ops = {
     "cuda", MLAV_BACKEND_CUDA, MLAV_MEM_DEVICE, mlav_cuda_available, flash_plan, flash_run,
-    flash_free, mlav_cuda_workspace_alloc, mlav_cuda_workspace_free,
+    flash_free, mlav_cuda_workspace_alloc, mlav_cuda_workspace_free, step_plan, step_free,
+    step_update, step_run, step_words,
 };

@@ -122,4 +122,5 @@ extern "C" const mlav_backend_ops mlav_backend_cuda_naive_ops = {
     "cuda-naive",         MLAV_BACKEND_CUDA_NAIVE,  MLAV_MEM_DEVICE,
     mlav_cuda_available,  naive_plan,               naive_run,
     naive_plan_free,      mlav_cuda_workspace_alloc, mlav_cuda_workspace_free,
+    NULL, NULL, NULL, NULL, NULL, /* no plan for limits: the GPU baseline runs one problem */
 };

@@ -7,6 +7,7 @@
 
 #include "../common/fastdiv.h"
 #include "../common/schedule.h"
+#include "../common/schedule_step.h"
 #include "cuda_backend.h"
 
 /* Compile-time shape of the flash kernel: the DeepSeek-V3 / Kimi K2 latent layout. */
@@ -41,6 +42,27 @@
  * batches 8 more model 0.9841 of 2's time and 16 more 0.9834, at ~110 and ~180 us of host time
  * per plan on the development VM (bench/schedule_choices.c; bench/NOTES.md, session 13). */
 #define MLAV_FLASH_MORE_WAVES 8
+
+/* The most waves beyond the fewest that a plan for limits weighs (schedule_step.h): each one
+ * adds sm_count x blocks_per_sm blocks to the fixed split grid, and a block past the step's
+ * schedule still costs its dispatch. */
+#define MLAV_FLASH_STEP_MORE_WAVES 2
+
+/* The device scheduler's parameters (schedule_step.cu): one step's lengths to its schedule. */
+typedef struct mlav_step_sched_params {
+    const int32_t *q_indptr;     /* [batch + 1] device */
+    const int32_t *kv_lens;      /* [batch] device */
+    int32_t batch, H;
+    mlav_limits lim;
+    mlav_schedule_params sp;
+    mlav_step_bounds bd;
+    mlav_step_header *hdr;       /* the workspace's step region */
+    mlav_split_item *items;      /* [bd.max_items] */
+    mlav_combine_item *combine;  /* [bd.max_combine] */
+} mlav_step_sched_params;
+
+/* Launch the device scheduler (one block) on `stream`. */
+mlav_status mlav_step_schedule_launch(const mlav_step_sched_params *p, cudaStream_t stream);
 
 typedef struct mlav_flash_params {
     const void *q;                  /* [T, H, W] */
@@ -115,8 +137,10 @@ size_t mlav_flash_smem_bytes(void);
 /* Check the kernel for `dtype` fits the sm_120 limit and raise its dynamic smem limit;
  * also returns its resident blocks per SM through *blocks_per_sm. */
 mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, int *blocks_per_sm);
-/* Launch the split kernel then (if any) the combine kernel on `stream`. */
-mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream);
+/* Launch the split kernel then (if any) the combine kernel on `stream`. `step`: a plan for
+ * limits, whose grids run past the step's schedule (items with b < 0, combine items of no rows). */
+mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
+                              cudaStream_t stream);
 /* The F32 variant (verify_flash_f32.cu): CUDA-core FMA on the same schedule and combine, for
  * exactness checks; no tensor cores, no shared memory. */
 mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm);

@@ -219,10 +219,17 @@ __device__ long long flash_phase_clk[PHASE_BLOCKS][PHASE_POINTS];
  * session 9). A block's time is that of its full groups anyway, as long as some block has two
  * (the plan's all_groups); the skipping instance is for plans where none does (every request's
  * H x q_len <= 32), where an idle group would take tensor time from the only working one. */
-template <typename T, bool ALL_GROUPS>
+/* STEP: the instance of plans for limits, whose fixed grid runs past the step's schedule; a
+ * block past it (item b < 0, schedule_step.h) exits. A separate instance because the check alone
+ * makes ptxas allocate the main loop differently (4 of ~3,300 instructions more, the longest
+ * identical run 592 instead of the whole loop, bench/diag/sass_identity.py on sm_90), so plans
+ * for one problem keep the code they were measured with. */
+template <typename T, bool ALL_GROUPS, bool STEP>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
     using MTY = mlav::mma_type<T>;
+    if (STEP && p.items[blockIdx.x].b < 0)
+        return;
     extern __shared__ __align__(16) unsigned char smem[];
     T *sKV = reinterpret_cast<T *>(smem);
     float *sX = reinterpret_cast<float *>(sKV + STAGES * SKV_ELEMS);
@@ -726,16 +733,20 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     FLASH_PHASE(3);
 }
 
-template <typename T> const void *kernel_of(bool all_groups)
+template <typename T, bool STEP> const void *kernel_of(bool all_groups)
 {
-    return all_groups ? reinterpret_cast<const void *>(&flash_verify_kernel<T, true>)
-                      : reinterpret_cast<const void *>(&flash_verify_kernel<T, false>);
+    return all_groups ? reinterpret_cast<const void *>(&flash_verify_kernel<T, true, STEP>)
+                      : reinterpret_cast<const void *>(&flash_verify_kernel<T, false, STEP>);
 }
 
-const void *kernel_for(mlav_dtype dtype, bool all_groups)
+/* The split kernel's instance: dtype (BF16 or F16), all groups or not, step or not. */
+const void *kernel_for(mlav_dtype dtype, bool all_groups, bool step)
 {
-    return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(all_groups)
-                                    : kernel_of<__half>(all_groups);
+    if (step)
+        return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16, true>(all_groups)
+                                        : kernel_of<__half, true>(all_groups);
+    return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16, false>(all_groups)
+                                    : kernel_of<__half, false>(all_groups);
 }
 
 } // namespace
@@ -749,17 +760,18 @@ mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, in
 {
     if (dtype == MLAV_DTYPE_F32)
         return mlav_flash_f32_prepare(dev, blocks_per_sm);
-    /* both instances: a plan picks one at launch (mlav_flash_params.all_groups); their resources
-     * are the same, and the schedule is built for the smaller residency of the two */
+    /* every instance: a plan picks one at launch (mlav_flash_params.all_groups, the plan's
+     * kind); their resources are the same, and the schedule is built for the smallest residency
+     * of them */
     *blocks_per_sm = 0;
-    for (int all = 0; all < 2; all++) {
-        const void *f = kernel_for(dtype, all != 0);
+    for (int k = 0; k < 4; k++) {
+        const void *f = kernel_for(dtype, (k & 1) != 0, (k & 2) != 0);
         mlav_status s = mlav_cuda_prepare_kernel(f, SMEM_BYTES, dev, "flash_verify");
         if (s != MLAV_OK)
             return s;
         int n = 0;
         MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, NT, SMEM_BYTES));
-        *blocks_per_sm = all == 0 || n < *blocks_per_sm ? n : *blocks_per_sm;
+        *blocks_per_sm = k == 0 || n < *blocks_per_sm ? n : *blocks_per_sm;
     }
     if (*blocks_per_sm < 1)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
@@ -767,21 +779,18 @@ mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, in
     return MLAV_OK;
 }
 
-mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream)
+mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
+                              cudaStream_t stream)
 {
     if (fp->n_items > 0 && dtype == MLAV_DTYPE_F32) {
         mlav_status s = mlav_flash_f32_launch(fp, stream);
         if (s != MLAV_OK)
             return s;
     } else if (fp->n_items > 0) {
-        if (dtype == MLAV_DTYPE_BF16 && fp->all_groups)
-            flash_verify_kernel<__nv_bfloat16, true><<<fp->n_items, NT, SMEM_BYTES, stream>>>(*fp);
-        else if (dtype == MLAV_DTYPE_BF16)
-            flash_verify_kernel<__nv_bfloat16, false><<<fp->n_items, NT, SMEM_BYTES, stream>>>(*fp);
-        else if (fp->all_groups)
-            flash_verify_kernel<__half, true><<<fp->n_items, NT, SMEM_BYTES, stream>>>(*fp);
-        else
-            flash_verify_kernel<__half, false><<<fp->n_items, NT, SMEM_BYTES, stream>>>(*fp);
+        void *args[1] = {const_cast<mlav_flash_params *>(fp)};
+        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, fp->all_groups != 0, step != 0),
+                                       dim3((unsigned)fp->n_items), dim3(NT), args, SMEM_BYTES,
+                                       stream));
         MLAV_CUDA_TRY(cudaGetLastError());
     }
     if (fp->n_combine > 0)

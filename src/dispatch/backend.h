@@ -49,6 +49,26 @@ typedef struct mlav_backend_ops {
     /* Allocate / free `bytes` of workspace where it must live (used by mlav_verify only). */
     void *(*workspace_alloc)(size_t bytes);
     void (*workspace_free)(void *ptr);
+    /* Plans for limits (engine steps, steps.c). NULL plan_limits: the backend runs them through
+     * dispatch's host path (the step's lengths kept in the workspace, a plan of the step made at
+     * each run), which only host-memory backends can take. `shape` is the plan's info with the
+     * limits in place of lengths (B = max_batch, T = max_tokens, max_q_len, max_kv_len; no
+     * q_indptr or kv_lens arrays). */
+    mlav_status (*plan_limits)(const mlav_problem_info *shape, const mlav_limits *lim,
+                               void **state, size_t *workspace_bytes);
+    void (*plan_limits_free)(void *state);
+    /* Write one step's schedule into the workspace on `stream`; host lengths were checked
+     * against the limits by dispatch. */
+    mlav_status (*update)(const mlav_problem_info *shape, const void *state,
+                          const mlav_lengths *len, void *workspace, size_t workspace_bytes,
+                          void *stream);
+    /* Run the workspace's step on validated tensors. */
+    mlav_status (*run_limits)(const mlav_problem_info *shape, const void *state,
+                              const mlav_tensors *t, void *workspace, size_t workspace_bytes,
+                              void *stream);
+    /* Read the step header's first two words (bad, batch: schedule_step.h) from the workspace,
+     * ordered on `stream`; synchronizes. NULL: the workspace is host memory. */
+    mlav_status (*step_words)(const void *workspace, void *stream, int32_t words[2]);
 } mlav_backend_ops;
 
 /* Host workspace helpers for the CPU backends (256-byte aligned, as the API promises). */

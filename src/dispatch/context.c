@@ -5,20 +5,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "plan.h"
 #include "validate.h"
 
-struct mlav_context {
-    const mlav_backend_ops *ops; /* the backend this context runs */
-    int is_auto;                 /* chosen by AUTO: plans may fall back to the CPU */
-    char note[512];              /* how the backend was chosen */
-};
-
-struct mlav_plan {
-    const mlav_backend_ops *ops;
-    mlav_problem_info info;
-    void *state;
-    size_t workspace_bytes;
-};
 
 void *mlav_host_workspace_alloc(size_t bytes)
 {
@@ -148,7 +137,9 @@ void mlav_plan_free(mlav_plan *plan)
 {
     if (!plan)
         return;
-    if (plan->state)
+    if (plan->state && plan->for_limits)
+        plan->ops->plan_limits_free(plan->state);
+    else if (plan->state)
         plan->ops->plan_free(plan->state);
     mlav_problem_info_free(&plan->info);
     free(plan);
@@ -174,6 +165,8 @@ mlav_status mlav_run(const mlav_plan *plan, const mlav_tensors *t, void *workspa
 {
     if (!plan)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "plan must not be NULL");
+    if (plan->for_limits)
+        return mlav_step_run(plan, t, workspace, workspace_bytes, stream);
     mlav_status s = mlav_tensors_validate(&plan->info, t);
     if (s != MLAV_OK)
         return s;

@@ -1,0 +1,27 @@
+/* What a context and a plan hold (context.c: plans for one problem; steps.c: plans for
+ * limits). */
+#ifndef MLAV_DISPATCH_PLAN_H
+#define MLAV_DISPATCH_PLAN_H
+
+#include "backend.h"
+
+struct mlav_context {
+    const mlav_backend_ops *ops; /* the backend this context runs */
+    int is_auto;                 /* chosen by AUTO: plans may fall back to the CPU */
+    char note[512];              /* how the backend was chosen */
+};
+
+struct mlav_plan {
+    const mlav_backend_ops *ops;
+    mlav_problem_info info;      /* the problem; for limits, the shape (backend.h) */
+    void *state;
+    size_t workspace_bytes;
+    int for_limits;              /* made by mlav_plan_create_for_limits */
+    mlav_limits limits;
+};
+
+/* mlav_run of a plan for limits (steps.c). */
+mlav_status mlav_step_run(const mlav_plan *plan, const mlav_tensors *t, void *workspace,
+                          size_t workspace_bytes, void *stream);
+
+#endif

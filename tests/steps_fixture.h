@@ -1,0 +1,63 @@
+/* An engine's verify loop for the engine-step tests (test_steps.c on the CPU backends,
+ * test_steps_gpu.c on CUDA graphs): fixed buffers sized by a plan's limits, requests that grow
+ * by their accepted drafts, finish and arrive, a fresh draft tree per request and step, and the
+ * check of each step's outputs against the fp64 oracle run on the step's exact problem. */
+#ifndef MLAV_TESTS_STEPS_FIXTURE_H
+#define MLAV_TESTS_STEPS_FIXTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mlaverify.h"
+
+#define SF_MAX_LAYERS 4
+
+typedef struct sf_engine {
+    mlav_limits lim;
+    int32_t H, Dl, Dr, W, page_size, max_pages, words, layers;
+    mlav_dtype dtype;
+    float scale;
+    int64_t num_pages;
+    size_t esz, q_bytes, kv_bytes, out_bytes, lse_bytes, pt_bytes, mask_bytes;
+    /* host buffers for the engine's lifetime; each layer has its own q, pool, out, lse */
+    void *q[SF_MAX_LAYERS], *kv[SF_MAX_LAYERS], *out[SF_MAX_LAYERS];
+    float *lse[SF_MAX_LAYERS];
+    int32_t *page_table;  /* [max_batch, max_pages] */
+    uint32_t *mask;       /* [max_tokens, words(limits.max_q_len)] */
+    /* this step: `batch` slots, live requests first, then padding (q_len 0, kv_len 0) */
+    int32_t batch, live;
+    int32_t *q_indptr, *kv_lens, *prefix; /* [max_batch + 1], [max_batch], [max_batch] */
+    int32_t *parents;                     /* [max_tokens] */
+    int32_t *page_owner;                  /* [num_pages]: slot using the page, or -1 */
+    uint64_t rng;
+} sf_engine;
+
+/* An engine of `layers` layers within `lim`. The pool has enough pages for every slot at
+ * max_kv_len, plus a few never used (NaN). */
+sf_engine *sf_make(const mlav_limits *lim, int32_t H, int32_t Dl, int32_t Dr, int32_t page_size,
+                   mlav_dtype dtype, int32_t layers, uint64_t seed);
+void sf_free(sf_engine *e);
+
+/* The next step: every live request accepts 1..q_len of its drafts (its prefix grows), some
+ * finish, new ones arrive; a fresh draft (random tree or chain) per request; pages handed out
+ * in shuffled order; new q and KV values; unused pages and the slack past kv_len NaN. With
+ * `pad` the step's batch is max_batch (slots past the live requests padded), else the live
+ * count. */
+void sf_step(sf_engine *e, int pad);
+
+/* NaN into every layer's out and lse. */
+void sf_poison(sf_engine *e);
+
+/* Check layer `l`'s out/lse (host copies of the step's results, [max_tokens] rows) against the
+ * fp64 oracle on the step's exact problem: NaN positions match, rel-L2 and lse within the
+ * dtype's tolerance, rows past the step's tokens still poisoned. 1 if so, else 0 and `msg`. */
+int sf_check(const sf_engine *e, int l, const void *out, const float *lse, char *msg, size_t n);
+
+/* The step's lengths in host memory. */
+mlav_lengths sf_lengths(const sf_engine *e);
+/* The shape of the engine's plan for limits. */
+mlav_problem sf_shape(const sf_engine *e);
+/* Host tensors of layer l. */
+mlav_tensors sf_tensors(const sf_engine *e, int l);
+
+#endif

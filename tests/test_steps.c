@@ -1,0 +1,323 @@
+/* Engine steps on the CPU backends: one plan for limits serves 200 steps of an engine's loop
+ * (requests growing, finishing and arriving, padded batches, fresh trees), each layer of each
+ * step checked against the fp64 oracle; host lengths past the limits refused with a sentence;
+ * the step rule's schedules cover every request's rows and KV rows exactly once. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/common/schedule_step.h"
+#include "mlaverify.h"
+#include "steps_fixture.h"
+#include "test_util.h"
+
+/* A host workspace as the API asks for one: 256-byte aligned. */
+static void *ws_alloc(size_t bytes)
+{
+    void *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(p);
+    return p;
+}
+
+static const mlav_limits LIM = {.max_batch = 6, .max_tokens = 40, .max_q_len = 16,
+                                .max_kv_len = 400};
+
+static void engine_loop(mlav_backend backend, mlav_dtype dtype, int steps)
+{
+    const uint64_t seed = tu_seed();
+    sf_engine *e = sf_make(&LIM, 4, 64, 16, 16, dtype, 2, seed);
+    mlav_context *ctx;
+    assert_int_equal(mlav_context_create(&ctx, backend), MLAV_OK);
+    mlav_problem shape = sf_shape(e);
+    mlav_plan *plan;
+    assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &LIM, &plan), MLAV_OK);
+    mlav_limits got;
+    assert_int_equal(mlav_plan_limits(plan, &got), MLAV_OK);
+    assert_memory_equal(&got, &LIM, sizeof got);
+    const size_t bytes = mlav_plan_workspace_bytes(plan);
+    void *ws = ws_alloc(bytes);
+    memset(ws, 0xff, bytes); /* NaN poison */
+    for (int s = 0; s < steps; s++) {
+        sf_step(e, s % 3 == 0); /* every third step padded to max_batch, as a graph would be */
+        sf_poison(e);
+        const mlav_lengths len = sf_lengths(e);
+        assert_int_equal(mlav_plan_update(plan, &len, ws, bytes, NULL), MLAV_OK);
+        for (int l = 0; l < e->layers; l++) {
+            const mlav_tensors t = sf_tensors(e, l);
+            mlav_status st = mlav_run(plan, &t, ws, bytes, NULL);
+            if (st != MLAV_OK)
+                fail_msg("%s %s step %d layer %d: %s (seed 0x%llx)", mlav_backend_name(backend),
+                         mlav_dtype_name(dtype), s, l, mlav_last_error(NULL),
+                         (unsigned long long)seed);
+            char msg[256];
+            if (!sf_check(e, l, e->out[l], e->lse[l], msg, sizeof msg))
+                fail_msg("%s %s step %d layer %d (batch %d, %d live, %d tokens): %s (seed "
+                         "0x%llx)",
+                         mlav_backend_name(backend), mlav_dtype_name(dtype), s, l, e->batch,
+                         e->live, e->q_indptr[e->batch], msg, (unsigned long long)seed);
+        }
+        int32_t bad = 0;
+        assert_int_equal(mlav_plan_step_status(plan, ws, bytes, NULL, &bad), MLAV_OK);
+        assert_int_equal(bad, -1);
+    }
+    free(ws);
+    mlav_plan_free(plan);
+    mlav_context_free(ctx);
+    sf_free(e);
+}
+
+static void test_steps_engine_loop_cpu_f32(void **state)
+{
+    (void)state;
+    engine_loop(MLAV_BACKEND_CPU, MLAV_DTYPE_F32, 200);
+}
+
+static void test_steps_engine_loop_cpu_bf16(void **state)
+{
+    (void)state;
+    engine_loop(MLAV_BACKEND_CPU, MLAV_DTYPE_BF16, 60);
+}
+
+static void test_steps_engine_loop_reference_f16(void **state)
+{
+    (void)state;
+    engine_loop(MLAV_BACKEND_REFERENCE, MLAV_DTYPE_F16, 30);
+}
+
+/* An update refused: the status, and a sentence containing `words`. */
+static void refused(const mlav_plan *plan, const mlav_lengths *len, void *ws, size_t bytes,
+                    mlav_status want, const char *words)
+{
+    assert_int_equal(mlav_plan_update(plan, len, ws, bytes, NULL), want);
+    if (!strstr(mlav_last_error(NULL), words))
+        fail_msg("the sentence '%s' does not say '%s'", mlav_last_error(NULL), words);
+}
+
+static void test_steps_bad_host_lengths(void **state)
+{
+    (void)state;
+    mlav_context *ctx;
+    assert_int_equal(mlav_context_create(&ctx, MLAV_BACKEND_CPU), MLAV_OK);
+    mlav_problem shape = {.num_heads = 2, .d_latent = 8, .d_rope = 0, .softmax_scale = 0.5f,
+                          .dtype = MLAV_DTYPE_F32, .page_size = 4, .max_pages = 100};
+    mlav_plan *plan;
+    assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &LIM, &plan), MLAV_OK);
+    const size_t bytes = mlav_plan_workspace_bytes(plan);
+    void *ws = ws_alloc(bytes);
+    int32_t qi[8] = {0, 4, 8}, kv[8] = {10, 20};
+    mlav_lengths len = {MLAV_MEM_HOST, 2, qi, kv};
+    assert_int_equal(mlav_plan_update(plan, &len, ws, bytes, NULL), MLAV_OK);
+
+    len.batch = 7;
+    refused(plan, &len, ws, bytes, MLAV_ERR_INVALID_ARG, "max_batch");
+    len.batch = -1;
+    refused(plan, &len, ws, bytes, MLAV_ERR_INVALID_ARG, "batch");
+    len.batch = 2;
+    qi[2] = 30; /* q_len 26 > 16 */
+    refused(plan, &len, ws, bytes, MLAV_ERR_INVALID_ARG, "max_q_len");
+    qi[2] = 8;
+    kv[1] = 401;
+    refused(plan, &len, ws, bytes, MLAV_ERR_INVALID_ARG, "max_kv_len");
+    kv[1] = 3; /* < q_len 4 */
+    refused(plan, &len, ws, bytes, MLAV_ERR_INVALID_ARG, "less than q_len");
+    kv[1] = 20;
+    qi[1] = 9; /* decreasing */
+    refused(plan, &len, ws, bytes, MLAV_ERR_INVALID_ARG, "decreasing");
+    qi[1] = 4;
+    qi[0] = 1;
+    refused(plan, &len, ws, bytes, MLAV_ERR_INVALID_ARG, "q_indptr[0]");
+    qi[0] = 0;
+    int32_t qi3[4] = {0, 16, 32, 48}, kv3[3] = {16, 16, 16}; /* 48 tokens > 40 */
+    mlav_lengths many = {MLAV_MEM_HOST, 3, qi3, kv3};
+    refused(plan, &many, ws, bytes, MLAV_ERR_INVALID_ARG, "max_tokens");
+    mlav_lengths dev = {MLAV_MEM_DEVICE, 2, qi, kv};
+    refused(plan, &dev, ws, bytes, MLAV_ERR_UNSUPPORTED, "host lengths");
+    refused(plan, &len, ws, bytes - 1, MLAV_ERR_WORKSPACE, "smaller");
+    refused(plan, &len, NULL, bytes, MLAV_ERR_WORKSPACE, "NULL");
+    refused(plan, &len, (char *)ws + 4, bytes, MLAV_ERR_WORKSPACE, "aligned");
+    mlav_lengths nulls = {MLAV_MEM_HOST, 2, NULL, kv};
+    refused(plan, &nulls, ws, bytes, MLAV_ERR_INVALID_ARG, "NULL");
+    mlav_lengths badmem = {(mlav_memory)7, 2, qi, kv};
+    refused(plan, &badmem, ws, bytes, MLAV_ERR_INVALID_ARG, "mlav_memory");
+    /* a refused update leaves the last good step in place */
+    int32_t bad = 0;
+    assert_int_equal(mlav_plan_step_status(plan, ws, bytes, NULL, &bad), MLAV_OK);
+    assert_int_equal(bad, -1);
+    /* device tensors on a CPU plan for limits */
+    float dummy[64];
+    mlav_tensors t = {.memory = MLAV_MEM_DEVICE, .q = dummy, .kv_cache = dummy, .num_pages = 1,
+                      .page_table = qi, .out = dummy};
+    assert_int_equal(mlav_run(plan, &t, ws, bytes, NULL), MLAV_ERR_UNSUPPORTED);
+
+    /* a plan for one problem takes no update */
+    mlav_problem one = shape;
+    one.batch = 2;
+    one.q_indptr = qi;
+    one.kv_lens = kv;
+    mlav_plan *exact;
+    assert_int_equal(mlav_plan_create(ctx, &one, &exact), MLAV_OK);
+    refused(exact, &len, ws, bytes, MLAV_ERR_INVALID_ARG, "for_limits");
+    mlav_limits l;
+    assert_int_equal(mlav_plan_limits(exact, &l), MLAV_ERR_INVALID_ARG);
+    mlav_plan_free(exact);
+    free(ws);
+    mlav_plan_free(plan);
+    mlav_context_free(ctx);
+}
+
+static void test_steps_bad_limits(void **state)
+{
+    (void)state;
+    mlav_context *ctx;
+    assert_int_equal(mlav_context_create(&ctx, MLAV_BACKEND_CPU), MLAV_OK);
+    mlav_problem shape = {.num_heads = 2, .d_latent = 8, .d_rope = 0, .softmax_scale = 0.5f,
+                          .dtype = MLAV_DTYPE_F32, .page_size = 4, .max_pages = 100};
+    const struct {
+        mlav_limits lim;
+        const char *words;
+    } cases[] = {
+        {{0, 10, 4, 100}, "max_batch"},
+        {{MLAV_STEP_MAX_BATCH + 1, 10, 4, 100}, "max_batch"},
+        {{2, 0, 1, 100}, "max_tokens"},
+        {{2, 10, 11, 100}, "max_q_len"},
+        {{2, 10, 0, 100}, "max_q_len"},
+        {{2, 10, 4, 3}, "max_kv_len"},
+        {{2, 10, 4, 401}, "max_pages"}, /* past max_pages * page_size = 400 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mlav_plan *plan = (mlav_plan *)&cases; /* must be reset to NULL */
+        assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &cases[i].lim, &plan),
+                         MLAV_ERR_INVALID_ARG);
+        assert_null(plan);
+        if (!strstr(mlav_last_error(NULL), cases[i].words))
+            fail_msg("case %zu: '%s' does not say '%s'", i, mlav_last_error(NULL),
+                     cases[i].words);
+    }
+    mlav_plan *plan;
+    assert_int_equal(mlav_plan_create_for_limits(ctx, NULL, &LIM, &plan), MLAV_ERR_INVALID_ARG);
+    assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, NULL, &plan), MLAV_ERR_INVALID_ARG);
+    shape.num_heads = 0;
+    assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &LIM, &plan), MLAV_ERR_INVALID_ARG);
+    mlav_context_free(ctx);
+}
+
+/* The step rule's schedule: within the bounds, every (request, row tile) covers its KV rows
+ * [0, kv_len) exactly once in split order, slots distinct, one combine item per split row tile
+ * whose slots are its splits', padding past the counts, refused requests skipped. */
+static void test_steps_schedule_rule(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_seed(), rng = seed;
+    const mlav_limits lim = {.max_batch = 64, .max_tokens = 512, .max_q_len = 64,
+                             .max_kv_len = 1 << 20};
+    const int Hs[] = {8, 16, 64, 128};
+    const mlav_schedule_params sps[] = {
+        {64, 32, 32, 256, 132, 128, 1, 2}, /* the flash plan's on an H200 */
+        {64, 32, 32, 256, 188, 128, 1, 2}, /* an RTX PRO 6000's 188 SMs */
+        {64, 32, 32, 8, 4, 0, 0, 0},       /* few splits, few SMs, no costs */
+    };
+    mlav_split_item *items = malloc(sizeof *items * 200000);
+    mlav_combine_item *comb = malloc(sizeof *comb * 200000);
+    uint8_t *seen = malloc(200000);
+    assert_non_null(items);
+    for (int round = 0; round < 300; round++) {
+        const int H = Hs[tu_next(&rng) % 4];
+        const mlav_schedule_params *sp = &sps[tu_next(&rng) % 3];
+        const mlav_step_bounds bd = mlav_step_bounds_of(H, &lim, sp);
+        assert_true(bd.max_items <= 200000 && bd.max_combine <= 200000);
+        int32_t batch = 1 + (int32_t)(tu_next(&rng) % 64), qi[65], kv[64], t = 0;
+        qi[0] = 0;
+        int32_t refuse = (int32_t)(tu_next(&rng) % 8) == 0 ? (int32_t)(tu_next(&rng) % batch) : -1;
+        for (int32_t b = 0; b < batch; b++) {
+            int32_t q = (int32_t)(tu_next(&rng) % 9); /* 0: padding */
+            if (b == refuse && q == 0)
+                q = 1; /* a padding slot (q_len 0) is never refused */
+            if (t + q > lim.max_tokens)
+                q = 0;
+            if (b == refuse && q == 0)
+                refuse = -1;
+            const int32_t pf = (int32_t)(tu_next(&rng) % (tu_next(&rng) % 2 ? 300000 : 3000));
+            kv[b] = b == refuse ? lim.max_kv_len + 1 : pf + q;
+            qi[b + 1] = (t += q);
+        }
+        mlav_step_header h;
+        mlav_step_schedule_build(batch, qi, kv, H, &lim, sp, &bd, &h, items, comb);
+        assert_true(h.n_items <= bd.max_items && h.n_combine <= bd.max_combine);
+        assert_true(h.n_slots <= bd.max_slots);
+        assert_int_equal(h.batch, batch);
+        assert_int_equal(h.bad, refuse >= 0 ? refuse : INT32_MAX);
+        for (int32_t i = h.n_items; i < bd.max_items; i++)
+            assert_int_equal(items[i].b, -1);
+        for (int32_t i = h.n_combine; i < bd.max_combine; i++)
+            assert_true(comb[i].b == -1 && comb[i].rows == 0);
+        memset(seen, 0, (size_t)h.n_slots);
+        int32_t it = 0, ci = 0;
+        for (int32_t b = 0; b < batch; b++) {
+            const int32_t q = qi[b + 1] - qi[b];
+            if (q == 0 || b == refuse)
+                continue;
+            const int32_t mt = (q * H + 63) / 64;
+            int32_t end = 0, ns = 0;
+            while (end < kv[b]) { /* the splits, in order, each with its mt row tiles */
+                for (int32_t m = 0; m < mt; m++, it++) {
+                    assert_true(it < h.n_items);
+                    const mlav_split_item *x = &items[it];
+                    assert_int_equal(x->b, b);
+                    assert_int_equal(x->mtile, m);
+                    assert_int_equal(x->kv_begin, end);
+                    assert_true(x->kv_end > x->kv_begin && x->kv_end <= kv[b]);
+                    assert_int_equal(x->q_start, qi[b]);
+                    assert_int_equal(x->q_len, q);
+                    assert_int_equal(x->prefix, kv[b] - q);
+                    if (m > 0)
+                        assert_int_equal(x->kv_end, items[it - 1].kv_end);
+                    if (x->slot >= 0) {
+                        assert_true(x->slot < h.n_slots && !seen[x->slot]);
+                        seen[x->slot] = 1;
+                    }
+                }
+                end = items[it - 1].kv_end;
+                ns++;
+            }
+            assert_true(ns <= sp->max_splits);
+            if (ns == 1) {
+                assert_int_equal(items[it - 1].slot, -1);
+                continue;
+            }
+            for (int32_t m = 0; m < mt; m++, ci++) {
+                const mlav_combine_item *c = &comb[ci];
+                assert_true(c->b == b && c->mtile == m && c->nsplit == ns);
+                assert_true(c->q_start == qi[b] && c->rows == q * H);
+                for (int32_t k = 0; k < ns; k++)
+                    assert_int_equal(items[it - ns * mt + k * mt + m].slot,
+                                     c->slot0 + k * c->slot_stride);
+            }
+        }
+        if (it != h.n_items || ci != h.n_combine)
+            fail_msg("round %d: %d items and %d combine items expected, %d and %d built (seed "
+                     "0x%llx)",
+                     round, it, ci, h.n_items, h.n_combine, (unsigned long long)seed);
+    }
+    free(items);
+    free(comb);
+    free(seen);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_steps_engine_loop_cpu_f32),
+        cmocka_unit_test(test_steps_engine_loop_cpu_bf16),
+        cmocka_unit_test(test_steps_engine_loop_reference_f16),
+        cmocka_unit_test(test_steps_bad_host_lengths),
+        cmocka_unit_test(test_steps_bad_limits),
+        cmocka_unit_test(test_steps_schedule_rule),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
