@@ -229,7 +229,7 @@ else
   # some runs never end (sessions 2, 5, 7, 11, 12; in session 12 with the GPU 100% busy).
   # Sessions 11-12: 3 stalls in 11 runs with the combine's programmatic dependent launch, none in
   # 11 of a build without it, none in plain runs. Session 13 reproduced the stall without this
-  # library (bench/pdl_sanitizer_repro.cu, FEATURES 7: a programmatic dependent launch between
+  # library (bench/diag/pdl_sanitizer_repro.cu, FEATURES 7: a programmatic dependent launch between
   # kernels with named barriers, cp.async and reserved shared memory), so a stall is the tool's,
   # and is retried (san_streams_retry) rather than read as a hang of ours; hazards still fail.
   step racecheck-streams 200 "$OUT/sanitizer.log" "san_streams_retry"

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""How much machine code two builds of a kernel share, without a disassembler.
+
+Session 6 and 7 found that ptxas re-allocates the flash kernel's main loop when code outside the
+loop changes, and that the loop's speed moves with it (docs/PERFORMANCE.md#ptxas). This compares the .text
+sections of one kernel in two cubins as sequences of 16-byte sm_90/sm_120 instructions: a change
+that left the ~1,000-instruction main loop alone shows an identical run of about that length.
+It needs only nvcc and readelf, so a variant can be screened in seconds before device time:
+
+    nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Iinclude -Isrc/cuda \\
+         -DMLAV_WITH_CUDA -Xptxas=--register-usage-level=10 -cubin -o a.cubin \\
+         src/cuda/verify_flash.cu     (likewise b.cubin; the option is the product's, CMakeLists)
+    bench/diag/sass_identity.py a.cubin b.cubin [KERNEL_SUBSTRING]   (default: the BF16 flash kernel)
+"""
+import difflib
+import re
+import subprocess
+import sys
+
+
+def kernel_text(path, name):
+    out = subprocess.run(['readelf', '-S', '-W', path], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        m = re.search(r'\]\s+(\.text\.\S+)\s+PROGBITS\s+\S+\s+([0-9a-f]+)\s+([0-9a-f]+)', line)
+        if m and name in m.group(1):
+            off, size = int(m.group(2), 16), int(m.group(3), 16)
+            with open(path, 'rb') as f:
+                f.seek(off)
+                return f.read(size)
+    sys.exit(f'{path}: no .text section whose name contains {name}')
+
+
+def main():
+    if len(sys.argv) not in (3, 4):
+        sys.exit(__doc__)
+    name = sys.argv[3] if len(sys.argv) == 4 else 'flash_verify_kernelI13__nv_bfloat16'
+    a, b = (kernel_text(p, name) for p in sys.argv[1:3])
+    ia = [a[i:i + 16] for i in range(0, len(a), 16)]
+    ib = [b[i:i + 16] for i in range(0, len(b), 16)]
+    blocks = difflib.SequenceMatcher(None, ia, ib, autojunk=False).get_matching_blocks()
+    same = sum(x.size for x in blocks)
+    run = max(blocks, key=lambda x: x.size)
+    print(f'{len(ia)} and {len(ib)} instructions; {same} identical in order; longest identical '
+          f'run {run.size} (at {run.a * 16:#x} in the first, {run.b * 16:#x} in the second)')
+
+
+if __name__ == '__main__':
+    main()
