@@ -52,6 +52,10 @@ void sf_poison(sf_engine *e);
  * fp64 oracle on the step's exact problem: NaN positions match, rel-L2 and lse within the
  * dtype's tolerance, rows past the step's tokens still poisoned. 1 if so, else 0 and `msg`. */
 int sf_check(const sf_engine *e, int l, const void *out, const float *lse, char *msg, size_t n);
+/* The same, where request `skip` was refused: its rows must still be poisoned (NaN), the
+ * others are checked as above; skip = -2: nothing at all may have been written. */
+int sf_check_skip(const sf_engine *e, int l, const void *out, const float *lse, int32_t skip,
+                  char *msg, size_t n);
 
 /* The step's lengths in host memory. */
 mlav_lengths sf_lengths(const sf_engine *e);

@@ -1,0 +1,309 @@
+/* Engine steps on CUDA graphs: a plan for limits, one graph captured once (the update with
+ * device lengths, then the runs of every layer) and replayed for 200 steps while requests grow,
+ * finish and arrive, each layer of each step checked against the fp64 oracle, with the workspace
+ * NaN-poisoned before every replay; a second graph of the runs alone, fed by host updates,
+ * gives bit-identical results (the host and the device build the same schedule); device
+ * lengths past the limits leave the refused request's rows untouched and say so through
+ * mlav_plan_step_status. MLAV_TEST_STEPS sets the step count (the suite's memcheck runs fewer).
+ * Skips without CUDA built in or without a device of cc >= 8.0. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mlaverify.h"
+#include "steps_fixture.h"
+#include "test_util.h"
+
+#ifdef MLAV_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#define CK(call)                                                                             \
+    do {                                                                                     \
+        cudaError_t ck_e_ = (call);                                                          \
+        if (ck_e_ != cudaSuccess)                                                            \
+            fail_msg("%s failed: %s (%s:%d)", #call, cudaGetErrorString(ck_e_), __FILE__,    \
+                     __LINE__);                                                              \
+    } while (0)
+#define OK(call)                                                                             \
+    do {                                                                                     \
+        mlav_status ok_s_ = (call);                                                          \
+        if (ok_s_ != MLAV_OK)                                                                \
+            fail_msg("%s: %s: %s (%s:%d)", #call, mlav_status_string(ok_s_),                 \
+                     mlav_last_error(NULL), __FILE__, __LINE__);                             \
+    } while (0)
+
+static void need_device(void)
+{
+    if (mlav_cuda_device_count() == 0) {
+        print_message("no CUDA device of compute capability >= 8.0: skipped\n");
+        skip();
+    }
+}
+
+static void *dmalloc(size_t bytes)
+{
+    void *p = NULL;
+    CK(cudaMalloc(&p, bytes ? bytes : 256));
+    return p;
+}
+
+typedef struct dev_engine {
+    void *q[SF_MAX_LAYERS], *kv[SF_MAX_LAYERS], *out[SF_MAX_LAYERS];
+    float *lse[SF_MAX_LAYERS];
+    int32_t *pt, *qi, *kvl;
+    uint32_t *mask;
+} dev_engine;
+
+static void to_device(const sf_engine *e, const dev_engine *d, cudaStream_t st)
+{
+    for (int l = 0; l < e->layers; l++) {
+        CK(cudaMemcpyAsync(d->q[l], e->q[l], e->q_bytes, cudaMemcpyHostToDevice, st));
+        CK(cudaMemcpyAsync(d->kv[l], e->kv[l], e->kv_bytes, cudaMemcpyHostToDevice, st));
+        CK(cudaMemsetAsync(d->out[l], 0xff, e->out_bytes, st)); /* NaN in every dtype */
+        CK(cudaMemsetAsync(d->lse[l], 0xff, e->lse_bytes, st));
+    }
+    CK(cudaMemcpyAsync(d->pt, e->page_table, e->pt_bytes, cudaMemcpyHostToDevice, st));
+    CK(cudaMemcpyAsync(d->mask, e->mask, e->mask_bytes, cudaMemcpyHostToDevice, st));
+    CK(cudaMemcpyAsync(d->qi, e->q_indptr, sizeof(int32_t) * (e->lim.max_batch + 1),
+                       cudaMemcpyHostToDevice, st));
+    CK(cudaMemcpyAsync(d->kvl, e->kv_lens, sizeof(int32_t) * e->lim.max_batch,
+                       cudaMemcpyHostToDevice, st));
+}
+
+static mlav_tensors dev_tensors(const sf_engine *e, const dev_engine *d, int l)
+{
+    mlav_tensors t = {.memory = MLAV_MEM_DEVICE, .q = d->q[l], .kv_cache = d->kv[l],
+                      .num_pages = e->num_pages, .page_table = d->pt, .tree_mask = d->mask,
+                      .out = d->out[l], .lse = d->lse[l]};
+    return t;
+}
+
+static int steps_wanted(void)
+{
+    const char *s = getenv("MLAV_TEST_STEPS");
+    return s && atoi(s) > 0 ? atoi(s) : 200;
+}
+
+static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, const mlav_limits *lim)
+{
+    need_device();
+    const uint64_t seed = tu_seed();
+    const int layers = 2, steps = steps_wanted();
+    sf_engine *e = sf_make(lim, H, 512, 64, page_size, dtype, layers, seed);
+    mlav_context *ctx;
+    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    const mlav_problem shape = sf_shape(e);
+    mlav_plan *plan;
+    OK(mlav_plan_create_for_limits(ctx, &shape, lim, &plan));
+    const size_t bytes = mlav_plan_workspace_bytes(plan);
+    void *ws = dmalloc(bytes), *ws2 = dmalloc(bytes);
+    dev_engine d;
+    for (int l = 0; l < layers; l++) {
+        d.q[l] = dmalloc(e->q_bytes);
+        d.kv[l] = dmalloc(e->kv_bytes);
+        d.out[l] = dmalloc(e->out_bytes);
+        d.lse[l] = dmalloc(e->lse_bytes);
+    }
+    d.pt = dmalloc(e->pt_bytes);
+    d.mask = dmalloc(e->mask_bytes);
+    d.qi = dmalloc(sizeof(int32_t) * (lim->max_batch + 1));
+    d.kvl = dmalloc(sizeof(int32_t) * lim->max_batch);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+    /* graph A: the update from device lengths and every layer's run; graph B: the runs alone,
+     * on a second workspace fed by host updates */
+    const mlav_lengths dlen = {MLAV_MEM_DEVICE, lim->max_batch, d.qi, d.kvl};
+    cudaGraph_t ga, gb;
+    cudaGraphExec_t xa, xb;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    OK(mlav_plan_update(plan, &dlen, ws, bytes, st));
+    for (int l = 0; l < layers; l++) {
+        const mlav_tensors t = dev_tensors(e, &d, l);
+        OK(mlav_run(plan, &t, ws, bytes, st));
+    }
+    CK(cudaStreamEndCapture(st, &ga));
+    CK(cudaGraphInstantiate(&xa, ga, 0));
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    /* a host update cannot be captured */
+    sf_step(e, 1);
+    const mlav_lengths hl = sf_lengths(e);
+    assert_int_equal(mlav_plan_update(plan, &hl, ws2, bytes, st), MLAV_ERR_UNSUPPORTED);
+    for (int l = 0; l < layers; l++) {
+        const mlav_tensors t = dev_tensors(e, &d, l);
+        OK(mlav_run(plan, &t, ws2, bytes, st));
+    }
+    CK(cudaStreamEndCapture(st, &gb));
+    CK(cudaGraphInstantiate(&xb, gb, 0));
+
+    unsigned char *oa = malloc(e->out_bytes), *ob = malloc(e->out_bytes);
+    float *la = malloc(e->lse_bytes), *lb = malloc(e->lse_bytes);
+    assert_true(oa && ob && la && lb);
+    int refused_steps = 0;
+    for (int s = 0; s < steps; s++) {
+        sf_step(e, 1); /* the graph's batch is max_batch: slots past the live requests padded */
+        to_device(e, &d, st);
+        /* every 10th step, one live request's device kv_len past the limits; every 25th, a
+         * decreasing q_indptr: refused on the device, recorded in the workspace */
+        int32_t skip = -1;
+        if (s % 10 == 5 && e->live > 1) {
+            skip = (int32_t)(s % e->live);
+            const int32_t over = lim->max_kv_len + 1;
+            CK(cudaMemcpyAsync(d.kvl + skip, &over, sizeof over, cudaMemcpyHostToDevice, st));
+        } else if (s % 25 == 12 && e->live > 1) {
+            skip = -2;
+            const int32_t dec = e->q_indptr[1] + 1; /* q_indptr[1] > q_indptr[2]? make it so */
+            CK(cudaMemcpyAsync(d.qi + 1, &dec, sizeof dec, cudaMemcpyHostToDevice, st));
+            const int32_t zero = 0;
+            CK(cudaMemcpyAsync(d.qi + 2, &zero, sizeof zero, cudaMemcpyHostToDevice, st));
+        }
+        CK(cudaMemsetAsync(ws, 0xff, bytes, st));
+        CK(cudaGraphLaunch(xa, st));
+        int32_t bad = 0;
+        const mlav_status ss = mlav_plan_step_status(plan, ws, bytes, st, &bad);
+        if (skip == -1) {
+            OK(ss);
+            assert_int_equal(bad, -1);
+        } else {
+            assert_int_equal(ss, MLAV_ERR_INVALID_ARG);
+            assert_int_equal(bad, skip >= 0 ? skip : e->batch);
+            refused_steps++;
+        }
+        for (int l = 0; l < layers; l++) {
+            CK(cudaMemcpyAsync(oa, d.out[l], e->out_bytes, cudaMemcpyDeviceToHost, st));
+            CK(cudaMemcpyAsync(la, d.lse[l], e->lse_bytes, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            char msg[256];
+            if (!sf_check_skip(e, l, oa, la, skip, msg, sizeof msg))
+                fail_msg("h=%d page=%d %s step %d layer %d (%d live, %d tokens, refused %d): %s "
+                         "(seed 0x%llx)",
+                         H, page_size, mlav_dtype_name(dtype), s, l, e->live,
+                         e->q_indptr[e->batch], skip, msg, (unsigned long long)seed);
+        }
+        if (skip != -1)
+            continue;
+        /* the same step through a host update and graph B: the same bits */
+        for (int l = 0; l < layers; l++) {
+            CK(cudaMemsetAsync(d.out[l], 0xff, e->out_bytes, st));
+            CK(cudaMemsetAsync(d.lse[l], 0xff, e->lse_bytes, st));
+        }
+        CK(cudaMemsetAsync(ws2, 0xff, bytes, st));
+        const mlav_lengths len = sf_lengths(e);
+        OK(mlav_plan_update(plan, &len, ws2, bytes, st));
+        CK(cudaGraphLaunch(xb, st));
+        for (int l = 0; l < layers; l++) {
+            CK(cudaMemcpyAsync(ob, d.out[l], e->out_bytes, cudaMemcpyDeviceToHost, st));
+            CK(cudaMemcpyAsync(lb, d.lse[l], e->lse_bytes, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            char msg[256];
+            if (!sf_check(e, l, ob, lb, msg, sizeof msg))
+                fail_msg("host update, step %d layer %d: %s (seed 0x%llx)", s, l, msg,
+                         (unsigned long long)seed);
+        }
+        /* graph A's result of this layer set is in oa/la only for the last layer: compare it */
+        if (memcmp(oa, ob, e->out_bytes) != 0 || memcmp(la, lb, e->lse_bytes) != 0)
+            fail_msg("step %d: the device-length and host-length schedules gave different bits "
+                     "(seed 0x%llx)",
+                     s, (unsigned long long)seed);
+    }
+    print_message("h=%d page=%d %s: %d steps, %d with refused lengths, seed 0x%llx\n", H,
+                  page_size, mlav_dtype_name(dtype), steps, refused_steps,
+                  (unsigned long long)seed);
+    free(oa);
+    free(ob);
+    free(la);
+    free(lb);
+    CK(cudaGraphExecDestroy(xa));
+    CK(cudaGraphExecDestroy(xb));
+    CK(cudaGraphDestroy(ga));
+    CK(cudaGraphDestroy(gb));
+    CK(cudaStreamDestroy(st));
+    for (int l = 0; l < layers; l++) {
+        cudaFree(d.q[l]);
+        cudaFree(d.kv[l]);
+        cudaFree(d.out[l]);
+        cudaFree(d.lse[l]);
+    }
+    cudaFree(d.pt);
+    cudaFree(d.mask);
+    cudaFree(d.qi);
+    cudaFree(d.kvl);
+    cudaFree(ws);
+    cudaFree(ws2);
+    mlav_plan_free(plan);
+    mlav_context_free(ctx);
+    sf_free(e);
+}
+
+static void test_steps_graph_h16_page1_bf16(void **state)
+{
+    (void)state;
+    const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 16,
+                             .max_kv_len = 1500};
+    graph_loop(16, 1, MLAV_DTYPE_BF16, &lim);
+}
+
+static void test_steps_graph_h8_page64_f16(void **state)
+{
+    (void)state;
+    const mlav_limits lim = {.max_batch = 4, .max_tokens = 80, .max_q_len = 40,
+                             .max_kv_len = 4000};
+    graph_loop(8, 64, MLAV_DTYPE_F16, &lim);
+}
+
+static void test_steps_graph_h64_page16_f32(void **state)
+{
+    (void)state;
+    const mlav_limits lim = {.max_batch = 3, .max_tokens = 12, .max_q_len = 9, .max_kv_len = 600};
+    graph_loop(64, 16, MLAV_DTYPE_F32, &lim);
+}
+
+/* Plans for limits on cuda-naive: refused with a sentence; an AUTO context falls back. */
+static void test_steps_naive_refused(void **state)
+{
+    (void)state;
+    need_device();
+    mlav_context *ctx;
+    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA_NAIVE));
+    const mlav_problem shape = {.num_heads = 8, .d_latent = 512, .d_rope = 64,
+                                .softmax_scale = 0.1f, .dtype = MLAV_DTYPE_BF16, .page_size = 1,
+                                .max_pages = 100};
+    const mlav_limits lim = {2, 8, 4, 100};
+    mlav_plan *plan;
+    assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan), MLAV_ERR_UNSUPPORTED);
+    mlav_context_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_steps_graph_h16_page1_bf16),
+        cmocka_unit_test(test_steps_graph_h8_page64_f16),
+        cmocka_unit_test(test_steps_graph_h64_page16_f32),
+        cmocka_unit_test(test_steps_naive_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else
+
+static void test_steps_gpu_not_built(void **state)
+{
+    (void)state;
+    print_message("built without CUDA: skipped\n");
+    skip();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_steps_gpu_not_built)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#endif
