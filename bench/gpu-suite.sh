@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU-host run in one command (Ubuntu 24.04, nvcc 13.0, no package registry, root):
 # install the carried debs, build with CUDA, record the machine, run every test, prove the
-# sm_120 SASS uses no Hopper-only instructions, check the golden bundles on both CUDA backends,
-# benchmark the reference preset, then compute-sanitizer. Each step is time-boxed against one
+# sm_120 SASS uses no Hopper-only instructions, replay the engine-step graphs (graph-steps), check
+# the golden bundles on both CUDA backends, benchmark the reference preset, then compute-sanitizer
+# (memcheck-steps: the engine-step graphs under memcheck). Each step is time-boxed against one
 # deadline, a failing step is recorded and the next one still runs, and a summary comes last.
 #
 #   bash bench/gpu-suite.sh           env: OUT (output folder; the device tool sets it),
@@ -148,6 +149,14 @@ else
   skip ctest "no build"
 fi
 
+# ---- engine steps: one CUDA graph replayed for 200 steps of changing lengths (test_steps_gpu) -----
+steps_test=$build/tests/test_steps_gpu
+if ok build && [ -x "$steps_test" ]; then
+  step graph-steps 120 "$OUT/ctest.log" "'$steps_test'"
+else
+  skip graph-steps "no $steps_test"
+fi
+
 # ---- golden bundles on both CUDA backends ----------------------------------------------------------
 shopt -s nullglob
 bundles=("$root"/golden/*.safetensors)
@@ -222,6 +231,12 @@ else
   export gpu_test streams_test
   step memcheck 180 "$OUT/sanitizer.log" \
     "compute-sanitizer --tool memcheck --error-exitcode 99 '$gpu_test'"
+  # the engine-step graphs (device scheduler, fixed grids past the schedule) under memcheck, on
+  # fewer steps: the sanitizer runs each replay many times slower
+  if [ -x "$steps_test" ]; then
+    step memcheck-steps 120 "$OUT/sanitizer.log" \
+      "MLAV_TEST_STEPS=25 compute-sanitizer --tool memcheck --error-exitcode 99 '$steps_test'"
+  fi
   step racecheck 150 "$OUT/sanitizer.log" "san racecheck"
   step synccheck 60 "$OUT/sanitizer.log" "san synccheck streams"
   step initcheck 60 "$OUT/sanitizer.log" "san initcheck streams"

@@ -192,13 +192,15 @@ extern "C" void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, uin
 }
 
 /* ---- timing a plan ---------------------------------------------------------------------------- */
-extern "C" mlav_status bench_gpu_time(const mlav_plan *plan, const mlav_tensors *t,
-                                      void *workspace, size_t workspace_bytes,
-                                      const bench_reps *reps, bench_timing *out)
+/* Time `body` (library calls enqueued on g.stream): one direct call (its status is returned as
+ * is), capture into a CUDA graph, warm up, then replays each preceded by an L2 flush outside the
+ * timed events. */
+template <typename F>
+static mlav_status time_captured(F body, const bench_reps *reps, bench_timing *out)
 {
     memset(out, 0, sizeof *out);
     /* A direct run first: its status is what the caller reports (UNSUPPORTED = "n/a"). */
-    mlav_status s = mlav_run(plan, t, workspace, workspace_bytes, g.stream);
+    mlav_status s = body();
     if (s != MLAV_OK)
         return s;
     BENCH_CHECK(cudaStreamSynchronize(g.stream));
@@ -208,7 +210,7 @@ extern "C" mlav_status bench_gpu_time(const mlav_plan *plan, const mlav_tensors 
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     BENCH_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal));
-    mlav_status cs = mlav_run(plan, t, workspace, workspace_bytes, g.stream);
+    mlav_status cs = body();
     cudaError_t ce = cudaStreamEndCapture(g.stream, &graph);
     if (cs == MLAV_OK && ce == cudaSuccess && graph) {
         BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -227,7 +229,7 @@ extern "C" mlav_status bench_gpu_time(const mlav_plan *plan, const mlav_tensors 
         if (exec) {
             BENCH_CHECK(cudaGraphLaunch(exec, g.stream));
         } else {
-            mlav_status rs = mlav_run(plan, t, workspace, workspace_bytes, g.stream);
+            mlav_status rs = body();
             if (rs != MLAV_OK) {
                 fprintf(stderr, "mlaverify bench: mlav_run failed on a repeat: %s: %s\n",
                         mlav_status_string(rs), mlav_last_error(nullptr));
@@ -264,6 +266,43 @@ extern "C" mlav_status bench_gpu_time(const mlav_plan *plan, const mlav_tensors 
     out->min_us = us[0];
     out->median_us = n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
     return MLAV_OK;
+}
+
+extern "C" mlav_status bench_gpu_time(const mlav_plan *plan, const mlav_tensors *t,
+                                      void *workspace, size_t workspace_bytes,
+                                      const bench_reps *reps, bench_timing *out)
+{
+    return time_captured(
+        [&]() { return mlav_run(plan, t, workspace, workspace_bytes, g.stream); }, reps, out);
+}
+
+extern "C" mlav_status bench_gpu_time_steps(const mlav_plan *plan, const mlav_lengths *len,
+                                            const mlav_tensors *t, void *workspace,
+                                            size_t workspace_bytes, const bench_reps *reps,
+                                            bench_timing *step, bench_timing *run,
+                                            bench_timing *update)
+{
+    mlav_status s = time_captured(
+        [&]() {
+            mlav_status u = mlav_plan_update(plan, len, workspace, workspace_bytes, g.stream);
+            return u != MLAV_OK ? u : mlav_run(plan, t, workspace, workspace_bytes, g.stream);
+        },
+        reps, step);
+    if (s != MLAV_OK)
+        return s;
+    /* the workspace holds the step's schedule now: the run alone, and the update alone */
+    s = time_captured(
+        [&]() { return mlav_run(plan, t, workspace, workspace_bytes, g.stream); }, reps, run);
+    if (s != MLAV_OK)
+        return s;
+    s = time_captured(
+        [&]() { return mlav_plan_update(plan, len, workspace, workspace_bytes, g.stream); },
+        reps, update);
+    if (s != MLAV_OK)
+        return s;
+    int32_t bad = -1;
+    s = mlav_plan_step_status(plan, workspace, workspace_bytes, g.stream, &bad);
+    return s;
 }
 
 /* ---- ceiling 1: mma.sync rate ---------------------------------------------------------------- */
