@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/bundle/bundle.h"
@@ -789,6 +790,172 @@ static void test_bundle_format_gen_args(void **state)
     assert_int_equal(p.req[1].tree, MLAV_TREE_DEEP);
 }
 
+/* ---- issue 26: conformance with the safetensors library, and a linear header parse ---------- */
+
+/* The header text of `r` with the first `from` replaced by `to` (which must occur), written to
+ * mut_path followed by r's data. */
+static void write_edited(const raw *r, const char *from, const char *to)
+{
+    size_t hl = r->hlen, fl = strlen(from), tl = strlen(to);
+    char *txt = malloc(hl + 1);
+    assert_non_null(txt);
+    memcpy(txt, r->bytes + 8, hl);
+    txt[hl] = '\0';
+    char *at = strstr(txt, from);
+    if (!at)
+        fail_msg("the header lacks \"%s\"", from);
+    size_t pre = (size_t)(at - txt), n = hl - fl + tl, data = r->size - 8 - hl;
+    unsigned char *buf = malloc(8 + n + data);
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)(((uint64_t)n >> (8 * i)) & 0xffu);
+    memcpy(buf + 8, txt, pre);
+    memcpy(buf + 8 + pre, to, tl);
+    memcpy(buf + 8 + pre + tl, at + fl, hl - pre - fl);
+    memcpy(buf + 8 + n, r->bytes + 8 + hl, data);
+    spill(mut_path, buf, 8 + n + data);
+    free(buf);
+    free(txt);
+}
+
+static void expect_read_ok(const char *what)
+{
+    mlav_bundle b;
+    mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
+    if (s != MLAV_OK)
+        fail_msg("%s: expected MLAV_OK, got %s (%s)", what, mlav_status_string(s),
+                 mlav_last_error(NULL));
+    mlav_bundle_free(&b);
+}
+
+/* golden/FORMAT.md: the reader accepts exactly what the safetensors library accepts. cJSON
+ * takes three things serde_json over a Rust str refuses: bytes that are not UTF-8, integers
+ * written as floats (512e0), and an escaped NUL, which a C string cuts the name at. */
+static void test_bundle_format_safetensors_conformance(void **state)
+{
+    (void)state;
+    raw r = load_raw(base_path);
+    /* the writer's own spelling, for the edits below */
+    char *txt = malloc(r.hlen + 1);
+    memcpy(txt, r.bytes + 8, r.hlen);
+    txt[r.hlen] = '\0';
+    assert_non_null(strstr(txt, "\"data_offsets\":[0,4]"));
+    assert_non_null(strstr(txt, "\"kv_cache\":{"));
+    assert_non_null(strstr(txt, "\"source\":\""));
+    free(txt);
+
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\":[0e0,4]");
+    expect_format_error("offset 0e0", "fraction or an exponent", "plain non-negative integers",
+                        NULL);
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\":[0,4E0]");
+    expect_format_error("offset 4E0", "fraction or an exponent", NULL);
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\":[0,4.0]");
+    expect_format_error("offset 4.0", "fraction or an exponent", NULL);
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\":[0,0.4e1]");
+    expect_format_error("offset 0.4e1", "fraction or an exponent", NULL);
+    write_edited(&r, "\"shape\":[1]", "\"shape\":[1e0]");
+    expect_format_error("shape 1e0", "fraction or an exponent", NULL);
+
+    write_edited(&r, "\"kv_cache\":{", "\"kv_cache\\u0000junk\":{");
+    expect_format_error("escaped NUL in a name", "escaped NUL", NULL);
+    write_edited(&r, "\"source\":\"", "\"sou\\u0000rce\":\"x\",\"source\":\"");
+    expect_format_error("escaped NUL in a metadata key", "escaped NUL", NULL);
+    write_edited(&r, "\"source\":\"", "\"source\":\"a\\u0000b");
+    expect_format_error("escaped NUL in a metadata value", "escaped NUL", NULL);
+    write_edited(&r, "\"source\":\"", "\"source\":\"\\ud800");
+    expect_format_error("lone high surrogate", "surrogate", NULL);
+    write_edited(&r, "\"source\":\"", "\"source\":\"\\udc00x");
+    expect_format_error("lone low surrogate", "surrogate", NULL);
+
+    static const char *const bad_utf8[] = {
+        "\xff",         "\xfe",         "\x80",             "\xc3",       /* truncated 2-byte */
+        "\xc0\xaf",     "\xc1\xbf",     "\xe0\x80\xaf",     /* overlong */
+        "\xed\xa0\x80", "\xed\xbf\xbf",                     /* encoded surrogates */
+        "\xf4\x90\x80\x80", "\xf5\x80\x80\x80",             /* past U+10FFFF */
+        "\xe2\x82",     "\xf0\x9f\x98",                     /* cut sequences */
+    };
+    for (size_t k = 0; k < sizeof bad_utf8 / sizeof bad_utf8[0]; k++) {
+        char to[32];
+        snprintf(to, sizeof to, "\"source\":\"%sx", bad_utf8[k]);
+        write_edited(&r, "\"source\":\"", to);
+        char what[64];
+        snprintf(what, sizeof what, "invalid UTF-8 case %zu", k);
+        expect_format_error(what, "not valid UTF-8", NULL);
+    }
+    /* a raw tab inside a string is a control character to JSON, as outside one it is space */
+    write_edited(&r, "\"source\":\"", "\"source\":\"\t");
+    expect_format_error("raw tab in a string", "control byte 0x09", NULL);
+
+    /* what safetensors accepts stays accepted: UTF-8 of every length, escapes, surrogate pairs,
+     * a number spelled as the writer spells it, blanks between tokens */
+    write_edited(&r, "\"source\":\"", "\"source\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf");
+    expect_read_ok("valid UTF-8");
+    write_edited(&r, "\"source\":\"", "\"source\":\"\\u00e9\\ud83d\\ude00\\\"\\\\\\n\\t");
+    expect_read_ok("escapes and a surrogate pair");
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\" : [ 0 , 4 ]");
+    expect_read_ok("blanks between tokens");
+    free(r.bytes);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* `count` extra metadata keys "k0000000".."k<count-1>" (plus `dup` once more if >= 0) written
+ * into the base bundle's __metadata__; returns the seconds mlav_bundle_read took. */
+static double read_with_keys(const raw *r, long count, long dup, mlav_status want)
+{
+    const size_t per = 16; /* "k0000000":"v", */
+    char *keys = malloc(per * (size_t)(count + 2) + 32);
+    assert_non_null(keys);
+    strcpy(keys, "\"__metadata__\":{");
+    size_t at = strlen(keys);
+    for (long k = 0; k < count; k++)
+        at += (size_t)sprintf(keys + at, "\"k%07ld\":\"v\",", k);
+    if (dup >= 0)
+        at += (size_t)sprintf(keys + at, "\"k%07ld\":\"w\",", dup);
+    (void)at;
+    write_edited(r, "\"__metadata__\":{", keys);
+    free(keys);
+    mlav_bundle b;
+    double t0 = now_s();
+    mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
+    double dt = now_s() - t0;
+    if (s != want)
+        fail_msg("%ld keys: expected %s, got %s (%s)", count, mlav_status_string(want),
+                 mlav_status_string(s), mlav_last_error(NULL));
+    if (s == MLAV_OK)
+        mlav_bundle_free(&b);
+    return dt;
+}
+
+/* issue 26: each metadata key was looked up in a list grown one entry at a time, so a header of
+ * n keys took n^2/2 string compares (80k keys: 10 s). 200k keys then take about a minute; the
+ * linear parse reads them in well under a second on one core (0.1 s here, 0.4 s under ASan).
+ * The bound is a complexity bound with a wide margin, not a speed claim: it also holds the
+ * parse to within 40x the time of a tenth as many keys. */
+static void test_bundle_format_many_metadata_keys(void **state)
+{
+    (void)state;
+    raw r = load_raw(base_path);
+    double small = read_with_keys(&r, 20000, -1, MLAV_OK);
+    double big = read_with_keys(&r, 200000, -1, MLAV_OK);
+    print_message("  20k metadata keys %.3f s, 200k %.3f s\n", small, big);
+    assert_true(big < 3.0);
+    assert_true(big < 40.0 * small + 0.05);
+    /* a repeated key among them is still found, named, quickly */
+    double dup = read_with_keys(&r, 200000, 123456, MLAV_ERR_FORMAT);
+    assert_non_null(strstr(mlav_last_error(NULL), "\"k0123456\" appears twice"));
+    assert_true(dup < 3.0);
+    /* past MLAV_ST_MAX_MEMBERS the header is refused before cJSON allocates a node for each */
+    read_with_keys(&r, MLAV_ST_MAX_MEMBERS, -1, MLAV_ERR_FORMAT);
+    assert_non_null(strstr(mlav_last_error(NULL), "JSON members"));
+    free(r.bytes);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -800,6 +967,8 @@ int main(void)
         cmocka_unit_test(test_bundle_format_inputs_mode),
         cmocka_unit_test(test_bundle_format_fuzz),
         cmocka_unit_test(test_bundle_format_gen_args),
+        cmocka_unit_test(test_bundle_format_safetensors_conformance),
+        cmocka_unit_test(test_bundle_format_many_metadata_keys),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
