@@ -48,10 +48,15 @@ mlav_status mlav_readout_tokens(int32_t T, int64_t N, int32_t vocab, uint64_t se
     const int64_t V = vocab;
     int64_t block = READOUT_BLOCK_FLOATS / V;
     block = block < 1 ? 1 : block > READOUT_BLOCK_ROWS ? READOUT_BLOCK_ROWS : block;
+    /* a small R (few heads x dims, as in a big-vocab bundle of tiny rows) is drawn once and
+     * kept for every node block instead of drawn again for each */
+    const int resident = N * V <= MLAV_READOUT_RESIDENT_FLOATS;
+    if (resident)
+        block = N > 0 ? N : 1;
     /* nodes are read out a block at a time: memory is node_block x vocab doubles, not T x
-     * vocab (a 30 KB bundle of 600 nodes and vocab 2^20 asked for 4.9 GB). R is drawn again
-     * for each node block; with the budget's block of at least one node per 2^21 / vocab that
-     * costs T / node_block passes of the draws, next to T passes of the sums. */
+     * vocab (a 30 KB bundle of 600 nodes and vocab 2^20 asked for 4.9 GB). A large R is
+     * drawn again for each node block: T / node_block passes of the draws next to T passes of
+     * the sums, and node_block is 64 nodes or more for vocabs up to 32768. */
     const int32_t nb = mlav_readout_node_block(T, vocab);
     double *logits = malloc(sizeof(double) * (size_t)nb * (size_t)V);
     float *R = malloc(sizeof(float) * (size_t)block * (size_t)V);
@@ -67,9 +72,11 @@ mlav_status mlav_readout_tokens(int32_t T, int64_t N, int32_t vocab, uint64_t se
             const int64_t nr = N - r0 < block ? N - r0 : block;
             /* splitmix64 is counter based: draw k is a pure function of k, so R can be made in
              * parallel and in blocks without changing a bit */
+            if (!resident || t0 == 0) {
 #pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < nr * V; i++)
-                R[i] = mlav_readout_r(seed, (uint64_t)(r0 * V + i));
+                for (int64_t i = 0; i < nr * V; i++)
+                    R[i] = mlav_readout_r(seed, (uint64_t)(r0 * V + i));
+            }
                 /* each logit is summed over rows in ascending (h, d) order whatever the
                  * threading and the blocking */
 #pragma omp parallel for schedule(static)
