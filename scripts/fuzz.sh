@@ -32,9 +32,18 @@ for t in bundle api; do
   mkdir -p "$work/corpus"
   # new inputs go to the scratch corpus (first directory); the committed ones are only read.
   # -timeout: one input may take 10 s (a sanitized oracle over the largest allowed problem is
-  # far below that); -rss_limit_mb: well under CI's memory; -max_len: bundles of up to 64 KiB.
+  # far below that); -rss_limit_mb: well under CI's memory; -max_len: api programs of up to
+  # 64 KiB, bundles of up to 1 MiB, so that the header of tens of thousands of metadata keys and
+  # the 4096-node request (issue 26) are inputs it can hold; -malloc_limit_mb: no single
+  # allocation for a bundle of at most 1 MiB may pass 256 MiB (the readout's T x vocab doubles
+  # and a dense mask of a 100k-node chain did); -dict: the tokens of the header's structure and
+  # the spellings safetensors refuses, so mutations make them.
+  extra=(-max_len=65536)
+  if [ "$t" = bundle ]; then
+    extra=(-max_len=1048576 -malloc_limit_mb=256 -dict="$mlav_root/tests/fuzz/bundle.dict")
+  fi
   "$build/tests/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-    -max_len=65536 -print_final_stats=1 -error_exitcode=77 -artifact_prefix="$work/" \
+    "${extra[@]}" -print_final_stats=1 -error_exitcode=77 -artifact_prefix="$work/" \
     "$work/corpus" "$mlav_root/tests/fuzz/corpus_$t" "$mlav_root/tests/fuzz/regressions/$t" \
     >"$work.log" 2>&1 &
   pids+=($!)

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/bundle/bundle.h"
@@ -789,9 +791,391 @@ static void test_bundle_format_gen_args(void **state)
     assert_int_equal(p.req[1].tree, MLAV_TREE_DEEP);
 }
 
+static long max_rss_kb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* issue 26: the readout held T x vocab doubles at once (600 nodes of vocab 2^20: 4.9 GB from a
+ * 30 KB bundle). It streams blocks of nodes now: 600 nodes of vocab 2^18 (1.26 GB before) must
+ * not raise this process's peak RSS by more than 128 MB (the bound is 16 MiB of logits and 1 MiB
+ * of R). Run first in the group so that the peak so far is the small setup's. The blocked sums
+ * equal a plain per-node sum bit for bit. */
+static void test_bundle_format_readout_memory_bounded(void **state)
+{
+    (void)state;
+    const int32_t T = 600, V = 1 << 18;
+    assert_true((int64_t)mlav_readout_node_block(T, 1 << 20) * (1 << 20) <=
+                MLAV_READOUT_LOGIT_DOUBLES);
+    assert_int_equal(mlav_readout_node_block(T, 1 << 20), 2);
+    assert_int_equal(mlav_readout_node_block(5, 16), 5);
+    double *out = malloc(sizeof(double) * (size_t)T);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)T);
+    double *mg = malloc(sizeof(double) * (size_t)T);
+    assert_true(out && tok && mg);
+    for (int32_t t = 0; t < T; t++)
+        out[t] = 1.0 + 0.001 * t;
+    long before = max_rss_kb();
+    assert_int_equal(mlav_readout_tokens(T, 1, V, 3, out, tok, mg), MLAV_OK);
+    long grew = max_rss_kb() - before;
+    print_message("  readout T=%d vocab=%d: peak RSS grew %ld KB\n", T, V, grew);
+    assert_true(grew < 128 * 1024);
+    /* one row of R and a positive out: every node's token is R's argmax */
+    int32_t arg = 0;
+    for (int32_t v = 1; v < V; v++)
+        if (mlav_readout_r(3, (uint64_t)v) > mlav_readout_r(3, (uint64_t)arg))
+            arg = v;
+    for (int32_t t = 0; t < T; t++)
+        assert_int_equal(tok[t], arg);
+
+    /* several node blocks (vocab 2^19: blocks of 4) against the plain sum in (h, d) order */
+    const int32_t T2 = 9, V2 = 1 << 19;
+    const int64_t N2 = 3;
+    double o2[9 * 3];
+    for (int k = 0; k < 27; k++)
+        o2[k] = sin(0.7 * k + 0.1);
+    int32_t tk2[9];
+    double mg2[9];
+    assert_int_equal(mlav_readout_node_block(T2, V2), 4);
+    assert_int_equal(mlav_readout_tokens(T2, N2, V2, 77, o2, tk2, mg2), MLAV_OK);
+    for (int32_t t = 0; t < T2; t++) {
+        double best = -INFINITY, second = -INFINITY;
+        int32_t a = -1;
+        for (int32_t v = 0; v < V2; v++) {
+            double l = 0.0;
+            for (int64_t r = 0; r < N2; r++)
+                l += o2[t * N2 + r] * (double)mlav_readout_r(77, (uint64_t)(r * V2 + v));
+            if (a < 0 || l > best) {
+                second = best;
+                best = l;
+                a = v;
+            } else if (l > second) {
+                second = l;
+            }
+        }
+        assert_int_equal(tk2[t], a);
+        assert_true(mg2[t] == best - second);
+    }
+    free(out);
+    free(tok);
+    free(mg);
+}
+
+/* An inputs-only chain bundle of one request of q_len T (H 1, dims 1+1, page_size 1). */
+static void write_chain(const char *path, int32_t T)
+{
+    mlav_bundle b = {0};
+    b.H = 1;
+    b.Dl = 1;
+    b.Dr = 1;
+    b.W = 2;
+    b.vocab = 16;
+    b.readout_seed = 1;
+    b.source = strdup("test chain");
+    b.dtype = MLAV_DTYPE_BF16;
+    b.T = T;
+    b.B = 1;
+    b.page_size = 1;
+    b.max_pages = T;
+    b.num_pages = T;
+    b.max_q_len = T;
+    b.softmax_scale = 0.5f;
+    b.q = calloc((size_t)T * 2, 2);
+    b.kv_cache = calloc((size_t)T * 2, 2);
+    b.page_table = malloc(sizeof(int32_t) * (size_t)T);
+    b.q_indptr = malloc(sizeof(int32_t) * 2);
+    b.kv_lens = malloc(sizeof(int32_t));
+    b.tree_parents = malloc(sizeof(int32_t) * (size_t)T);
+    assert_true(b.source && b.q && b.kv_cache && b.page_table && b.q_indptr && b.kv_lens &&
+                b.tree_parents);
+    for (int32_t k = 0; k < T; k++) {
+        b.page_table[k] = k;
+        b.tree_parents[k] = k - 1;
+    }
+    b.q_indptr[0] = 0;
+    b.q_indptr[1] = T;
+    b.kv_lens[0] = T;
+    fresh(path);
+    assert_int_equal(mlav_bundle_write(path, &b), MLAV_OK);
+    mlav_bundle_free(&b);
+}
+
+/* issue 26: a bundle's q_len had no bound and the check's dense tree mask is T x q_len/32
+ * words: a 3.6 MB chain of 100k nodes took 1.24 GB. Past MLAV_BUNDLE_MAX_Q_LEN a bundle is
+ * MLAV_ERR_FORMAT with a sentence, before any mask is built; at the limit it reads, and its mask
+ * is 512 bytes a node. gen refuses such requests too. */
+static void test_bundle_format_q_len_bound(void **state)
+{
+    (void)state;
+    mlav_bundle b;
+    write_chain(mut_path, MLAV_BUNDLE_MAX_Q_LEN);
+    assert_int_equal(mlav_bundle_read(mut_path, MLAV_BUNDLE_INPUTS, &b), MLAV_OK);
+    assert_int_equal(b.max_q_len, MLAV_BUNDLE_MAX_Q_LEN);
+    assert_int_equal(mlav_tree_mask_words(b.max_q_len), MLAV_BUNDLE_MAX_Q_LEN / 32);
+    mlav_bundle_free(&b);
+    const int32_t over[] = {MLAV_BUNDLE_MAX_Q_LEN + 1, 100000};
+    for (int k = 0; k < 2; k++) {
+        write_chain(mut_path, over[k]);
+        assert_int_equal(mlav_bundle_read(mut_path, MLAV_BUNDLE_INPUTS, &b), MLAV_ERR_FORMAT);
+        const char *msg = mlav_last_error(NULL);
+        if (!strstr(msg, "more than the 4096 a bundle may hold"))
+            fail_msg("q_len %d: \"%s\"", over[k], msg);
+        assert_null(b.q);
+    }
+    mlav_gen_params p;
+    const char *o;
+    char *too_long[] = {"--req", "4097:0", "out.safetensors"};
+    assert_int_equal(mlav_gen_parse_args(3, too_long, &p, &o), MLAV_ERR_INVALID_ARG);
+    assert_non_null(strstr(mlav_last_error(NULL), "4096"));
+    char *at_limit[] = {"--req", "4096:0:chain:4096", "out.safetensors"};
+    assert_int_equal(mlav_gen_parse_args(3, at_limit, &p, &o), MLAV_OK);
+}
+
+/* issue 26: expect_tokens of -1 (with NaN margins) on rows whose out is finite passed as
+ * "tokens 0/0 accepted 0/0": the token and path checks silently off. -1 is the readout's answer
+ * for a row whose out is not finite, and nothing else. */
+static void test_bundle_format_no_token_only_for_nan_rows(void **state)
+{
+    (void)state;
+    mlav_bundle b;
+    assert_int_equal(mlav_bundle_read(base_path, MLAV_BUNDLE_FULL, &b), MLAV_OK);
+    const int32_t T = b.T;
+    const size_t per = (size_t)b.H * (size_t)b.Dl;
+    mlav_bundle_free(&b);
+
+    mlav_st_file f;
+    st_base(&f);
+    int32_t *tok = st_i32(&f, "expect_tokens");
+    float *mg = (float *)mlav_st_find(&f, "expect_margin")->data;
+    for (int32_t t = 0; t < T; t++) {
+        tok[t] = -1;
+        mg[t] = NAN;
+    }
+    st_save(&f);
+    expect_format_error("every token -1", "expect_tokens[0] = -1", "row 0 is finite", NULL);
+
+    /* one row is enough */
+    st_base(&f);
+    st_i32(&f, "expect_tokens")[T - 1] = -1;
+    ((float *)mlav_st_find(&f, "expect_margin")->data)[T - 1] = NAN;
+    st_save(&f);
+    expect_format_error("last token -1", "-1 (no token) is only for a row whose out is NaN", NULL);
+
+    /* where the oracle's out row is NaN, -1 is what the readout says, and it reads */
+    const float bad[2] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+        st_base(&f);
+        st_i32(&f, "expect_tokens")[1] = -1;
+        ((float *)mlav_st_find(&f, "expect_margin")->data)[1] = NAN;
+        ((float *)mlav_st_find(&f, "expect_out")->data)[per + per / 2] = bad[k];
+        st_save(&f);
+        assert_int_equal(mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b), MLAV_OK);
+        mlav_bundle_free(&b);
+    }
+}
+
+/* issue 26: gen with H x Dl = 1 (or an extreme scale) gave up with MLAV_ERR_INTERNAL, "a bug",
+ * when no redraw could make a token decisive. It is a request gen cannot satisfy. */
+static void test_bundle_format_gen_unsatisfiable(void **state)
+{
+    (void)state;
+    char out[300];
+    path_in_dir(out, sizeof out, "again.safetensors");
+    char *tiny[] = {"--heads", "1", "--d-latent", "1", "--d-rope", "0", "--req", "4:3", out};
+    char *flat[] = {"--heads",         "2",     "--d-latent", "16",  "--d-rope", "8",
+                    "--softmax-scale", "1e-30", "--req",      "4:3", out};
+    struct {
+        int argc;
+        char **argv;
+    } cases[] = {{9, tiny}, {11, flat}};
+    for (int k = 0; k < 2; k++) {
+        mlav_gen_params p;
+        const char *o;
+        assert_int_equal(mlav_gen_parse_args(cases[k].argc, cases[k].argv, &p, &o), MLAV_OK);
+        mlav_gen_stats st;
+        mlav_bundle b;
+        mlav_status s = mlav_gen_run(&p, out, &st, &b);
+        if (s == MLAV_OK)
+            mlav_bundle_free(&b);
+        if (s != MLAV_ERR_INVALID_ARG)
+            fail_msg("case %d: expected MLAV_ERR_INVALID_ARG, got %s (%s)", k,
+                     mlav_status_string(s), mlav_last_error(NULL));
+        assert_non_null(strstr(mlav_last_error(NULL), "no redraw gives it the decisive margin"));
+    }
+}
+
+/* ---- issue 26: conformance with the safetensors library, and a linear header parse ---------- */
+
+/* The header text of `r` with the first `from` replaced by `to` (which must occur), written to
+ * mut_path followed by r's data. */
+static void write_edited(const raw *r, const char *from, const char *to)
+{
+    size_t hl = r->hlen, fl = strlen(from), tl = strlen(to);
+    char *txt = malloc(hl + 1);
+    assert_non_null(txt);
+    memcpy(txt, r->bytes + 8, hl);
+    txt[hl] = '\0';
+    char *at = strstr(txt, from);
+    if (!at)
+        fail_msg("the header lacks \"%s\"", from);
+    size_t pre = (size_t)(at - txt), n = hl - fl + tl, data = r->size - 8 - hl;
+    unsigned char *buf = malloc(8 + n + data);
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)(((uint64_t)n >> (8 * i)) & 0xffu);
+    memcpy(buf + 8, txt, pre);
+    memcpy(buf + 8 + pre, to, tl);
+    memcpy(buf + 8 + pre + tl, at + fl, hl - pre - fl);
+    memcpy(buf + 8 + n, r->bytes + 8 + hl, data);
+    spill(mut_path, buf, 8 + n + data);
+    free(buf);
+    free(txt);
+}
+
+static void expect_read_ok(const char *what)
+{
+    mlav_bundle b;
+    mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
+    if (s != MLAV_OK)
+        fail_msg("%s: expected MLAV_OK, got %s (%s)", what, mlav_status_string(s),
+                 mlav_last_error(NULL));
+    mlav_bundle_free(&b);
+}
+
+/* golden/FORMAT.md: the reader accepts exactly what the safetensors library accepts. cJSON
+ * takes three things serde_json over a Rust str refuses: bytes that are not UTF-8, integers
+ * written as floats (512e0), and an escaped NUL, which a C string cuts the name at. */
+static void test_bundle_format_safetensors_conformance(void **state)
+{
+    (void)state;
+    raw r = load_raw(base_path);
+    /* the writer's own spelling, for the edits below */
+    char *txt = malloc(r.hlen + 1);
+    memcpy(txt, r.bytes + 8, r.hlen);
+    txt[r.hlen] = '\0';
+    assert_non_null(strstr(txt, "\"data_offsets\":[0,4]"));
+    assert_non_null(strstr(txt, "\"kv_cache\":{"));
+    assert_non_null(strstr(txt, "\"source\":\""));
+    free(txt);
+
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\":[0e0,4]");
+    expect_format_error("offset 0e0", "fraction or an exponent", "plain non-negative integers",
+                        NULL);
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\":[0,4E0]");
+    expect_format_error("offset 4E0", "fraction or an exponent", NULL);
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\":[0,4.0]");
+    expect_format_error("offset 4.0", "fraction or an exponent", NULL);
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\":[0,0.4e1]");
+    expect_format_error("offset 0.4e1", "fraction or an exponent", NULL);
+    write_edited(&r, "\"shape\":[1]", "\"shape\":[1e0]");
+    expect_format_error("shape 1e0", "fraction or an exponent", NULL);
+
+    write_edited(&r, "\"kv_cache\":{", "\"kv_cache\\u0000junk\":{");
+    expect_format_error("escaped NUL in a name", "escaped NUL", NULL);
+    write_edited(&r, "\"source\":\"", "\"sou\\u0000rce\":\"x\",\"source\":\"");
+    expect_format_error("escaped NUL in a metadata key", "escaped NUL", NULL);
+    write_edited(&r, "\"source\":\"", "\"source\":\"a\\u0000b");
+    expect_format_error("escaped NUL in a metadata value", "escaped NUL", NULL);
+    write_edited(&r, "\"source\":\"", "\"source\":\"\\ud800");
+    expect_format_error("lone high surrogate", "surrogate", NULL);
+    write_edited(&r, "\"source\":\"", "\"source\":\"\\udc00x");
+    expect_format_error("lone low surrogate", "surrogate", NULL);
+
+    static const char *const bad_utf8[] = {
+        "\xff",         "\xfe",         "\x80",             "\xc3",       /* truncated 2-byte */
+        "\xc0\xaf",     "\xc1\xbf",     "\xe0\x80\xaf",     /* overlong */
+        "\xed\xa0\x80", "\xed\xbf\xbf",                     /* encoded surrogates */
+        "\xf4\x90\x80\x80", "\xf5\x80\x80\x80",             /* past U+10FFFF */
+        "\xe2\x82",     "\xf0\x9f\x98",                     /* cut sequences */
+    };
+    for (size_t k = 0; k < sizeof bad_utf8 / sizeof bad_utf8[0]; k++) {
+        char to[32];
+        snprintf(to, sizeof to, "\"source\":\"%sx", bad_utf8[k]);
+        write_edited(&r, "\"source\":\"", to);
+        char what[64];
+        snprintf(what, sizeof what, "invalid UTF-8 case %zu", k);
+        expect_format_error(what, "not valid UTF-8", NULL);
+    }
+    /* a raw tab inside a string is a control character to JSON, as outside one it is space */
+    write_edited(&r, "\"source\":\"", "\"source\":\"\t");
+    expect_format_error("raw tab in a string", "control byte 0x09", NULL);
+
+    /* what safetensors accepts stays accepted: UTF-8 of every length, escapes, surrogate pairs,
+     * a number spelled as the writer spells it, blanks between tokens */
+    write_edited(&r, "\"source\":\"", "\"source\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf");
+    expect_read_ok("valid UTF-8");
+    write_edited(&r, "\"source\":\"", "\"source\":\"\\u00e9\\ud83d\\ude00\\\"\\\\\\n\\t");
+    expect_read_ok("escapes and a surrogate pair");
+    write_edited(&r, "\"data_offsets\":[0,4]", "\"data_offsets\" : [ 0 , 4 ]");
+    expect_read_ok("blanks between tokens");
+    free(r.bytes);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* `count` extra metadata keys "k0000000".."k<count-1>" (plus `dup` once more if >= 0) written
+ * into the base bundle's __metadata__; returns the seconds mlav_bundle_read took. */
+static double read_with_keys(const raw *r, long count, long dup, mlav_status want)
+{
+    const size_t per = 16; /* "k0000000":"v", */
+    char *keys = malloc(per * (size_t)(count + 2) + 32);
+    assert_non_null(keys);
+    strcpy(keys, "\"__metadata__\":{");
+    size_t at = strlen(keys);
+    for (long k = 0; k < count; k++)
+        at += (size_t)sprintf(keys + at, "\"k%07ld\":\"v\",", k);
+    if (dup >= 0)
+        at += (size_t)sprintf(keys + at, "\"k%07ld\":\"w\",", dup);
+    (void)at;
+    write_edited(r, "\"__metadata__\":{", keys);
+    free(keys);
+    mlav_bundle b;
+    double t0 = now_s();
+    mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
+    double dt = now_s() - t0;
+    if (s != want)
+        fail_msg("%ld keys: expected %s, got %s (%s)", count, mlav_status_string(want),
+                 mlav_status_string(s), mlav_last_error(NULL));
+    if (s == MLAV_OK)
+        mlav_bundle_free(&b);
+    return dt;
+}
+
+/* issue 26: each metadata key was looked up in a list grown one entry at a time, so a header of
+ * n keys took n^2/2 string compares (80k keys: 10 s). 200k keys then take about a minute; the
+ * linear parse reads them in well under a second on one core (0.1 s here, 0.4 s under ASan).
+ * The bound is a complexity bound with a wide margin, not a speed claim: it also holds the
+ * parse to within 40x the time of a tenth as many keys. */
+static void test_bundle_format_many_metadata_keys(void **state)
+{
+    (void)state;
+    raw r = load_raw(base_path);
+    double small = read_with_keys(&r, 20000, -1, MLAV_OK);
+    double big = read_with_keys(&r, 200000, -1, MLAV_OK);
+    print_message("  20k metadata keys %.3f s, 200k %.3f s\n", small, big);
+    assert_true(big < 3.0);
+    assert_true(big < 40.0 * small + 0.05);
+    /* a repeated key among them is still found, named, quickly */
+    double dup = read_with_keys(&r, 200000, 123456, MLAV_ERR_FORMAT);
+    assert_non_null(strstr(mlav_last_error(NULL), "\"k0123456\" appears twice"));
+    assert_true(dup < 3.0);
+    /* past MLAV_ST_MAX_MEMBERS the header is refused before cJSON allocates a node for each */
+    read_with_keys(&r, MLAV_ST_MAX_MEMBERS, -1, MLAV_ERR_FORMAT);
+    assert_non_null(strstr(mlav_last_error(NULL), "JSON members"));
+    free(r.bytes);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bundle_format_readout_memory_bounded),
         cmocka_unit_test(test_bundle_format_roundtrip),
         cmocka_unit_test(test_bundle_format_expectations_are_the_oracle),
         cmocka_unit_test(test_bundle_format_readout_stream),
@@ -800,6 +1184,11 @@ int main(void)
         cmocka_unit_test(test_bundle_format_inputs_mode),
         cmocka_unit_test(test_bundle_format_fuzz),
         cmocka_unit_test(test_bundle_format_gen_args),
+        cmocka_unit_test(test_bundle_format_safetensors_conformance),
+        cmocka_unit_test(test_bundle_format_many_metadata_keys),
+        cmocka_unit_test(test_bundle_format_q_len_bound),
+        cmocka_unit_test(test_bundle_format_no_token_only_for_nan_rows),
+        cmocka_unit_test(test_bundle_format_gen_unsatisfiable),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

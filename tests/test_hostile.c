@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../src/bundle/bundle.h"
@@ -1065,6 +1066,39 @@ static void test_hostile_bundle_lying_lengths(void **state)
     print_message("  %ld lying-length cases\n", n_cases - before);
 }
 
+/* issue 26: a FIFO with no writer made fopen wait forever (mlaverify check hung). Anything that
+ * is not a regular file is MLAV_ERR_IO with a sentence, at once. alarm() turns a hang back into
+ * a failure of this test rather than of the suite's timeout. */
+static void test_hostile_bundle_not_a_regular_file(void **state)
+{
+    (void)state;
+    char fifo[320];
+    snprintf(fifo, sizeof fifo, "%s/fifo.safetensors", dir);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const struct {
+        const char *path, *kind;
+    } cases[] = {{fifo, "a FIFO"}, {dir, "a directory"}, {"/dev/null", "a character device"}};
+    const mlav_bundle_mode modes[2] = {MLAV_BUNDLE_FULL, MLAV_BUNDLE_INPUTS};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int m = 0; m < 2; m++) {
+            mlav_bundle b;
+            alarm(20);
+            mlav_status s = mlav_bundle_read(cases[k].path, modes[m], &b);
+            alarm(0);
+            n_cases++;
+            if (s != MLAV_ERR_IO)
+                fail_msg("%s: expected MLAV_ERR_IO, got %s (%s)", cases[k].path,
+                         mlav_status_string(s), mlav_last_error(NULL));
+            const char *msg = mlav_last_error(NULL);
+            if (!strstr(msg, cases[k].kind) || !strstr(msg, "a bundle is a regular file"))
+                fail_msg("%s: the sentence \"%s\" lacks \"%s\"", cases[k].path, msg,
+                         cases[k].kind);
+            assert_null(b.q);
+        }
+    unlink(fifo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1075,6 +1109,8 @@ int main(void)
         cmocka_unit_test(test_hostile_misaligned_host_pointers),
         cmocka_unit_test(test_hostile_nan_inf_isolation),
         cmocka_unit_test_setup_teardown(test_hostile_bundle_truncation, setup_bundle,
+                                        teardown_bundle),
+        cmocka_unit_test_setup_teardown(test_hostile_bundle_not_a_regular_file, setup_bundle,
                                         teardown_bundle),
         cmocka_unit_test_setup_teardown(test_hostile_bundle_lying_lengths, setup_bundle,
                                         teardown_bundle),

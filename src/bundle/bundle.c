@@ -303,6 +303,12 @@ static mlav_status from_container(mlav_st_file *f, mlav_bundle_mode mode, mlav_b
                                   "q_indptr gives request %d a q_len of %lld: every request has at "
                                   "least its root node",
                                   r, (long long)len);
+        if (len > MLAV_BUNDLE_MAX_Q_LEN)
+            return mlav_set_error(MLAV_ERR_FORMAT,
+                                  "q_indptr gives request %d a q_len of %lld, more than the %d a "
+                                  "bundle may hold (the dense tree mask the check builds grows "
+                                  "as q_len^2)",
+                                  r, (long long)len, MLAV_BUNDLE_MAX_Q_LEN);
         if (len > b->max_q_len)
             b->max_q_len = (int32_t)len;
     }
@@ -388,6 +394,20 @@ mlav_status mlav_bundle_validate(const mlav_bundle *b, mlav_bundle_mode mode)
                                   "expect_margin[%d] = %g must be finite and >= 0 (NaN only where "
                                   "expect_tokens is -1)",
                                   t, (double)m);
+        /* -1 means "the oracle's out row is not finite, so no token": on any other row it
+         * would switch that node's token and path checks off */
+        if (tok == -1) {
+            const float *row = b->expect_out + (size_t)t * (size_t)b->H * (size_t)b->Dl;
+            int finite = 1;
+            for (size_t k = 0; finite && k < (size_t)b->H * (size_t)b->Dl; k++)
+                finite = isfinite(row[k]);
+            if (finite)
+                return mlav_set_error(MLAV_ERR_FORMAT,
+                                      "expect_tokens[%d] = -1 but expect_out's row %d is finite: "
+                                      "-1 (no token) is only for a row whose out is NaN or "
+                                      "infinite, where the readout has no argmax",
+                                      t, t);
+        }
     }
     for (int32_t r = 0; r < b->B; r++) {
         int32_t q_len = mlav_bundle_q_len(b, r);

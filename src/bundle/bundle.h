@@ -12,6 +12,12 @@
 #define MLAV_BUNDLE_FORMAT "mlaverify-bundle"
 #define MLAV_BUNDLE_VERSION 1
 #define MLAV_BUNDLE_MAX_VOCAB (1 << 20)
+/* Longest request a bundle may hold. The checker builds the dense tree mask the API takes,
+ * T x mlav_tree_mask_words(max_q_len) words: at 4096 that is 512 bytes per node, against at
+ * least ~30 bytes per node of file, so a bundle's mask stays within ~20x its size (a 3.6 MB
+ * chain of 100k nodes asked for 1.24 GB). 4096 is 64 times the largest tree an engine
+ * verifies (EAGLE/Medusa trees are tens of nodes); gen refuses longer requests too. */
+#define MLAV_BUNDLE_MAX_Q_LEN 4096
 
 /* What a reader demands. */
 typedef enum mlav_bundle_mode {

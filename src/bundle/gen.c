@@ -72,11 +72,12 @@ static mlav_status check_params(const mlav_gen_params *p)
     int64_t rows = 0, T = 0;
     for (int32_t r = 0; r < p->B; r++) {
         const mlav_gen_request *q = &p->req[r];
-        if (q->q_len < 1 || q->q_len > 65536 || q->prefix < 0 || q->prefix > (1 << 28))
+        if (q->q_len < 1 || q->q_len > MLAV_BUNDLE_MAX_Q_LEN || q->prefix < 0 ||
+            q->prefix > (1 << 28))
             return mlav_set_error(MLAV_ERR_INVALID_ARG,
-                                  "request %d: q_len %d must be in [1, 65536] and prefix %d in "
-                                  "[0, 2^28]",
-                                  r, q->q_len, q->prefix);
+                                  "request %d: q_len %d must be in [1, %d] (a bundle's limit) and "
+                                  "prefix %d in [0, 2^28]",
+                                  r, q->q_len, MLAV_BUNDLE_MAX_Q_LEN, q->prefix);
         int64_t kv = (int64_t)q->q_len + q->prefix;
         rows += (kv + p->page_size - 1) / p->page_size * p->page_size;
         T += q->q_len;
@@ -289,8 +290,17 @@ static mlav_status make_decisive(const mlav_gen_params *p, mlav_bundle *b,
                 continue;
             }
             if (++draws[t] >= MAX_DRAWS) {
-                s = mlav_set_error(MLAV_ERR_INTERNAL, "token %d stayed indecisive after %d draws",
-                                   t, MAX_DRAWS);
+                /* not a bug but a request no draw can satisfy: with few out values per node
+                 * (H x Dl of 1) or an extreme scale the margin rarely reaches K x the noise */
+                s = mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                   "token %d stayed indecisive after %d draws: with H x Dl = %lld "
+                                   "out values per node, vocab %d and softmax scale %g no redraw "
+                                   "gives it the decisive margin (%.0fx the %s noise bound); use "
+                                   "more heads or a larger d_latent, or a scale nearer "
+                                   "1/sqrt(d_latent + d_rope)",
+                                   t, MAX_DRAWS, (long long)b->H * b->Dl, b->vocab,
+                                   (double)b->softmax_scale, MLAV_DECISIVE_K,
+                                   mlav_dtype_name(b->dtype));
                 break;
             }
             st->redraws++;

@@ -84,12 +84,12 @@ static mlav_status parse_req(const char *spec, mlav_gen_request *r)
     }
     r->tree = MLAV_TREE_DEEP;
     r->accept = MLAV_ACCEPT_AUTO;
-    if (n < 2 || n > 4 || !parse_i32(fields[0], 1, 65536, &r->q_len) ||
+    if (n < 2 || n > 4 || !parse_i32(fields[0], 1, MLAV_BUNDLE_MAX_Q_LEN, &r->q_len) ||
         !parse_i32(fields[1], 0, 1 << 28, &r->prefix))
         return mlav_set_error(MLAV_ERR_INVALID_ARG,
-                              "--req '%s' is not Q:P[:TREE[:ACC]] with Q in [1, 65536] and P in "
-                              "[0, 2^28]",
-                              spec);
+                              "--req '%s' is not Q:P[:TREE[:ACC]] with Q in [1, %d] (a bundle's "
+                              "limit) and P in [0, 2^28]",
+                              spec, MLAV_BUNDLE_MAX_Q_LEN);
     if (n >= 3) {
         if (!strcmp(fields[2], "chain"))
             r->tree = MLAV_TREE_CHAIN;
@@ -109,7 +109,7 @@ static mlav_status parse_req(const char *spec, mlav_gen_request *r)
             r->accept = MLAV_ACCEPT_PARTIAL;
         else if (!strcmp(fields[3], "none"))
             r->accept = MLAV_ACCEPT_NONE;
-        else if (!parse_i32(fields[3], 0, 65536, &r->accept))
+        else if (!parse_i32(fields[3], 0, MLAV_BUNDLE_MAX_Q_LEN, &r->accept))
             return mlav_set_error(MLAV_ERR_INVALID_ARG,
                                   "--req '%s': accepted path '%s' is not full, partial, none or a "
                                   "depth",

@@ -25,10 +25,23 @@ static inline float mlav_readout_r(uint64_t seed, uint64_t k)
     return (float)((double)(z >> 40) / 16777216.0 * 2.0 - 1.0);
 }
 
+/* The readout's logits take at most this many doubles at once (16 MiB): nodes are read out in
+ * blocks of max(1, this / vocab), so its memory is O(block x vocab) doubles plus the rows of R
+ * in hand, whatever T is (at the largest vocab, 2^20, a block is 2 nodes). */
+#define MLAV_READOUT_LOGIT_DOUBLES ((int64_t)1 << 21)
+/* An R of at most this many floats (16 MiB: H x Dl x vocab) is drawn once and kept; a larger
+ * one is drawn in blocks of up to 64 rows (max(2^16, vocab) floats, at most 4 MiB), again for
+ * each node block. In all, at most 32 MiB. */
+#define MLAV_READOUT_RESIDENT_FLOATS ((int64_t)1 << 22)
+
+/* Nodes per block of the readout for T nodes and `vocab` (1 to T). */
+int32_t mlav_readout_node_block(int32_t T, int32_t vocab);
+
 /* Tokens of T out rows of N = H*Dl values each (row-major [T, H, Dl], as doubles):
  * logits[t][v] = sum_{h,d} out[t][h][d] * R[h][d][v] accumulated in double in (h, d) order;
  * tokens[t] = argmax (ties to the lowest v), margins[t] = top-1 minus top-2 logit (may be
- * NULL). A row whose logits hold NaN gets token -1 and margin NaN.
+ * NULL). A row whose logits hold NaN gets token -1 and margin NaN. Memory: node_block x vocab
+ * doubles of logits and at most 16 MiB of R (32 MiB in all), never T x vocab.
  * Returns MLAV_OK or MLAV_ERR_OUT_OF_MEMORY. */
 mlav_status mlav_readout_tokens(int32_t T, int64_t N, int32_t vocab, uint64_t seed,
                                 const double *out, int32_t *tokens, double *margins);

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "../dispatch/backend.h"
 
@@ -253,21 +256,61 @@ static mlav_status parse_tensor(const cJSON *entry, uint64_t data_size, mlav_st_
     return MLAV_OK;
 }
 
+static int meta_key_cmp(const void *a, const void *b)
+{
+    return strcmp(((const mlav_st_meta *)a)->key, ((const mlav_st_meta *)b)->key);
+}
+
+/* Linear in the number of keys but for one sort: the keys are copied into an array sized once,
+ * and a repeated key is found as two equal neighbours of a sorted copy (a lookup per key in the
+ * growing list made a header of 80k keys take 10 s). */
 static mlav_status parse_metadata(const cJSON *meta, mlav_st_file *f)
 {
     if (!cJSON_IsObject(meta))
         return mlav_set_error(MLAV_ERR_FORMAT, "\"__metadata__\" is not a JSON object");
+    size_t count = 0;
     for (const cJSON *m = meta->child; m; m = m->next) {
         if (!cJSON_IsString(m))
             return mlav_set_error(MLAV_ERR_FORMAT,
                                   "metadata \"%.64s\" is not a string (safetensors metadata maps "
                                   "strings to strings)",
                                   m->string ? m->string : "");
-        if (mlav_st_meta_get(f, m->string))
-            return mlav_set_error(MLAV_ERR_FORMAT, "metadata \"%.64s\" appears twice", m->string);
-        mlav_status s = mlav_st_add_meta(f, m->string, m->valuestring);
-        if (s != MLAV_OK)
+        count++;
+    }
+    if (count == 0)
+        return MLAV_OK;
+    /* views into the cJSON tree, sorted to find a repeated key before anything is copied */
+    mlav_st_meta *sorted = malloc(sizeof *sorted * count);
+    f->meta = calloc(count, sizeof *f->meta);
+    if (!sorted || !f->meta) {
+        free(sorted);
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of memory for %zu metadata keys",
+                              count);
+    }
+    size_t k = 0;
+    for (const cJSON *m = meta->child; m; m = m->next, k++) {
+        sorted[k].key = m->string;
+        sorted[k].value = m->valuestring;
+    }
+    qsort(sorted, count, sizeof *sorted, meta_key_cmp);
+    for (k = 1; k < count; k++)
+        if (strcmp(sorted[k - 1].key, sorted[k].key) == 0) {
+            mlav_status s =
+                mlav_set_error(MLAV_ERR_FORMAT, "metadata \"%.64s\" appears twice", sorted[k].key);
+            free(sorted);
             return s;
+        }
+    free(sorted);
+    for (const cJSON *m = meta->child; m; m = m->next) {
+        mlav_st_meta *e = &f->meta[f->num_meta];
+        e->key = dup_str(m->string);
+        e->value = dup_str(m->valuestring);
+        if (!e->key || !e->value) {
+            free(e->key);
+            free(e->value);
+            return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of memory adding metadata");
+        }
+        f->num_meta++;
     }
     return MLAV_OK;
 }
@@ -287,6 +330,142 @@ static int span_cmp(const void *a, const void *b)
     return 0;
 }
 
+/* Length of the UTF-8 sequence at p (at most `left` bytes), or 0 if it is not well formed:
+ * no overlong forms, no surrogates, nothing past U+10FFFF (what a Rust str holds). */
+static size_t utf8_len(const unsigned char *p, size_t left)
+{
+    unsigned c = p[0];
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        lo = c == 0xE0 ? 0xA0 : 0x80;
+        hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        lo = c == 0xF0 ? 0x90 : 0x80;
+        hi = c == 0xF4 ? 0x8F : 0xBF;
+    } else {
+        return 0;
+    }
+    if (left < len || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t k = 2; k < len; k++)
+        if (p[k] < 0x80 || p[k] > 0xBF)
+            return 0;
+    return len;
+}
+
+static int hex4(const char *p, const char *end, unsigned *v)
+{
+    *v = 0;
+    if (end - p < 4)
+        return 0;
+    for (int k = 0; k < 4; k++) {
+        char c = p[k];
+        unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                            : 16u;
+        if (d > 15)
+            return 0;
+        *v = *v << 4 | d;
+    }
+    return 1;
+}
+
+/* One pass over the raw header for what cJSON lets through but safetensors' parser (serde_json
+ * over a Rust str) rejects: raw control bytes, bytes that are not UTF-8, and escapes that make
+ * no character (a lone surrogate) or NUL, which a C string would silently cut a name at
+ * ("kv_cache\u0000junk" read as kv_cache). Counts the members (':' outside strings) so the
+ * parse's allocations are bounded before it runs, and notes in *float_at the first number
+ * written with a fraction or an exponent (cJSON makes 512e0 the integer 512, serde refuses it
+ * as a usize); that one is reported after the tensors, whose own sentences say more. JSON
+ * syntax is left to cJSON. */
+static mlav_status header_lex(const char *hdr, size_t n, size_t *members, size_t *float_at)
+{
+    const unsigned char *u = (const unsigned char *)hdr;
+    const char *end = hdr + n;
+    int in_str = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = u[i];
+        if (c < 0x20 && (in_str || (c != '\t' && c != '\n' && c != '\r')))
+            return mlav_set_error(MLAV_ERR_FORMAT,
+                                  "the header is not valid JSON: control byte 0x%02x at byte %zu",
+                                  (unsigned)c, i);
+        if (c >= 0x80) {
+            size_t len = utf8_len(u + i, n - i);
+            if (!len)
+                return mlav_set_error(MLAV_ERR_FORMAT,
+                                      "the header is not valid UTF-8 (byte 0x%02x at byte %zu): "
+                                      "safetensors headers are UTF-8 JSON",
+                                      (unsigned)c, i);
+            i += len;
+            continue;
+        }
+        if (in_str) {
+            if (c == '"') {
+                in_str = 0;
+            } else if (c == '\\' && i + 1 < n && hdr[i + 1] == 'u') {
+                unsigned v, w;
+                if (!hex4(hdr + i + 2, end, &v)) {
+                    i += 2; /* a bad escape: cJSON says where */
+                    continue;
+                }
+                if (v == 0)
+                    return mlav_set_error(MLAV_ERR_FORMAT,
+                                          "the header has an escaped NUL (\\u0000) in a string at "
+                                          "byte %zu: a tensor name or metadata key with NUL in "
+                                          "it cannot be told from the name before the NUL",
+                                          i);
+                if (v >= 0xDC00 && v <= 0xDFFF)
+                    return mlav_set_error(MLAV_ERR_FORMAT,
+                                          "the header has a lone low surrogate \\u%04x at byte "
+                                          "%zu: not a character",
+                                          v, i);
+                if (v >= 0xD800 && v <= 0xDBFF) {
+                    if (i + 7 >= n || hdr[i + 6] != '\\' || hdr[i + 7] != 'u' ||
+                        !hex4(hdr + i + 8, end, &w) || w < 0xDC00 || w > 0xDFFF)
+                        return mlav_set_error(MLAV_ERR_FORMAT,
+                                              "the header has a high surrogate \\u%04x at byte "
+                                              "%zu without its low half: not a character",
+                                              v, i);
+                    i += 12;
+                    continue;
+                }
+                i += 6;
+                continue;
+            } else if (c == '\\') {
+                i += 2; /* the escaped byte is never a quote that ends the string */
+                continue;
+            }
+            i++;
+            continue;
+        }
+        if (c == '"') {
+            in_str = 1;
+        } else if (c == ':') {
+            (*members)++;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i + 1;
+            while (j < n && ((u[j] >= '0' && u[j] <= '9') || u[j] == '.' || u[j] == 'e' ||
+                             u[j] == 'E' || u[j] == '+' || u[j] == '-')) {
+                if ((u[j] == '.' || u[j] == 'e' || u[j] == 'E') && *float_at == SIZE_MAX)
+                    *float_at = i;
+                j++;
+            }
+            i = j;
+            continue;
+        }
+        i++;
+    }
+    return MLAV_OK;
+}
+
 /* Parse the header into `f` (names, dtypes, shapes) and `spans`, checking that the spans tile
  * the data section exactly. */
 static mlav_status parse_header(const char *hdr, size_t n, uint64_t data_size, mlav_st_file *f,
@@ -296,13 +475,17 @@ static mlav_status parse_header(const char *hdr, size_t n, uint64_t data_size, m
     if (n == 0 || hdr[0] != '{')
         return mlav_set_error(MLAV_ERR_FORMAT, "the header does not start with '{': not a "
                                                "safetensors file");
-    /* JSON allows no raw control bytes (cJSON would skip them as blanks; safetensors' own
-     * parser rejects them) */
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)hdr[i] < 0x20 && hdr[i] != '\t' && hdr[i] != '\n' && hdr[i] != '\r')
-            return mlav_set_error(MLAV_ERR_FORMAT,
-                                  "the header is not valid JSON: control byte 0x%02x at byte %zu",
-                                  (unsigned)(unsigned char)hdr[i], i);
+    /* what cJSON would let through but safetensors' own parser (serde_json over a Rust str)
+     * rejects, and the count of members that bounds what the parse allocates */
+    size_t members = 0, float_at = SIZE_MAX;
+    mlav_status s = header_lex(hdr, n, &members, &float_at);
+    if (s != MLAV_OK)
+        return s;
+    if (members > MLAV_ST_MAX_MEMBERS)
+        return mlav_set_error(MLAV_ERR_FORMAT,
+                              "the header holds %zu JSON members (names and metadata keys), more "
+                              "than the %d a bundle reader accepts",
+                              members, MLAV_ST_MAX_MEMBERS);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, n, &end, 0);
     if (!root) {
@@ -312,7 +495,6 @@ static mlav_status parse_header(const char *hdr, size_t n, uint64_t data_size, m
                               "%zu of %zu)",
                               at, n);
     }
-    mlav_status s = MLAV_OK;
     for (const char *p = end; p && p < hdr + n; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
             s = mlav_set_error(MLAV_ERR_FORMAT,
@@ -366,6 +548,12 @@ static mlav_status parse_header(const char *hdr, size_t n, uint64_t data_size, m
         s = parse_tensor(c, data_size, t, &sp->begin, &sp->end);
     }
     cJSON_Delete(root);
+    if (s == MLAV_OK && float_at != SIZE_MAX)
+        s = mlav_set_error(MLAV_ERR_FORMAT,
+                           "the header has a number written with a fraction or an exponent (at "
+                           "byte %zu): shape and data_offsets entries must be plain non-negative "
+                           "integers, as safetensors requires (512, not 512e0 or 512.0)",
+                           float_at);
     if (s != MLAV_OK) {
         free(spans);
         return s;
@@ -419,15 +607,63 @@ static mlav_status read_fail(FILE *fp, char *hdr, span *spans, mlav_st_file *f, 
     return s;
 }
 
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+                         : "not a regular file";
+}
+
+/* Open a regular file for reading, or say why not (MLAV_ERR_IO set). A FIFO with no writer
+ * would block fopen forever and a device can be endless, so anything else is refused: stat
+ * first, then open with O_NONBLOCK (which never waits for a FIFO's writer) and fstat what was
+ * opened, in case the path was replaced in between. */
+static FILE *open_regular(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        mlav_set_error(MLAV_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        mlav_set_error(MLAV_ERR_IO, "cannot read '%s': it is %s, and a bundle is a regular file",
+                       path, file_kind(sb.st_mode));
+        return NULL;
+    }
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        mlav_set_error(MLAV_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        mlav_set_error(MLAV_ERR_IO, "cannot read '%s': it is %s, and a bundle is a regular file",
+                       path, file_kind(sb.st_mode));
+        close(fd);
+        return NULL;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        mlav_set_error(MLAV_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        close(fd);
+    }
+    return fp;
+}
+
 mlav_status mlav_st_read(const char *path, mlav_st_file *f)
 {
     memset(f, 0, sizeof *f);
     if (!host_is_little_endian())
         return mlav_set_error(MLAV_ERR_UNSUPPORTED, "safetensors files are little-endian; this "
                                                     "host is not");
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = open_regular(path);
     if (!fp)
-        return mlav_set_error(MLAV_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        return MLAV_ERR_IO;
     if (fseeko(fp, 0, SEEK_END) != 0)
         return read_fail(
             fp, NULL, NULL, f,

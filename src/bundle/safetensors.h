@@ -13,6 +13,10 @@
 #define MLAV_ST_MAX_HEADER 100000000ull
 /* far more than any bundle holds; bounds the work a hostile header can ask for */
 #define MLAV_ST_MAX_TENSORS 1024
+/* JSON members of the header (tensor names, their fields, metadata keys), counted before the
+ * parse: a bundle has about 60; 2^20 lets the 200k-key headers of the tests parse while a
+ * 100 MB header of tiny keys (14M members, GBs of cJSON nodes) is refused up front */
+#define MLAV_ST_MAX_MEMBERS (1 << 20)
 
 typedef struct mlav_st_tensor {
     char *name;     /* owned */

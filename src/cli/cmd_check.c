@@ -15,7 +15,8 @@ static const char usage[] =
     "\n"
     "Check golden bundles (a directory means its *.safetensors files, in name order). One line\n"
     "per bundle: backend, shape, out rel-L2, lse max abs error, tokens and accepted paths\n"
-    "reproduced, PASS / FAIL / UNSUPPORTED. Exit status 0 only when every bundle passes.\n"
+    "reproduced, PASS / FAIL / UNSUPPORTED. Exit status 0 only when every bundle passes; 2 for\n"
+    "a usage error, including a directory with no *.safetensors file in it.\n"
     "AUTO honours MLAV_BACKEND.\n";
 
 typedef struct names {
@@ -45,7 +46,9 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* A directory contributes its *.safetensors files, sorted so runs are comparable. */
+/* A directory contributes its *.safetensors files, sorted so runs are comparable. Returns 1, 0
+ * when out of memory, or -1 for a directory that holds no bundle: a typo'd or empty directory
+ * must not look like a run that checked everything (and qsort must not see a NULL array). */
 static int expand(const char *arg, names *files)
 {
     struct stat sb;
@@ -75,6 +78,8 @@ static int expand(const char *arg, names *files)
         }
     }
     closedir(d);
+    if (files->n == first)
+        return -1;
     qsort(files->v + first, files->n - first, sizeof *files->v, cmp_str);
     return 1;
 }
@@ -101,10 +106,21 @@ int mlav_cmd_check(int argc, char **argv)
             fprintf(stderr, "mlaverify check: unknown option %s\n\n%s", argv[i], usage);
             status = 2;
             goto out;
-        } else if (!expand(argv[i], &files)) {
-            fprintf(stderr, "mlaverify check: out of memory\n");
-            status = 2;
-            goto out;
+        } else {
+            int got = expand(argv[i], &files);
+            if (got == 0) {
+                fprintf(stderr, "mlaverify check: out of memory\n");
+                status = 2;
+                goto out;
+            }
+            if (got < 0) {
+                fprintf(stderr,
+                        "mlaverify check: no bundles found: directory '%s' holds no "
+                        "*.safetensors file\n",
+                        argv[i]);
+                status = 2;
+                goto out;
+            }
         }
     }
     if (files.n == 0) {

@@ -12,6 +12,7 @@
 
 #include "bundle.h"
 #include "check.h"
+#include "readout.h"
 #include "mlaverify.h"
 
 /* A check costs the attention (T x H x kv x W) plus the readout (T x H x Dl x vocab): a bundle
@@ -79,6 +80,17 @@ static void exercise(const mlav_bundle *b, mlav_bundle_mode mode)
     char text[256];
     mlav_bundle_describe(b, text, sizeof text);
     FUZZ_REQUIRE(strlen(text) < sizeof text, "describe overran");
+
+    /* the bounds docs/RELIABILITY.md states (issue 26), on every accepted shape: the dense mask
+     * is at most 512 bytes a node, the readout's logits at most 16 MiB whatever T is (the
+     * allocations themselves are held under -malloc_limit_mb by scripts/fuzz.sh) */
+    FUZZ_REQUIRE(b->max_q_len >= 1 && b->max_q_len <= MLAV_BUNDLE_MAX_Q_LEN,
+                 "an accepted bundle has a request of %d nodes", b->max_q_len);
+    FUZZ_REQUIRE(mlav_tree_mask_words(b->max_q_len) <= MLAV_BUNDLE_MAX_Q_LEN / 32,
+                 "mask rows of %d words", mlav_tree_mask_words(b->max_q_len));
+    const int32_t nb = mlav_readout_node_block(b->T, b->vocab);
+    FUZZ_REQUIRE(nb >= 1 && nb <= b->T && (int64_t)nb * b->vocab <= MLAV_READOUT_LOGIT_DOUBLES,
+                 "readout blocks of %d nodes x vocab %d", nb, b->vocab);
 
     uint32_t *mask = NULL;
     mlav_status s = mlav_bundle_tree_mask(b, &mask);

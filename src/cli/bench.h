@@ -1,0 +1,144 @@
+/* The internal interface of `mlaverify bench`, split by job: bench_options.c (the command line),
+ * bench_points.c (the point lists, presets and each point's layout), bench_timing.c (host tensors
+ * and the timing of one point), bench_ceilings.c (the measured ceilings and the machine lines),
+ * bench_print.c (the table and the CSV); cmd_bench.c runs them in order. */
+#ifndef MLAV_CLI_BENCH_H
+#define MLAV_CLI_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mlaverify.h"
+
+#define BENCH_MAX_LIST 32
+#define BENCH_MAX_BACKENDS 4
+#define BENCH_MAX_POINTS 512
+
+/* The ranges of the numeric options, checked when they are parsed (bench_options.c). */
+#define BENCH_MAX_HEADS 4096             /* the library's limit (validate.c) */
+#define BENCH_MAX_QLEN 65536
+#define BENCH_MAX_PREFIX ((int64_t)1 << 30) /* x 1.5 spread + q_len stays below 2^31 */
+#define BENCH_MAX_BATCH 256              /* bench_layout's fixed arrays */
+#define BENCH_MAX_PAGE_SIZE (1 << 20)    /* the library's limit */
+#define BENCH_MAX_REPS 1000000
+
+/* One benchmark point. Dl, Dr fixed for a run; all requests of a batch have the same lengths. */
+typedef struct bench_config {
+    int32_t B, H, q_len, page_size;
+    int64_t prefix;
+    mlav_dtype dtype;
+} bench_config;
+
+/* One (config, backend) measurement. */
+typedef struct bench_result {
+    mlav_status status;     /* MLAV_OK, or why it is "n/a" (MLAV_ERR_UNSUPPORTED) */
+    double time_us;         /* median */
+    int reps;
+    double tflops, gbps, frac_mma, frac_bw;
+} bench_result;
+
+typedef struct bench_opts {
+    mlav_backend backends[BENCH_MAX_BACKENDS];
+    int num_backends;
+    int32_t Dl, Dr;
+    int reps, min_reps;
+    double max_seconds;
+    const char *csv;
+    int tree;               /* 1: random draft tree mask; 0: causal chain (tree_mask = NULL) */
+    int warm_l2;            /* 1: no L2 flush before GPU replays (diagnostic, --l2 warm) */
+    double spread;          /* --prefix-spread: request b's prefix is prefix * (1 + spread * u_b),
+                               u_b uniform in [-1, 1] (0: every request the same) */
+    uint64_t seed;
+} bench_opts;
+
+/* The command line as parsed, before the backends and points are resolved. */
+typedef struct bench_args {
+    bench_opts o;
+    const char *preset, *backend_list; /* NULL: not given */
+    int64_t heads[BENCH_MAX_LIST], qlens[BENCH_MAX_LIST], prefixes[BENCH_MAX_LIST];
+    int nh, nq, np;    /* list lengths; 0: not given */
+    int grid_opts;     /* 1: a grid option was given (not allowed with a preset) */
+    int list_only;     /* --list */
+    int64_t batch, page;
+    mlav_dtype dtype;
+} bench_args;
+
+/* The ceilings measured in this run (0 where not measured). */
+typedef struct bench_ceilings {
+    double mma_tflops, copy_gbps; /* GPU: mma.sync TFLOP/s, device copy GB/s */
+    double sgemm, cpu_bw;         /* CPU: cblas_sgemm FLOP/s, memcpy bytes/s */
+    char gpu_name[256], cpu_name[256];
+} bench_ceilings;
+
+/* Host-side description shared by all backends of a config: lengths, a shuffled page table
+ * (so KV rows are scattered like SGLang's token pool) and the draft-tree mask. */
+typedef struct bench_layout {
+    int32_t q_indptr[BENCH_MAX_BATCH + 1], kv_lens[BENCH_MAX_BATCH];
+    int32_t max_pages, words;
+    int64_t num_pages;
+    int32_t *page_table;     /* [B, max_pages]: request b's pages, then zeros it never reads */
+    double flops, bytes;     /* the work: 2 H q_len kv_len (2 Dl + Dr) summed over requests; the
+                                bytes that must move once: every prefix's KV, q and out */
+    uint32_t *tree_mask;     /* [T, words] or NULL */
+    mlav_problem prob;
+    size_t q_elems, kv_elems, out_elems, lse_elems;
+} bench_layout;
+
+static inline uint64_t bench_splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline int bench_is_gpu_backend(mlav_backend b)
+{
+    return b == MLAV_BACKEND_CUDA || b == MLAV_BACKEND_CUDA_NAIVE;
+}
+
+/* ---- bench_options.c ---- */
+void bench_usage(FILE *f);
+/* A decimal integer in [lo, hi], all of `s` (strtoll, overflow checked); on failure prints a
+ * sentence naming the option and returns -1. */
+int bench_parse_i64(const char *s, int64_t lo, int64_t hi, const char *opt, int64_t *out);
+/* Parse argv into `a` (defaults first). Returns 0 to go on, 1 after --help (exit 0), 2 on a
+ * usage error (a sentence printed). */
+int bench_parse_args(int argc, char **argv, bench_args *a);
+/* Resolve --backend (or the default for `ndev` devices) into a->o.backends; 0 or 2. */
+int bench_resolve_backends(bench_args *a, int ndev);
+
+/* ---- bench_points.c ---- */
+/* The points of a preset or of the --heads/--qlen/--prefix grid; -1 on an unknown preset. */
+int bench_points(const bench_args *a, int any_gpu, bench_config *cfg, int max);
+/* The layout of one point (0), or -1 (out of memory or too long; a sentence printed). Free
+ * with bench_layout_free whatever it returned. */
+int bench_layout_make(bench_layout *L, const bench_config *c, const bench_opts *o);
+void bench_layout_free(bench_layout *L);
+
+/* ---- bench_timing.c ---- */
+double bench_now_s(void);
+void *bench_host_alloc(size_t bytes);
+/* Time every backend on one point into row[0..num_backends); 0, or 2 after a sentence on a
+ * failure that is not "unsupported". Frees what it allocates on every path. */
+int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
+                        mlav_context *const *ctx, const bench_ceilings *ceil, bench_result *row);
+
+/* ---- bench_ceilings.c ---- */
+enum { BENCH_SGEMM_M = 576, BENCH_SGEMM_N = 16393, BENCH_SGEMM_K = 1088 };
+/* Commas and newlines to spaces: the CSV's cells. */
+void bench_sanitize(char *s);
+/* Print the run's header lines and measure the ceilings of the backends' kinds. */
+void bench_measure_ceilings(const bench_opts *o, bench_ceilings *c);
+
+/* ---- bench_print.c ---- */
+void bench_print_list(const bench_config *cfg, int n);
+void bench_print_roles(const bench_opts *o, int *flash, int *naive);
+void bench_print_group(const bench_config *c, const bench_opts *o);
+void bench_print_row(const bench_config *c, const bench_result *rf, const bench_result *rn,
+                     int flash_gpu);
+int bench_write_csv(const char *path, const bench_opts *o, const bench_config *cfg, int ncfg,
+                    const bench_result *res, const bench_ceilings *ceil);
+
+#endif

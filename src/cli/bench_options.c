@@ -1,0 +1,254 @@
+/* mlaverify bench, the command line: usage, every numeric option through one range-checked
+ * parser, and the backend list. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "mlaverify.h"
+
+void bench_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: mlaverify bench [--preset reference|full|cpu] [--backend LIST]\n"
+        "                       [--heads LIST] [--qlen LIST] [--prefix LIST] [--batch N]\n"
+        "                       [--page-size N] [--dtype bf16|f16|f32] [--tree tree|chain]\n"
+        "                       [--reps N] [--min-reps N] [--max-seconds S] [--csv FILE]\n"
+        "                       [--l2 flush|warm] [--prefix-spread F] [--list]\n"
+        "  --backend LIST    comma-separated: cuda, cuda-naive, cpu, reference\n"
+        "                    (default: cuda,cuda-naive with a CUDA device, else cpu)\n"
+        "  --preset NAME     reference: B=1 H=64 bf16 page_size 1 (shuffled), q_len 1,9,33,\n"
+        "                      prefix 256..131072 (the default with a CUDA device)\n"
+        "                    full: reference plus H=16 and H=128, B=8 H=16 q_len 9 prefix 4096\n"
+        "                      and 32768, and page_size 64 at the reference workload\n"
+        "                    cpu: full's points up to prefix 16384 (49 points: B=1 H=16,64,128\n"
+        "                      q_len 1,9,33 prefix 256..16384, B=8 H=16 q_len 9 prefix 4096,\n"
+        "                      page_size 64 at H=64), for the CPU backend (the default without\n"
+        "                      a CUDA device)\n"
+        "                    a preset cannot be combined with --heads/--qlen/--prefix/--batch/\n"
+        "                    --page-size/--dtype/--prefix-spread, which build a grid of their own\n"
+        "  --reps N          replays per point (default 50); a point stops earlier once\n"
+        "                    --max-seconds (default 2) of timing have passed, but never before\n"
+        "                    --min-reps (default 10)\n"
+        "  --csv FILE        one row per backend and point:\n"
+        "                    backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,\n"
+        "                    gbps,frac_mma,frac_bw\n"
+        "  --prefix-spread F request b's prefix is prefix x (1 + F u_b), u_b drawn uniformly from\n"
+        "                    [-1, 1] (seeded: the same batch every run), 0 <= F < 1: an engine's\n"
+        "                    batch of mixed lengths; the prefix column is the nominal (mean)\n"
+        "                    prefix, FLOPs and bytes count the drawn lengths\n"
+        "  --l2 warm         do not flush the L2 before each GPU replay (a diagnostic: shows how\n"
+        "                    much of a short point is cold misses; default flush)\n"
+        "  --list            print the points (batch heads q_len prefix page_size dtype) and exit\n"
+        "Numbers are decimal integers: heads 1..4096, qlen 1..65536, prefix 0..2^30, batch\n"
+        "1..256, page-size 1..2^20, reps and min-reps 1..10^6; anything else is refused.\n"
+        "GPU times: CUDA-graph replays of mlav_run on device tensors, L2 flushed before each,\n"
+        "CUDA events, median. CPU times: clock_gettime, median. Ceilings are measured in the same\n"
+        "run: mma.sync BF16 rate and device copy bandwidth on a GPU; on the CPU, cblas_sgemm\n"
+        "M=576 N=16393 K=1088 (the H=64 q_len 9 prefix 16384 score product) and a parallel memcpy.\n");
+}
+
+int bench_parse_i64(const char *s, int64_t lo, int64_t hi, const char *opt, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    /* strtoll skips blanks and takes a sign; the options take plain digits only */
+    if (end == s || *end || *s == ' ' || *s == '\t' || *s == '+') {
+        fprintf(stderr, "mlaverify bench: %s: '%s' is not a decimal integer\n", opt, s);
+        return -1;
+    }
+    if (errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "mlaverify bench: %s: %s is out of range (%lld to %lld)\n", opt, s,
+                (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A comma-separated list of integers in [lo, hi]: its length (>= 1), or -1 after a sentence. */
+static int parse_int_list(const char *s, int64_t *out, int max, int64_t lo, int64_t hi,
+                          const char *opt)
+{
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (len == 0 || len >= sizeof item) {
+            fprintf(stderr, "mlaverify bench: %s: bad list '%s' (%s)\n", opt, s,
+                    len ? "an item too long" : "an empty item");
+            return -1;
+        }
+        if (n == max) {
+            fprintf(stderr, "mlaverify bench: %s: more than %d values in '%s'\n", opt, max, s);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (bench_parse_i64(item, lo, hi, opt, &out[n]) != 0)
+            return -1;
+        n++;
+        if (!comma)
+            return n;
+        p = comma + 1;
+    }
+}
+
+int bench_parse_args(int argc, char **argv, bench_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->o = (bench_opts){.Dl = 512, .Dr = 64, .reps = 50, .min_reps = 10, .max_seconds = 2.0,
+                        .tree = 1, .seed = 0x6d6c6176u};
+    a->batch = 1;
+    a->page = 1;
+    a->dtype = MLAV_DTYPE_BF16;
+    bench_opts *o = &a->o;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            bench_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(arg, "--list")) {
+            a->list_only = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "mlaverify bench: '%s' needs a value (or is unknown)\n", arg);
+            bench_usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int64_t x;
+        if (!strcmp(arg, "--preset")) {
+            a->preset = v;
+        } else if (!strcmp(arg, "--backend")) {
+            a->backend_list = v;
+        } else if (!strcmp(arg, "--heads")) {
+            a->nh = parse_int_list(v, a->heads, BENCH_MAX_LIST, 1, BENCH_MAX_HEADS, "--heads");
+            a->grid_opts = 1;
+        } else if (!strcmp(arg, "--qlen")) {
+            a->nq = parse_int_list(v, a->qlens, BENCH_MAX_LIST, 1, BENCH_MAX_QLEN, "--qlen");
+            a->grid_opts = 1;
+        } else if (!strcmp(arg, "--prefix")) {
+            a->np = parse_int_list(v, a->prefixes, BENCH_MAX_LIST, 0, BENCH_MAX_PREFIX,
+                                   "--prefix");
+            a->grid_opts = 1;
+        } else if (!strcmp(arg, "--batch")) {
+            if (bench_parse_i64(v, 1, BENCH_MAX_BATCH, "--batch", &a->batch) != 0)
+                return 2;
+            a->grid_opts = 1;
+        } else if (!strcmp(arg, "--page-size")) {
+            if (bench_parse_i64(v, 1, BENCH_MAX_PAGE_SIZE, "--page-size", &a->page) != 0)
+                return 2;
+            a->grid_opts = 1;
+        } else if (!strcmp(arg, "--dtype")) {
+            a->grid_opts = 1;
+            if (!strcmp(v, "bf16"))
+                a->dtype = MLAV_DTYPE_BF16;
+            else if (!strcmp(v, "f16"))
+                a->dtype = MLAV_DTYPE_F16;
+            else if (!strcmp(v, "f32"))
+                a->dtype = MLAV_DTYPE_F32;
+            else {
+                fprintf(stderr, "mlaverify bench: unknown dtype '%s' (bf16, f16, f32)\n", v);
+                return 2;
+            }
+        } else if (!strcmp(arg, "--tree")) {
+            if (strcmp(v, "tree") && strcmp(v, "chain")) {
+                fprintf(stderr, "mlaverify bench: --tree takes tree or chain\n");
+                return 2;
+            }
+            o->tree = !strcmp(v, "tree");
+        } else if (!strcmp(arg, "--reps")) {
+            if (bench_parse_i64(v, 1, BENCH_MAX_REPS, "--reps", &x) != 0)
+                return 2;
+            o->reps = (int)x;
+        } else if (!strcmp(arg, "--min-reps")) {
+            if (bench_parse_i64(v, 1, BENCH_MAX_REPS, "--min-reps", &x) != 0)
+                return 2;
+            o->min_reps = (int)x;
+        } else if (!strcmp(arg, "--max-seconds")) {
+            char *end;
+            o->max_seconds = strtod(v, &end);
+            if (end == v || *end || !(o->max_seconds >= 0.0 && o->max_seconds <= 86400.0)) {
+                fprintf(stderr, "mlaverify bench: bad --max-seconds '%s' (0 to 86400)\n", v);
+                return 2;
+            }
+        } else if (!strcmp(arg, "--l2")) {
+            if (strcmp(v, "flush") && strcmp(v, "warm")) {
+                fprintf(stderr, "mlaverify bench: --l2 takes flush or warm\n");
+                return 2;
+            }
+            o->warm_l2 = !strcmp(v, "warm");
+        } else if (!strcmp(arg, "--prefix-spread")) {
+            char *end;
+            o->spread = strtod(v, &end);
+            if (end == v || *end || !(o->spread >= 0.0 && o->spread < 1.0)) {
+                fprintf(stderr, "mlaverify bench: --prefix-spread takes F with 0 <= F < 1\n");
+                return 2;
+            }
+            a->grid_opts = 1;
+        } else if (!strcmp(arg, "--csv")) {
+            o->csv = v;
+        } else {
+            fprintf(stderr, "mlaverify bench: unknown option '%s'\n", arg);
+            bench_usage(stderr);
+            return 2;
+        }
+        if (a->nh < 0 || a->nq < 0 || a->np < 0)
+            return 2;
+    }
+    if (o->min_reps > o->reps)
+        o->min_reps = o->reps;
+    if (a->preset && a->grid_opts) {
+        fprintf(stderr, "mlaverify bench: --preset cannot be combined with grid options\n");
+        return 2;
+    }
+    return 0;
+}
+
+int bench_resolve_backends(bench_args *a, int ndev)
+{
+    bench_opts *o = &a->o;
+    char list[256];
+    snprintf(list, sizeof list, "%s",
+             a->backend_list ? a->backend_list : ndev > 0 ? "cuda,cuda-naive" : "cpu");
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        mlav_backend b;
+        if (mlav_backend_from_name(tok, &b) != MLAV_OK || b == MLAV_BACKEND_AUTO) {
+            fprintf(stderr,
+                    "mlaverify bench: unknown backend '%s' (cuda, cuda-naive, cpu, reference)\n",
+                    tok);
+            return 2;
+        }
+        if (o->num_backends == BENCH_MAX_BACKENDS) {
+            fprintf(stderr, "mlaverify bench: at most %d backends\n", BENCH_MAX_BACKENDS);
+            return 2;
+        }
+        if (!mlav_backend_compiled(b)) {
+            fprintf(stderr, "mlaverify bench: backend %s is not compiled into this build\n", tok);
+            return 2;
+        }
+        if (bench_is_gpu_backend(b) && ndev == 0) {
+            fprintf(stderr,
+                    "mlaverify bench: backend %s needs a CUDA device (cc >= 8.0); none found\n",
+                    tok);
+            return 2;
+        }
+        o->backends[o->num_backends++] = b;
+    }
+#ifndef MLAV_WITH_CUDA
+    for (int b = 0; b < o->num_backends; b++)
+        if (bench_is_gpu_backend(o->backends[b])) {
+            fprintf(stderr, "mlaverify bench: this build has no CUDA support\n");
+            return 2;
+        }
+#endif
+    return 0;
+}

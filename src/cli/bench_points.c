@@ -1,0 +1,192 @@
+/* mlaverify bench, the points: the presets, the --heads/--qlen/--prefix grid, and the layout of
+ * one point (lengths, a shuffled page table, the draft-tree mask, the work it counts). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "mlaverify.h"
+
+static const int64_t ref_prefixes[6] = {256, 1024, 4096, 16384, 65536, 131072};
+static const int32_t ref_qlens[] = {1, 9, 33};
+
+/* Append the grid heads x q_lens x prefixes (q_len outer, prefix inner: one CSV run per line). */
+static int add_grid(bench_config *out, int n, int max, int32_t B, int32_t H, int32_t page,
+                    mlav_dtype d, const int32_t *qs, int nq, const int64_t *ps, int np)
+{
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < np; j++) {
+            if (n == max)
+                return n;
+            out[n++] = (bench_config){.B = B, .H = H, .q_len = qs[i], .page_size = page,
+                                      .prefix = ps[j], .dtype = d};
+        }
+    return n;
+}
+
+static int preset_configs(const char *name, bench_config *out, int max)
+{
+    int n = 0;
+    const mlav_dtype bf = MLAV_DTYPE_BF16;
+    if (!strcmp(name, "reference") || !strcmp(name, "full")) {
+        n = add_grid(out, n, max, 1, 64, 1, bf, ref_qlens, 3, ref_prefixes, 6);
+        if (!strcmp(name, "full")) {
+            n = add_grid(out, n, max, 1, 16, 1, bf, ref_qlens, 3, ref_prefixes, 6);
+            n = add_grid(out, n, max, 1, 128, 1, bf, ref_qlens, 3, ref_prefixes, 6);
+            static const int32_t q9[] = {9};
+            static const int64_t batch_ps[] = {4096, 32768};
+            n = add_grid(out, n, max, 8, 16, 1, bf, q9, 1, batch_ps, 2);
+            n = add_grid(out, n, max, 1, 64, 64, bf, ref_qlens, 3, ref_prefixes, 6);
+        }
+        return n;
+    }
+    if (!strcmp(name, "cpu")) {
+        /* issue 7: the CPU table covers full's points up to prefix 16384, in full's order */
+        n = preset_configs("full", out, max);
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (out[i].prefix <= 16384)
+                out[k++] = out[i];
+        return k;
+    }
+    fprintf(stderr, "mlaverify bench: unknown preset '%s' (reference, full, cpu)\n", name);
+    return -1;
+}
+
+int bench_points(const bench_args *a, int any_gpu, bench_config *cfg, int max)
+{
+    if (a->preset || !a->grid_opts)
+        return preset_configs(a->preset ? a->preset : any_gpu ? "reference" : "cpu", cfg, max);
+    int32_t hs[BENCH_MAX_LIST], qs[BENCH_MAX_LIST];
+    int64_t prefixes[BENCH_MAX_LIST];
+    int nh = a->nh, nq = a->nq, np = a->np;
+    /* every value was range-checked when parsed: the narrowing below cannot wrap */
+    for (int i = 0; i < nh; i++)
+        hs[i] = (int32_t)a->heads[i];
+    for (int i = 0; i < nq; i++)
+        qs[i] = (int32_t)a->qlens[i];
+    for (int i = 0; i < np; i++)
+        prefixes[i] = a->prefixes[i];
+    if (!nh)
+        hs[0] = 64, nh = 1;
+    if (!nq)
+        qs[0] = 1, qs[1] = 9, qs[2] = 33, nq = 3;
+    if (!np) {
+        for (int i = 0; i < 6; i++)
+            prefixes[i] = ref_prefixes[i];
+        np = any_gpu ? 6 : 3;
+    }
+    int n = 0;
+    for (int i = 0; i < nh; i++)
+        n = add_grid(cfg, n, max, (int32_t)a->batch, hs[i], (int32_t)a->page, a->dtype, qs, nq,
+                     prefixes, np);
+    return n;
+}
+
+/* Request b's prefix: the config's, or with a spread, drawn around it (the same batch for every
+ * run and backend of a config). */
+static int64_t request_prefix(const bench_config *c, const bench_opts *o, int b)
+{
+    if (o->spread <= 0.0)
+        return c->prefix;
+    uint64_t x = o->seed ^ 0x9E3779B97F4A7C15ull * (uint64_t)(b + 1) ^ (uint64_t)c->prefix;
+    const double u = (double)(bench_splitmix64(&x) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+    const int64_t p = llround((double)c->prefix * (1.0 + o->spread * u));
+    return p < 0 ? 0 : p;
+}
+
+int bench_layout_make(bench_layout *L, const bench_config *c, const bench_opts *o)
+{
+    memset(L, 0, sizeof *L);
+    if (c->B > BENCH_MAX_BATCH) {
+        fprintf(stderr, "mlaverify bench: batch %d > %d\n", c->B, BENCH_MAX_BATCH);
+        return -1;
+    }
+    int64_t pages[BENCH_MAX_BATCH], max_pages = 0, num_pages = 0;
+    const int32_t T = c->B * c->q_len;
+    const double es = (double)mlav_dtype_size(c->dtype), row = o->Dl + o->Dr;
+    for (int b = 0; b < c->B; b++) {
+        const int64_t prefix = request_prefix(c, o, b), kv = prefix + c->q_len;
+        if (kv > INT32_MAX) {
+            fprintf(stderr, "mlaverify bench: too long a request\n");
+            return -1;
+        }
+        L->q_indptr[b + 1] = L->q_indptr[b] + c->q_len;
+        L->kv_lens[b] = (int32_t)kv;
+        pages[b] = (kv + c->page_size - 1) / c->page_size;
+        max_pages = pages[b] > max_pages ? pages[b] : max_pages;
+        num_pages += pages[b];
+        L->flops += 2.0 * c->H * c->q_len * (double)kv * (double)(o->Dl + o->Dr + o->Dl);
+        L->bytes += es * (double)prefix * row;
+    }
+    L->bytes += es * (double)T * c->H * (row + o->Dl);
+    if (max_pages > INT32_MAX || num_pages > INT32_MAX) {
+        fprintf(stderr, "mlaverify bench: too many pages\n");
+        return -1;
+    }
+    L->max_pages = (int32_t)max_pages;
+    L->num_pages = num_pages;
+    uint64_t rng = o->seed ^ (uint64_t)c->prefix * 31u ^ (uint64_t)c->q_len;
+    /* Fisher-Yates over all page ids, dealt out to the requests in order */
+    int32_t *ids = malloc((size_t)num_pages * sizeof(int32_t));
+    L->page_table = calloc((size_t)c->B * (size_t)max_pages, sizeof(int32_t));
+    if (!ids || !L->page_table) {
+        free(ids);
+        fprintf(stderr, "mlaverify bench: out of host memory\n");
+        return -1;
+    }
+    for (int64_t i = 0; i < num_pages; i++)
+        ids[i] = (int32_t)i;
+    for (int64_t i = num_pages - 1; i > 0; i--) {
+        int64_t j = (int64_t)(bench_splitmix64(&rng) % (uint64_t)(i + 1));
+        int32_t tmp = ids[i];
+        ids[i] = ids[j];
+        ids[j] = tmp;
+    }
+    for (int64_t b = 0, k = 0; b < c->B; k += pages[b], b++)
+        memcpy(L->page_table + b * max_pages, ids + k, (size_t)pages[b] * sizeof(int32_t));
+    free(ids);
+    L->words = mlav_tree_mask_words(c->q_len);
+    if (o->tree && c->q_len > 0) {
+        L->tree_mask = calloc((size_t)T * (size_t)L->words, sizeof(uint32_t));
+        int32_t *parents = malloc((size_t)c->q_len * sizeof(int32_t));
+        if (!L->tree_mask || !parents) {
+            free(parents);
+            fprintf(stderr, "mlaverify bench: out of host memory\n");
+            return -1;
+        }
+        /* half the nodes continue the previous one, half branch off an earlier node: a tree
+         * with both depth and width, like EAGLE's */
+        for (int b = 0; b < c->B; b++) {
+            parents[0] = -1;
+            for (int i = 1; i < c->q_len; i++)
+                parents[i] = (bench_splitmix64(&rng) & 1) ? i - 1 : (int32_t)(bench_splitmix64(&rng) % (uint64_t)i);
+            if (mlav_tree_mask_from_parents(c->q_len, parents, L->words,
+                                            L->tree_mask + (size_t)b * c->q_len * L->words) != MLAV_OK) {
+                fprintf(stderr, "mlaverify bench: tree mask: %s\n", mlav_last_error(NULL));
+                free(parents);
+                return -1;
+            }
+        }
+        free(parents);
+    }
+    L->prob = (mlav_problem){.num_heads = c->H, .d_latent = o->Dl, .d_rope = o->Dr,
+                             .softmax_scale = 1.0f / sqrtf(192.0f), .dtype = c->dtype,
+                             .page_size = c->page_size, .batch = c->B,
+                             .q_indptr = L->q_indptr, .kv_lens = L->kv_lens,
+                             .max_pages = L->max_pages};
+    size_t W = (size_t)(o->Dl + o->Dr);
+    L->q_elems = (size_t)T * (size_t)c->H * W;
+    L->kv_elems = (size_t)L->num_pages * (size_t)c->page_size * W;
+    L->out_elems = (size_t)T * (size_t)c->H * (size_t)o->Dl;
+    L->lse_elems = (size_t)T * (size_t)c->H;
+    return 0;
+}
+
+void bench_layout_free(bench_layout *L)
+{
+    free(L->page_table);
+    free(L->tree_mask);
+}
+

@@ -1,0 +1,111 @@
+/* mlaverify bench, the output: the point list, the table (a group line per B/H/page/dtype, a row
+ * per point: flash against its naive baseline) and the CSV that bench/plot.gp reads. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+#include "mlaverify.h"
+
+static void fmt_time(char *buf, size_t len, const bench_result *r)
+{
+    if (r && r->status == MLAV_OK)
+        snprintf(buf, len, "%.1f", r->time_us);
+    else
+        snprintf(buf, len, "n/a");
+}
+
+int bench_write_csv(const char *path, const bench_opts *o, const bench_config *cfg, int ncfg,
+                    const bench_result *res, const bench_ceilings *ceil)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "mlaverify bench: cannot write %s\n", path);
+        return -1;
+    }
+    fprintf(f, "backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,gbps,"
+               "frac_mma,frac_bw\n");
+    /* backend outer: each (backend, q_len) line of the plot is a contiguous block of rows */
+    for (int b = 0; b < o->num_backends; b++)
+        for (int i = 0; i < ncfg; i++) {
+            const bench_config *c = &cfg[i];
+            const bench_result *r = &res[i * o->num_backends + b];
+            fprintf(f, "%s,%s,%d,%d,%d,%lld,%d,%s,", mlav_backend_name(o->backends[b]),
+                    bench_is_gpu_backend(o->backends[b]) ? ceil->gpu_name : ceil->cpu_name, c->B, c->H, c->q_len,
+                    (long long)c->prefix, c->page_size, mlav_dtype_name(c->dtype));
+            if (r->status == MLAV_OK)
+                fprintf(f, "%.3f,%.3f,%.2f,%.4f,%.4f\n", r->time_us, r->tflops, r->gbps,
+                        r->frac_mma, r->frac_bw);
+            else
+                fprintf(f, "nan,nan,nan,nan,nan\n");
+        }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "mlaverify bench: error writing %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+void bench_print_list(const bench_config *cfg, int n)
+{
+    printf("# batch heads q_len prefix page_size dtype (%d points)\n", n);
+    for (int i = 0; i < n; i++)
+        printf("%d %d %d %lld %d %s\n", cfg[i].B, cfg[i].H, cfg[i].q_len,
+               (long long)cfg[i].prefix, cfg[i].page_size, mlav_dtype_name(cfg[i].dtype));
+}
+
+/* Table roles: flash = the fast backend (cuda, else cpu), naive = its baseline (-1: none). */
+void bench_print_roles(const bench_opts *o, int *flash_out, int *naive_out)
+{
+    int flash = -1, naive = -1;
+    for (int b = 0; b < o->num_backends; b++) {
+        mlav_backend id = o->backends[b];
+        if (flash < 0 && (id == MLAV_BACKEND_CUDA || id == MLAV_BACKEND_CPU))
+            flash = b;
+        if (naive < 0 && (id == MLAV_BACKEND_CUDA_NAIVE || id == MLAV_BACKEND_REFERENCE))
+            naive = b;
+    }
+    if (flash < 0)
+        flash = naive, naive = -1;
+    printf("# flash_us = %s, naive_us = %s; TFLOP/s, GB/s and fractions of the ceilings are flash's; "
+           "reps = naive/flash\n", mlav_backend_name(o->backends[flash]),
+           naive >= 0 ? mlav_backend_name(o->backends[naive]) : "(none)");
+    fflush(stdout);
+    *flash_out = flash;
+    *naive_out = naive;
+}
+
+void bench_print_group(const bench_config *c, const bench_opts *o)
+{
+    printf("\n## B=%d H=%d page_size=%d %s", c->B, c->H, c->page_size, mlav_dtype_name(c->dtype));
+    if (o->spread > 0.0)
+        printf(", each request's prefix drawn from prefix x [%.2f, %.2f]", 1.0 - o->spread,
+               1.0 + o->spread);
+    printf("\n");
+    printf("%7s %6s %8s %11s %11s %8s %8s %8s %8s %8s %7s\n", "streams", "q_len", "prefix",
+           "naive_us", "flash_us", "speedup", "TFLOP/s", "GB/s", "frac_mma", "frac_bw", "reps");
+}
+
+void bench_print_row(const bench_config *c, const bench_result *rf, const bench_result *rn,
+                     int flash_gpu)
+{
+    char tn[32], tf[32], sp[32] = "-", reps[32];
+    fmt_time(tn, sizeof tn, rn);
+    fmt_time(tf, sizeof tf, rf);
+    if (rn && rn->status == MLAV_OK && rf->status == MLAV_OK)
+        snprintf(sp, sizeof sp, "%.1fx", rn->time_us / rf->time_us);
+    char rn_s[12] = "-", rf_s[12] = "-";
+    if (rn && rn->status == MLAV_OK)
+        snprintf(rn_s, sizeof rn_s, "%d", rn->reps);
+    if (rf->status == MLAV_OK)
+        snprintf(rf_s, sizeof rf_s, "%d", rf->reps);
+    snprintf(reps, sizeof reps, "%s/%s", rn_s, rf_s);
+    if (rf->status == MLAV_OK)
+        /* a CPU runs at tenths of a TFLOP/s: three decimals there, one on a GPU */
+        printf("%7d %6d %8lld %11s %11s %8s %8.*f %8.1f %8.3f %8.3f %7s\n", c->B, c->q_len,
+               (long long)c->prefix, tn, tf, sp, flash_gpu ? 1 : 3, rf->tflops, rf->gbps,
+               rf->frac_mma, rf->frac_bw, reps);
+    else
+        printf("%7d %6d %8lld %11s %11s %8s %8s %8s %8s %8s %7s\n", c->B, c->q_len,
+               (long long)c->prefix, tn, tf, sp, "-", "-", "-", "-", reps);
+    fflush(stdout);
+}
