@@ -951,6 +951,78 @@ static void test_cuda_many_splits(void **state)
     run_problems(sizeof many_split_cases / sizeof many_split_cases[0], many_split_problem);
 }
 
+/* The device check both CUDA backends run first (src/cuda/cuda_offload.cu), as a function of
+ * the two ordinals: no device needed. */
+mlav_status mlav_cuda_check_plan_device(const char *backend, int plan_device, int current_device);
+
+static void test_cuda_plan_device_check(void **state)
+{
+    (void)state;
+    assert_int_equal(mlav_cuda_check_plan_device("cuda", 0, 0), MLAV_OK);
+    assert_int_equal(mlav_cuda_check_plan_device("cuda-naive", 3, 3), MLAV_OK);
+    assert_int_equal(mlav_cuda_check_plan_device("cuda", 0, 1), MLAV_ERR_INVALID_ARG);
+    printf("  %s\n", mlav_last_error(NULL));
+    assert_non_null(
+        strstr(mlav_last_error(NULL), "cuda plan made on device 0, current device is 1"));
+    assert_int_equal(mlav_cuda_check_plan_device("cuda-naive", 2, 0), MLAV_ERR_INVALID_ARG);
+    assert_non_null(
+        strstr(mlav_last_error(NULL), "cuda-naive plan made on device 2, current device is 0"));
+}
+
+/* A plan holds arrays of the device it was made on: a run with another device current is
+ * refused with the sentence (both backends, host and device tensors), and the same plan runs
+ * and is right once its device is current again. Needs two devices. */
+static void test_cuda_plan_other_device(void **state)
+{
+    (void)state;
+    require_device();
+    int n = 0;
+    CK(cudaGetDeviceCount(&n));
+    if (n < 2) {
+        print_message("%d CUDA device(s): the wrong-device run needs two: skipped\n", n);
+        skip();
+    }
+    tu_case c = CASE(8, 512, 64, 16, BF16, TU_BUSHY, 2, QS(9, 4), PS(300, 40));
+    c.seed = tu_seed();
+    for (size_t k = 0; k < N_BACKENDS; k++) {
+        const mlav_backend b = gpu_backends[k];
+        CK(cudaSetDevice(0));
+        tu_problem *p = tu_make(&c);
+        tu_reference(p);
+        mlav_context *ctx = NULL;
+        mlav_plan *plan = NULL;
+        if (!open_and_plan(b, p, &ctx, &plan)) {
+            tu_free(p);
+            continue;
+        }
+        dbuf d; /* device tensors on device 0 */
+        dbuf_alloc(&d, p);
+        dbuf_upload(&d, p);
+        const mlav_tensors dt = dbuf_tensors(&d, p), ht = tu_tensors(p);
+        const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
+        void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
+        CK(cudaSetDevice(1));
+        const mlav_tensors *ts[2] = {&ht, &dt};
+        for (int m = 0; m < 2; m++) {
+            assert_int_equal(mlav_run(plan, ts[m], ws, ws_bytes, NULL), MLAV_ERR_INVALID_ARG);
+            printf("  %s, %s tensors: %s\n", mlav_backend_name(b), m ? "device" : "host",
+                   mlav_last_error(NULL));
+            assert_non_null(
+                strstr(mlav_last_error(NULL), "plan made on device 0, current device is 1"));
+        }
+        CK(cudaSetDevice(0));
+        tu_poison(p);
+        assert_int_equal(mlav_run(plan, &ht, ws, ws_bytes, NULL), MLAV_OK);
+        compare_or_fail(p, b, "device 0 again");
+        if (ws)
+            CK(cudaFree(ws));
+        dbuf_free(&d);
+        mlav_plan_free(plan);
+        mlav_context_free(ctx);
+        tu_free(p);
+    }
+}
+
 #else /* built without CUDA: the same tests, each a skip */
 
 #define SKIP_TEST(name)                                                                      \
@@ -971,6 +1043,8 @@ SKIP_TEST(test_cuda_nonfinite_hidden_draft)
 SKIP_TEST(test_cuda_rising_scores)
 SKIP_TEST(test_cuda_extreme_magnitudes)
 SKIP_TEST(test_cuda_many_splits)
+SKIP_TEST(test_cuda_plan_device_check)
+SKIP_TEST(test_cuda_plan_other_device)
 
 #endif
 
@@ -988,6 +1062,8 @@ int main(void)
         cmocka_unit_test(test_cuda_rising_scores),
         cmocka_unit_test(test_cuda_extreme_magnitudes),
         cmocka_unit_test(test_cuda_many_splits),
+        cmocka_unit_test(test_cuda_plan_device_check),
+        cmocka_unit_test(test_cuda_plan_other_device),
     };
     /* MLAV_TEST_FILTER=test_cuda_graph (wildcards * and ?) runs a subset, e.g. under
      * compute-sanitizer --tool racecheck, which is too slow for the whole grid */
