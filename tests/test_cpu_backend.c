@@ -1,4 +1,7 @@
-/* The OpenMP + OpenBLAS CPU backend against the fp64 oracle, on fresh random problems. */
+/* The OpenMP + OpenBLAS CPU backend against the fp64 oracle, on fresh random problems: what is
+ * particular to it (NaN rows, arbitrary masks, workspace, threads, shared plans, long prefixes,
+ * rising scores, extreme magnitudes). Its grid of random cases is tests/test_backends.c's, with
+ * the other backends'. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -66,56 +69,12 @@ static void expect_match(const tu_problem *p, const char *what)
     print_message("  %s: %s\n", what, msg);
 }
 
-/* ---- the grid of random cases -------------------------------------------------------------- */
+/* ---- cases ---------------------------------------------------------------------------------- */
 
 #define Q(...) {__VA_ARGS__}
 #define CASE(h, dl, dr, page, dt, tr, qs, ps, b)                                                 \
     {.H = h, .Dl = dl, .Dr = dr, .page_size = page, .B = b, .dtype = MLAV_DTYPE_##dt,            \
      .q_lens = qs, .prefixes = ps, .tree = tr}
-
-/* Every value of every axis appears (page 1/3/16/64, q 1/2/9/33/64, H 1/8/16/64/128, prefix
- * 0/1/255/4097, three dtypes, four tree kinds, big and small dims, batches of mixed lengths),
- * without the cartesian product: the oracle's fp64 loops are what take the time. */
-static const tu_case cases[] = {
-    /* small dims (64, 16) */
-    CASE(1, 64, 16, 1, F32, TU_CHAIN_NULL, Q(1), Q(0), 1),
-    CASE(8, 64, 16, 3, BF16, TU_CHAIN, Q(2, 9, 1), Q(1, 255, 0), 3),
-    CASE(16, 64, 16, 16, F16, TU_BUSHY, Q(33, 9), Q(4097, 255), 2),
-    CASE(64, 64, 16, 64, F32, TU_DEEP, Q(64), Q(255), 1),
-    CASE(128, 64, 16, 1, BF16, TU_DEEP, Q(9, 33), Q(1, 0), 2),
-    CASE(64, 64, 16, 64, F16, TU_CHAIN_NULL, Q(9, 9, 9, 9), Q(4097, 0, 255, 1), 4),
-    CASE(16, 64, 16, 3, F32, TU_DEEP, Q(1, 64, 2), Q(255, 4097, 0), 3),
-    CASE(8, 64, 16, 16, BF16, TU_BUSHY, Q(0, 5, 64), Q(3, 0, 1), 3), /* a q_len = 0 request */
-    CASE(128, 64, 16, 1, F32, TU_BUSHY, Q(64), Q(255), 1),           /* 8192 rows: row blocks */
-    CASE(3, 1, 5, 64, F32, TU_CHAIN, Q(9, 2), Q(300, 2), 2),         /* Dl = 1, page > kv */
-    CASE(5, 33, 0, 7, BF16, TU_DEEP, Q(33), Q(600), 1),              /* Dr = 0, odd sizes */
-    CASE(4, 64, 16, 16, BF16, TU_BUSHY, Q(100, 65), Q(300, 0), 2),   /* 4 and 3 mask words */
-    /* the reference dims (512, 64) */
-    CASE(8, 512, 64, 64, BF16, TU_BUSHY, Q(9), Q(4097), 1),
-    CASE(64, 512, 64, 1, BF16, TU_CHAIN_NULL, Q(9), Q(255), 1),
-    CASE(16, 512, 64, 16, F32, TU_CHAIN, Q(33, 1), Q(1, 4097), 2),
-    CASE(128, 512, 64, 3, F16, TU_DEEP, Q(2), Q(255), 1),
-    CASE(1, 512, 64, 1, F32, TU_BUSHY, Q(64), Q(4097), 1),
-    CASE(64, 512, 64, 64, BF16, TU_DEEP, Q(33), Q(1), 1), /* 2112 rows: several row blocks */
-    CASE(16, 512, 64, 1, F16, TU_CHAIN_NULL, Q(1, 9, 2), Q(0, 1000, 4097), 3),
-    CASE(64, 512, 64, 1, BF16, TU_BUSHY, Q(9), Q(4097), 1), /* the reference workload, shorter */
-};
-
-static void test_cpu_backend_case(void **state)
-{
-    tu_case c = *(const tu_case *)*state;
-    c.seed = tu_seed();
-    tu_problem *p = tu_make(&c);
-    tu_reference(p);
-    mlav_tensors t = tu_tensors(p);
-    mlav_status s = run_cpu(p, &t);
-    char name[512];
-    tu_case_name(&c, name, sizeof name);
-    if (s != MLAV_OK)
-        fail_msg("run [%s]: %s: %s", name, mlav_status_string(s), mlav_last_error(NULL));
-    expect_match(p, "cpu vs oracle");
-    tu_free(p);
-}
 
 /* ---- NaN stays in the rows it touches ------------------------------------------------------ */
 
@@ -479,21 +438,7 @@ static void test_cpu_backend_device_memory(void **state)
 
 int main(void)
 {
-    enum { NCASES = sizeof cases / sizeof cases[0] };
-    static char names[NCASES][300];
-    struct CMUnitTest tests[NCASES + 16];
-    int n = 0;
-    for (int k = 0; k < NCASES; k++) {
-        char buf[256];
-        tu_case_name(&cases[k], buf, sizeof buf);
-        char *seed = strstr(buf, ",seed="); /* the seed is drawn when the case runs */
-        if (seed)
-            *seed = '\0';
-        snprintf(names[k], sizeof names[k], "test_cpu_backend_case(%s)", buf);
-        tests[n++] = (struct CMUnitTest){names[k], test_cpu_backend_case, NULL, NULL,
-                                         (void *)&cases[k]};
-    }
-    const struct CMUnitTest more[] = {
+    const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_backend_nan_rows),
         cmocka_unit_test(test_cpu_backend_arbitrary_masks),
         cmocka_unit_test(test_cpu_backend_workspace),
@@ -505,7 +450,5 @@ int main(void)
         cmocka_unit_test(test_cpu_backend_extreme_magnitudes),
         cmocka_unit_test(test_cpu_backend_device_memory),
     };
-    for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)
-        tests[n++] = more[k];
-    return _cmocka_run_group_tests("cpu_backend", tests, (size_t)n, NULL, NULL);
+    return cmocka_run_group_tests_name("cpu_backend", tests, NULL, NULL);
 }

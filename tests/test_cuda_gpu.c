@@ -1,7 +1,7 @@
-/* The CUDA backends (cuda, cuda-naive) against the fp64 oracle: a grid of random problems in
- * offload (host pointer) and device-pointer mode, CUDA-graph capture and replay, the
- * shared-memory limit, bad device inputs and out-of-range device page ids. Every test skips
- * when the library was built without CUDA or no device of cc >= 8.0 is present. */
+/* The CUDA backends (cuda, cuda-naive) against the fp64 oracle: CUDA-graph capture and replay,
+ * the shared-memory limit, bad device inputs, out-of-range device page ids, the plan's device
+ * (their grid of random problems, in offload and device-pointer mode, is tests/test_backends.c).
+ * Every test skips when the library was built without CUDA or no device of cc >= 8.0 is present. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -369,89 +369,12 @@ static void test_cuda_without_device(void **state)
     }
 }
 
-/* Each value of each axis appears at least once: page size {1,3,16,64}, q_len {1,2,9,33,64,
- * 65,100} (up to 4 mask words), H {1,8,16,64,128}, prefix {0,1,255,4097}, dims (512,64) and
- * (64,16), three dtypes, four tree shapes, several requests per batch (one of them empty).
- * Big-dim cases are few: the host oracle is the slow part. */
+/* Cases of the tests below (the random grid over both backends is tests/test_backends.c). */
 #define CASE(h, dl, dr, ps, dt, tr, nb, ...)                                                  \
     {.H = h, .Dl = dl, .Dr = dr, .page_size = ps, .B = nb, .dtype = MLAV_DTYPE_##dt,          \
      .tree = tr, __VA_ARGS__}
 #define QS(...) .q_lens = {__VA_ARGS__}
 #define PS(...) .prefixes = {__VA_ARGS__}
-static const tu_case grid_cases[] = {
-    CASE(8, 512, 64, 1, BF16, TU_BUSHY, 1, QS(9), PS(255)),
-    CASE(16, 512, 64, 64, BF16, TU_DEEP, 2, QS(33, 1), PS(4097, 0)),
-    CASE(64, 512, 64, 16, F16, TU_CHAIN, 3, QS(2, 9, 1), PS(1, 255, 0)),
-    CASE(128, 512, 64, 3, BF16, TU_DEEP, 1, QS(64), PS(255)),
-    CASE(1, 64, 16, 3, F32, TU_CHAIN_NULL, 5, QS(1, 2, 9, 33, 64), PS(0, 1, 255, 4097, 3)),
-    CASE(8, 64, 16, 1, F32, TU_BUSHY, 2, QS(33, 64), PS(4097, 1)),
-    CASE(16, 64, 16, 64, F16, TU_DEEP, 3, QS(64, 9, 33), PS(0, 255, 1)),
-    CASE(64, 512, 64, 1, F32, TU_CHAIN_NULL, 2, QS(9, 33), PS(4097, 255)),
-    CASE(128, 64, 16, 16, BF16, TU_CHAIN_NULL, 4, QS(1, 1, 1, 1), PS(4097, 255, 1, 0)),
-    CASE(8, 512, 64, 16, BF16, TU_BUSHY, 3, QS(0, 9, 0), PS(5, 255, 0)),
-    CASE(16, 512, 64, 64, F16, TU_BUSHY, 1, QS(64), PS(0)),
-    CASE(64, 64, 16, 3, F32, TU_DEEP, 2, QS(2, 2), PS(4097, 1)),
-    /* every request within one warp group (H x q_len <= 32): the flash kernel's instance that
-     * skips idle groups; every case above with H x q_len > 32 somewhere runs the one where idle
-     * groups compute (and must write nothing: their rows are the next request's), as does the
-     * next one, where H = 8 puts one request within a group and two past it */
-    CASE(16, 512, 64, 1, BF16, TU_CHAIN_NULL, 2, QS(1, 2), PS(4097, 300)),
-    CASE(8, 512, 64, 64, BF16, TU_DEEP, 3, QS(4, 9, 33), PS(3000, 100, 1)),
-    /* trees past 64 nodes: 4 and 3 mask words per row */
-    CASE(8, 512, 64, 16, BF16, TU_BUSHY, 2, QS(100, 65), PS(600, 33)),
-    /* odd dims: rows are not 16-byte aligned (cuda-naive takes any dims) */
-    CASE(2, 100, 7, 5, BF16, TU_DEEP, 2, QS(5, 17), PS(37, 0)),
-};
-#define N_GRID (sizeof grid_cases / sizeof grid_cases[0])
-
-static void test_cuda_grid(void **state)
-{
-    (void)state;
-    require_device();
-    const uint64_t seed = tu_seed();
-    printf("  base seed 0x%llx (case k uses base + k; MLAV_TEST_SEED=base reproduces)\n",
-           (unsigned long long)seed);
-    mlav_context *ctx[N_BACKENDS] = {0};
-    int open[N_BACKENDS], ran[N_BACKENDS] = {0}, skipped[N_BACKENDS] = {0};
-    for (size_t k = 0; k < N_BACKENDS; k++)
-        open[k] = open_context(gpu_backends[k], &ctx[k]);
-    cudaStream_t stream;
-    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-
-    for (size_t i = 0; i < N_GRID; i++) {
-        tu_case c = grid_cases[i];
-        c.seed = seed + i;
-        tu_problem *p = tu_make(&c);
-        tu_reference(p);
-        for (size_t k = 0; k < N_BACKENDS; k++) {
-            mlav_plan *plan = NULL;
-            if (!open[k])
-                continue;
-            if (!plan_or_skip(ctx[k], gpu_backends[k], p, &plan)) {
-                skipped[k]++;
-                continue;
-            }
-            const int lse_null = i % 4 == 3; /* some cases pass lse = NULL */
-            check_run(plan, gpu_backends[k], p, MODE_HOST, lse_null, stream);
-            check_run(plan, gpu_backends[k], p, MODE_DEVICE, lse_null, stream);
-            ran[k]++;
-            mlav_plan_free(plan);
-        }
-        tu_free(p);
-    }
-    CK(cudaStreamDestroy(stream));
-    int any = 0;
-    for (size_t k = 0; k < N_BACKENDS; k++) {
-        if (open[k])
-            printf("  %s: %d cases passed in both modes, %d skipped as unsupported\n",
-                   mlav_backend_name(gpu_backends[k]), ran[k], skipped[k]);
-        any |= ran[k] > 0;
-        mlav_context_free(ctx[k]);
-    }
-    if (!any)
-        skip();
-}
-
 /* Capture mlav_run with device pointers into a CUDA graph, then replay it on fresh inputs
  * written to the same buffers: run must neither allocate nor synchronize. */
 static void test_cuda_graph(void **state)
@@ -951,6 +874,78 @@ static void test_cuda_many_splits(void **state)
     run_problems(sizeof many_split_cases / sizeof many_split_cases[0], many_split_problem);
 }
 
+/* The device check both CUDA backends run first (src/cuda/cuda_offload.cu), as a function of
+ * the two ordinals: no device needed. */
+mlav_status mlav_cuda_check_plan_device(const char *backend, int plan_device, int current_device);
+
+static void test_cuda_plan_device_check(void **state)
+{
+    (void)state;
+    assert_int_equal(mlav_cuda_check_plan_device("cuda", 0, 0), MLAV_OK);
+    assert_int_equal(mlav_cuda_check_plan_device("cuda-naive", 3, 3), MLAV_OK);
+    assert_int_equal(mlav_cuda_check_plan_device("cuda", 0, 1), MLAV_ERR_INVALID_ARG);
+    printf("  %s\n", mlav_last_error(NULL));
+    assert_non_null(
+        strstr(mlav_last_error(NULL), "cuda plan made on device 0, current device is 1"));
+    assert_int_equal(mlav_cuda_check_plan_device("cuda-naive", 2, 0), MLAV_ERR_INVALID_ARG);
+    assert_non_null(
+        strstr(mlav_last_error(NULL), "cuda-naive plan made on device 2, current device is 0"));
+}
+
+/* A plan holds arrays of the device it was made on: a run with another device current is
+ * refused with the sentence (both backends, host and device tensors), and the same plan runs
+ * and is right once its device is current again. Needs two devices. */
+static void test_cuda_plan_other_device(void **state)
+{
+    (void)state;
+    require_device();
+    int n = 0;
+    CK(cudaGetDeviceCount(&n));
+    if (n < 2) {
+        print_message("%d CUDA device(s): the wrong-device run needs two: skipped\n", n);
+        skip();
+    }
+    tu_case c = CASE(8, 512, 64, 16, BF16, TU_BUSHY, 2, QS(9, 4), PS(300, 40));
+    c.seed = tu_seed();
+    for (size_t k = 0; k < N_BACKENDS; k++) {
+        const mlav_backend b = gpu_backends[k];
+        CK(cudaSetDevice(0));
+        tu_problem *p = tu_make(&c);
+        tu_reference(p);
+        mlav_context *ctx = NULL;
+        mlav_plan *plan = NULL;
+        if (!open_and_plan(b, p, &ctx, &plan)) {
+            tu_free(p);
+            continue;
+        }
+        dbuf d; /* device tensors on device 0 */
+        dbuf_alloc(&d, p);
+        dbuf_upload(&d, p);
+        const mlav_tensors dt = dbuf_tensors(&d, p), ht = tu_tensors(p);
+        const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
+        void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
+        CK(cudaSetDevice(1));
+        const mlav_tensors *ts[2] = {&ht, &dt};
+        for (int m = 0; m < 2; m++) {
+            assert_int_equal(mlav_run(plan, ts[m], ws, ws_bytes, NULL), MLAV_ERR_INVALID_ARG);
+            printf("  %s, %s tensors: %s\n", mlav_backend_name(b), m ? "device" : "host",
+                   mlav_last_error(NULL));
+            assert_non_null(
+                strstr(mlav_last_error(NULL), "plan made on device 0, current device is 1"));
+        }
+        CK(cudaSetDevice(0));
+        tu_poison(p);
+        assert_int_equal(mlav_run(plan, &ht, ws, ws_bytes, NULL), MLAV_OK);
+        compare_or_fail(p, b, "device 0 again");
+        if (ws)
+            CK(cudaFree(ws));
+        dbuf_free(&d);
+        mlav_plan_free(plan);
+        mlav_context_free(ctx);
+        tu_free(p);
+    }
+}
+
 #else /* built without CUDA: the same tests, each a skip */
 
 #define SKIP_TEST(name)                                                                      \
@@ -962,7 +957,6 @@ static void test_cuda_many_splits(void **state)
     }
 SKIP_TEST(test_cuda_device_info)
 SKIP_TEST(test_cuda_without_device)
-SKIP_TEST(test_cuda_grid)
 SKIP_TEST(test_cuda_graph)
 SKIP_TEST(test_cuda_smem_limit)
 SKIP_TEST(test_cuda_bad_inputs)
@@ -971,6 +965,8 @@ SKIP_TEST(test_cuda_nonfinite_hidden_draft)
 SKIP_TEST(test_cuda_rising_scores)
 SKIP_TEST(test_cuda_extreme_magnitudes)
 SKIP_TEST(test_cuda_many_splits)
+SKIP_TEST(test_cuda_plan_device_check)
+SKIP_TEST(test_cuda_plan_other_device)
 
 #endif
 
@@ -979,7 +975,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_device_info),
         cmocka_unit_test(test_cuda_without_device),
-        cmocka_unit_test(test_cuda_grid),
         cmocka_unit_test(test_cuda_graph),
         cmocka_unit_test(test_cuda_smem_limit),
         cmocka_unit_test(test_cuda_bad_inputs),
@@ -988,6 +983,8 @@ int main(void)
         cmocka_unit_test(test_cuda_rising_scores),
         cmocka_unit_test(test_cuda_extreme_magnitudes),
         cmocka_unit_test(test_cuda_many_splits),
+        cmocka_unit_test(test_cuda_plan_device_check),
+        cmocka_unit_test(test_cuda_plan_other_device),
     };
     /* MLAV_TEST_FILTER=test_cuda_graph (wildcards * and ?) runs a subset, e.g. under
      * compute-sanitizer --tool racecheck, which is too slow for the whole grid */

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../cuda/convert.cuh"
 #include "bench_cuda.h"
 
 #define BENCH_CHECK(call)                                                                    \
@@ -155,22 +156,11 @@ __device__ __forceinline__ float bench_uniform(uint64_t seed, size_t i)
     return (float)((double)(z >> 40) / 16777216.0 * 2.0 - 1.0);
 }
 
-template <typename T> __device__ __forceinline__ T bench_from_float(float v);
-template <> __device__ __forceinline__ float bench_from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 bench_from_float<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16(v);
-}
-template <> __device__ __forceinline__ __half bench_from_float<__half>(float v)
-{
-    return __float2half(v);
-}
-
 template <typename T> __global__ void bench_fill_kernel(T *p, size_t n, uint64_t seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        p[i] = bench_from_float<T>(bench_uniform(seed, i));
+        p[i] = mlav::from_float<T>(bench_uniform(seed, i));
 }
 
 extern "C" void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, uint64_t seed)

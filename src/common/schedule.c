@@ -34,15 +34,58 @@ static int64_t splits_of(int64_t kv, int64_t chunk, const mlav_schedule_params *
     return ceil_div(kv, pr);
 }
 
+/* The schedule's walk, written once: the requests that have rows, in build order, each with its
+ * row tiles and splits at `chunk`. blocks_at counts its blocks, build_at lays them out and model_at
+ * dispatches them, so the three cannot disagree on which blocks a chunk makes. A request's blocks
+ * are its splits k in [0, ns), each over the row tiles m in [0, mt): block (k, m) covers KV rows
+ * [walk_begin(w, k), walk_end(w, k)) of row tile m. */
+typedef struct {
+    const mlav_problem_info *p;
+    const mlav_schedule_params *sp;
+    int64_t chunk;
+    int32_t b;       /* the request; -1 before the first walk_next */
+    int64_t rows;    /* its rows, q_len * H (> 0) */
+    int64_t mt;      /* its row tiles */
+    int64_t ns, per; /* its splits and KV rows per split (the last may be shorter) */
+} walk;
+
+static inline walk walk_start(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                              int64_t chunk)
+{
+    return (walk){.p = p, .sp = sp, .chunk = chunk, .b = -1};
+}
+
+/* Step to the next request with rows; 0 when there is none. */
+static inline int walk_next(walk *w)
+{
+    while (++w->b < w->p->B) {
+        w->rows = (int64_t)mlav_info_q_len(w->p, w->b) * w->p->H;
+        if (w->rows <= 0)
+            continue;
+        w->mt = ceil_div(w->rows, w->sp->rows_per_tile);
+        w->ns = splits_of(w->p->kv_lens[w->b], w->chunk, w->sp, &w->per);
+        return 1;
+    }
+    return 0;
+}
+
+static inline int64_t walk_begin(const walk *w, int64_t k)
+{
+    return k * w->per;
+}
+
+static inline int64_t walk_end(const walk *w, int64_t k)
+{
+    const int64_t end = k * w->per + w->per, kv = w->p->kv_lens[w->b];
+    return end < kv ? end : kv;
+}
+
 /* Blocks of the whole batch at a chunk. */
 static int64_t blocks_at(const mlav_problem_info *p, const mlav_schedule_params *sp, int64_t chunk)
 {
     int64_t n = 0;
-    for (int32_t b = 0; b < p->B; b++) {
-        int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
-        if (rows > 0)
-            n += ceil_div(rows, sp->rows_per_tile) * splits_of(p->kv_lens[b], chunk, sp, NULL);
-    }
+    for (walk w = walk_start(p, sp, chunk); walk_next(&w);)
+        n += w.mt * w.ns;
     return n;
 }
 
@@ -78,17 +121,12 @@ static mlav_status build_at(const mlav_problem_info *p, const mlav_schedule_para
     if (!out->splits)
         goto oom;
     int64_t n_items = 0, n_combine = 0, n_slots = 0;
-    for (int32_t b = 0; b < p->B; b++) {
-        int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
-        if (rows == 0)
-            continue;
-        int64_t mt = ceil_div(rows, sp->rows_per_tile);
-        int64_t s = splits_of(p->kv_lens[b], chunk, sp, NULL);
-        out->splits[b] = (int32_t)s;
-        n_items += s * mt;
-        if (s > 1) {
-            n_combine += mt;
-            n_slots += s * mt;
+    for (walk w = walk_start(p, sp, chunk); walk_next(&w);) {
+        out->splits[w.b] = (int32_t)w.ns;
+        n_items += w.ns * w.mt;
+        if (w.ns > 1) {
+            n_combine += w.mt;
+            n_slots += w.ns * w.mt;
         }
     }
     if (n_items > INT32_MAX || n_slots > INT32_MAX) {
@@ -101,21 +139,13 @@ static mlav_status build_at(const mlav_problem_info *p, const mlav_schedule_para
         goto oom;
 
     int32_t it = 0, ci = 0, slot = 0;
-    for (int32_t b = 0; b < p->B; b++) {
-        int32_t s = out->splits[b];
-        if (s == 0)
-            continue;
-        int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
-        int32_t mt = (int32_t)ceil_div(rows, sp->rows_per_tile);
-        int64_t per;
-        splits_of(p->kv_lens[b], chunk, sp, &per);
+    for (walk w = walk_start(p, sp, chunk); walk_next(&w);) {
+        const int32_t b = w.b, s = (int32_t)w.ns, mt = (int32_t)w.mt;
         for (int32_t k = 0; k < s; k++) {
-            int64_t begin = k * per, end = begin + per;
-            if (end > p->kv_lens[b])
-                end = p->kv_lens[b];
+            const int32_t begin = (int32_t)walk_begin(&w, k), end = (int32_t)walk_end(&w, k);
             for (int32_t m = 0; m < mt; m++)
                 out->items[it++] = (mlav_split_item){
-                    .b = b, .mtile = m, .kv_begin = (int32_t)begin, .kv_end = (int32_t)end,
+                    .b = b, .mtile = m, .kv_begin = begin, .kv_end = end,
                     .slot = s > 1 ? slot + k * mt + m : -1, .q_start = p->q_indptr[b],
                     .q_len = mlav_info_q_len(p, b), .prefix = mlav_info_prefix(p, b)};
         }
@@ -123,7 +153,7 @@ static mlav_status build_at(const mlav_problem_info *p, const mlav_schedule_para
             for (int32_t m = 0; m < mt; m++)
                 out->combine[ci++] = (mlav_combine_item){
                     .b = b, .mtile = m, .nsplit = s, .slot0 = slot + m, .slot_stride = mt,
-                    .q_start = p->q_indptr[b], .rows = (int32_t)rows};
+                    .q_start = p->q_indptr[b], .rows = (int32_t)w.rows};
             slot += s * mt;
         }
     }
@@ -196,20 +226,13 @@ static int64_t model_at(const mlav_problem_info *p, const mlav_schedule_params *
     const int64_t n = blocks_at(p, sp, chunk);
     dispatch_reset(d, sp->target_blocks < n ? sp->target_blocks : n);
     int64_t most = 0;
-    for (int32_t b = 0; b < p->B; b++) {
-        const int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
-        if (rows == 0)
-            continue;
-        const int64_t mt = ceil_div(rows, sp->rows_per_tile);
-        int64_t per;
-        const int64_t ns = splits_of(p->kv_lens[b], chunk, sp, &per);
-        if (ns > 1 && ns > most)
-            most = ns;
-        for (int64_t k = 0; k < ns; k++) {
-            const int64_t begin = k * per;
-            const int64_t end = begin + per < p->kv_lens[b] ? begin + per : p->kv_lens[b];
-            for (int64_t m = 0; m < mt; m++)
-                dispatch_block(d, sp->block_cost_keys + (end - begin));
+    for (walk w = walk_start(p, sp, chunk); walk_next(&w);) {
+        if (w.ns > 1 && w.ns > most)
+            most = w.ns;
+        for (int64_t k = 0; k < w.ns; k++) {
+            const int64_t cost = sp->block_cost_keys + (walk_end(&w, k) - walk_begin(&w, k));
+            for (int64_t m = 0; m < w.mt; m++)
+                dispatch_block(d, cost);
         }
     }
     return d->end + (int64_t)sp->split_cost_keys * most;

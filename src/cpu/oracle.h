@@ -2,6 +2,7 @@
 #ifndef MLAV_CPU_ORACLE_H
 #define MLAV_CPU_ORACLE_H
 
+#include "../common/visibility.h"
 #include "../dispatch/backend.h"
 
 #ifdef __cplusplus
@@ -15,18 +16,12 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
                                 double *lse64);
 
 /* Whether KV row j (0 <= j < kv_len) of request b is visible to that request's query node i:
- * the one statement of the visibility rule for host code. */
+ * the rule of visibility.h with request b's prefix and mask row. */
 static inline int mlav_visible(const mlav_problem_info *p, const uint32_t *tree_mask, int32_t b,
                                int32_t i, int64_t j)
 {
-    int64_t prefix = mlav_info_prefix(p, b);
-    if (j < prefix)
-        return 1;
-    int64_t k = j - prefix;
-    if (!tree_mask)
-        return k <= i;
-    const uint32_t *row = tree_mask + (size_t)(p->q_indptr[b] + i) * (size_t)p->mask_words;
-    return (row[k / 32] >> (k % 32)) & 1u;
+    return mlav_kv_visible(tree_mask, p->mask_words, (int64_t)p->q_indptr[b] + i, i,
+                           mlav_info_prefix(p, b), j);
 }
 
 /* Address of KV row j of request b in the pool (no bounds check: validation did it). */

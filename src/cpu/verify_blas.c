@@ -8,6 +8,7 @@
 
 #include "../common/dtype.h"
 #include "../common/merge.h"
+#include "../common/visibility.h"
 #include "../dispatch/backend.h"
 #include "oracle.h"
 
@@ -314,22 +315,13 @@ static void mask_tile(const mlav_problem_info *p, const mlav_tensors *t, const c
                       int64_t prefix, int64_t j0, int32_t c0, int32_t n, float *s, int32_t ld)
 {
     const int32_t H = p->H;
+    const int64_t q0 = p->q_indptr[it->b];
     for (int32_t rr = 0; rr < it->rows; rr++) {
         int32_t i = (int32_t)((it->r0 + rr) / H); /* the row's node */
         float *sr = s + (size_t)rr * (size_t)ld;
-        if (!t->tree_mask) {
-            for (int32_t c = c0; c < n; c++)
-                if (j0 + c - prefix > i)
-                    sr[c] = -INFINITY;
-        } else {
-            const uint32_t *mrow =
-                t->tree_mask + (size_t)(p->q_indptr[it->b] + i) * (size_t)p->mask_words;
-            for (int32_t c = c0; c < n; c++) {
-                int64_t k = j0 + c - prefix;
-                if (!((mrow[k / 32] >> (k % 32)) & 1u))
-                    sr[c] = -INFINITY;
-            }
-        }
+        for (int32_t c = c0; c < n; c++)
+            if (!mlav_kv_visible(t->tree_mask, p->mask_words, q0 + i, i, prefix, j0 + c))
+                sr[c] = -INFINITY;
     }
 }
 

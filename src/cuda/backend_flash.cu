@@ -249,7 +249,8 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
 mlav_status flash_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,
                       void *workspace, size_t workspace_bytes, void *stream)
 {
-    return mlav_cuda_run_mapped(p, state, t, workspace, workspace_bytes, stream, flash_run_device);
+    return mlav_cuda_run_mapped(p, state, t, workspace, workspace_bytes, stream, flash_run_device,
+                                static_cast<const flash_state *>(state)->dev.device, "cuda");
 }
 
 /* ---- plans for limits ---------------------------------------------------------------------- */

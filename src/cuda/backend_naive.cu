@@ -105,15 +105,8 @@ mlav_status naive_run(const mlav_problem_info *p, const void *state, const mlav_
                       void *workspace, size_t workspace_bytes, void *stream)
 {
     const naive_state *st = static_cast<const naive_state *>(state);
-    int device = 0;
-    MLAV_CUDA_TRY(cudaGetDevice(&device));
-    if (device != st->dev.device)
-        return mlav_set_error(MLAV_ERR_INVALID_ARG,
-                              "this cuda-naive plan was made on CUDA device %d but device %d is "
-                              "current (a plan's length tables live on its device)",
-                              st->dev.device, device);
     return mlav_cuda_run_mapped(p, state, t, workspace, workspace_bytes, stream,
-                                naive_run_device);
+                                naive_run_device, st->dev.device, "cuda-naive");
 }
 
 } // namespace

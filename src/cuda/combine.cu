@@ -6,6 +6,7 @@
 
 #include "../common/combine_shape.h"
 #include "../common/merge.h"
+#include "convert.cuh"
 #include "flash.h"
 #include "mma.cuh"
 
@@ -25,19 +26,7 @@ __device__ __forceinline__ float4 half4_to_float4(uint2 v)
     return make_float4(a.x, a.y, b.x, b.y);
 }
 
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half from_float(float v)
-{
-    return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ float from_float(float v)
-{
-    return v;
-}
+using mlav::from_float;
 
 /* The partial states as the split kernels leave them: fp32 for F32 plans (verify_flash_f32.cu);
  * fp16 for 16-bit plans (verify_flash.cu), each (row, 128-column block) scaled by a power of two

@@ -182,15 +182,31 @@ static mlav_status run_offload(const mlav_problem_info *p, const void *state,
     return s;
 }
 
+extern "C" mlav_status mlav_cuda_check_plan_device(const char *backend, int plan_device,
+                                                   int current_device)
+{
+    if (current_device == plan_device)
+        return MLAV_OK;
+    return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                          "%s plan made on device %d, current device is %d: a plan runs on the "
+                          "CUDA device it was made on (its tables live in that device's memory); "
+                          "cudaSetDevice(%d) before mlav_run, or make a plan on device %d",
+                          backend, plan_device, current_device, plan_device, current_device);
+}
+
 mlav_status mlav_cuda_run_mapped(const mlav_problem_info *p, const void *state,
                                  const mlav_tensors *t, void *workspace, size_t workspace_bytes,
-                                 void *stream, mlav_cuda_run_fn fn)
+                                 void *stream, mlav_cuda_run_fn fn, int plan_device,
+                                 const char *backend)
 {
-    if (p->T == 0)
-        return MLAV_OK; /* no query row: nothing to read, nothing to write */
     int device = 0;
     MLAV_CUDA_TRY(cudaGetDevice(&device));
-    mlav_status s = check_workspace(workspace, workspace_bytes, device);
+    mlav_status s = mlav_cuda_check_plan_device(backend, plan_device, device);
+    if (s != MLAV_OK)
+        return s;
+    if (p->T == 0)
+        return MLAV_OK; /* no query row: nothing to read, nothing to write */
+    s = check_workspace(workspace, workspace_bytes, device);
     if (s != MLAV_OK)
         return s;
     cudaStream_t st = (cudaStream_t)stream;

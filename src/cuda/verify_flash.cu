@@ -33,6 +33,7 @@
 #include <math.h>
 
 #include "../common/merge.h"
+#include "../common/visibility.h"
 #include "flash.h"
 #include "mma.cuh"
 
@@ -486,11 +487,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                     bool vis = j < kv_end && row_i[rr] >= 0;
                     if (vis && j >= prefix) {
                         const int k = j - prefix, i = row_i[rr];
-                        if (p.tree_mask)
-                            vis = (p.tree_mask[(size_t)(q_start + i) * p.mask_words + (k >> 5)] >>
-                                   (k & 31)) & 1u;
-                        else
-                            vis = k <= i;
+                        vis = mlav_draft_visible(p.tree_mask, p.mask_words, q_start + i, i, k);
                     }
                     sv[e] = vis ? sv[e] * p.scale_log2 : -INFINITY;
                 }

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "../common/merge.h"
+#include "../common/visibility.h"
 #include "flash.h"
 #include "mma.cuh"
 
@@ -50,14 +51,8 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
             acc[k] = 0.0f;
         float run_max = -INFINITY, run_sum = 0.0f;
         for (int j = item.kv_begin; j < item.kv_end; j++) {
-            if (j >= prefix) {
-                const int kk = j - prefix;
-                const bool vis = p.tree_mask ? (p.tree_mask[(size_t)(q_start + i) * p.mask_words +
-                                                            (kk >> 5)] >> (kk & 31)) & 1u
-                                             : kk <= i;
-                if (!vis)
-                    continue;
-            }
+            if (!mlav_kv_visible(p.tree_mask, p.mask_words, q_start + i, i, prefix, j))
+                continue;
             const int32_t page = ptab[j / p.page_size];
             const bool bad = page < 0 || page >= p.num_pages; /* reads as NaN, never OOB */
             const float *row =

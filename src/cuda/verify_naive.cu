@@ -7,6 +7,8 @@
 #include <limits.h>
 #include <math.h>
 
+#include "../common/visibility.h"
+#include "convert.cuh"
 #include "verify_naive.h"
 
 namespace {
@@ -53,20 +55,8 @@ naive_config make_config(const mlav_problem_info *p)
     return c;
 }
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x)
-{
-    return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half from_float<__half>(float x)
-{
-    return __float2half_rn(x);
-}
+using mlav::from_float;
+using mlav::to_float;
 
 /* Load one chunk (E consecutive elements, 16-byte aligned when E > 1) as floats. */
 template <typename T> __device__ __forceinline__ void load_chunk(const T *p, float (&x)[1])
@@ -111,18 +101,6 @@ template <int E> __device__ __forceinline__ void load_q(const float *q, float (&
             x[k] = v.x, x[k + 1] = v.y, x[k + 2] = v.z, x[k + 3] = v.w;
         }
     }
-}
-
-/* The visibility rule (DESIGN.md section 1), as mlav_visible states it for host code. */
-__device__ __forceinline__ bool visible(int32_t j, int32_t prefix, int32_t i,
-                                        const uint32_t *mask_row)
-{
-    if (j < prefix)
-        return true;
-    const int32_t k = j - prefix;
-    if (!mask_row)
-        return k <= i;
-    return (mask_row[k >> 5] >> (k & 31)) & 1u;
 }
 
 struct op_max {
@@ -177,8 +155,6 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
     const int32_t i = tok - a.q_indptr[b];
     const int32_t kv_len = a.kv_lens[b];
     const int32_t prefix = kv_len - q_len;
-    const uint32_t *mask_row =
-        a.tree_mask ? a.tree_mask + (size_t)tok * (size_t)a.mask_words : nullptr;
     const int32_t *pt_row = a.page_table + (size_t)b * (size_t)a.max_pages;
     const T *kv = static_cast<const T *>(a.kv);
 
@@ -200,7 +176,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
             krow[u] = nullptr;
             unread[u] = -INFINITY;
             acc[u] = 0.0f;
-            if (j < kv_len && visible(j, prefix, i, mask_row)) {
+            if (j < kv_len && mlav_kv_visible(a.tree_mask, a.mask_words, tok, i, prefix, j)) {
                 const int32_t page = pt_row[j / a.page_size];
                 if (page < 0 || page >= a.num_pages)
                     unread[u] = NAN;

@@ -1,0 +1,39 @@
+/* The visibility rule (DESIGN.md section 1), written once: the fp64 oracle, the CPU backend and
+ * the three CUDA kernels (naive, flash, flash F32) all call these, so no two can disagree on
+ * which key a query sees.
+ *
+ * Request b has q_len query (draft) nodes and kv_len KV rows, the last q_len of which are the
+ * draft nodes' own keys: prefix = kv_len - q_len. KV row j is visible to the request's node i when
+ * j < prefix (the committed prefix is visible to every node) or, for draft key k = j - prefix,
+ * when bit k of row q_indptr[b] + i of the packed tree mask [T, mask_words] is set; a NULL mask is
+ * the causal chain, node i sees draft keys k <= i. */
+#ifndef MLAV_COMMON_VISIBILITY_H
+#define MLAV_COMMON_VISIBILITY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hd.h"
+
+/* Whether draft key k (0 <= k < q_len) is visible to the request's node i, whose global query
+ * index is q (row q of mask [T, mask_words]; may be NULL: the causal chain k <= i). The shape (an
+ * if, a bool per branch) is the one the flash kernel's main loop was tuned with: ptxas compiles it
+ * to the same code as the expression it replaced (bench/sass_identity.py). */
+static MLAV_HD bool mlav_draft_visible(const uint32_t *mask, int32_t mask_words, int64_t q,
+                                       int32_t i, int32_t k)
+{
+    if (mask)
+        return (mask[(size_t)q * (size_t)mask_words + (size_t)(k >> 5)] >> (k & 31)) & 1u;
+    return k <= i;
+}
+
+/* Whether KV row j (0 <= j < kv_len) is visible to node i (global query index q) of a request
+ * whose committed prefix is `prefix` rows long. */
+static MLAV_HD bool mlav_kv_visible(const uint32_t *mask, int32_t mask_words, int64_t q,
+                                    int32_t i, int64_t prefix, int64_t j)
+{
+    return j < prefix || mlav_draft_visible(mask, mask_words, q, i, (int32_t)(j - prefix));
+}
+
+#endif
