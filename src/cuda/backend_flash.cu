@@ -250,7 +250,7 @@ mlav_status flash_run(const mlav_problem_info *p, const void *state, const mlav_
                       void *workspace, size_t workspace_bytes, void *stream)
 {
     return mlav_cuda_run_mapped(p, state, t, workspace, workspace_bytes, stream, flash_run_device,
-                                static_cast<const flash_state *>(state)->dev.device, "cuda");
+                                static_cast<const flash_state *>(state)->cfg.dev.device, "cuda");
 }
 
 /* ---- plans for limits ---------------------------------------------------------------------- */
@@ -356,15 +356,12 @@ mlav_status step_plan(const mlav_problem_info *shape, const mlav_limits *lim, vo
     return MLAV_OK;
 }
 
+/* The device check of mlav_cuda_run_mapped, for the update (which maps nothing). */
 mlav_status step_check_device(const flash_step_state *st)
 {
     int dev = -1;
     MLAV_CUDA_TRY(cudaGetDevice(&dev));
-    if (dev != st->cfg.dev.device)
-        return mlav_set_error(MLAV_ERR_INVALID_ARG,
-                              "the plan was made on CUDA device %d, but device %d is current",
-                              st->cfg.dev.device, dev);
-    return MLAV_OK;
+    return mlav_cuda_check_plan_device("cuda", st->cfg.dev.device, dev);
 }
 
 /* Host lengths (checked by dispatch): schedule into a staging slot, copy it on the stream. */
@@ -434,9 +431,6 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
 {
     (void)ws_bytes;
     const flash_step_state *st = static_cast<const flash_step_state *>(state);
-    mlav_status s = step_check_device(st);
-    if (s != MLAV_OK)
-        return s;
     char *part = static_cast<char *>(ws) + st->region_bytes;
     const mlav_flash_params fp =
         make_params(shape, &st->cfg, t, part, st->d_nan_row, region_items(ws), st->bd.max_items,
@@ -447,7 +441,9 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
 mlav_status step_run(const mlav_problem_info *shape, const void *state, const mlav_tensors *t,
                      void *ws, size_t ws_bytes, void *stream)
 {
-    return mlav_cuda_run_mapped(shape, state, t, ws, ws_bytes, stream, step_run_device);
+    return mlav_cuda_run_mapped(shape, state, t, ws, ws_bytes, stream, step_run_device,
+                                static_cast<const flash_step_state *>(state)->cfg.dev.device,
+                                "cuda");
 }
 
 mlav_status step_words(const void *ws, void *stream, int32_t words[2])
