@@ -28,6 +28,8 @@ typedef struct bench_config {
     int32_t B, H, q_len, page_size;
     int64_t prefix;
     mlav_dtype dtype;
+    double spread;          /* the point's own --prefix-spread (a preset's mixed batches); < 0:
+                               the command line's */
 } bench_config;
 
 /* One (config, backend) measurement. */
@@ -36,6 +38,11 @@ typedef struct bench_result {
     double time_us;         /* median */
     int reps;
     double tflops, gbps, frac_mma, frac_bw;
+    /* --engine: the same point through a plan for limits (cuda only; bench_engine.c) */
+    mlav_status engine_status; /* MLAV_OK when measured */
+    double step_us;         /* one CUDA graph of mlav_plan_update (device lengths) + mlav_run */
+    double run_us;          /* mlav_run alone on the updated workspace: each further layer */
+    double update_us;       /* mlav_plan_update alone: the device scheduler */
 } bench_result;
 
 typedef struct bench_opts {
@@ -50,6 +57,9 @@ typedef struct bench_opts {
     double spread;          /* --prefix-spread: request b's prefix is prefix * (1 + spread * u_b),
                                u_b uniform in [-1, 1] (0: every request the same) */
     uint64_t seed;
+    double engine;          /* --engine C: also time each cuda point through a plan for limits
+                               whose lengths are C >= 1 times the point's (0: not) */
+    const char *engine_csv; /* --engine-csv FILE */
 } bench_opts;
 
 /* The command line as parsed, before the backends and points are resolved. */
@@ -125,6 +135,14 @@ void *bench_host_alloc(size_t bytes);
 int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
                         mlav_context *const *ctx, const bench_ceilings *ceil, bench_result *row);
 
+/* ---- bench_engine.c ---- */
+/* Time point `c` (layout L, device tensors `dt` of the exact plan) through a plan for limits on
+ * ctx: limits = o->engine x the point's lengths (tokens, longest draft, longest kv_len; the same
+ * batch), device lengths, the three timings of bench_gpu_time_steps, into r's engine fields.
+ * 0, or 2 after a sentence on a failure that is not "unsupported". */
+int bench_measure_engine(const bench_config *c, const bench_layout *L, const bench_opts *o,
+                         mlav_context *ctx, const void *dt, bench_result *r);
+
 /* ---- bench_ceilings.c ---- */
 enum { BENCH_SGEMM_M = 576, BENCH_SGEMM_N = 16393, BENCH_SGEMM_K = 1088 };
 /* Commas and newlines to spaces: the CSV's cells. */
@@ -140,5 +158,9 @@ void bench_print_row(const bench_config *c, const bench_result *rf, const bench_
                      int flash_gpu);
 int bench_write_csv(const char *path, const bench_opts *o, const bench_config *cfg, int ncfg,
                     const bench_result *res, const bench_ceilings *ceil);
+/* The engine table's line of one point (--engine), and its CSV. */
+void bench_print_engine(const bench_config *c, const bench_result *r);
+int bench_write_engine_csv(const char *path, const bench_opts *o, const bench_config *cfg,
+                           int ncfg, const bench_result *res, const bench_ceilings *ceil);
 
 #endif

@@ -12,17 +12,21 @@
 void bench_usage(FILE *f)
 {
     fprintf(f,
-        "usage: mlaverify bench [--preset reference|full|cpu] [--backend LIST]\n"
+        "usage: mlaverify bench [--preset reference|full|production|cpu] [--backend LIST]\n"
         "                       [--heads LIST] [--qlen LIST] [--prefix LIST] [--batch N]\n"
         "                       [--page-size N] [--dtype bf16|f16|f32] [--tree tree|chain]\n"
         "                       [--reps N] [--min-reps N] [--max-seconds S] [--csv FILE]\n"
         "                       [--l2 flush|warm] [--prefix-spread F] [--list]\n"
+        "                       [--engine C] [--engine-csv FILE]\n"
         "  --backend LIST    comma-separated: cuda, cuda-naive, cpu, reference\n"
         "                    (default: cuda,cuda-naive with a CUDA device, else cpu)\n"
         "  --preset NAME     reference: B=1 H=64 bf16 page_size 1 (shuffled), q_len 1,9,33,\n"
         "                      prefix 256..131072 (the default with a CUDA device)\n"
         "                    full: reference plus H=16 and H=128, B=8 H=16 q_len 9 prefix 4096\n"
         "                      and 32768, and page_size 64 at the reference workload\n"
+        "                    production: B=1 H=8,16,64 q_len 1,9,16,64 prefix 4096, 32768,\n"
+        "                      131072, then B=16 and 32 at H=8,16 q_len 16 prefix 4096 and\n"
+        "                      32768 with prefixes spread 0.5 (mixed lengths)\n"
         "                    cpu: full's points up to prefix 16384 (49 points: B=1 H=16,64,128\n"
         "                      q_len 1,9,33 prefix 256..16384, B=8 H=16 q_len 9 prefix 4096,\n"
         "                      page_size 64 at H=64), for the CPU backend (the default without\n"
@@ -41,6 +45,13 @@ void bench_usage(FILE *f)
         "                    prefix, FLOPs and bytes count the drawn lengths\n"
         "  --l2 warm         do not flush the L2 before each GPU replay (a diagnostic: shows how\n"
         "                    much of a short point is cold misses; default flush)\n"
+        "  --engine C        also time every cuda point as an engine runs it: a plan for limits\n"
+        "                    of C >= 1 times the point's lengths (tokens, longest draft, longest\n"
+        "                    kv_len), device lengths, CUDA graphs of update+run, the run alone\n"
+        "                    (each further layer) and the update alone (the device scheduler),\n"
+        "                    printed after each row against the plan for the exact lengths\n"
+        "  --engine-csv FILE the engine rows: batch,heads,q_len,prefix,page_size,dtype,capacity,\n"
+        "                    exact_us,step_us,run_us,update_us,run_over_exact\n"
         "  --list            print the points (batch heads q_len prefix page_size dtype) and exit\n"
         "Numbers are decimal integers: heads 1..4096, qlen 1..65536, prefix 0..2^30, batch\n"
         "1..256, page-size 1..2^20, reps and min-reps 1..10^6; anything else is refused.\n"
@@ -196,6 +207,16 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             a->grid_opts = 1;
         } else if (!strcmp(arg, "--csv")) {
             o->csv = v;
+        } else if (!strcmp(arg, "--engine")) {
+            char *end;
+            o->engine = strtod(v, &end);
+            if (end == v || *end || !(o->engine >= 1.0 && o->engine <= 16.0)) {
+                fprintf(stderr, "mlaverify bench: --engine takes a capacity factor C with 1 <= C "
+                                "<= 16\n");
+                return 2;
+            }
+        } else if (!strcmp(arg, "--engine-csv")) {
+            o->engine_csv = v;
         } else {
             fprintf(stderr, "mlaverify bench: unknown option '%s'\n", arg);
             bench_usage(stderr);

@@ -20,7 +20,7 @@ static int add_grid(bench_config *out, int n, int max, int32_t B, int32_t H, int
             if (n == max)
                 return n;
             out[n++] = (bench_config){.B = B, .H = H, .q_len = qs[i], .page_size = page,
-                                      .prefix = ps[j], .dtype = d};
+                                      .prefix = ps[j], .dtype = d, .spread = -1.0};
         }
     return n;
 }
@@ -41,6 +41,25 @@ static int preset_configs(const char *name, bench_config *out, int max)
         }
         return n;
     }
+    if (!strcmp(name, "production")) {
+        /* the shapes engines run: TP-sharded heads (Kimi K2's 64 and DeepSeek-V3's 128 over
+         * TP8: 8 and 16 per GPU) and 64, a lone request with chains of 1 and 9, DFlash blocks of
+         * 16 and EAGLE trees of 64, then batches of mixed lengths */
+        static const int32_t hs[] = {8, 16, 64}, qs[] = {1, 9, 16, 64};
+        static const int64_t ps[] = {4096, 32768, 131072};
+        for (int h = 0; h < 3; h++)
+            n = add_grid(out, n, max, 1, hs[h], 1, bf, qs, 4, ps, 3);
+        static const int32_t bs[] = {16, 32}, q16[] = {16};
+        static const int64_t bps[] = {4096, 32768};
+        for (int b = 0; b < 2; b++)
+            for (int h = 0; h < 2; h++) {
+                const int first = n;
+                n = add_grid(out, n, max, bs[b], hs[h], 1, bf, q16, 1, bps, 2);
+                for (int i = first; i < n; i++)
+                    out[i].spread = 0.5;
+            }
+        return n;
+    }
     if (!strcmp(name, "cpu")) {
         /* issue 7: the CPU table covers full's points up to prefix 16384, in full's order */
         n = preset_configs("full", out, max);
@@ -50,7 +69,8 @@ static int preset_configs(const char *name, bench_config *out, int max)
                 out[k++] = out[i];
         return k;
     }
-    fprintf(stderr, "mlaverify bench: unknown preset '%s' (reference, full, cpu)\n", name);
+    fprintf(stderr, "mlaverify bench: unknown preset '%s' (reference, full, production, cpu)\n",
+            name);
     return -1;
 }
 
@@ -88,11 +108,12 @@ int bench_points(const bench_args *a, int any_gpu, bench_config *cfg, int max)
  * run and backend of a config). */
 static int64_t request_prefix(const bench_config *c, const bench_opts *o, int b)
 {
-    if (o->spread <= 0.0)
+    const double spread = c->spread >= 0.0 ? c->spread : o->spread;
+    if (spread <= 0.0)
         return c->prefix;
     uint64_t x = o->seed ^ 0x9E3779B97F4A7C15ull * (uint64_t)(b + 1) ^ (uint64_t)c->prefix;
     const double u = (double)(bench_splitmix64(&x) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-    const int64_t p = llround((double)c->prefix * (1.0 + o->spread * u));
+    const int64_t p = llround((double)c->prefix * (1.0 + spread * u));
     return p < 0 ? 0 : p;
 }
 

@@ -109,3 +109,47 @@ void bench_print_row(const bench_config *c, const bench_result *rf, const bench_
                (long long)c->prefix, tn, tf, sp, "-", "-", "-", "-", reps);
     fflush(stdout);
 }
+
+void bench_print_engine(const bench_config *c, const bench_result *r)
+{
+    (void)c;
+    if (r->engine_status != MLAV_OK) {
+        printf("    engine: n/a (%s)\n", mlav_status_string(r->engine_status));
+        return;
+    }
+    printf("    engine: update+run %.1f us, run %.1f us (%.3f of exact %.1f), update %.1f us\n",
+           r->step_us, r->run_us, r->run_us / r->time_us, r->time_us, r->update_us);
+}
+
+int bench_write_engine_csv(const char *path, const bench_opts *o, const bench_config *cfg,
+                           int ncfg, const bench_result *res, const bench_ceilings *ceil)
+{
+    (void)ceil;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "mlaverify bench: cannot write %s\n", path);
+        return -1;
+    }
+    fprintf(f, "batch,heads,q_len,prefix,page_size,dtype,capacity,exact_us,step_us,run_us,"
+               "update_us,run_over_exact\n");
+    for (int b = 0; b < o->num_backends; b++) {
+        if (o->backends[b] != MLAV_BACKEND_CUDA)
+            continue;
+        for (int i = 0; i < ncfg; i++) {
+            const bench_config *c = &cfg[i];
+            const bench_result *r = &res[i * o->num_backends + b];
+            fprintf(f, "%d,%d,%d,%lld,%d,%s,%.2f,", c->B, c->H, c->q_len, (long long)c->prefix,
+                    c->page_size, mlav_dtype_name(c->dtype), o->engine);
+            if (r->status == MLAV_OK && r->engine_status == MLAV_OK)
+                fprintf(f, "%.3f,%.3f,%.3f,%.3f,%.4f\n", r->time_us, r->step_us, r->run_us,
+                        r->update_us, r->run_us / r->time_us);
+            else
+                fprintf(f, "nan,nan,nan,nan,nan\n");
+        }
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "mlaverify bench: error writing %s\n", path);
+        return -1;
+    }
+    return 0;
+}

@@ -180,6 +180,13 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
                 bench_gpu_free(ws);
                 r->time_us = tm.median_us;
                 r->reps = tm.reps;
+                r->engine_status = MLAV_ERR_UNSUPPORTED;
+                if (r->status == MLAV_OK && o->engine > 0 && o->backends[b] == MLAV_BACKEND_CUDA &&
+                    bench_measure_engine(c, &L, o, ctx[b], &dt, r) != 0) {
+                    mlav_plan_free(plan);
+                    rc = 2;
+                    goto done;
+                }
 #endif
             } else {
                 r->status = cpu_time(plan, &htt, o, &r->time_us, &r->reps);

@@ -75,8 +75,13 @@ int mlav_cmd_bench(int argc, char **argv)
         }
         bench_print_row(c, &row[flash], naive >= 0 ? &row[naive] : NULL,
                         bench_is_gpu_backend(o->backends[flash]));
+        if (o->engine > 0 && o->backends[flash] == MLAV_BACKEND_CUDA)
+            bench_print_engine(c, &row[flash]);
     }
     if (o->csv && bench_write_csv(o->csv, o, cfg, ncfg, res, &ceil) != 0)
+        rc = 2;
+    if (o->engine > 0 && o->engine_csv &&
+        bench_write_engine_csv(o->engine_csv, o, cfg, ncfg, res, &ceil) != 0)
         rc = 2;
 done:
     for (int b = 0; b < o->num_backends; b++)
