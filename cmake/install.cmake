@@ -82,3 +82,25 @@ endif()
 string(STRIP "${MLAV_PC_LIBS_PRIVATE}" MLAV_PC_LIBS_PRIVATE)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/mlaverify.pc.in ${CMAKE_CURRENT_BINARY_DIR}/mlaverify.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/mlaverify.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# ---- the Python binding, installed beside the library -----------------------------------------
+# `cmake --install` puts python/mlaverify/ into MLAV_PYTHON_INSTALL_DIR (default
+# lib/python3/dist-packages under the prefix: on Debian's python3 that is on sys.path for the
+# default /usr/local prefix) and writes mlaverify/_install_paths.py, which records where the
+# library went: relative to the package (the tree may move) and as the install-time absolute
+# path. The package looks there after its own directory, so it needs no MLAVERIFY_LIBRARY.
+set(MLAV_PYTHON_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/python3/dist-packages" CACHE STRING
+  "where cmake --install puts the Python package mlaverify (relative: to the prefix)")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/mlaverify DESTINATION ${MLAV_PYTHON_INSTALL_DIR}
+  FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE PATTERN "_install_paths.py" EXCLUDE)
+set(MLAV_PY_TO_LIBDIR "")
+if(NOT IS_ABSOLUTE "${MLAV_PYTHON_INSTALL_DIR}" AND NOT IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  file(RELATIVE_PATH MLAV_PY_TO_LIBDIR /root/${MLAV_PYTHON_INSTALL_DIR}/mlaverify
+       /root/${CMAKE_INSTALL_LIBDIR})
+endif()
+# (run at install time, when the prefix is known: cmake --install --prefix overrides it)
+install(CODE "set(MLAV_PKG_DIR [[${MLAV_PYTHON_INSTALL_DIR}/mlaverify]])
+set(MLAV_LIB_DIR [[${CMAKE_INSTALL_LIBDIR}]])
+set(MLAV_PY_TO_LIBDIR [[${MLAV_PY_TO_LIBDIR}]])
+set(MLAV_VERSION [[${PROJECT_VERSION}]])
+include([[${CMAKE_CURRENT_LIST_DIR}/write_install_paths.cmake]])")

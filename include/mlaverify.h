@@ -145,6 +145,10 @@ typedef struct mlav_tensors {
     void *out;                   /* [T, H, Dl] dtype, written */
     float *lse;                  /* [T, H] float32, written; may be NULL */
 } mlav_tensors;
+/* Aliasing: none between outputs and inputs. out and lse may not share a byte with q, kv_cache,
+ * page_table or tree_mask, nor with each other (the byte ranges their shapes above give);
+ * mlav_run refuses an overlap with MLAV_ERR_INVALID_ARG, for host and device pointers alike
+ * (checked by address arithmetic, nothing is read). Inputs may alias each other freely. */
 
 /* ------------------------------------------------------------------------------------------- */
 /* Contexts and plans                                                                           */
@@ -155,7 +159,8 @@ typedef struct mlav_tensors {
  *  MLAV_ERR_NO_DEVICE (CUDA asked for, not built in or no cc >= 8.0 device),
  *  MLAV_ERR_OUT_OF_MEMORY. */
 MLAV_API mlav_status mlav_context_create(mlav_context **ctx, mlav_backend want);
-/** Free a context (NULL is fine). Plans made from it must be freed first. */
+/** Free a context (NULL is fine). Plans made from it stay valid: a plan does not reference its
+ *  context after mlav_plan_create, so it may be run and freed after the context is gone. */
 MLAV_API void mlav_context_free(mlav_context *ctx);
 /** The backend this context runs: what AUTO picked. */
 MLAV_API mlav_backend mlav_context_backend(const mlav_context *ctx);
@@ -181,7 +186,9 @@ MLAV_API size_t mlav_plan_workspace_bytes(const mlav_plan *plan);
 MLAV_API mlav_memory mlav_plan_workspace_memory(const mlav_plan *plan);
 
 /** Run a plan. A plan for limits runs the schedule of the last mlav_plan_update of this
- *  workspace (see "Engine steps" below). `workspace` (>= 256-byte aligned, `workspace_bytes` >= mlav_plan_workspace_bytes,
+ *  workspace (see "Engine steps" below). `t`'s outputs may not overlap its inputs or each other
+ *  (see mlav_tensors). `workspace` (>= 256-byte aligned, `workspace_bytes` >=
+ *  mlav_plan_workspace_bytes,
  *  may be NULL when that is 0) is scratch owned by the caller. `stream` is a cudaStream_t on the
  *  CUDA backends (NULL = the legacy default stream) and ignored on the CPU ones.
  *  With MLAV_MEM_DEVICE tensors on a CUDA plan the call is asynchronous on `stream`, allocates

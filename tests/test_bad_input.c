@@ -260,6 +260,109 @@ static void test_bad_input_tensors(void **state)
     }
 }
 
+/* Outputs aliasing inputs or each other (issue 26, item 6): refused, whatever the residency,
+ * from byte ranges alone. Every tensor is a copy in one arena, so an aliased pointer stays
+ * inside memory the test owns: [page_table][tree_mask][q][kv_cache][out][lse]. */
+static void test_bad_input_overlap(void **state)
+{
+    (void)state;
+    const mlav_backend backends[] = {MLAV_BACKEND_CPU, MLAV_BACKEND_REFERENCE};
+    for (int k = 0; k < 2; k++) {
+        run_env e = {.p = base_problem(), .ctx = context(backends[k])};
+        tu_problem *p = e.p;
+        assert_int_equal(mlav_plan_create(e.ctx, &p->prob, &e.plan), MLAV_OK);
+        e.bytes = mlav_plan_workspace_bytes(e.plan);
+        assert_int_equal(posix_memalign(&e.ws, 256, e.bytes + 256), 0);
+
+        const size_t pt_n = (size_t)p->prob.batch * (size_t)p->prob.max_pages;
+        const size_t mask_n = (size_t)p->q_indptr[2]; /* one word per row */
+        const size_t n = pt_n + mask_n + p->q_elems + p->kv_elems + p->out_elems + p->lse_elems;
+        float *arena = malloc(sizeof(float) * n);
+        float *saved = malloc(sizeof(float) * n);
+        assert_non_null(arena);
+        assert_non_null(saved);
+        int32_t *pt = (int32_t *)(void *)arena;
+        uint32_t *mask = (uint32_t *)(void *)(arena + pt_n);
+        float *q = arena + pt_n + mask_n, *kv = q + p->q_elems, *out = kv + p->kv_elems;
+        float *lse = out + p->out_elems;
+        memcpy(pt, p->page_table, sizeof(int32_t) * pt_n);
+        memcpy(mask, p->tree_mask, sizeof(uint32_t) * mask_n);
+        memcpy(q, p->q, sizeof(float) * p->q_elems);
+        memcpy(kv, p->kv, sizeof(float) * p->kv_elems);
+        memcpy(saved, arena, sizeof(float) * n);
+        mlav_tensors t;
+#define RESET() (t = tu_tensors(p), t.page_table = pt, t.tree_mask = mask, t.q = q, \
+                 t.kv_cache = kv)
+#define ALIAS(field, ptr, what) \
+    (RESET(), t.field = (ptr), run_rule(&e, &t, MLAV_ERR_INVALID_ARG, "overlaps", what), \
+     assert_memory_equal(arena, saved, sizeof(float) * n))
+        ALIAS(out, q, "out == q");
+        ALIAS(out, q + p->q_elems - 1, "out starts on q's last element");
+        ALIAS(out, kv + 24, "out inside kv_cache");
+        ALIAS(out, (float *)(void *)(pt + 1), "out over page_table");
+        ALIAS(out, (float *)(void *)mask, "out over tree_mask");
+        ALIAS(lse, q + 4, "lse inside q");
+        ALIAS(lse, kv, "lse == kv_cache");
+        ALIAS(lse, (float *)(void *)mask, "lse over tree_mask");
+        ALIAS(lse, (float *)t.out + 3, "lse inside out");
+        /* device residency: the same ranges, no dereference (refused before the cpu says it
+         * needs host memory) */
+        RESET(), t.out = kv + 8, t.memory = MLAV_MEM_DEVICE;
+        run_rule(&e, &t, MLAV_ERR_INVALID_ARG, "overlaps", "device out inside kv_cache");
+        RESET(), t.lse = (float *)t.out, t.memory = MLAV_MEM_DEVICE;
+        run_rule(&e, &t, MLAV_ERR_INVALID_ARG, "overlaps", "device lse == out");
+        assert_memory_equal(arena, saved, sizeof(float) * n);
+#undef ALIAS
+        /* not errors: outputs that only touch the inputs' ends, and lse right after out */
+        RESET(), t.out = out, t.lse = lse;
+        assert_int_equal(mlav_run(e.plan, &t, e.ws, e.bytes, NULL), MLAV_OK);
+        RESET(), t.out = out, t.lse = out + p->out_elems;
+        assert_int_equal(mlav_run(e.plan, &t, e.ws, e.bytes, NULL), MLAV_OK);
+        RESET(), t.out = out, t.lse = NULL;
+        assert_int_equal(mlav_run(e.plan, &t, e.ws, e.bytes, NULL), MLAV_OK);
+        assert_memory_equal(arena, saved, sizeof(float) * (n - p->out_elems - p->lse_elems));
+#undef RESET
+        free(arena);
+        free(saved);
+        free(e.ws);
+        mlav_plan_free(e.plan);
+        mlav_context_free(e.ctx);
+        tu_free(p);
+    }
+}
+
+/* The documented rule (mlaverify.h, mlav_context_free): a plan does not reference its context
+ * after creation, so the context may be freed first and the plan still runs, gives the
+ * oracle's answer and frees cleanly (ASan in CI sees any use after free). AUTO too: its
+ * fallback note is written into the context during mlav_plan_create only. */
+static void test_context_freed_before_plan(void **state)
+{
+    (void)state;
+    const mlav_backend backends[] = {MLAV_BACKEND_CPU, MLAV_BACKEND_REFERENCE,
+                                     MLAV_BACKEND_AUTO};
+    for (int k = 0; k < 3; k++) {
+        tu_problem *p = base_problem();
+        mlav_context *ctx = context(backends[k]);
+        mlav_plan *plan = NULL;
+        assert_int_equal(mlav_plan_create(ctx, &p->prob, &plan), MLAV_OK);
+        mlav_context_free(ctx);
+        size_t bytes = mlav_plan_workspace_bytes(plan);
+        void *ws = NULL;
+        assert_int_equal(posix_memalign(&ws, 256, bytes + 256), 0);
+        mlav_tensors t = tu_tensors(p);
+        assert_int_equal(mlav_run(plan, &t, ws, bytes, NULL), MLAV_OK);
+        assert_true(mlav_plan_backend(plan) != MLAV_BACKEND_AUTO);
+        tu_reference(p);
+        char msg[256];
+        if (!tu_compare(p, tu_out_tol(MLAV_DTYPE_F32), tu_lse_tol(MLAV_DTYPE_F32), msg,
+                        sizeof msg))
+            fail_msg("%s after its context was freed: %s", mlav_backend_name(backends[k]), msg);
+        mlav_plan_free(plan);
+        free(ws);
+        tu_free(p);
+    }
+}
+
 /* Context, plan and name rules. */
 static void test_bad_input_context(void **state)
 {
@@ -357,7 +460,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_input_problem),
         cmocka_unit_test(test_bad_input_tensors),
+        cmocka_unit_test(test_bad_input_overlap),
         cmocka_unit_test(test_bad_input_context),
+        cmocka_unit_test(test_context_freed_before_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,6 +79,22 @@ def wrap(name, x, writable=False):
                   % (name, type(x).__name__))
 
 
+_INT_RANGES = {32: (-2**31, 2**31 - 1), 64: (-2**63, 2**63 - 1)}
+
+
+def c_int(name, x, bits=32):
+    """int(x), checked to fit the C field's int32 (or int64, bits=64) before it reaches ctypes,
+    which would silently wrap it (2**32 + 4 becomes 4)."""
+    try:
+        v = int(x)
+    except (TypeError, ValueError, OverflowError):
+        raise invalid("%s = %r is not an integer" % (name, x)) from None
+    lo, hi = _INT_RANGES[bits]
+    if not lo <= v <= hi:
+        raise invalid("%s = %d does not fit the C field's int%d [%d, %d]" % (name, v, bits, lo, hi))
+    return v
+
+
 def host_int32(name, x, shape=None):
     """A small host int32 array from a list, numpy array or torch tensor (a CUDA tensor is
     copied to the host: that synchronizes its stream). Values must fit int32."""

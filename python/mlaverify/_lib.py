@@ -6,7 +6,10 @@ from the first of:
 1. the path in the environment variable ``MLAVERIFY_LIBRARY`` (a file, or a folder holding
    ``libmlaverify.so``); when it is set and does not load, that is an error, not a fallback;
 2. next to this package (``mlaverify/libmlaverify.so*``, where a wheel or a copy puts it);
-3. the system's search path (``ctypes.util.find_library("mlaverify")``, then the plain names,
+3. the library directory of the CMake install this package came with: ``cmake --install``
+   writes ``_install_paths.py`` beside the package, recording that directory relative to the
+   package (so the installed tree may move) and as the absolute path of the install prefix;
+4. the system's search path (``ctypes.util.find_library("mlaverify")``, then the plain names,
    which the dynamic loader resolves through ``LD_LIBRARY_PATH`` and ``ldconfig``).
 
 The two structs below must match the header field for field (enums are C ``int``); the tests
@@ -111,11 +114,29 @@ def _candidates():
         return [("MLAVERIFY_LIBRARY", env)], True
     here = os.path.dirname(os.path.abspath(__file__))
     found = [("next to the package", os.path.join(here, n)) for n in _SONAMES]
+    for libdir in _installed_libdirs(here):
+        found += [("the CMake install's libdir", os.path.join(libdir, n)) for n in _SONAMES[:2]]
     name = ctypes.util.find_library("mlaverify")
     if name:
         found.append(("ctypes.util.find_library", name))
     found += [("system search path", n) for n in _SONAMES[:2]]
     return found, False
+
+
+def _installed_libdirs(here):
+    """The libdirs recorded by ``cmake --install`` (none for a pip-installed or source copy)."""
+    try:
+        from . import _install_paths
+    except ImportError:
+        return []
+    dirs = []
+    rel = getattr(_install_paths, "LIBDIR_FROM_PACKAGE", None)
+    if rel:
+        dirs.append(os.path.normpath(os.path.join(here, rel)))
+    absolute = getattr(_install_paths, "LIBDIR", None)
+    if absolute and os.path.normpath(absolute) not in dirs:
+        dirs.append(os.path.normpath(absolute))
+    return dirs
 
 
 def _declare(lib):

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from . import _lib
-from ._arrays import empty_like_kind, host_int32, is_torch, torch_module, wrap
+from ._arrays import c_int, empty_like_kind, host_int32, is_torch, torch_module, wrap
 from .errors import check, invalid
 
 MEM_HOST = 0
@@ -91,7 +91,7 @@ def version():
 
 def tree_mask_words(max_q_len):
     """uint32 words per tree-mask row for a batch whose longest draft has max_q_len nodes."""
-    return int(_lib.load().mlav_tree_mask_words(int(max_q_len)))
+    return int(_lib.load().mlav_tree_mask_words(c_int("max_q_len", max_q_len)))
 
 
 class Context:
@@ -160,18 +160,18 @@ class Problem:
         self.kv_lens = host_int32("kv_lens", kv_lens)
         if self.kv_lens.ndim != 1:
             raise invalid("kv_lens must be 1-D [B], not %s" % list(self.kv_lens.shape))
-        self.batch = int(self.kv_lens.shape[0])
+        self.batch = c_int("batch (len(kv_lens))", self.kv_lens.shape[0])
         self.q_indptr = host_int32("q_indptr", q_indptr, shape=(self.batch + 1,))
-        self.num_heads = int(num_heads)
-        self.d_latent = int(d_latent)
-        self.d_rope = int(d_rope)
+        self.num_heads = c_int("num_heads", num_heads)
+        self.d_latent = c_int("d_latent", d_latent)
+        self.d_rope = c_int("d_rope", d_rope)
         self.softmax_scale = float(softmax_scale)
         self.dtype = dtype_name(dtype)
-        self.page_size = int(page_size)
+        self.page_size = c_int("page_size", page_size)
         if max_pages is None:
             longest = int(self.kv_lens.max()) if self.batch else 0
             max_pages = max(1, -(-longest // max(self.page_size, 1)))
-        self.max_pages = int(max_pages)
+        self.max_pages = c_int("max_pages", max_pages)
         q_lens = np.diff(self.q_indptr) if self.batch else np.zeros(0, np.int32)
         self.num_tokens = int(self.q_indptr[-1])            # T
         self.max_q_len = int(q_lens.max()) if self.batch else 0
@@ -410,7 +410,7 @@ class Plan:
                 a_lse = wrap("lse", lse, writable=True)
         t = _lib.MlavTensors(
             memory=MEM_HOST if device is None else MEM_DEVICE, q=a_q.ptr, kv_cache=a_kv.ptr,
-            num_pages=a_kv.shape[0], page_table=a_pt.ptr,
+            num_pages=c_int("num_pages", a_kv.shape[0], 64), page_table=a_pt.ptr,
             tree_mask=a_mask.ptr if a_mask is not None else None, out=a_out.ptr,
             lse=a_lse.ptr if a_lse is not None else None)
         if lse is False:

@@ -9,7 +9,7 @@ import ctypes
 import numpy as np
 
 from . import _lib
-from ._arrays import host_int32, is_torch
+from ._arrays import c_int, host_int32, is_torch
 from .api import tree_mask_words
 from .errors import check, invalid
 
@@ -41,7 +41,7 @@ def tree_mask_from_parents(parents, q_indptr=None, words=None):
                           % par.shape[0])
     q_lens = np.diff(indptr)
     need = tree_mask_words(int(q_lens.max()) if q_lens.size else 0)
-    words = need if words is None else int(words)
+    words = need if words is None else c_int("words", words)
     if words < need:
         raise invalid("words = %d is fewer than the %d the longest request needs" % (words, need))
     mask = np.zeros((par.shape[0], words), dtype=np.uint32)
@@ -64,7 +64,7 @@ def pack_mask(visible, words=None):
         raise invalid("the mask must be 2-D [rows, nodes], not %s" % list(v.shape))
     rows, n = v.shape
     need = max(1, -(-n // 32))
-    words = need if words is None else int(words)
+    words = need if words is None else c_int("words", words)
     if words < need:
         raise invalid("words = %d cannot hold %d nodes" % (words, n))
     padded = np.zeros((rows, words * 32), dtype=bool)
@@ -163,8 +163,9 @@ def merge_states(outs, lses, out=None, lse=None):
         if o[i].shape != shape or s[i].shape != shape[:-1]:
             raise invalid("outs[%d] %s / lses[%d] %s do not match outs[0] %s / %s" % (
                 i, list(o[i].shape), i, list(s[i].shape), list(shape), list(shape[:-1])))
-    dim = shape[-1]
-    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    dim = c_int("dim (outs[0].shape[-1])", shape[-1])
+    rows = c_int("rows", np.prod(shape[:-1], dtype=np.int64), 64)
+    c_int("num_states (len(outs))", len(o))
     out_t, lse_t = out, lse
     if out is None:
         out_t = np.empty(shape, dtype=np.float32)

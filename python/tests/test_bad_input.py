@@ -138,3 +138,56 @@ def test_bad_input_helpers():
     with pytest.raises(mv.InvalidArgumentError, match="float32"):
         mv.merge_states([np.zeros((2, 3))], [np.zeros(2)])
 
+
+
+@pytest.mark.parametrize("field", ["num_heads", "d_latent", "d_rope", "page_size", "max_pages"])
+@pytest.mark.parametrize("value", [2**32 + 4, 2**31, -2**31 - 1, 2**64 + 2])
+def test_bad_input_int_fields_out_of_range(field, value):
+    """An integer field that does not fit the C struct's int32 is refused before ctypes can wrap
+    it (2**32 + 4 used to reach C as 4 and plan a 4-head problem)."""
+    fields = dict(num_heads=2, d_latent=8, d_rope=0, softmax_scale=1.0, dtype="f32",
+                  page_size=4, max_pages=1, q_indptr=[0, 1], kv_lens=[1])
+    fields[field] = value
+    with pytest.raises(mv.InvalidArgumentError, match="%s = %d does not fit the C field's int32"
+                       % (field, value)) as e:
+        mv.Plan(backend="cpu", **fields)
+    assert e.value.status_name == "MLAV_ERR_INVALID_ARG"
+    with pytest.raises(ValueError):
+        mv.Problem(**fields)
+
+
+def test_bad_input_int_args_out_of_range():
+    with pytest.raises(mv.InvalidArgumentError, match="max_q_len = 4294967297 does not fit"):
+        mv.tree_mask_words(2**32 + 1)
+    with pytest.raises(mv.InvalidArgumentError, match="words = 4294967297 does not fit"):
+        mv.tree_mask_from_parents([-1, 0], words=2**32 + 1)
+    with pytest.raises(mv.InvalidArgumentError, match="num_heads = 'x' is not an integer"):
+        mv.Problem(num_heads="x", softmax_scale=1.0, q_indptr=[0, 1], kv_lens=[1])
+
+
+def test_bad_input_outputs_alias_inputs(plan, case):
+    """out or lse overlapping an input (or each other) is refused by the library with its
+    sentence, and nothing is written (the cpu backend used to give a wrong answer)."""
+    T, H, Dl, W = case["T"], case["H"], case["Dl"], case["Dl"] + case["Dr"]
+    q = case["q"].copy()
+    kv = case["kv_cache"].copy()
+    q0, kv0 = q.copy(), kv.copy()
+    lse = np.full((T, H), 7.0, np.float32)
+    # out as a view of q's first T*H*Dl floats (q is [T, H, W] with W > Dl)
+    out_in_q = q.reshape(-1)[:T * H * Dl].reshape(T, H, Dl)
+    with pytest.raises(mv.InvalidArgumentError, match="tensors.out .* overlaps tensors.q"):
+        plan.run(q, kv, case["page_table"], case["tree_mask"], out=out_in_q, lse=lse)
+    out_in_kv = kv.reshape(-1)[W:W + T * H * Dl].reshape(T, H, Dl)
+    with pytest.raises(mv.InvalidArgumentError, match="tensors.out .* overlaps tensors.kv_cache"):
+        plan.run(q, kv, case["page_table"], case["tree_mask"], out=out_in_kv, lse=lse)
+    out = np.full((T, H, Dl), 7.0, np.float32)
+    lse_in_out = out.reshape(-1)[:T * H].reshape(T, H)
+    with pytest.raises(mv.InvalidArgumentError, match="tensors.out .* overlaps tensors.lse"):
+        plan.run(q, kv, case["page_table"], case["tree_mask"], out=out, lse=lse_in_out)
+    lse_in_q = q.reshape(-1)[:T * H].reshape(T, H)
+    with pytest.raises(mv.InvalidArgumentError, match="tensors.lse .* overlaps tensors.q"):
+        plan.run(q, kv, case["page_table"], case["tree_mask"], out=out, lse=lse_in_q)
+    assert np.array_equal(q, q0, equal_nan=True) and np.array_equal(kv, kv0, equal_nan=True), \
+        "an input was written"
+    assert np.all(lse == 7.0)
+    assert np.all(out == 7.0)

@@ -7,6 +7,11 @@
 #include "../common/dtype.h"
 #include "oracle.h"
 
+/* Keys scored at once: the oracle makes an online softmax over blocks of this many keys, so
+ * its memory is O(block + W) doubles per thread whatever kv_len is (a two-pass softmax over a
+ * kv_len-long score row took 16 GiB per thread at kv_len INT32_MAX). */
+#define ORACLE_BLOCK 1024
+
 mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *t, double *out64,
                                 double *lse64)
 {
@@ -16,7 +21,7 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
 
 #pragma omp parallel
     {
-        double *s = malloc(sizeof(double) * (size_t)(p->max_kv_len > 0 ? p->max_kv_len : 1));
+        double *s = malloc(sizeof(double) * ORACLE_BLOCK);
         double *q = malloc(sizeof(double) * (size_t)W);
         if (!s || !q) {
 #pragma omp atomic write
@@ -35,47 +40,66 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
             for (int32_t d = 0; d < W; d++)
                 q[d] = mlav_load_as_f32(t->q, dt, (size_t)row * (size_t)W + (size_t)d);
 
-            double m = -INFINITY;
-            int nan = 0;
-            for (int64_t j = 0; j < kv_len; j++) {
-                if (!mlav_visible(p, t->tree_mask, b, i, j)) {
-                    s[j] = -INFINITY;
-                    continue;
-                }
-                size_t base = mlav_kv_row_index(p, t->page_table, b, j) * (size_t)W;
-                double acc = 0.0;
-                for (int32_t d = 0; d < W; d++)
-                    acc += q[d] * (double)mlav_load_as_f32(t->kv_cache, dt, base + (size_t)d);
-                s[j] = acc * (double)p->scale;
-                if (s[j] != s[j])
-                    nan = 1;
-                else if (s[j] > m)
-                    m = s[j];
-            }
+            /* online softmax: m the running max, sum and o relative to exp(-m) */
             double *o = out64 + (size_t)row * (size_t)Dl;
-            if (nan || m == INFINITY) {
+            for (int32_t d = 0; d < Dl; d++)
+                o[d] = 0.0;
+            double m = -INFINITY, sum = 0.0;
+            int nan = 0;
+            for (int64_t j0 = 0; j0 < kv_len && !nan; j0 += ORACLE_BLOCK) {
+                int64_t n = kv_len - j0 < ORACLE_BLOCK ? kv_len - j0 : ORACLE_BLOCK;
+                double mb = -INFINITY;
+                for (int64_t c = 0; c < n; c++) {
+                    int64_t j = j0 + c;
+                    if (!mlav_visible(p, t->tree_mask, b, i, j)) {
+                        s[c] = -INFINITY;
+                        continue;
+                    }
+                    size_t base = mlav_kv_row_index(p, t->page_table, b, j) * (size_t)W;
+                    double acc = 0.0;
+                    for (int32_t d = 0; d < W; d++)
+                        acc += q[d] * (double)mlav_load_as_f32(t->kv_cache, dt, base + (size_t)d);
+                    s[c] = acc * (double)p->scale;
+                    if (s[c] != s[c])
+                        nan = 1;
+                    else if (s[c] > mb)
+                        mb = s[c];
+                }
+                if (nan || mb == INFINITY) { /* the row's result is NaN: stop here */
+                    nan = 1;
+                    break;
+                }
+                if (mb == -INFINITY)
+                    continue; /* nothing visible in this block */
+                if (mb > m) {
+                    /* rescale what was summed so far to the new max (nothing yet: alpha 0) */
+                    double alpha = m == -INFINITY ? 0.0 : exp(m - mb);
+                    sum *= alpha;
+                    for (int32_t d = 0; d < Dl; d++)
+                        o[d] *= alpha;
+                    m = mb;
+                }
+                for (int64_t c = 0; c < n; c++) {
+                    if (s[c] == -INFINITY)
+                        continue;
+                    double w = exp(s[c] - m);
+                    sum += w;
+                    size_t base = mlav_kv_row_index(p, t->page_table, b, j0 + c) * (size_t)W;
+                    for (int32_t d = 0; d < Dl; d++)
+                        o[d] += w * (double)mlav_load_as_f32(t->kv_cache, dt, base + (size_t)d);
+                }
+            }
+            if (nan) {
                 for (int32_t d = 0; d < Dl; d++)
                     o[d] = NAN;
                 if (lse64)
                     lse64[row] = NAN;
                 continue;
             }
-            for (int32_t d = 0; d < Dl; d++)
-                o[d] = 0.0;
             if (m == -INFINITY) { /* no visible key */
                 if (lse64)
                     lse64[row] = -INFINITY;
                 continue;
-            }
-            double sum = 0.0;
-            for (int64_t j = 0; j < kv_len; j++) {
-                if (s[j] == -INFINITY)
-                    continue;
-                double w = exp(s[j] - m);
-                sum += w;
-                size_t base = mlav_kv_row_index(p, t->page_table, b, j) * (size_t)W;
-                for (int32_t d = 0; d < Dl; d++)
-                    o[d] += w * (double)mlav_load_as_f32(t->kv_cache, dt, base + (size_t)d);
             }
             for (int32_t d = 0; d < Dl; d++)
                 o[d] /= sum;

@@ -31,6 +31,13 @@
 #define CPU_MAX_SPLITS 256      /* most splits of one row block: bounds partials and the merge */
 #define CPU_ROW_OVERHEAD 16     /* per-row cost of an item (widen Q, finish, merge) in keys */
 #define CPU_ALIGN 16            /* floats: every scratch buffer starts on a 64-byte line */
+/* Tiles whose fp32 output and row sums are summed before they are folded into the fp64 running
+ * state: fp32 running sums over a whole split lost accuracy with its length (rel-L2 3.3e-5 at
+ * kv_len 2^26, 1.3e-2 at 2^31 - 1), while 16 tiles (4096 keys) of fp32 sums stay at fp32
+ * rounding and the fold costs one pass over the row block's output per 16 tiles. */
+#ifndef CPU_FOLD_TILES
+#define CPU_FOLD_TILES 16
+#endif
 
 /* One work item: rows [r0, r0 + rows) of request b's folded rows (row r = token r / H, head
  * r % H: contiguous in q and out) against KV rows [k0, k1). */
@@ -83,30 +90,36 @@ typedef struct cpu_scratch {
     float *qf; /* [rows_max, W] Q widened to fp32 (absent for F32 problems: q is used in place) */
     float *kt; /* [tile, W] gathered KV tile */
     float *s;  /* [rows_max, tile] scores, then probabilities */
-    float *o;  /* [rows_max, Dl] running unnormalised output */
+    float *o;  /* [rows_max, Dl] unnormalised output of the tiles since the last fold */
     float *m;  /* [rows_max] running max */
-    float *l;  /* [rows_max] running sum */
+    float *l;  /* [rows_max] row sums of the tiles since the last fold */
+    double *od; /* [rows_max, Dl] running unnormalised output, fp64 (the folds of o) */
+    double *ld; /* [rows_max] running row sum, fp64 (the folds of l) */
 } cpu_scratch;
 
 /* Carve one thread's scratch out of `base` (NULL: only count). Returns its size in floats. */
 static size_t scratch_layout(const mlav_problem_info *p, int32_t rows, int32_t tile,
                              float *base, cpu_scratch *sc)
 {
-    const size_t sizes[6] = {p->dtype == MLAV_DTYPE_F32 ? 0 : (size_t)rows * (size_t)p->W,
+    /* in floats; the two fp64 pieces take two floats per double (and stay 64-byte aligned) */
+    const size_t sizes[8] = {p->dtype == MLAV_DTYPE_F32 ? 0 : (size_t)rows * (size_t)p->W,
                              (size_t)tile * (size_t)p->W,
                              (size_t)rows * (size_t)tile,
                              (size_t)rows * (size_t)p->Dl,
                              (size_t)rows,
-                             (size_t)rows};
-    float *ptr[6];
+                             (size_t)rows,
+                             2 * (size_t)rows * (size_t)p->Dl,
+                             2 * (size_t)rows};
+    float *ptr[8];
     size_t off = 0;
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 8; k++) {
         ptr[k] = base ? base + off : NULL;
         off += round_up(sizes[k], CPU_ALIGN);
     }
     if (sc)
         *sc = (cpu_scratch){.qf = ptr[0], .kt = ptr[1], .s = ptr[2], .o = ptr[3], .m = ptr[4],
-                            .l = ptr[5]};
+                            .l = ptr[5], .od = (double *)(void *)ptr[6],
+                            .ld = (double *)(void *)ptr[7]};
     return off;
 }
 
@@ -356,10 +369,32 @@ static inline float softmax_exp(float x)
     return mlav_bits_to_f32(mlav_f32_to_bits(e) & ~under);
 }
 
+/* Fold row rr's fp32 sums since the last fold into its fp64 running state, times `alpha`
+ * (the rescale to a new max: 1 when the max did not move), and clear them. */
+static void fold_row(int32_t rr, int32_t Dl, double alpha, float *o, float *l, double *od,
+                     double *ld)
+{
+    float *orow = o + (size_t)rr * (size_t)Dl;
+    double *drow = od + (size_t)rr * (size_t)Dl;
+    if (alpha == 1.0) {
+        for (int32_t d = 0; d < Dl; d++)
+            drow[d] += (double)orow[d];
+        ld[rr] += (double)l[rr];
+    } else {
+        for (int32_t d = 0; d < Dl; d++)
+            drow[d] = (drow[d] + (double)orow[d]) * alpha;
+        ld[rr] = (ld[rr] + (double)l[rr]) * alpha;
+    }
+    memset(orow, 0, sizeof(float) * (size_t)Dl);
+    l[rr] = 0.0f;
+}
+
 /* Online softmax over one tile for every row: turn scores into probabilities relative to the
- * new running max, update the running sum, and rescale the running output. */
+ * new running max and add their sum to the row's fp32 sum; when the max moves, the sums so far
+ * are folded into the fp64 state rescaled to the new max (in fp64, so that many rescales of a
+ * long split do not add up fp32 rounding). */
 static void softmax_tile(int32_t rows, int32_t n, int32_t Dl, float *s, int32_t ld, float *o,
-                         float *m, float *l)
+                         float *m, float *l, double *od, double *lsum)
 {
     for (int32_t rr = 0; rr < rows; rr++) {
         float *sr = s + (size_t)rr * (size_t)ld;
@@ -377,14 +412,12 @@ static void softmax_tile(int32_t rows, int32_t n, int32_t Dl, float *s, int32_t 
             sr[c] = e;
             sum += e;
         }
-        float alpha = mlav_rescale_factor(m[rr], mnew);
-        l[rr] = l[rr] * alpha + sum;
+        /* mlav_rescale_factor in fp64: 0 from an empty state, NaN from +inf to +inf */
+        double alpha = m[rr] == -INFINITY ? 0.0 : exp((double)m[rr] - (double)mnew);
+        if (alpha != 1.0)
+            fold_row(rr, Dl, alpha, o, l, od, lsum);
+        l[rr] += sum;
         m[rr] = mnew;
-        if (alpha != 1.0f) {
-            float *orow = o + (size_t)rr * (size_t)Dl;
-            for (int32_t d = 0; d < Dl; d++)
-                orow[d] *= alpha;
-        }
     }
 }
 
@@ -404,11 +437,14 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
         q = sc->qf;
     }
     memset(sc->o, 0, sizeof(float) * (size_t)rows * (size_t)Dl);
+    memset(sc->od, 0, sizeof(double) * (size_t)rows * (size_t)Dl);
     for (int32_t rr = 0; rr < rows; rr++) {
         sc->m[rr] = -INFINITY;
         sc->l[rr] = 0.0f;
+        sc->ld[rr] = 0.0;
     }
 
+    int32_t unfolded = 0; /* tiles summed in fp32 since the last fold */
     for (int64_t j0 = it->k0; j0 < it->k1; j0 += tile) {
         int32_t n = (int32_t)(it->k1 - j0 < tile ? it->k1 - j0 : tile);
         /* prefix columns [0, np) are visible to every row; draft columns [np, n) per the mask */
@@ -426,7 +462,7 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
                     W, 0.0f, sc->s, tile);
         if (np < n)
             mask_tile(p, t, it, prefix, j0, np, n, sc->s, tile);
-        softmax_tile(rows, n, Dl, sc->s, tile, sc->o, sc->m, sc->l);
+        softmax_tile(rows, n, Dl, sc->s, tile, sc->o, sc->m, sc->l, sc->od, sc->ld);
 
         if (!draft_bad) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, Dl, n, 1.0f, sc->s, tile,
@@ -449,18 +485,30 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
                 }
             }
         }
+        if (++unfolded == CPU_FOLD_TILES) {
+            for (int32_t rr = 0; rr < rows; rr++)
+                fold_row(rr, Dl, 1.0, sc->o, sc->l, sc->od, sc->ld);
+            unfolded = 0;
+        }
     }
+    if (unfolded > 0)
+        for (int32_t rr = 0; rr < rows; rr++)
+            fold_row(rr, Dl, 1.0, sc->o, sc->l, sc->od, sc->ld);
 
     /* finish: normalise; a row that saw nothing is out = 0, lse = -inf */
     for (int32_t rr = 0; rr < rows; rr++) {
         float *orow = sc->o + (size_t)rr * (size_t)Dl;
-        float lse = mlav_finish_lse(sc->m[rr], sc->l[rr]);
-        if (sc->l[rr] == 0.0f) {
+        const double *drow = sc->od + (size_t)rr * (size_t)Dl;
+        const double lsum = sc->ld[rr];
+        /* mlav_finish_lse in fp64: max + log(sum), -inf for an empty row, NaN for a NaN sum */
+        float lse = lsum > 0.0 ? (float)((double)sc->m[rr] + log(lsum))
+                               : (lsum == 0.0 ? -INFINITY : NAN);
+        if (lsum == 0.0) {
             memset(orow, 0, sizeof(float) * (size_t)Dl);
         } else {
-            float inv = 1.0f / sc->l[rr];
+            double inv = 1.0 / lsum;
             for (int32_t d = 0; d < Dl; d++)
-                orow[d] *= inv;
+                orow[d] = (float)(drow[d] * inv);
         }
         if (it->split < 0) {
             narrow(orow, dt, (row0 + (size_t)rr) * (size_t)Dl, (size_t)Dl, t->out);

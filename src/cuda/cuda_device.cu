@@ -46,14 +46,37 @@ static int device_cc_major(int device)
     return major;
 }
 
+/* Why cudaGetDeviceCount found nothing, in words a user without a GPU recognises: the
+ * runtime's own text for a missing driver ("CUDA driver version is insufficient for CUDA
+ * runtime version") reads like a version problem on a machine that has no NVIDIA driver at all. */
+static void no_device_reason(cudaError_t e, char *buf, size_t len)
+{
+    int driver = 0, runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess)
+        driver = 0;
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaGetLastError();
+    if (e == cudaErrorInsufficientDriver && driver == 0)
+        snprintf(buf, len, "no NVIDIA driver was found, so no GPU can be used");
+    else if (e == cudaErrorInsufficientDriver)
+        snprintf(buf, len, "the NVIDIA driver (CUDA %d.%d) is older than this library's CUDA "
+                 "runtime (%d.%d); update the driver", driver / 1000, (driver % 1000) / 10,
+                 runtime / 1000, (runtime % 1000) / 10);
+    else if (e == cudaErrorNoDevice || e == cudaSuccess)
+        snprintf(buf, len, "no NVIDIA GPU was found (the driver reports no CUDA device)");
+    else
+        snprintf(buf, len, "%s", cudaGetErrorString(e));
+}
+
 mlav_status mlav_cuda_device_query(mlav_cuda_device *dev)
 {
     memset(dev, 0, sizeof *dev);
     cudaError_t e = cudaSuccess;
-    if (runtime_device_count(&e) == 0)
-        return mlav_set_error(MLAV_ERR_NO_DEVICE, "no CUDA device is usable (%s)",
-                              e != cudaSuccess ? cudaGetErrorString(e)
-                                               : "the CUDA runtime reports no device");
+    if (runtime_device_count(&e) == 0) {
+        char why[160];
+        no_device_reason(e, why, sizeof why);
+        return mlav_set_error(MLAV_ERR_NO_DEVICE, "no CUDA device is usable: %s", why);
+    }
     MLAV_CUDA_TRY(cudaGetDevice(&dev->device));
     const int d = dev->device;
     int smem_optin = 0, smem_sm = 0, smem_reserved = 0, l2 = 0;

@@ -117,6 +117,63 @@ mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info
     return MLAV_OK;
 }
 
+/* A tensor's byte range [lo, hi), from the validated shapes; hi saturates rather than wrap. */
+typedef struct byte_range {
+    const char *name;
+    uintptr_t lo, hi;
+} byte_range;
+
+static byte_range range_of(const char *name, const void *ptr, uint64_t bytes)
+{
+    uintptr_t lo = (uintptr_t)ptr;
+    uintptr_t hi = bytes > (uint64_t)(UINTPTR_MAX - lo) ? UINTPTR_MAX : lo + (uintptr_t)bytes;
+    return (byte_range){name, lo, ptr ? hi : lo}; /* NULL: empty, overlaps nothing */
+}
+
+/* The outputs (out, lse) may not share a byte with an input (q, kv_cache, page_table,
+ * tree_mask) or with each other: the backends read inputs after writing outputs (a later tile,
+ * another thread's split), so an overlap gives a wrong answer rather than an in-place one.
+ * Pure pointer arithmetic on the sizes the shapes give (nothing is dereferenced), so device
+ * pointers are checked the same way: in one address space (CUDA's unified addressing), ranges
+ * that overlap are the same memory. */
+static mlav_status check_overlap(const mlav_problem_info *p, const mlav_tensors *t)
+{
+    const uint64_t esz = mlav_dtype_size(p->dtype);
+    const uint64_t qh = (uint64_t)p->T * (uint64_t)p->H; /* folded query rows */
+    const int has_kv = p->total_kv > 0, has_q = p->T > 0;
+    const byte_range out = range_of("out", has_q ? t->out : NULL, qh * (uint64_t)p->Dl * esz);
+    const byte_range lse = range_of("lse", has_q ? t->lse : NULL, qh * sizeof(float));
+    const byte_range in[] = {
+        range_of("q", has_q ? t->q : NULL, qh * (uint64_t)p->W * esz),
+        range_of("kv_cache", has_kv ? t->kv_cache : NULL,
+                 (uint64_t)t->num_pages * (uint64_t)p->page_size * (uint64_t)p->W * esz),
+        range_of("page_table", has_kv ? t->page_table : NULL,
+                 (uint64_t)p->B * (uint64_t)p->max_pages * sizeof(int32_t)),
+        range_of("tree_mask", has_q ? t->tree_mask : NULL,
+                 (uint64_t)p->T * (uint64_t)p->mask_words * sizeof(uint32_t)),
+        lse, /* out against lse; lse against itself is skipped below */
+    };
+    const byte_range outs[2] = {out, lse};
+    for (int o = 0; o < 2; o++) {
+        if (outs[o].lo == outs[o].hi)
+            continue;
+        for (size_t k = 0; k < sizeof in / sizeof in[0]; k++) {
+            if (o == 1 && k == sizeof in / sizeof in[0] - 1)
+                continue;
+            if (in[k].lo < in[k].hi && outs[o].lo < in[k].hi && in[k].lo < outs[o].hi)
+                return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                      "tensors.%s [%p, +%llu bytes) overlaps tensors.%s [%p, "
+                                      "+%llu bytes): outputs may not alias inputs or each "
+                                      "other",
+                                      outs[o].name, (void *)outs[o].lo,
+                                      (unsigned long long)(outs[o].hi - outs[o].lo), in[k].name,
+                                      (void *)in[k].lo,
+                                      (unsigned long long)(in[k].hi - in[k].lo));
+        }
+    }
+    return MLAV_OK;
+}
+
 mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors *t)
 {
     if (!t)
@@ -138,6 +195,9 @@ mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors
                                   "num_pages = %lld times page_size %d is too many rows",
                                   (long long)t->num_pages, p->page_size);
     }
+    mlav_status s = check_overlap(p, t);
+    if (s != MLAV_OK)
+        return s;
     if (t->memory == MLAV_MEM_DEVICE)
         return MLAV_OK; /* the device-resident tables are the kernels' to guard */
 
