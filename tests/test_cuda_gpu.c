@@ -16,15 +16,6 @@
 #include "mlaverify.h"
 #include "test_util.h"
 
-/* A passing run on a machine without a CUDA device (or a build without CUDA) is a skip. */
-static int no_device_skip(int rc)
-{
-    if (rc == 0 && mlav_cuda_device_count() == 0) {
-        printf("no CUDA device of cc >= 8.0: reported to ctest as skipped (exit 77)\n");
-        return 77;
-    }
-    return rc;
-}
 
 #ifdef MLAV_WITH_CUDA
 #include <math.h>
@@ -1003,5 +994,5 @@ int main(void)
         cmocka_set_test_filter(filter);
     /* ctest reads 77 as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt): without a device
      * every GPU case skips inside cmocka, which would otherwise show as Passed */
-    return no_device_skip(cmocka_run_group_tests(tests, NULL, NULL));
+    return tu_no_device_skip(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -288,7 +288,7 @@ int main(void)
         cmocka_unit_test(test_steps_graph_h64_page16_f32),
         cmocka_unit_test(test_steps_naive_refused),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_no_device_skip(cmocka_run_group_tests(tests, NULL, NULL));
 }
 
 #else
@@ -303,7 +303,7 @@ static void test_steps_gpu_not_built(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_steps_gpu_not_built)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_no_device_skip(cmocka_run_group_tests(tests, NULL, NULL));
 }
 
 #endif

@@ -351,3 +351,12 @@ void tu_case_name(const tu_case *c, char *buf, size_t len)
     snprintf(buf + n, len - (size_t)n, ",page=%d,%s,%s,seed=0x%llx", c->page_size,
              mlav_dtype_name(c->dtype), trees[c->tree], (unsigned long long)c->seed);
 }
+
+int tu_no_device_skip(int rc)
+{
+    if (rc == 0 && mlav_cuda_device_count() == 0) {
+        printf("no CUDA device of cc >= 8.0: reported to ctest as skipped (exit 77)\n");
+        return 77;
+    }
+    return rc;
+}

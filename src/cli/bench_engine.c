@@ -30,7 +30,10 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
     const int32_t max_pages = (lim.max_kv_len + c->page_size - 1) / c->page_size;
     const int32_t words = mlav_tree_mask_words(lim.max_q_len);
     int32_t *pt = calloc((size_t)c->B * max_pages, sizeof(int32_t));
-    uint32_t *mask = L->tree_mask ? calloc((size_t)T * words, sizeof(uint32_t)) : NULL;
+    /* q, out, lse and the mask of the limits' max_tokens rows (a plan for limits checks its
+     * tensors, their overlaps too, at those sizes) */
+    const int32_t MT = lim.max_tokens;
+    uint32_t *mask = L->tree_mask ? calloc((size_t)MT * words, sizeof(uint32_t)) : NULL;
     if (!pt || (L->tree_mask && !mask)) {
         free(pt);
         free(mask);
@@ -44,12 +47,17 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
         memcpy(mask + (size_t)t * words, L->tree_mask + (size_t)t * L->words,
                sizeof(uint32_t) * L->words);
     void *dpt = bench_gpu_alloc(sizeof(int32_t) * (size_t)c->B * max_pages);
-    void *dmask = mask ? bench_gpu_alloc(sizeof(uint32_t) * (size_t)T * words) : NULL;
+    void *dmask = mask ? bench_gpu_alloc(sizeof(uint32_t) * (size_t)MT * words) : NULL;
+    const size_t es = mlav_dtype_size(c->dtype), rows = (size_t)MT * c->H;
+    void *dq = bench_gpu_alloc(rows * (size_t)(o->Dl + o->Dr) * es);
+    void *dout = bench_gpu_alloc(rows * (size_t)o->Dl * es);
+    void *dlse = bench_gpu_alloc(rows * sizeof(float));
+    bench_gpu_fill_random(dq, rows * (size_t)(o->Dl + o->Dr), c->dtype, o->seed ^ 0x2545F491u);
     void *dqi = bench_gpu_alloc(sizeof(int32_t) * (size_t)(c->B + 1));
     void *dkv = bench_gpu_alloc(sizeof(int32_t) * (size_t)c->B);
     bench_gpu_upload(dpt, pt, sizeof(int32_t) * (size_t)c->B * max_pages);
     if (mask)
-        bench_gpu_upload(dmask, mask, sizeof(uint32_t) * (size_t)T * words);
+        bench_gpu_upload(dmask, mask, sizeof(uint32_t) * (size_t)MT * words);
     bench_gpu_upload(dqi, L->q_indptr, sizeof(int32_t) * (size_t)(c->B + 1));
     bench_gpu_upload(dkv, L->kv_lens, sizeof(int32_t) * (size_t)c->B);
     free(pt);
@@ -66,6 +74,9 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
         const size_t wsb = mlav_plan_workspace_bytes(plan);
         void *ws = bench_gpu_alloc(wsb);
         mlav_tensors t = *dt;
+        t.q = dq;
+        t.out = dout;
+        t.lse = dlse;
         t.page_table = dpt;
         t.tree_mask = dmask;
         const mlav_lengths len = {MLAV_MEM_DEVICE, c->B, dqi, dkv};
@@ -87,6 +98,9 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
     mlav_plan_free(plan);
     bench_gpu_free(dpt);
     bench_gpu_free(dmask);
+    bench_gpu_free(dq);
+    bench_gpu_free(dout);
+    bench_gpu_free(dlse);
     bench_gpu_free(dqi);
     bench_gpu_free(dkv);
     return rc;
