@@ -6,7 +6,9 @@
 #
 #   bash bench/ab.sh BASE_SRC [bench args]   BASE_SRC: a source tree (e.g. `git archive` of the
 #                                            baseline commit); bench args default to
-#                                            "--preset reference"; env OUT (output folder), JOBS
+#                                            "--preset reference"; env OUT (output folder), JOBS,
+#                                            NEW_ARGS (bench args for this tree only, e.g.
+#                                            "--engine 1 --engine-csv F" that a baseline lacks)
 # Files: $OUT/ab.txt (the comparison), ab-base.csv and ab-new.csv in ${AB_CSV_DIR:-$OUT}; build
 # logs and the bench tables in build-ab-logs/. The device tool returns at most 8 files from $OUT
 # and a suite run needs 7: in a call with both, set AB_CSV_DIR=build-ab-logs.
@@ -30,9 +32,11 @@ for side in base new; do
     || { tail -n 40 "$logs/ab-cmake-$side.log"; exit 1; }
 done
 for side in base new; do
-  dir=build-ab-new; [ $side = base ] && dir=build-ab-base-$tag
-  "$dir/src/cli/mlaverify" bench --backend cuda "${args[@]}" --csv "$csvd/ab-$side.csv" \
-    > "$logs/ab-$side.txt" 2>&1 || { cat "$logs/ab-$side.txt"; exit 1; }
+  dir=build-ab-new extra=(); [ $side = base ] && dir=build-ab-base-$tag
+  # shellcheck disable=SC2206
+  [ $side = new ] && extra=(${NEW_ARGS:-})
+  "$dir/src/cli/mlaverify" bench --backend cuda "${args[@]}" "${extra[@]}" \
+    --csv "$csvd/ab-$side.csv" > "$logs/ab-$side.txt" 2>&1 || { cat "$logs/ab-$side.txt"; exit 1; }
 done
 {
   echo "A/B on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1)"
