@@ -126,6 +126,9 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
     }
     const double flops = L.flops, bytes = L.bytes;
     uint64_t seed = o->seed + (uint64_t)index * 1000003u;
+#ifndef MLAV_WITH_CUDA
+    (void)any_gpu; /* GPU backends are refused before this without CUDA */
+#endif
 #ifdef MLAV_WITH_CUDA
     size_t es = mlav_dtype_size(c->dtype);
     mlav_tensors dt = {0};
