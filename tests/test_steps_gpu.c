@@ -245,7 +245,7 @@ static void test_steps_graph_h16_page1_bf16(void **state)
 {
     (void)state;
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 16,
-                             .max_kv_len = 1500};
+                             .max_kv_len = 1000};
     graph_loop(16, 1, MLAV_DTYPE_BF16, &lim);
 }
 
@@ -253,7 +253,7 @@ static void test_steps_graph_h8_page64_f16(void **state)
 {
     (void)state;
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 80, .max_q_len = 40,
-                             .max_kv_len = 4000};
+                             .max_kv_len = 2500};
     graph_loop(8, 64, MLAV_DTYPE_F16, &lim);
 }
 

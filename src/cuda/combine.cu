@@ -18,6 +18,14 @@ constexpr int MAX_COL_BLOCKS = MLAV_COMBINE_MAX_COL_BLOCKS;
 static_assert(MLAV_FLASH_MAX_SPLITS <= 2 * THREADS, "the wide block combine: two splits a thread");
 constexpr int PRELOAD = MLAV_COMBINE_PRELOAD; /* loaded with the lse values */
 
+
+/* The step header of a plan for limits: it sits just before the items in the workspace
+ * (schedule_step.h), so the step instances find it from the params they already have. */
+__device__ __forceinline__ const mlav_step_header *step_header(const mlav_flash_params &p)
+{
+    return reinterpret_cast<const mlav_step_header *>(p.items) - 1;
+}
+
 /* Four fp16 partial values, as the split kernel stores them, in fp32. */
 __device__ __forceinline__ float4 half4_to_float4(uint2 v)
 {
@@ -86,9 +94,14 @@ template <> struct partial<float> {
  * the loop over the splits reads no more than the partial rows. (Earlier versions: a serial chain
  * of dependent loads, then one thread computing all weights serially, each cost more than the
  * split kernel for a lone q_len 1 request.) */
-template <typename T, int SPT>
+/* STEP: the instance of plans for limits, whose grid covers the most row tiles of any step; a
+ * block past the step's combine items (mlav_step_header, just before the items) exits on a read
+ * that every block of an SM shares, instead of on its own item's. */
+template <typename T, int SPT, bool STEP>
 __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
 {
+    if (STEP && (int32_t)blockIdx.x >= __ldg(&step_header(p)->n_combine))
+        return;
     static_assert(THREADS * 4 == DL, "one float4 of columns per thread and column block");
     constexpr int CBS = DL / SCALE_COLS;
     __shared__ float s_w[CBS][SPT * THREADS], s_red[THREADS / 32]; /* [128-column block][split] */
@@ -286,9 +299,11 @@ template <> struct row_io<float> { /* F32 plans: fp32 pieces, unscaled */
  * 10). */
 constexpr int ROW_WARPS = 4; /* 128 threads: ~170 registers each leave room for 3 blocks per SM */
 static_assert(MLAV_COMBINE_ROW_MAX_SPLITS <= 32, "one lane per split for the weights");
-template <typename T>
+template <typename T, bool STEP>
 __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav_flash_params p)
 {
+    if (STEP && (int64_t)blockIdx.x * ROW_WARPS >= (int64_t)__ldg(&step_header(p)->n_combine) * BM)
+        return; /* past the step's rows (see combine_kernel) */
     using io = row_io<T>;
     constexpr int CBS = DL / SCALE_COLS, BATCH = io::BATCH;
     static_assert(SCALE_COLS == 32 * 4, "a warp's pieces span one column block");
@@ -377,30 +392,42 @@ __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav
 } // namespace
 
 /* The block combine's instance for a dtype and kind (MLAV_COMBINE_BLOCKS or _WIDE). */
-static const void *block_combine(mlav_dtype dtype, int kind)
+template <bool STEP> static const void *block_combine_of(mlav_dtype dtype, bool wide)
+{
+    if (dtype == MLAV_DTYPE_BF16)
+        return wide ? reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 2, STEP>)
+                    : reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 1, STEP>);
+    if (dtype == MLAV_DTYPE_F32)
+        return wide ? reinterpret_cast<const void *>(&combine_kernel<float, 2, STEP>)
+                    : reinterpret_cast<const void *>(&combine_kernel<float, 1, STEP>);
+    return wide ? reinterpret_cast<const void *>(&combine_kernel<__half, 2, STEP>)
+                : reinterpret_cast<const void *>(&combine_kernel<__half, 1, STEP>);
+}
+
+/* The block combine's instance for a dtype, a kind and a plan's kind (step: for limits). */
+static const void *block_combine(mlav_dtype dtype, int kind, bool step = false)
 {
     const bool wide = kind == MLAV_COMBINE_BLOCKS_WIDE;
-    if (dtype == MLAV_DTYPE_BF16)
-        return wide ? reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 2>)
-                    : reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 1>);
-    if (dtype == MLAV_DTYPE_F32)
-        return wide ? reinterpret_cast<const void *>(&combine_kernel<float, 2>)
-                    : reinterpret_cast<const void *>(&combine_kernel<float, 1>);
-    return wide ? reinterpret_cast<const void *>(&combine_kernel<__half, 2>)
-                : reinterpret_cast<const void *>(&combine_kernel<__half, 1>);
+    return step ? block_combine_of<true>(dtype, wide) : block_combine_of<false>(dtype, wide);
 }
 
-/* The row combine's instance for a dtype. */
-static const void *row_combine(mlav_dtype dtype)
+template <bool STEP> static const void *row_combine_of(mlav_dtype dtype)
 {
     if (dtype == MLAV_DTYPE_BF16)
-        return reinterpret_cast<const void *>(&combine_rows_kernel<__nv_bfloat16>);
+        return reinterpret_cast<const void *>(&combine_rows_kernel<__nv_bfloat16, STEP>);
     if (dtype == MLAV_DTYPE_F32)
-        return reinterpret_cast<const void *>(&combine_rows_kernel<float>);
-    return reinterpret_cast<const void *>(&combine_rows_kernel<__half>);
+        return reinterpret_cast<const void *>(&combine_rows_kernel<float, STEP>);
+    return reinterpret_cast<const void *>(&combine_rows_kernel<__half, STEP>);
 }
 
-mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream)
+/* The row combine's instance for a dtype and a plan's kind. */
+static const void *row_combine(mlav_dtype dtype, bool step)
+{
+    return step ? row_combine_of<true>(dtype) : row_combine_of<false>(dtype);
+}
+
+mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
+                                cudaStream_t stream)
 {
     /* With p.pdl the combine is a programmatic dependent of the split kernel just launched on
      * this stream: it may start while that kernel's last blocks run, and waits in the kernel
@@ -418,12 +445,12 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, c
         const int64_t rows = (int64_t)fp->n_combine * BM;
         cfg.gridDim = dim3((unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS));
         cfg.blockDim = dim3(ROW_WARPS * 32);
-        kernel = row_combine(dtype);
+        kernel = row_combine(dtype, step != 0);
     } else {
         cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
         cfg.blockDim = dim3(THREADS);
         cfg.dynamicSmemBytes = (size_t)fp->combine_smem; /* reserved, unused: see spread_smem */
-        kernel = block_combine(dtype, fp->combine_kind);
+        kernel = block_combine(dtype, fp->combine_kind, step != 0);
     }
     /* every instance takes the params struct by value as its only argument */
     void *args[1] = {const_cast<mlav_flash_params *>(fp)};
@@ -473,7 +500,9 @@ mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, const mlav_cuda_d
     mlav_status s = MLAV_OK;
     const mlav_dtype dts[3] = {MLAV_DTYPE_BF16, MLAV_DTYPE_F16, MLAV_DTYPE_F32};
     for (int i = 0; i < 3 && s == MLAV_OK; i++)
-        s = mlav_cuda_prepare_kernel(block_combine(dts[i], kind), dyn, dev, "combine");
+        for (int step = 0; step < 2 && s == MLAV_OK; step++)
+            s = mlav_cuda_prepare_kernel(block_combine(dts[i], kind, step != 0), dyn, dev,
+                                         "combine");
     if (s != MLAV_OK)
         return s;
     /* the cap must still hold k blocks per SM, or the grid would take a second wave */

@@ -46,7 +46,9 @@
 /* The most waves beyond the fewest that a plan for limits weighs (schedule_step.h): each one
  * adds sm_count x blocks_per_sm blocks to the fixed split grid, and a block past the step's
  * schedule still costs its dispatch. */
+#ifndef MLAV_FLASH_STEP_MORE_WAVES
 #define MLAV_FLASH_STEP_MORE_WAVES 2
+#endif
 
 /* The device scheduler's parameters (schedule_step.cu): one step's lengths to its schedule. */
 typedef struct mlav_step_sched_params {
@@ -155,6 +157,7 @@ int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device
 mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, const mlav_cuda_device *dev,
                                      int *bytes);
 /* The combine kernel alone (combine.cu). */
-mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, cudaStream_t stream);
+mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
+                                cudaStream_t stream);
 
 #endif

@@ -221,7 +221,8 @@ __device__ long long flash_phase_clk[PHASE_BLOCKS][PHASE_POINTS];
  * (the plan's all_groups); the skipping instance is for plans where none does (every request's
  * H x q_len <= 32), where an idle group would take tensor time from the only working one. */
 /* STEP: the instance of plans for limits, whose fixed grid runs past the step's schedule; a
- * block past it (item b < 0, schedule_step.h) exits. A separate instance because the check alone
+ * block past it exits on the step header's count, a read that every block of an SM shares
+ * (through L1), rather than on its own item, which would be a miss each. A separate instance because the check alone
  * makes ptxas allocate the main loop differently (4 of ~3,300 instructions more, the longest
  * identical run 592 instead of the whole loop, bench/diag/sass_identity.py on sm_90), so plans
  * for one problem keep the code they were measured with. */
@@ -229,8 +230,9 @@ template <typename T, bool ALL_GROUPS, bool STEP>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
     using MTY = mlav::mma_type<T>;
-    if (STEP && p.items[blockIdx.x].b < 0)
-        return;
+    if (STEP && (int32_t)blockIdx.x >=
+                    __ldg(&(reinterpret_cast<const mlav_step_header *>(p.items) - 1)->n_items))
+        return; /* the step header sits just before the items (schedule_step.h) */
     extern __shared__ __align__(16) unsigned char smem[];
     T *sKV = reinterpret_cast<T *>(smem);
     float *sX = reinterpret_cast<float *>(sKV + STAGES * SKV_ELEMS);
@@ -791,6 +793,6 @@ mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, int
         MLAV_CUDA_TRY(cudaGetLastError());
     }
     if (fp->n_combine > 0)
-        return mlav_combine_launch(dtype, fp, stream);
+        return mlav_combine_launch(dtype, fp, step, stream);
     return MLAV_OK;
 }

@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[blockIdx.x];
     if (item.b < 0)
-        return; /* past the schedule of a plan for limits (schedule_step.h) */
+        return; /* past the schedule of a plan for limits (schedule_step.h); the F32 variant is
+                   for exactness, so one check serves both kinds of plan */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = item.b;
     const int q_start = item.q_start, prefix = item.prefix;
