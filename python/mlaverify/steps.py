@@ -51,6 +51,14 @@ def int32_arg(name, value, lo=_I32_MIN, hi=_I32_MAX):
     return iv
 
 
+def _host_lengths(name, x):
+    """A host int32 array of lengths: an int32 C-contiguous numpy array as it is (nothing to
+    check: every value fits), anything else through host_int32 (range-checked, converted)."""
+    if type(x) is np.ndarray and x.dtype == np.int32 and x.flags.c_contiguous:
+        return x
+    return host_int32(name, x)
+
+
 # plan ids for the torch custom op (torch_ops.py): id -> StepPlan, weakly held
 _PLANS = weakref.WeakValueDictionary()
 _IDS = itertools.count(1)
@@ -220,8 +228,8 @@ class StepPlan:
                 check(lib.mlav_plan_update(self._handle(), ctypes.byref(L), self._ws_ptr,
                                            self.workspace_bytes, self._stream()))
             return
-        qi = host_int32("q_indptr", q_indptr)
-        kv = host_int32("kv_lens", kv_lens)
+        qi = _host_lengths("q_indptr", q_indptr)
+        kv = _host_lengths("kv_lens", kv_lens)
         if qi.ndim != 1 or kv.ndim != 1:
             raise invalid("q_indptr and kv_lens must be 1-D, not %s and %s"
                           % (list(qi.shape), list(kv.shape)))
