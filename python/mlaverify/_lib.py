@@ -12,7 +12,7 @@ from the first of:
 4. the system's search path (``ctypes.util.find_library("mlaverify")``, then the plain names,
    which the dynamic loader resolves through ``LD_LIBRARY_PATH`` and ``ldconfig``).
 
-The two structs below must match the header field for field (enums are C ``int``); the tests
+The structs below must match the header field for field (enums are C ``int``); the tests
 check their sizes and offsets against a compiled C program and by round trips through the
 library's validation.
 """
@@ -63,6 +63,26 @@ class MlavTensors(ctypes.Structure):
     ]
 
 
+class MlavLimits(ctypes.Structure):
+    """struct mlav_limits (the most one step of a plan for limits runs)."""
+    _fields_ = [
+        ("max_batch", ctypes.c_int32),
+        ("max_tokens", ctypes.c_int32),
+        ("max_q_len", ctypes.c_int32),
+        ("max_kv_len", ctypes.c_int32),
+    ]
+
+
+class MlavLengths(ctypes.Structure):
+    """struct mlav_lengths (one step's lengths, host or device)."""
+    _fields_ = [
+        ("memory", ctypes.c_int),           # mlav_memory
+        ("batch", ctypes.c_int32),
+        ("q_indptr", ctypes.c_void_p),      # const int32_t * [batch+1]
+        ("kv_lens", ctypes.c_void_p),       # const int32_t * [batch]
+    ]
+
+
 _vp = ctypes.c_void_p
 _i32 = ctypes.c_int32
 _int = ctypes.c_int
@@ -98,6 +118,12 @@ _PROTOTYPES = {
     "mlav_backend_compiled": (_int, [_int]),
     "mlav_cuda_device_count": (_int, []),
     "mlav_cuda_device_describe": (_st, [_int, ctypes.c_char_p, ctypes.c_size_t]),
+    # engine steps (plans for limits)
+    "mlav_plan_create_for_limits": (_st, [_vp, ctypes.POINTER(MlavProblem),
+                                          ctypes.POINTER(MlavLimits), ctypes.POINTER(_vp)]),
+    "mlav_plan_limits": (_st, [_vp, ctypes.POINTER(MlavLimits)]),
+    "mlav_plan_update": (_st, [_vp, ctypes.POINTER(MlavLengths), _vp, ctypes.c_size_t, _vp]),
+    "mlav_plan_step_status": (_st, [_vp, _vp, ctypes.c_size_t, _vp, ctypes.POINTER(_i32)]),
 }
 
 _lock = threading.Lock()

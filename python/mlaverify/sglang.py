@@ -43,6 +43,42 @@ from .api import Plan, Problem, dtype_name
 from .errors import invalid
 
 
+BITPACKED_DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "uint32")
+
+
+def bitpacked_to_words(mask):
+    """SGLang's QLEN_ONLY_BITPACKING mask ([T] uint8 / uint16 / int32 / uint32, bit k = draft
+    node k) as the library's packed [T, 1] words: int32 for torch (device ops only), uint32 for
+    numpy."""
+    dt = str(mask.dtype).replace("torch.", "")
+    bits = {"uint8": 8, "int8": 8, "uint16": 16, "int16": 16}.get(dt, 32)
+    T = mask.shape[0]
+    if is_torch(mask):
+        torch = torch_module()
+        if bits == 32:
+            m = mask if dt == "int32" else mask.view(torch.int32)
+        else:
+            m = mask.to(torch.int32) & ((1 << bits) - 1)
+        return m.reshape(T, 1).contiguous()
+    a = np.asarray(mask)
+    a = a.view({8: np.uint8, 16: np.uint16, 32: np.uint32}[bits])
+    return np.ascontiguousarray(a.astype(np.uint32).reshape(T, 1))
+
+
+def pack_visible_torch(vis, words, shifts=None):
+    """Pack a torch bool [rows, n] visibility mask (n <= 32 * words) into int32 words
+    [rows, words], bit k of word k // 32 = node k; device ops only (capturable). `shifts`: an
+    int64 arange(32) on vis's device, to spare its creation."""
+    torch = torch_module()
+    rows = vis.shape[0]
+    if shifts is None:
+        shifts = torch.arange(32, dtype=torch.int64, device=vis.device)
+    padded = torch.zeros((rows, words * 32), dtype=torch.int64, device=vis.device)
+    padded[:, :vis.shape[1]] = vis.to(torch.int64)
+    w = (padded.view(rows, words, 32) << shifts).sum(-1)
+    return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32)
+
+
 class SGLangVerifier:
     """Verify attention for an engine holding SGLang-style inputs (see the module doc)."""
 
@@ -221,38 +257,22 @@ class SGLangVerifier:
                 return custom_mask if dt == "int32" else custom_mask.view(
                     torch_module().int32)
             return np.ascontiguousarray(custom_mask).view(np.uint32)
-        if len(shape) == 1 and shape[0] == T and dt in ("uint8", "int8", "uint16", "int16",
-                                                         "int32", "uint32"):
+        if len(shape) == 1 and shape[0] == T and dt in BITPACKED_DTYPES:
             if words != 1:
                 raise invalid("a [T] bit-packed mask holds 32 nodes at most; this batch has "
                               "max_q_len %d" % p.max_q_len)
-            bits = {"uint8": 8, "int8": 8, "uint16": 16, "int16": 16}.get(dt, 32)
-            if torch_in:
-                torch = torch_module()
-                if bits == 32:
-                    m = custom_mask if dt == "int32" else custom_mask.view(torch.int32)
-                else:
-                    m = custom_mask.to(torch.int32) & ((1 << bits) - 1)
-                return m.reshape(T, 1).contiguous()
-            a = np.asarray(custom_mask)
-            a = a.view({8: np.uint8, 16: np.uint16, 32: np.uint32}[bits])
-            return np.ascontiguousarray(a.astype(np.uint32).reshape(T, 1))
+            return bitpacked_to_words(custom_mask)
         raise invalid("custom_mask of dtype %s and shape %s is none of SGLang's mask modes "
                       "(bool FULL_MASK / QLEN_ONLY, [T] bit-packed) nor a packed [T, %d] mask"
                       % (dt, list(shape), words))
 
     def _pack(self, vis, torch_in, like):
         p = self._plan.problem
-        T, words = p.num_tokens, p.mask_words
+        words = p.mask_words
         if not torch_in:
             from .tree import pack_mask
             return pack_mask(np.asarray(vis), words=words)
-        torch = torch_module()
-        t = self._tables(like.device)
-        padded = torch.zeros((T, words * 32), dtype=torch.int64, device=like.device)
-        padded[:, :vis.shape[1]] = vis.to(torch.int64)
-        w = (padded.view(T, words, 32) << t["shifts"]).sum(-1)
-        return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32)
+        return pack_visible_torch(vis, words, self._tables(like.device)["shifts"])
 
     # -- run -----------------------------------------------------------------------------------
 

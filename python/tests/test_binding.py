@@ -54,6 +54,7 @@ _LAYOUT_C = r"""
 #define F(s, f) printf("%s.%s %zu %zu\n", #s, #f, offsetof(s, f), sizeof(((s *)0)->f))
 int main(void) {
     printf("mlav_problem %zu\nmlav_tensors %zu\n", sizeof(mlav_problem), sizeof(mlav_tensors));
+    printf("mlav_limits %zu\nmlav_lengths %zu\n", sizeof(mlav_limits), sizeof(mlav_lengths));
     F(mlav_problem, num_heads); F(mlav_problem, d_latent); F(mlav_problem, d_rope);
     F(mlav_problem, softmax_scale); F(mlav_problem, dtype); F(mlav_problem, page_size);
     F(mlav_problem, batch); F(mlav_problem, q_indptr); F(mlav_problem, kv_lens);
@@ -61,6 +62,10 @@ int main(void) {
     F(mlav_tensors, memory); F(mlav_tensors, q); F(mlav_tensors, kv_cache);
     F(mlav_tensors, num_pages); F(mlav_tensors, page_table); F(mlav_tensors, tree_mask);
     F(mlav_tensors, out); F(mlav_tensors, lse);
+    F(mlav_limits, max_batch); F(mlav_limits, max_tokens); F(mlav_limits, max_q_len);
+    F(mlav_limits, max_kv_len);
+    F(mlav_lengths, memory); F(mlav_lengths, batch); F(mlav_lengths, q_indptr);
+    F(mlav_lengths, kv_lens);
     return 0;
 }
 """
@@ -78,7 +83,8 @@ def test_binding_struct_layout_compiled():
                        check=True)
         lines = subprocess.run([exe], check=True, capture_output=True,
                                text=True).stdout.split("\n")
-    structs = {"mlav_problem": _lib.MlavProblem, "mlav_tensors": _lib.MlavTensors}
+    structs = {"mlav_problem": _lib.MlavProblem, "mlav_tensors": _lib.MlavTensors,
+               "mlav_limits": _lib.MlavLimits, "mlav_lengths": _lib.MlavLengths}
     seen = 0
     for line in filter(None, lines):
         parts = line.split()
@@ -89,7 +95,7 @@ def test_binding_struct_layout_compiled():
             desc = getattr(structs[sname], field)
             assert (desc.offset, desc.size) == (int(parts[1]), int(parts[2])), line
             seen += 1
-    assert seen == len(_lib.MlavProblem._fields_) + len(_lib.MlavTensors._fields_)
+    assert seen == sum(len(s._fields_) for s in structs.values())
 
 
 def _problem():

@@ -1,0 +1,575 @@
+"""Engine steps from Python: StepPlan (one plan for limits, new lengths every step), its torch
+op, and the SGLang target-verify backend on it. CPU paths run everywhere (numpy; CPU torch when
+torch imports); the CUDA-graph tests skip without a CUDA build and device."""
+import numpy as np
+import pytest
+
+import mlaverify as mv
+from mlaverify.steps import StepPlan
+from mlav_testutil import make_parents
+
+H, DL, DR = 4, 64, 16
+W = DL + DR
+SCALE = 0.125
+TOL = 1e-5
+
+
+def rel_l2(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _cuda_ready():
+    torch = _torch()
+    return (torch is not None and torch.cuda.is_available() and mv.backend_compiled("cuda")
+            and mv.cuda_device_count() > 0)
+
+
+class Engine:
+    """A toy engine: max_batch slots, each with its own pages; requests arrive, grow by their
+    accepted drafts and finish; every step is a random padded batch of random trees."""
+
+    def __init__(self, rng, *, max_batch, max_tokens, max_q_len, max_kv_len, page_size):
+        self.rng = rng
+        self.B, self.T, self.Q, self.K, self.ps = max_batch, max_tokens, max_q_len, max_kv_len, \
+            page_size
+        self.P = -(-max_kv_len // page_size)
+        npages = max_batch * self.P + 1
+        self.pool = rng.uniform(-1, 1, (npages, page_size, W)).astype(np.float32)
+        perm = rng.permutation(npages).astype(np.int32)
+        self.slot_pages = perm[:max_batch * self.P].reshape(max_batch, self.P)
+        self.prefix = {}  # slot -> prefix length of the request living there
+
+    def step(self):
+        rng = self.rng
+        for s in list(self.prefix):                          # some finish
+            if rng.random() < 0.15:
+                del self.prefix[s]
+        for s in range(self.B):                              # some arrive
+            if s not in self.prefix and rng.random() < 0.3:
+                self.prefix[s] = int(rng.integers(0, self.K // 2))
+        batch = int(rng.integers(1, self.B + 1))
+        live = [s for s in self.prefix if rng.random() < 0.9]
+        rng.shuffle(live)
+        live = live[:batch]
+        entries = live + [None] * (batch - len(live))        # None: padding (q_len 0)
+        rng.shuffle(entries)
+        q_lens, kv_lens, parents, rows, budget = [], [], [], [], self.T
+        for s in entries:
+            if s is None or budget == 0:
+                q_lens.append(0)
+                kv_lens.append(int(rng.integers(0, 3)))
+                rows.append(self.slot_pages[int(rng.integers(0, self.B))])
+                continue
+            room = self.K - self.prefix[s]
+            n = int(rng.integers(1, min(self.Q, budget, room) + 1)) if room > 0 else 0
+            if n == 0:
+                q_lens.append(0)
+                kv_lens.append(0)
+            else:
+                q_lens.append(n)
+                kv_lens.append(self.prefix[s] + n)
+                parents.append(make_parents(rng, n, rng.choice(["chain", "bushy", "random"])))
+                budget -= n
+            rows.append(self.slot_pages[s])
+        for s in live:                                       # accepted drafts join the prefix
+            self.prefix[s] = min(self.prefix[s] + int(rng.integers(1, 4)), self.K - 1)
+        q_indptr = np.zeros(batch + 1, np.int32)
+        q_indptr[1:] = np.cumsum(q_lens)
+        page_table = np.full((self.B, self.P), self.slot_pages[0, 0], np.int32)
+        page_table[:batch] = np.array(rows, np.int32)
+        return dict(batch=batch, q_indptr=q_indptr, kv_lens=np.array(kv_lens, np.int32),
+                    q_lens=np.array(q_lens, np.int32), parents=parents, page_table=page_table)
+
+
+def _step_inputs(eng, st, words, rng):
+    """q and tree mask buffers of the limits' shape: the step's rows, then poison."""
+    T = int(st["q_indptr"][-1])
+    q = np.full((eng.T, H, W), np.nan, np.float32)
+    q[:T] = rng.uniform(-2, 2, (T, H, W))
+    mask = np.full((eng.T, words), 0xFFFFFFFF, np.uint32)
+    if T:
+        keep = st["q_lens"] > 0
+        qi = np.zeros(int(keep.sum()) + 1, np.int32)
+        qi[1:] = np.cumsum(st["q_lens"][keep])
+        mask[:T] = mv.tree_mask_from_parents(np.concatenate(st["parents"]), qi, words=words)
+    return q, mask, T
+
+
+def _reference(eng, st, q, T):
+    """The step's exact problem (padding dropped) on the fp64 oracle backend."""
+    keep = st["q_lens"] > 0
+    qi = np.zeros(int(keep.sum()) + 1, np.int32)
+    qi[1:] = np.cumsum(st["q_lens"][keep])
+    pt = np.ascontiguousarray(st["page_table"][:st["batch"]][keep])
+    mask = mv.tree_mask_from_parents(np.concatenate(st["parents"]), qi)
+    return mv.verify(np.ascontiguousarray(q[:T]), eng.pool, pt, mask, q_indptr=qi,
+                     kv_lens=st["kv_lens"][keep], softmax_scale=SCALE, d_latent=DL,
+                     dtype="f32", backend="reference")
+
+
+def _engine_loop(seed, steps, page_size, as_torch):
+    rng = np.random.default_rng(seed)
+    eng = Engine(rng, max_batch=8, max_tokens=96, max_q_len=40, max_kv_len=160,
+                 page_size=page_size)
+    plan = StepPlan(H, SCALE, "f32", page_size, eng.P, eng.B, eng.T, eng.Q, eng.K,
+                    d_latent=DL, d_rope=DR, backend="cpu")
+    assert plan.limits == dict(max_batch=8, max_tokens=96, max_q_len=40, max_kv_len=160)
+    assert plan.mask_words == 2 and plan.backend == "cpu" and plan.device is None
+    plan.workspace[:] = 0xFF  # poisoned at creation: update must write all it reads
+    conv = (lambda a: a) if not as_torch else (
+        lambda a: _torch().from_numpy(a.view(np.int32) if a.dtype == np.uint32 else a))
+    pool = conv(eng.pool)
+    checked = 0
+    for _ in range(steps):
+        st = eng.step()
+        q, mask, T = _step_inputs(eng, st, plan.mask_words, rng)
+        plan.update(conv(st["q_indptr"]), conv(st["kv_lens"]))
+        assert plan.step_status() == -1
+        out0, lse0 = plan.output_buffers(conv(q))
+        out0[:] = 7.0
+        lse0[:] = 7.0
+        out, lse = plan.run(conv(q), pool, conv(st["page_table"]), conv(mask))
+        assert out is out0 and lse is lse0  # the plan's fixed buffers
+        out, lse = np.asarray(out), np.asarray(lse)
+        assert np.all(out[T:] == 7.0) and np.all(lse[T:] == 7.0), "rows past the step written"
+        if T:
+            ro, rl = _reference(eng, st, q, T)
+            assert rel_l2(out[:T], ro) <= TOL and rel_l2(lse[:T], rl) <= TOL
+            checked += 1
+    assert checked >= steps * 0.8
+    plan.close()
+
+
+def test_steps_engine_loop_numpy(seed):
+    _engine_loop(seed, 200, page_size=4, as_torch=False)
+
+
+def test_steps_engine_loop_torch_cpu(seed):
+    if _torch() is None:
+        pytest.skip("torch is not importable")
+    _engine_loop(seed, 60, page_size=1, as_torch=True)
+
+
+def _small_plan(**kw):
+    args = dict(num_heads=H, softmax_scale=SCALE, dtype="f32", page_size=1, max_pages=32,
+                max_batch=4, max_tokens=16, max_q_len=8, max_kv_len=32, d_latent=DL,
+                d_rope=DR, backend="cpu")
+    args.update(kw)
+    return StepPlan(**args)
+
+
+@pytest.mark.parametrize("q_indptr, kv_lens, batch, words", [
+    ([0, 3, 5], [2, 4], None, "less than q_len"),             # kv_len < q_len
+    ([1, 3, 5], [4, 4], None, "q_indptr[0]"),                 # q_indptr[0] != 0
+    ([0, 9, 10], [9, 4], None, "max_q_len"),                  # q_len > max_q_len
+    ([0, 3, 5], [33, 4], None, "max_kv_len"),                 # kv_len > max_kv_len
+    ([0, 5, 3], [5, 4], None, ""),                            # q_indptr decreases
+    ([0, 8, 16, 17], [8, 8, 1], None, "max_tokens"),          # tokens past max_tokens
+])
+def test_steps_bad_host_lengths_raise_with_the_sentence(q_indptr, kv_lens, batch, words):
+    plan = _small_plan()
+    with pytest.raises(mv.InvalidArgumentError) as e:
+        plan.update(q_indptr, kv_lens, batch=batch)
+    assert e.value.status_name == "MLAV_ERR_INVALID_ARG" and e.value.sentence
+    assert words in e.value.sentence, e.value.sentence
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(q_indptr=[0, 1, 2, 3, 4, 5, 6], kv_lens=[1] * 6), "batch = 6 is outside [0, 4]"),
+    (dict(q_indptr=[0, 1], kv_lens=[1, 1]), "needs q_indptr"),
+    (dict(q_indptr=[0, 1], kv_lens=[1], batch=-1), "batch = -1"),
+    (dict(q_indptr=[0, 1], kv_lens=[1], batch=2**31), "batch = 2147483648"),
+    (dict(q_indptr=[0, 1], kv_lens=[2**31]), "does not fit int32"),
+    (dict(q_indptr=[0.5, 1], kv_lens=[1]), "integers"),
+    (dict(q_indptr=[0, 1], kv_lens=[1], batch=1.5), "must be an integer"),
+])
+def test_steps_binding_checks_lengths_before_ctypes(kw, words):
+    plan = _small_plan()
+    with pytest.raises(ValueError) as e:
+        plan.update(**kw)
+    assert words in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(max_pages=2**31), "max_pages = 2147483648 is outside"),
+    (dict(max_batch=-2**31 - 1), "max_batch"),
+    (dict(num_heads=True), "must be an integer"),
+    (dict(max_tokens=16.0), "must be an integer"),
+    (dict(max_batch=0), "limits.max_batch = 0"),                # the library's sentence
+    (dict(max_q_len=17), "limits.max_q_len = 17"),
+    (dict(max_kv_len=4), "max_kv_len = 4"),
+    (dict(backend="cuda-naive"), ""),
+])
+def test_steps_plan_arguments_checked(kw, words):
+    with pytest.raises((ValueError, mv.MlavError)) as e:
+        _small_plan(**kw)
+    assert words in str(e.value), str(e.value)
+
+
+def test_steps_run_checks_shapes_and_places():
+    plan = _small_plan()
+    plan.update([0, 2], [5])
+    q = np.zeros((16, H, W), np.float32)
+    pool = np.zeros((40, 1, W), np.float32)
+    pt = np.zeros((4, 32), np.int32)
+    out, lse = plan.run(q, pool, pt)                       # causal chain, own buffers
+    assert out.shape == (16, H, DL) and lse.shape == (16, H)
+    with pytest.raises(mv.InvalidArgumentError, match="q has shape"):
+        plan.run(q[:8], pool, pt)
+    with pytest.raises(mv.InvalidArgumentError, match="page_table has shape"):
+        plan.run(q, pool, pt[:2])
+    with pytest.raises(mv.InvalidArgumentError, match="tree_mask has shape"):
+        plan.run(q, pool, pt, np.zeros((16, 2), np.uint32))
+    with pytest.raises(mv.InvalidArgumentError, match="dtype"):
+        plan.run(q.astype(np.float16), pool, pt)
+    with pytest.raises(mv.InvalidArgumentError, match="kv_cache has shape"):
+        plan.run(q, pool.reshape(20, 2, W), pt)
+    with pytest.raises(mv.InvalidArgumentError, match="page_table\\[0\\]"):
+        plan.run(q, pool[:3], pt + 7)                       # the library's page check
+    plan.close()
+    with pytest.raises(mv.InvalidArgumentError, match="closed"):
+        plan.update([0, 1], [1])
+
+
+def test_steps_torch_op_cpu(seed):
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not importable")
+    from mlaverify import torch_ops
+    if not torch_ops.REGISTERED:
+        pytest.skip("mlaverify::verify_step not registered: " + torch_ops.HOW)
+    rng = np.random.default_rng(seed)
+    plan = _small_plan()
+    plan.update([0, 3, 3, 8], [10, 0, 20], batch=3)
+    q = torch.from_numpy(rng.uniform(-1, 1, (16, H, W)).astype(np.float32))
+    pool = torch.from_numpy(rng.uniform(-1, 1, (64, 1, W)).astype(np.float32))
+    pt = torch.from_numpy(rng.integers(0, 64, (4, 32)).astype(np.int32))
+    m = np.zeros((16, 1), np.uint32)
+    m[:8] = mv.tree_mask_from_parents([-1, 0, 0, -1, 0, 1, 2, 3], [0, 3, 8])
+    mask = torch.from_numpy(m.view(np.int32))
+    want_o, want_l = plan.run(q, pool, pt, mask)
+    want_o, want_l = want_o.clone(), want_l.clone()
+    o, l = torch_ops.verify_step(plan, q, pool, pt, mask)
+    assert o is not want_o and torch.equal(o[:8], want_o[:8]) and torch.equal(l[:8], want_l[:8])
+    o2, l2 = torch.ops.mlaverify.verify_step(q, pool, pt, None, plan.id, DL)
+    assert o2.shape == (16, H, DL)
+    mo, ml = torch.ops.mlaverify.verify_step(q.to("meta"), pool.to("meta"), pt.to("meta"),
+                                             mask.to("meta"), plan.id, DL)
+    assert mo.shape == (16, H, DL) and mo.device.type == "meta" and ml.shape == (16, H)
+    assert ml.dtype == torch.float32
+
+
+# -- the SGLang backend on fake SGLang objects ----------------------------------------------------
+
+class FakeMode:
+    def __init__(self, name):
+        self.name = name
+
+    def is_target_verify(self):
+        return self.name == "target_verify"
+
+    def is_decode(self):
+        return self.name == "decode"
+
+
+class FakePool:
+    """MLA token pool: one [rows, 1, W] buffer per layer."""
+
+    def __init__(self, bufs):
+        self.bufs = bufs
+
+    def get_key_buffer(self, layer_id):
+        return self.bufs[layer_id]
+
+    def set_kv_buffer(self, layer, loc, k, v):
+        self.bufs[layer.layer_id][loc] = k.view(-1, 1, W)
+
+    def set_mla_kv_buffer(self, layer, loc, k_nope, k_rope):
+        import torch
+        self.bufs[layer.layer_id][loc] = torch.cat([k_nope.view(-1, 1, DL),
+                                                    k_rope.view(-1, 1, DR)], -1)
+
+
+class Obj:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _sglang_masks(torch, parents, seq, n, mode):
+    vis = [mv.unpack_mask(mv.tree_mask_from_parents(p), n) for p in parents]
+    if mode == "full":
+        rows = [np.concatenate([np.ones((n, s), bool), v], 1).reshape(-1)
+                for s, v in zip(seq, vis)]
+        return torch.from_numpy(np.concatenate(rows))
+    if mode == "qlen":
+        return torch.from_numpy(np.concatenate([v.reshape(-1) for v in vis]))
+    if mode == "bitpacking":
+        bits = np.concatenate([(v * (1 << np.arange(n))).sum(1) for v in vis])
+        return torch.from_numpy(bits.astype(np.uint8 if n <= 8 else np.int32))
+    if mode == "packed":
+        qi = np.arange(len(parents) + 1, dtype=np.int32) * n
+        return torch.from_numpy(mv.tree_mask_from_parents(np.concatenate(parents), qi)
+                                .view(np.int32))
+    return None
+
+
+@pytest.mark.parametrize("mode", ["full", "qlen", "bitpacking", "packed", None])
+def test_sglang_backend_cpu(seed, mode):
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not importable")
+    from mlaverify.sglang_backend import MlaVerifyAttnBackend
+    rng = np.random.default_rng(seed)
+    n, max_bs, ctx_len, layers, rows = 6, 5, 48, 2, 400
+    perm = rng.permutation(rows)[:8 * ctx_len].reshape(8, ctx_len).astype(np.int32)
+    req_to_token = torch.from_numpy(perm)
+    bufs = [torch.from_numpy(rng.uniform(-1, 1, (rows, 1, W)).astype(np.float32))
+            for _ in range(layers)]
+    pool = FakePool(bufs)
+    for custom_op in (False, True):
+        be = MlaVerifyAttnBackend(H, SCALE, n, req_to_token, d_latent=DL, d_rope=DR,
+                                  dtype="f32", device="cpu", custom_op=custom_op,
+                                  mask_mode=mode if mode in ("full", "qlen") and custom_op
+                                  else "auto")
+        be.init_cuda_graph_state(max_bs, max_bs * n)
+        assert be.plan.limits["max_tokens"] == max_bs * n
+        be.plan.workspace[:] = 0xFF
+        for step in range(6):
+            real = int(rng.integers(1, max_bs + 1))
+            rpi = rng.choice(8, real, replace=False)
+            seq = rng.integers(0, ctx_len - n + 1, real)
+            parents = [make_parents(rng, n, "random") for _ in range(real)]
+            mask = _sglang_masks(torch, parents, seq, n, mode)
+            spec = Obj(custom_mask=mask, draft_token_num=n)
+            loc = torch.from_numpy(np.concatenate([perm[r, s:s + n] for r, s in zip(rpi, seq)])
+                                   .astype(np.int64))
+            graph = step % 2 == 0  # the replay hook with a padded batch, else the eager path
+            bs = max_bs if graph else real
+            rpi_t = torch.zeros(bs, dtype=torch.int64)
+            rpi_t[:real] = torch.from_numpy(rpi)
+            seq_t = torch.full((bs,), be.get_cuda_graph_seq_len_fill_value(), dtype=torch.int64)
+            seq_t[:real] = torch.from_numpy(seq)
+            fb = Obj(forward_mode=FakeMode("target_verify"), batch_size=bs,
+                     req_pool_indices=rpi_t, seq_lens=seq_t, out_cache_loc=loc,
+                     token_to_kv_pool=pool, spec_info=spec)
+            if graph:
+                be.init_forward_metadata_replay_cuda_graph(bs, rpi_t, seq_t, int(seq_t.sum()),
+                                                           None, fb.forward_mode, spec,
+                                                           seq_t.clone())
+            else:
+                be.init_forward_metadata(fb)
+            T = bs * n
+            for li in range(layers):
+                layer = Obj(layer_id=li, tp_q_head_num=H)
+                qx = torch.from_numpy(rng.uniform(-2, 2, (T, H * W)).astype(np.float32))
+                k = torch.from_numpy(rng.uniform(-1, 1, (real * n, 1, W)).astype(np.float32))
+                if li == 0:
+                    o = be.forward(qx, k, None, layer, fb)
+                else:  # q_nope / q_rope and k_nope / k_rope given apart
+                    q3 = qx.view(T, H, W)
+                    o = be.forward(q3[..., :DL].contiguous(), k[..., :DL].contiguous(), None,
+                                   layer, fb, q_rope=q3[..., DL:].contiguous(),
+                                   k_rope=k[..., DL:].contiguous())
+                assert o.shape == (T, H * DL)
+                # the expectation: the real requests' exact problem on the oracle
+                qi = np.arange(real + 1, dtype=np.int32) * n
+                kv = (seq + n).astype(np.int32)
+                pt = np.ascontiguousarray(perm[rpi, :ctx_len])
+                tm = mv.tree_mask_from_parents(np.concatenate(parents), qi) \
+                    if mode is not None else None
+                ro, _ = mv.verify(qx.numpy()[:real * n].reshape(-1, H, W), bufs[li].numpy(),
+                                  pt, tm, q_indptr=qi, kv_lens=kv, softmax_scale=SCALE,
+                                  d_latent=DL, dtype="f32", backend="reference")
+                assert rel_l2(o.numpy()[:real * n].reshape(-1, H, DL), ro) <= TOL, \
+                    (mode, custom_op, step, li)
+        be.close()
+
+
+def test_sglang_backend_refuses_other_modes():
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not importable")
+    from mlaverify.sglang_backend import MlaVerifyAttnBackend
+    be = MlaVerifyAttnBackend(H, SCALE, 2, torch.zeros((2, 8), dtype=torch.int32), max_batch=2,
+                              d_latent=DL, d_rope=DR, dtype="f32", device="cpu")
+    with pytest.raises(mv.UnsupportedError, match="target verify"):
+        be.init_forward_metadata_capture_cuda_graph(1, 2, torch.zeros(1, dtype=torch.int64),
+                                                    torch.ones(1), None, FakeMode("decode"),
+                                                    None)
+    with pytest.raises(mv.InvalidArgumentError, match="max_batch"):
+        be.init_forward_metadata(Obj(batch_size=3, req_pool_indices=torch.zeros(3),
+                                     seq_lens=torch.ones(3), spec_info=None,
+                                     forward_mode=FakeMode("target_verify")))
+    with pytest.raises(ValueError, match="max_kv_len"):
+        MlaVerifyAttnBackend(H, SCALE, 2, torch.zeros((2, 8), dtype=torch.int32),
+                             max_kv_len=9, device="cpu")
+
+
+# -- CUDA: one graph of update (device lengths) + runs, replayed every step -----------------------
+
+@pytest.mark.skipif(not _cuda_ready(), reason="needs torch with CUDA, a CUDA build and a device")
+def test_steps_cuda_graph_update_and_layers(seed):
+    import torch
+    rng = np.random.default_rng(seed)
+    Hc, Dl, Dr, layers = 8, 512, 64, 3
+    Wc = Dl + Dr
+    eng = Engine(rng, max_batch=8, max_tokens=96, max_q_len=16, max_kv_len=256, page_size=1)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    plan = StepPlan(Hc, SCALE, "bf16", 1, eng.P, eng.B, eng.T, eng.Q, eng.K, d_latent=Dl,
+                    d_rope=Dr, backend="cuda", device=dev)
+    assert plan.workspace_memory == "device" and plan.device == dev.index
+    plan.workspace.fill_(0xFF)
+    pools = [torch.from_numpy(rng.uniform(-1, 1, (eng.pool.shape[0], 1, Wc)).astype(np.float32))
+             .to(torch.bfloat16) for _ in range(layers)]
+    pools_d = [p.to(dev) for p in pools]
+    qi = torch.zeros(eng.B + 1, dtype=torch.int32, device=dev)
+    kvl = torch.zeros(eng.B, dtype=torch.int32, device=dev)
+    pt = torch.zeros((eng.B, eng.P), dtype=torch.int32, device=dev)
+    mask = torch.zeros((eng.T, plan.mask_words), dtype=torch.int32, device=dev)
+    qs = [torch.zeros((eng.T, Hc, Wc), dtype=torch.bfloat16, device=dev) for _ in range(layers)]
+    outs = [torch.zeros((eng.T, Hc, Dl), dtype=torch.bfloat16, device=dev)
+            for _ in range(layers)]
+    lses = [torch.zeros((eng.T, Hc), dtype=torch.float32, device=dev) for _ in range(layers)]
+
+    def load(st):
+        B = st["batch"]
+        qi.zero_()
+        kvl.zero_()
+        qi[:B + 1].copy_(torch.from_numpy(st["q_indptr"]))
+        qi[B + 1:] = int(st["q_indptr"][-1])
+        kvl[:B].copy_(torch.from_numpy(st["kv_lens"]))
+        pt.copy_(torch.from_numpy(st["page_table"]))
+        q_np = []
+        for li in range(layers):
+            q, m, T = _step_inputs(eng, st, plan.mask_words, rng)
+            q[T:] = 0
+            qb = torch.from_numpy(q).to(torch.bfloat16)
+            qs[li].copy_(qb)
+            q_np.append(qb)
+        mask.copy_(torch.from_numpy(m.view(np.int32)))
+        return q_np, T
+
+    def body():
+        plan.update(qi, kvl, batch=eng.B)  # a fixed batch: the steps pad with q_len 0
+        for li in range(layers):
+            plan.run(qs[li], pools_d[li], pt, mask, out=outs[li], lse=lses[li])
+
+    def padded(st):
+        B = st["batch"]
+        for k in ("q_lens", "kv_lens"):
+            st[k] = np.concatenate([st[k], np.zeros(eng.B - B, np.int32)])
+        st["q_indptr"] = np.concatenate([st["q_indptr"],
+                                         np.full(eng.B - B, st["q_indptr"][-1], np.int32)])
+        st["batch"] = eng.B
+        return st
+
+    st = padded(eng.step())
+    load(st)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        body()  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    for _ in range(30):
+        st = padded(eng.step())
+        q_np, T = load(st)
+        g.replay()
+        torch.cuda.synchronize()
+        assert plan.step_status() == -1
+        if not T:
+            continue
+        keep = st["q_lens"] > 0
+        qix = np.zeros(int(keep.sum()) + 1, np.int32)
+        qix[1:] = np.cumsum(st["q_lens"][keep])
+        ptx = torch.from_numpy(np.ascontiguousarray(st["page_table"][keep]))
+        tm = torch.from_numpy(mv.tree_mask_from_parents(np.concatenate(st["parents"]), qix)
+                              .view(np.int32))
+        for li in range(layers):
+            ro, rl = mv.verify(q_np[li][:T].contiguous(), pools[li], ptx, tm, q_indptr=qix,
+                               kv_lens=st["kv_lens"][keep], softmax_scale=SCALE, d_latent=Dl,
+                               backend="reference")
+            assert rel_l2(outs[li][:T].float().cpu().numpy(), ro.float().numpy()) <= 1e-2
+            assert rel_l2(lses[li][:T].cpu().numpy(), rl.numpy()) <= 1e-3
+    # a refused request (kv_len < q_len) is skipped and reported after the step
+    qi.fill_(1)
+    qi[0] = 0
+    kvl.zero_()  # request 0: q_len 1, kv_len 0
+    g.replay()
+    torch.cuda.synchronize()
+    with pytest.raises(mv.InvalidArgumentError):
+        plan.step_status()
+    del g
+    plan.close()
+
+
+@pytest.mark.skipif(not _cuda_ready(), reason="needs torch with CUDA, a CUDA build and a device")
+def test_sglang_backend_cuda_graph(seed):
+    import torch
+    from mlaverify.sglang_backend import MlaVerifyAttnBackend
+    rng = np.random.default_rng(seed)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    Hc, Dl, Dr, n, max_bs, ctx_len, rows = 8, 512, 64, 4, 4, 64, 1024
+    Wc = Dl + Dr
+    perm = rng.permutation(rows)[:8 * ctx_len].reshape(8, ctx_len).astype(np.int32)
+    req_to_token = torch.from_numpy(perm).to(dev)
+    pool_cpu = torch.from_numpy(rng.uniform(-1, 1, (rows, 1, Wc)).astype(np.float32)) \
+        .to(torch.bfloat16)
+    pool = FakePool([pool_cpu.to(dev)])
+    be = MlaVerifyAttnBackend(Hc, SCALE, n, req_to_token, d_latent=Dl, d_rope=Dr, dtype="bf16",
+                              backend="cuda")
+    be.init_cuda_graph_state(max_bs, max_bs * n)
+    rpi = torch.zeros(max_bs, dtype=torch.int64, device=dev)
+    seq = torch.ones(max_bs, dtype=torch.int64, device=dev)
+    qx = torch.zeros((max_bs * n, Hc * Wc), dtype=torch.bfloat16, device=dev)
+    mask = torch.zeros(max_bs * n * n, dtype=torch.bool, device=dev)  # QLEN_ONLY, fixed size
+    spec = Obj(custom_mask=mask, draft_token_num=n)
+    fb = Obj(forward_mode=FakeMode("target_verify"), batch_size=max_bs, req_pool_indices=rpi,
+             seq_lens=seq, out_cache_loc=None, token_to_kv_pool=pool, spec_info=spec)
+    layer = Obj(layer_id=0, tp_q_head_num=Hc)
+    be.init_forward_metadata_capture_cuda_graph(max_bs, max_bs * n, rpi, seq, None,
+                                                fb.forward_mode, spec)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        be.forward(qx, None, None, layer, fb, save_kv_cache=False)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        o = be.forward(qx, None, None, layer, fb, save_kv_cache=False)
+    for _ in range(10):
+        r = rng.choice(8, max_bs, replace=False)
+        sl = rng.integers(0, ctx_len - n + 1, max_bs)
+        parents = [make_parents(rng, n, "random") for _ in range(max_bs)]
+        rpi.copy_(torch.from_numpy(r))
+        seq.copy_(torch.from_numpy(sl))
+        mask.copy_(_sglang_masks(torch, parents, sl, n, "qlen"))
+        qh = torch.from_numpy(rng.uniform(-2, 2, (max_bs * n, Hc * Wc)).astype(np.float32)) \
+            .to(torch.bfloat16)
+        qx.copy_(qh)
+        be.init_forward_metadata_replay_cuda_graph(max_bs, rpi, seq, int(sl.sum()), None,
+                                                   fb.forward_mode, spec, None)
+        g.replay()
+        torch.cuda.synchronize()
+        qi = np.arange(max_bs + 1, dtype=np.int32) * n
+        tm = torch.from_numpy(mv.tree_mask_from_parents(np.concatenate(parents), qi)
+                              .view(np.int32))
+        ro, _ = mv.verify(qh.view(-1, Hc, Wc), pool_cpu,
+                          torch.from_numpy(np.ascontiguousarray(perm[r])), tm, q_indptr=qi,
+                          kv_lens=(sl + n).astype(np.int32), softmax_scale=SCALE, d_latent=Dl,
+                          backend="reference")
+        assert rel_l2(o.float().cpu().numpy().reshape(-1, Hc, Dl), ro.float().numpy()) <= 1e-2
+    be.plan.step_status()
+    del g
+    be.close()
