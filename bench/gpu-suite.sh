@@ -144,7 +144,8 @@ fi
 
 # ---- tests ---------------------------------------------------------------------------------------
 if ok build; then
-  step ctest 200 "$OUT/ctest.log" "cd '$build' && ctest --output-on-failure"
+  # test_steps_gpu runs in its own step below (graph-steps)
+  step ctest 200 "$OUT/ctest.log" "cd '$build' && ctest --output-on-failure -E test_steps_gpu"
 else
   skip ctest "no build"
 fi
@@ -155,6 +156,14 @@ if ok build && [ -x "$steps_test" ]; then
   step graph-steps 120 "$OUT/ctest.log" "'$steps_test'"
 else
   skip graph-steps "no $steps_test"
+fi
+
+# ---- the Python binding on the GPU: torch CUDA tensors, graphs of StepPlan and the SGLang backend -
+if ok build && python3 -c "import torch, numpy; assert torch.cuda.is_available()" 2>/dev/null; then
+  step python-cuda 120 "$OUT/ctest.log" \
+    "MLAVERIFY_LIBRARY='$lib' PYTHONPATH='$root/python' python3 -m pytest -q -p no:cacheprovider '$root/python/tests'"
+else
+  skip python-cuda "no build, or no torch with CUDA"
 fi
 
 # ---- golden bundles on both CUDA backends ----------------------------------------------------------
@@ -231,6 +240,12 @@ else
   export gpu_test streams_test
   step memcheck 180 "$OUT/sanitizer.log" \
     "compute-sanitizer --tool memcheck --error-exitcode 99 '$gpu_test'"
+  # the cross-backend grid (test_backends: every case on cuda and cuda-naive, device and host
+  # tensors) under memcheck
+  if [ -x "$build/tests/test_backends" ]; then
+    step memcheck-backends 150 "$OUT/sanitizer.log" \
+      "MLAV_TEST_FILTER='*cuda*' compute-sanitizer --tool memcheck --error-exitcode 99 '$build/tests/test_backends'"
+  fi
   # the engine-step graphs (device scheduler, fixed grids past the schedule) under memcheck, on
   # fewer steps: the sanitizer runs each replay many times slower
   if [ -x "$steps_test" ]; then

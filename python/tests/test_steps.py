@@ -90,11 +90,11 @@ class Engine:
                     q_lens=np.array(q_lens, np.int32), parents=parents, page_table=page_table)
 
 
-def _step_inputs(eng, st, words, rng):
+def _step_inputs(eng, st, words, rng, heads=H, width=W):
     """q and tree mask buffers of the limits' shape: the step's rows, then poison."""
     T = int(st["q_indptr"][-1])
-    q = np.full((eng.T, H, W), np.nan, np.float32)
-    q[:T] = rng.uniform(-2, 2, (T, H, W))
+    q = np.full((eng.T, heads, width), np.nan, np.float32)
+    q[:T] = rng.uniform(-2, 2, (T, heads, width))
     mask = np.full((eng.T, words), 0xFFFFFFFF, np.uint32)
     if T:
         keep = st["q_lens"] > 0
@@ -450,7 +450,7 @@ def test_steps_cuda_graph_update_and_layers(seed):
         pt.copy_(torch.from_numpy(st["page_table"]))
         q_np = []
         for li in range(layers):
-            q, m, T = _step_inputs(eng, st, plan.mask_words, rng)
+            q, m, T = _step_inputs(eng, st, plan.mask_words, rng, Hc, Wc)
             q[T:] = 0
             qb = torch.from_numpy(q).to(torch.bfloat16)
             qs[li].copy_(qb)
@@ -497,11 +497,12 @@ def test_steps_cuda_graph_update_and_layers(seed):
         tm = torch.from_numpy(mv.tree_mask_from_parents(np.concatenate(st["parents"]), qix)
                               .view(np.int32))
         for li in range(layers):
-            ro, rl = mv.verify(q_np[li][:T].contiguous(), pools[li], ptx, tm, q_indptr=qix,
-                               kv_lens=st["kv_lens"][keep], softmax_scale=SCALE, d_latent=Dl,
-                               backend="reference")
-            assert rel_l2(outs[li][:T].float().cpu().numpy(), ro.float().numpy()) <= 1e-2
-            assert rel_l2(lses[li][:T].cpu().numpy(), rl.numpy()) <= 1e-3
+            # the fp64 oracle on the BF16 inputs' exact values (f32 holds every BF16 value)
+            ro, rl = mv.verify(q_np[li][:T].float().contiguous(), pools[li].float(), ptx, tm,
+                               q_indptr=qix, kv_lens=st["kv_lens"][keep], softmax_scale=SCALE,
+                               d_latent=Dl, dtype="f32", backend="reference")
+            assert rel_l2(outs[li][:T].float().cpu().numpy(), ro.numpy()) <= 5e-3
+            assert np.max(np.abs(lses[li][:T].cpu().numpy() - rl.numpy())) <= 1e-3
     # a refused request (kv_len < q_len) is skipped and reported after the step
     qi.fill_(1)
     qi[0] = 0
@@ -565,11 +566,11 @@ def test_sglang_backend_cuda_graph(seed):
         qi = np.arange(max_bs + 1, dtype=np.int32) * n
         tm = torch.from_numpy(mv.tree_mask_from_parents(np.concatenate(parents), qi)
                               .view(np.int32))
-        ro, _ = mv.verify(qh.view(-1, Hc, Wc), pool_cpu,
+        ro, _ = mv.verify(qh.view(-1, Hc, Wc).float(), pool_cpu.float(),
                           torch.from_numpy(np.ascontiguousarray(perm[r])), tm, q_indptr=qi,
                           kv_lens=(sl + n).astype(np.int32), softmax_scale=SCALE, d_latent=Dl,
-                          backend="reference")
-        assert rel_l2(o.float().cpu().numpy().reshape(-1, Hc, Dl), ro.float().numpy()) <= 1e-2
+                          dtype="f32", backend="reference")
+        assert rel_l2(o.float().cpu().numpy().reshape(-1, Hc, Dl), ro.numpy()) <= 5e-3
     be.plan.step_status()
     del g
     be.close()

@@ -6,10 +6,13 @@
  * The rule is the exact-length plan's search (schedule.c) with a model that needs no block-by-
  * block dispatch: the fewest whole waves of the shortest splits, splits of twice and four times
  * that chunk, and up to more_waves more waves of shorter ones, each weighed by
- *   max(block_cost + longest block, waves x (block_cost + mean block)) + split_cost x most splits
- * which is the dispatch model's time wherever a step's blocks are of one length (one request, or
- * a batch of equal ones) and a wave-by-wave estimate elsewhere. It is cheap enough for one
- * thread block to evaluate in a few microseconds. */
+ *   (waves - 1) x (block_cost + mean block) + block_cost + longest block + split_cost x most
+ * splits: every wave but the last at the mean, the last at the longest block. That is the
+ * dispatch model's time wherever a step's blocks are of one length (one request, or a batch of
+ * equal ones), and keeps the tail of a batch of mixed lengths in view (on the production
+ * preset's batches of 16 and 32 requests, prefixes spread 0.5, the schedules it picks model
+ * within 1.3% of the exact plan's; weighing the waves at the mean alone, 4-24% over). It needs
+ * sums and maxima over the requests only, so one thread block evaluates it in parallel. */
 #ifndef MLAV_COMMON_SCHEDULE_STEP_H
 #define MLAV_COMMON_SCHEDULE_STEP_H
 
@@ -102,9 +105,10 @@ MLAV_HD int64_t mlav_step_model(const mlav_step_eval *e, int64_t work, int32_t t
     if (e->blocks == 0)
         return 0;
     const int64_t waves = mlav_step_ceil_div(e->blocks, target_blocks);
-    const int64_t spread = waves * (block_cost + work / e->blocks);
-    const int64_t one = block_cost + e->longest;
-    return (spread > one ? spread : one) + (int64_t)split_cost * e->most;
+    /* every wave but the last at the mean block, the last at the longest one (the dispatch
+     * model's time when the blocks are of one length) */
+    const int64_t t = (waves - 1) * (block_cost + work / e->blocks) + block_cost + e->longest;
+    return t + (int64_t)split_cost * e->most;
 }
 
 /* Whether a request's lengths fit a plan's limits (q_len 0 always does: it is skipped). */

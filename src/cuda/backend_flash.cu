@@ -310,7 +310,14 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
     mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_STEP_MORE_WAVES, &st->cfg);
     if (s != MLAV_OK)
         return s;
+    /* the waves weighed: from the limits' row tiles (the bound with no more waves) */
+    st->cfg.sp.more_waves = 0;
+    const int64_t tiles = mlav_step_bounds_of(shape->H, lim, &st->cfg.sp).max_tiles;
+    st->cfg.sp.more_waves = mlav_flash_step_more_waves(tiles, st->cfg.sp.target_blocks);
     st->bd = mlav_step_bounds_of(shape->H, lim, &st->cfg.sp);
+    s = mlav_step_schedule_prepare();
+    if (s != MLAV_OK)
+        return s;
     /* the most splits a request within the limits can take */
     int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);
     if (most > st->cfg.sp.max_splits)

@@ -45,10 +45,18 @@
 
 /* The most waves beyond the fewest that a plan for limits weighs (schedule_step.h): each one
  * adds sm_count x blocks_per_sm blocks to the fixed split grid, and a block past the step's
- * schedule still costs its dispatch. */
+ * schedule still costs its dispatch. More waves pay where the limits' row tiles fill the SMs
+ * already (a batch of 32 x H 16 x q_len 16 at prefixes 16k-49k: 4 more model 1.013 of the
+ * exact plan, 2 more 1.090; alone, the lengths' longest block decides); otherwise two. */
 #ifndef MLAV_FLASH_STEP_MORE_WAVES
-#define MLAV_FLASH_STEP_MORE_WAVES 2
+#define MLAV_FLASH_STEP_MORE_WAVES 4
 #endif
+#define MLAV_FLASH_STEP_MORE_WAVES_FEW 2
+static inline int mlav_flash_step_more_waves(int64_t max_tiles, int target_blocks)
+{
+    return max_tiles >= target_blocks ? MLAV_FLASH_STEP_MORE_WAVES
+                                      : MLAV_FLASH_STEP_MORE_WAVES_FEW;
+}
 
 /* The device scheduler's parameters (schedule_step.cu): one step's lengths to its schedule. */
 typedef struct mlav_step_sched_params {
@@ -63,6 +71,8 @@ typedef struct mlav_step_sched_params {
     mlav_combine_item *combine;  /* [bd.max_combine] */
 } mlav_step_sched_params;
 
+/* Set the device scheduler's attributes once per plan (its carveout: see schedule_step.cu). */
+mlav_status mlav_step_schedule_prepare(void);
 /* Launch the device scheduler (one block) on `stream`. */
 mlav_status mlav_step_schedule_launch(const mlav_step_sched_params *p, cudaStream_t stream);
 
