@@ -7,7 +7,7 @@
  * docs/PERFORMANCE.md#schedule, session 13: the model's ratios at the batched points matched the H200 within
  * ~1% (0.914 measured at 16 x (H 64, q_len 9), prefix 8192, against 0.913 modelled).
  *   cc -O2 -std=c11 -Iinclude -o schedule_choices bench/diag/schedule_choices.c \
- *      src/common/schedule.c src/dispatch/error.c
+ *      src/common/schedule.c src/core/error.c
  *   ./schedule_choices [MW ...]            (default: 2 8; 2 is the plan before session 13) */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */

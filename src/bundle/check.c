@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../common/dtype.h"
-#include "../dispatch/backend.h"
+#include "../core/problem.h"
 #include "readout.h"
 
 /* Canary bytes on both sides of out and lse: a backend that writes past them fails. */

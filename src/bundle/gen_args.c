@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dispatch/backend.h"
+#include "../core/problem.h"
 #include "gen.h"
 
 static const char usage_text[] =

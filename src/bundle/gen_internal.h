@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../dispatch/backend.h"
+#include "../core/problem.h"
 #include "bundle.h"
 #include "gen.h"
 

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "../dispatch/backend.h"
+#include "../core/problem.h"
 
 static const struct {
     const char *name;

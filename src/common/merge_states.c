@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../dispatch/backend.h"
+#include "../core/problem.h"
 #include "merge.h"
 
 #define MLAV_MERGE_MAX_STATES 4096

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "../dispatch/backend.h"
+#include "../core/problem.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
 /* Draft-tree helpers: the mask from a parent array, and greedy acceptance. */
 #include <string.h>
 
-#include "../dispatch/backend.h"
+#include "../core/problem.h"
 
 int32_t mlav_tree_mask_words(int32_t max_q_len)
 {

@@ -7,6 +7,8 @@
 #include "../common/dtype.h"
 #include "oracle.h"
 
+#include "../dispatch/backend.h" /* the reference backend's table */
+
 /* Keys scored at once: the oracle makes an online softmax over blocks of this many keys, so
  * its memory is O(block + W) doubles per thread whatever kv_len is (a two-pass softmax over a
  * kv_len-long score row took 16 GiB per thread at kv_len INT32_MAX). */

@@ -3,7 +3,7 @@
 #define MLAV_CPU_ORACLE_H
 
 #include "../common/visibility.h"
-#include "../dispatch/backend.h"
+#include "../core/problem.h"
 
 #ifdef __cplusplus
 extern "C" {

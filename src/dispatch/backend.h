@@ -1,4 +1,5 @@
-/* The backend table: what every backend implements, and what dispatch knows of it.
+/* The backend table: what every backend implements, and what dispatch knows of it. The
+ * validated problem and the error sentence it uses are the core floor's (src/core/problem.h).
  * Dispatch validates every input before a backend sees it, so backends may assume a valid
  * problem (mlav_problem_info) and valid tensors, and only check what is theirs to know
  * (dims they support, residency, alignment, workspace). */
@@ -9,29 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/problem.h"
 #include "mlaverify.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* A validated problem, owned by the plan: the host arrays are copied and the derived lengths
- * computed once, so backends never recompute them. */
-typedef struct mlav_problem_info {
-    int32_t H, Dl, Dr, W;      /* heads, latent dim, rope dim, W = Dl + Dr (row width) */
-    float scale;               /* softmax scale */
-    mlav_dtype dtype;
-    int32_t page_size;
-    int32_t B;                 /* requests */
-    int32_t max_pages;         /* page_table row stride */
-    int32_t T;                 /* total query tokens, q_indptr[B] */
-    int32_t max_q_len;
-    int32_t mask_words;        /* ceil(max_q_len / 32), at least 1 */
-    int64_t max_kv_len;
-    int64_t total_kv;          /* sum of kv_len */
-    int32_t *q_indptr;         /* [B+1], copied */
-    int32_t *kv_lens;          /* [B], copied */
-} mlav_problem_info;
 
 typedef struct mlav_backend_ops {
     const char *name;                  /* as in mlav_backend_name() */
@@ -85,26 +69,6 @@ extern const mlav_backend_ops mlav_backend_cuda_naive_ops;
 
 /* The ops of a compiled-in backend, or NULL. */
 const mlav_backend_ops *mlav_backend_lookup(mlav_backend id);
-
-/* Per-thread error sentence (error.c). mlav_set_error returns `s` so that a failure is one
- * line: `return mlav_set_error(MLAV_ERR_INVALID_ARG, "kv_lens[%d] = %d < q_len %d", ...);` */
-mlav_status mlav_set_error(mlav_status s, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-/* The current thread's error sentence. */
-const char *mlav_get_error(void);
-
-/* Row count of request b, and its prefix length. */
-static inline int32_t mlav_info_q_len(const mlav_problem_info *p, int32_t b)
-{
-    return p->q_indptr[b + 1] - p->q_indptr[b];
-}
-static inline int32_t mlav_info_prefix(const mlav_problem_info *p, int32_t b)
-{
-    return p->kv_lens[b] - mlav_info_q_len(p, b);
-}
 
 #ifdef __cplusplus
 }

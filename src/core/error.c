@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "backend.h"
+#include "problem.h"
 
 static _Thread_local char last_error[1024];
 
