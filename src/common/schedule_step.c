@@ -38,14 +38,20 @@ static mlav_step_eval eval_at(int32_t batch, const int64_t *tiles, const int32_t
     return e;
 }
 
-/* The smallest chunk (a key_align multiple in [min_chunk, max_kv]) whose blocks fit `cap`. */
+/* The smallest chunk (a key_align multiple in [min_chunk, max_kv]) whose blocks fit `cap`.
+ * `*top` (in key_align units) bounds the search from above and gets the answer: a larger cap's
+ * answer is never above a smaller one's, so the searches for more waves start below the last
+ * (the same answers as searching the whole range, as the device scheduler does). */
 static int64_t chunk_for_cap(int32_t batch, const int64_t *tiles, const int32_t *kv_lens,
-                             int64_t max_kv, int64_t cap, const mlav_schedule_params *sp)
+                             int64_t max_kv, int64_t cap, const mlav_schedule_params *sp,
+                             int64_t *top)
 {
     const int64_t ka = sp->key_align;
     int64_t lo = mlav_step_ceil_div(sp->min_chunk, ka), hi = mlav_step_ceil_div(max_kv, ka);
     if (hi < lo)
         hi = lo;
+    if (*top >= lo && *top < hi)
+        hi = *top;
     while (lo < hi) {
         const int64_t mid = lo + (hi - lo) / 2;
         if (eval_at(batch, tiles, kv_lens, mid * ka, sp).blocks <= cap)
@@ -53,6 +59,7 @@ static int64_t chunk_for_cap(int32_t batch, const int64_t *tiles, const int32_t 
         else
             lo = mid + 1;
     }
+    *top = lo;
     int64_t chunk = lo * ka;
     if (chunk > INT32_MAX)
         chunk = (INT32_MAX / ka) * ka;
@@ -97,14 +104,15 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
     if (all_tiles > 0) {
         const int64_t S = sp->target_blocks;
         const int64_t cap0 = mlav_step_ceil_div(all_tiles, S) * S;
-        const int64_t chunk0 = chunk_for_cap(batch, tiles, kv_lens, max_kv, cap0, sp);
+        int64_t top = -1;
+        const int64_t chunk0 = chunk_for_cap(batch, tiles, kv_lens, max_kv, cap0, sp, &top);
         int64_t cands[2 + 1 + 64], n = 0, last = chunk0;
         cands[n++] = chunk0;
         for (int k = 1; k <= 2; k++)
             if ((chunk0 << k) <= INT32_MAX)
                 cands[n++] = chunk0 << k;
         for (int32_t k = 1; k <= sp->more_waves && k <= 64; k++) {
-            const int64_t c = chunk_for_cap(batch, tiles, kv_lens, max_kv, cap0 + k * S, sp);
+            const int64_t c = chunk_for_cap(batch, tiles, kv_lens, max_kv, cap0 + k * S, sp, &top);
             if (c >= last)
                 continue; /* no shorter split fits this many waves */
             last = c;
