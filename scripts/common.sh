@@ -6,11 +6,13 @@
 # tests; libcjson-dev: golden bundle headers; python3-numpy, python3-pytest: bundle scripts and
 # the Python binding's tests (test_python); python3-pip, python3-setuptools, python3-wheel: an
 # offline `pip install --no-build-isolation ./python` (setuptools 66 builds the wheel through the
-# wheel package; test_install_python); gnuplot-nox:
+# wheel package; test_install_python); python3-torch (CPU): the binding's torch paths in
+# test_python (torch tensors, StepPlan on torch, the SGLang backend's hooks, the torch op);
+# gnuplot-nox:
 # bench/plot.gp; clang, libclang-rt-dev (compiler-rt: libFuzzer and clang's sanitizer runtimes,
 # only recommended by clang) and libomp-dev (clang's OpenMP, with the Archer tool for TSan):
 # scripts/fuzz.sh and scripts/sanitize.sh tsan
-MLAV_DEB_PACKAGES="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev libcjson-dev python3 python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel gnuplot-nox clang libclang-rt-dev libomp-dev"
+MLAV_DEB_PACKAGES="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev libcjson-dev python3 python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel python3-torch gnuplot-nox clang libclang-rt-dev libomp-dev"
 
 mlav_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
