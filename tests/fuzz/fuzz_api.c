@@ -1,6 +1,7 @@
 /* libFuzzer target for the API surface: random problem descriptors, lengths, page tables, masks,
  * values (NaN/Inf included), workspaces, residency and alignment thrown at plan + run / verify on
- * the cpu and reference backends with small dims, plus the tree helpers, merge_states and names.
+ * the cpu and reference backends with small dims, plus the tree helpers, merge_states and names,
+ * and plans for limits (any limits, then steps of any lengths, updated and run).
  * Every call must give a status and a sentence, never write outside out/lse, never touch an
  * input; a run that succeeds writes every out/lse element and agrees with the fp64 oracle. */
 #include <float.h>
@@ -658,6 +659,107 @@ static void fuzz_names(rd *r)
     }
 }
 
+/* ---- plans for limits: limits, then steps of lengths, on the CPU backends ------------------- */
+
+static void fuzz_steps(rd *r)
+{
+    const mlav_problem shape = {
+        .num_heads = 1 + (int32_t)(u8(r) % 4), .d_latent = 1 + (int32_t)(u8(r) % 16),
+        .d_rope = (int32_t)(u8(r) % 8), .softmax_scale = 0.25f, .dtype = (mlav_dtype)(u8(r) % 3),
+        .page_size = 1 + (int32_t)(u8(r) % 8), .max_pages = u8(r) & 1 ? lie(r) : 1 + (int32_t)(u8(r) % 16)};
+    mlav_limits lim;
+    if (u8(r) & 1) { /* anything */
+        lim = (mlav_limits){lie(r), lie(r), lie(r), lie(r)};
+    } else { /* mostly valid, small */
+        lim.max_batch = 1 + (int32_t)(u8(r) % MAXB);
+        lim.max_tokens = 1 + (int32_t)(u8(r) % 24);
+        lim.max_q_len = 1 + (int32_t)(u8(r) % lim.max_tokens);
+        lim.max_kv_len = lim.max_q_len + (int32_t)(u8(r) % 40);
+    }
+    mlav_plan *plan = (mlav_plan *)&lim; /* must be reset */
+    mlav_status s = mlav_plan_create_for_limits(u8(r) & 1 ? ctx_cpu : ctx_ref, &shape, &lim, &plan);
+    if (s != MLAV_OK) {
+        require_failure(s, "plan_create_for_limits");
+        FUZZ_REQUIRE(plan == NULL, "a refused plan for limits was not reset to NULL");
+        return;
+    }
+    const int32_t H = shape.num_heads, W = shape.d_latent + shape.d_rope, P = shape.max_pages;
+    const int64_t pool_rows = (int64_t)(1 + u8(r) % 8) * shape.page_size;
+    if ((int64_t)lim.max_tokens * H * W > MAX_Q_ELEMS || pool_rows * W > MAX_POOL_ELEMS ||
+        (int64_t)lim.max_batch * P > MAX_TABLE ||
+        (double)lim.max_tokens * H * lim.max_kv_len * W > MAX_WORK) {
+        mlav_plan_free(plan);
+        return;
+    }
+    const size_t esz = mlav_dtype_size(shape.dtype), words = (size_t)mlav_tree_mask_words(lim.max_q_len);
+    const size_t q_elems = (size_t)lim.max_tokens * H * W, out_elems = (size_t)lim.max_tokens * H * shape.d_latent;
+    const size_t wsb = mlav_plan_workspace_bytes(plan);
+    void *ws = NULL;
+    FUZZ_REQUIRE(posix_memalign(&ws, 256, wsb ? wsb : 256) == 0, "out of memory");
+    memset(ws, 0xff, wsb); /* NaN poison */
+    uint64_t x = u32(r);
+    void *q = malloc(q_elems * esz), *kv = malloc((size_t)pool_rows * W * esz);
+    int32_t *pt = malloc(sizeof(int32_t) * (size_t)lim.max_batch * P);
+    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)lim.max_tokens * words);
+    FUZZ_REQUIRE(q && kv && pt && mask, "out of memory");
+    for (size_t k = 0; k < q_elems; k++)
+        mlav_store_from_f32(q, (int)shape.dtype, k, uniform(&x));
+    for (size_t k = 0; k < (size_t)pool_rows * W; k++)
+        mlav_store_from_f32(kv, (int)shape.dtype, k, uniform(&x));
+    for (size_t k = 0; k < (size_t)lim.max_batch * P; k++)
+        pt[k] = u8(r) & 7 ? (int32_t)(mix(&x) % (uint64_t)(pool_rows / shape.page_size)) : lie(r);
+    memset(mask, 0, sizeof(uint32_t) * (size_t)lim.max_tokens * words);
+    guarded out = guarded_new(out_elems * esz), lse = guarded_new(sizeof(float) * (size_t)lim.max_tokens * H);
+    for (int step = 0; step < 3; step++) {
+        int32_t qi[MAXB + 2] = {0}, kvl[MAXB + 1] = {0};
+        mlav_lengths len = {MLAV_MEM_HOST, (int32_t)(u8(r) % (MAXB + 2)) - (int32_t)(u8(r) % 2), qi, kvl};
+        for (int b = 0; b <= MAXB; b++) {
+            /* wrapping on purpose (unsigned): a liar's lengths overflow as they like */
+            const uint32_t d = u8(r) & 3 ? u8(r) % 4 : (uint32_t)lie(r);
+            qi[b + 1] = (int32_t)((uint32_t)qi[b] + d);
+            kvl[b] = u8(r) & 3 ? (int32_t)(d + u8(r) % 40) : lie(r);
+        }
+        if (len.batch > MAXB)
+            len.batch = MAXB; /* qi holds MAXB + 1 entries past 0; larger batches are refused
+                                 before any read (checked against max_batch <= MAXB first) */
+        s = mlav_plan_update(plan, &len, ws, u8(r) % 16 ? wsb : wsb / 2, NULL);
+        if (s != MLAV_OK) {
+            require_failure(s, "plan_update");
+            continue;
+        }
+        /* the lengths were taken: every request fits the limits */
+        const int32_t T = qi[len.batch];
+        FUZZ_REQUIRE(T >= 0 && T <= lim.max_tokens, "update took %d tokens past %d", T, lim.max_tokens);
+        poison(out.p, out_elems, esz);
+        poison(lse.p, (size_t)lim.max_tokens * H, sizeof(float));
+        for (int32_t t = 0; t < T; t++) /* causal-chain bits within each row's request */
+            mask[(size_t)t * words] = 1u;
+        mlav_tensors t = {.memory = MLAV_MEM_HOST, .q = q, .kv_cache = kv,
+                          .num_pages = pool_rows / shape.page_size, .page_table = pt,
+                          .tree_mask = u8(r) & 1 ? mask : NULL, .out = out.p, .lse = lse.p};
+        s = mlav_run(plan, &t, ws, wsb, NULL);
+        FUZZ_REQUIRE(guarded_ok(&out) && guarded_ok(&lse), "a run of a plan for limits wrote "
+                                                           "past out or lse");
+        if (s != MLAV_OK) {
+            require_failure(s, "run of a plan for limits");
+            continue;
+        }
+        FUZZ_REQUIRE(all_poison((char *)out.p + (size_t)T * H * shape.d_latent * esz,
+                                out_elems - (size_t)T * H * shape.d_latent, esz),
+                     "a run wrote rows past the step's %d tokens", T);
+        for (size_t k = 0; k < (size_t)T * H * shape.d_latent; k++)
+            FUZZ_REQUIRE(!is_poison(out.p, k, esz), "out[%zu] of the step was not written", k);
+    }
+    free(out.alloc);
+    free(lse.alloc);
+    free(q);
+    free(kv);
+    free(pt);
+    free(mask);
+    free(ws);
+    mlav_plan_free(plan);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!ctx_cpu)
@@ -671,7 +773,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 4: fuzz_problem(&r, 1); break;
     case 5: fuzz_tree(&r); break;
     case 6: fuzz_merge(&r); break;
-    default: fuzz_names(&r); break;
+    default:
+        if (u8(&r) & 1)
+            fuzz_names(&r);
+        else
+            fuzz_steps(&r);
+        break;
     }
     return 0;
 }
