@@ -50,7 +50,9 @@ class MlaVerifyAttnBackend:
     max_kv_len                    longest prefix + draft (default req_to_token.shape[1])
     d_latent, d_rope, dtype       512, 64, "bf16"
     device                        where the buffers live (default req_to_token's device)
-    mask_mode                     "auto" (from the mask's dtype and size), "full", "qlen",
+    mask_mode                     "auto" (from the mask's dtype and shape: bit-packed integers,
+                                  the library's packed words, a 2-D bool QLEN_ONLY; a flat bool
+                                  mask needs "full" or "qlen" said), "full", "qlen",
                                   "bitpacking", "packed" or "causal" (ignore custom_mask)
     custom_op                     run every layer through torch.ops.mlaverify.verify_step
                                   (fresh outputs, one op for torch.compile) instead of
@@ -203,10 +205,14 @@ class MlaVerifyAttnBackend:
         mode = self.mask_mode
         if mode == "auto":
             if dt == "bool":
-                # a server-wide choice in SGLang: pass mask_mode when FULL_MASK prefixes can be
-                # so short that the sizes look alike (numel a multiple of n * n, <= bs * n * n)
-                mode = "qlen" if mask.dim() == 2 or (
-                    mask.numel() <= T * n and mask.numel() % (n * n) == 0) else "full"
+                # A flat bool mask is FULL_MASK or QLEN_ONLY, a server-wide choice in SGLang,
+                # and its size cannot tell them apart without the prefix lengths, which live on
+                # the device (a padded batch's FULL_MASK of short prefixes has the size of a
+                # QLEN_ONLY one): guessing would be a silent wrong answer, so it is refused.
+                if mask.dim() != 2:
+                    raise invalid("a flat bool custom_mask may be FULL_MASK or QLEN_ONLY: pass "
+                                  "mask_mode='full' or 'qlen' (SGLang's tree_mask_mode)")
+                mode = "qlen"
             elif mask.dim() == 2:
                 mode = "packed"
             else:

@@ -322,6 +322,33 @@ def _sglang_masks(torch, parents, seq, n, mode):
     return None
 
 
+def test_sglang_backend_flat_bool_mask_needs_a_mode(seed):
+    """A flat bool mask is FULL_MASK or QLEN_ONLY, which its size cannot tell apart on a padded
+    batch: mask_mode='auto' refuses it with a sentence instead of guessing."""
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not importable")
+    from mlaverify.sglang_backend import MlaVerifyAttnBackend
+    rng = np.random.default_rng(seed)
+    n, max_bs, ctx_len, rows = 4, 3, 16, 64
+    perm = rng.permutation(rows)[:4 * ctx_len].reshape(4, ctx_len).astype(np.int32)
+    be = MlaVerifyAttnBackend(H, SCALE, n, torch.from_numpy(perm), d_latent=DL, d_rope=DR,
+                              dtype="f32", device="cpu")
+    be.init_cuda_graph_state(max_bs, max_bs * n)
+    # one real request of prefix 8 in a padded batch of 3: its FULL_MASK has 4 * (8 + 4) = 48
+    # entries, exactly the size of QLEN_ONLY for the 3 requests (3 * 16)
+    seq = torch.tensor([8, 1, 1], dtype=torch.int64)
+    parents = [make_parents(rng, n, "random")]
+    mask = _sglang_masks(torch, parents, [8], n, "full")
+    assert mask.numel() == max_bs * n * n
+    spec = Obj(custom_mask=mask, draft_token_num=n)
+    with pytest.raises(mv.InvalidArgumentError, match="mask_mode"):
+        be.init_forward_metadata_replay_cuda_graph(max_bs, torch.zeros(3, dtype=torch.int64),
+                                                   seq, int(seq.sum()), None,
+                                                   FakeMode("target_verify"), spec, seq.clone())
+    be.close()
+
+
 @pytest.mark.parametrize("mode", ["full", "qlen", "bitpacking", "packed", None])
 def test_sglang_backend_cpu(seed, mode):
     torch = _torch()
@@ -338,8 +365,7 @@ def test_sglang_backend_cpu(seed, mode):
     for custom_op in (False, True):
         be = MlaVerifyAttnBackend(H, SCALE, n, req_to_token, d_latent=DL, d_rope=DR,
                                   dtype="f32", device="cpu", custom_op=custom_op,
-                                  mask_mode=mode if mode in ("full", "qlen") and custom_op
-                                  else "auto")
+                                  mask_mode=mode if mode in ("full", "qlen") else "auto")
         be.init_cuda_graph_state(max_bs, max_bs * n)
         assert be.plan.limits["max_tokens"] == max_bs * n
         be.plan.workspace[:] = 0xFF
