@@ -122,7 +122,7 @@ static inline int mlav_flash_all_groups(int32_t max_q_len, int32_t H)
 }
 
 /* The split schedule of the flash kernel on a device with `sm_count` SMs and `blocks_per_sm`
- * resident blocks (backend_flash.cu's plan; bench/flash_trace.cu runs the same).
+ * resident blocks (backend_flash.cu's plan).
  * Whole waves of resident blocks: the splits of a request are equal, so a wave is balanced, and
  * with one 8-warp block per SM a second wave doubles the per-block prologue at short prefixes
  * (bench/NOTES.md, v2); more waves only where the fewest leave SMs idle and the splits are long

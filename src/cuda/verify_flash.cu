@@ -175,44 +175,6 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
     }
 }
 
-#ifdef MLAV_FLASH_TRACE
-/* Diagnostic builds only (bench/flash_trace.cu defines the macro): lane 0 of each warp stamps the
- * SM clock at the loop's phase boundaries, for the first TRACE_TILES tiles of the first
- * TRACE_BLOCKS blocks, so that phase lengths and the two groups' offset can be read directly
- * rather than inferred from stall samples. The product never defines it. */
-constexpr int TRACE_BLOCKS = 8, TRACE_TILES = 256, TRACE_POINTS = 8;
-__device__ unsigned int flash_trace[TRACE_BLOCKS][NT / 32][TRACE_TILES][TRACE_POINTS];
-#define FLASH_TRACE(t, point)                                                                   \
-    do {                                                                                        \
-        if (blockIdx.x < TRACE_BLOCKS && (t) < TRACE_TILES && lane == 0)                        \
-            flash_trace[blockIdx.x][warp][t][point] = (unsigned int)clock();                    \
-    } while (0)
-#else
-#define FLASH_TRACE(t, point) ((void)0)
-#endif
-#ifdef MLAV_FLASH_PHASES
-/* Diagnostic builds only (bench/flash_trace.cu with -DFLASH_PHASES_ONLY): thread 0 of each block
- * stamps the global timer and the SM clock at kernel entry (0), loop entry (1), loop exit (2)
- * and kernel end (3), and inside the prologue and epilogue at 4 (Q and tile 0 landed, after
- * the first block barrier), 5 (the epilogue's row-sum barrier passed) and 6 (lse written,
- * staging begins), none in the loop, so that a block's fixed cost and the blocks' start skew
- * can be read without perturbing the loop. The product never defines it. */
-constexpr int PHASE_BLOCKS = 1024, PHASE_POINTS = 7;
-__device__ unsigned long long flash_phase_ns[PHASE_BLOCKS][PHASE_POINTS];
-__device__ long long flash_phase_clk[PHASE_BLOCKS][PHASE_POINTS];
-#define FLASH_PHASE(point)                                                                      \
-    do {                                                                                        \
-        if (threadIdx.x == 0 && blockIdx.x < PHASE_BLOCKS) {                                    \
-            unsigned long long ns_;                                                             \
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns_));                             \
-            flash_phase_ns[blockIdx.x][point] = ns_;                                            \
-            flash_phase_clk[blockIdx.x][point] = clock64();                                     \
-        }                                                                                       \
-    } while (0)
-#else
-#define FLASH_PHASE(point) ((void)0)
-#endif
-
 /* ALL_GROUPS: a group whose 32 rows lie past the request's (H x q_len not a multiple of 64)
  * still runs the loop's MMAs, on the zero Q rows the prologue loaded, and writes nothing. With
  * `active` a compile-time true the loop has no branches around S, the exchange, the softmax and
@@ -241,7 +203,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     float *sMax = reinterpret_cast<float *>(sQ + SQ_ELEMS);
     float *sL = sMax + SROW_FLOATS;
 
-    FLASH_PHASE(0);
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[blockIdx.x];
     const int tid = threadIdx.x, lane = tid & 31;
@@ -311,7 +272,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     mlav::cp_async_commit(); /* tile 0 */
     mlav::cp_async_wait<1>();
     __syncthreads(); /* every thread's Q copies have landed */
-    FLASH_PHASE(4);
     /* qf[i] is m-tile i ^ own_m of the group (own block first); the A fragment of k-step kk
      * holds rows g, g + 8 at columns 2 qd (+1) and 2 qd + 8 (+1) of the warp's quarter (rows 260
      * words apart: the 32 lanes of each load hit 32 distinct banks). */
@@ -377,11 +337,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     const int start_bar = 1 + GROUPS + GROUPS * STAGES;
     if (grp == 1 && n_tiles > 0) /* group 0 (always active) arrives in its first tile */
         mlav::named_barrier(start_bar, NT);
-    FLASH_PHASE(1);
     for (int t = 0; t < n_tiles; t++) {
-        FLASH_TRACE(t, 0);
         mlav::named_barrier(full_bar(grp, t % STAGES), NT); /* tile t visible to this group */
-        FLASH_TRACE(t, 1);
         const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
         const int j_base = kv_begin + t * BN;
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
@@ -440,7 +397,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         }
         pg_next = lookup_page(ptab, kv_begin + (t + AHEAD + 1) * BN + g_row, kv_end, p);
         mlav::cp_async_commit();
-        FLASH_TRACE(t, 2);
         if (active) {
             /* reduce-scatter: block x = 2 i + j (x = 1..3) belongs to warp dq ^ x and goes to
              * its slot x - 1, [dest][slot][lane] of float4 (consecutive lanes, consecutive 16
@@ -452,11 +408,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                     make_float4(v[0], v[1], v[2], v[3]);
             }
             float sv[4] = {s[0][0][0], s[0][0][1], s[0][0][2], s[0][0][3]};
-            FLASH_TRACE(t, 3);
             mlav::named_barrier(bar, GROUP_THREADS);
             if (grp == 0 && t == 0)
                 mlav::named_barrier_arrive(start_bar, NT);
-            FLASH_TRACE(t, 4);
 #pragma unroll
             for (int slot = 0; slot < 3; slot++) {
                 const float4 v =
@@ -550,12 +504,10 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             }
             run_sum[0] += pv[0] + pv[1];
             run_sum[1] += pv[2] + pv[3];
-            FLASH_TRACE(t, 5);
         }
 
         /* this thread's part of tile t + 1 has landed: tell the other group */
         mlav::cp_async_wait<AHEAD - 1>();
-        FLASH_TRACE(t, 6);
         if (t + 1 < n_tiles)
             mlav::named_barrier_arrive(full_bar(grp ^ 1, (t + 1) % STAGES), NT);
         /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments of 16 keys x 16
@@ -619,10 +571,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             else
                 pv_tile(mlav::bool_constant<true>());
         }
-        FLASH_TRACE(t, 7);
     }
     mlav::cp_async_wait<0>();
-    FLASH_PHASE(2);
     if (!active)
         return;
 
@@ -637,7 +587,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             lrow[dq * 16 + g + 8 * rr] = l;
     }
     mlav::named_barrier(bar, GROUP_THREADS);
-    FLASH_PHASE(5);
     const bool final_out = item.slot < 0;
     float inv[4];
 #pragma unroll
@@ -664,7 +613,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * the other group, which synced with it on the full barrier of tile n_tiles - 1, is past its
      * S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and n_tiles - 4 are free, and
      * with fewer tiles buffers 2 and 3 were never gathered into (the prologue fills 0 and 1). */
-    FLASH_PHASE(6);
     const int free_buf = grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
                                    : (n_tiles >= 4 ? n_tiles % STAGES : 3);
     unsigned char *stage =
@@ -729,7 +677,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                                                          r * STAGE_T_STRIDE + (lane & 15) * 8);
         }
     }
-    FLASH_PHASE(3);
 }
 
 template <typename T, bool STEP> const void *kernel_of(bool all_groups)
