@@ -27,20 +27,21 @@
  * a tile: 125 splits of 1056 keys at q_len 1, prefix 131072). */
 #define MLAV_FLASH_MAX_SPLITS 256
 /* A split block's fixed cost in KV rows of loop work, for the schedule's choice of waves
- * (mlav_schedule_params.block_cost_keys). Fitted on the H200 (bench/NOTES.md, session 10): one
- * wave against two at q_len 9 put it at 75-126 keys for H = 64 (prefix 4096 to 131k) and ~190
- * for 8 x H = 16; 128 keeps every choice that measured faster there and none that measured
- * slower. */
+ * (mlav_schedule_params.block_cost_keys). Fitted on the H200 (session 10,
+ * docs/PERFORMANCE.md#schedule): one wave against two at q_len 9 put it at 75-126 keys for H = 64
+ * (prefix 4096 to 131k) and ~190 for 8 x H = 16; 128 keeps every choice that measured faster there
+ * and none that measured slower. */
 #define MLAV_FLASH_BLOCK_COST_KEYS 128
-/* The combine's cost per split (mlav_schedule_params.split_cost_keys), fitted on the H200 (bench/
- * NOTES.md, session 10): a lone q_len 1 request at prefixes 4096 to 131k, 65-125 splits against
- * 129, put it at 0.6-0.8 keys per split. */
+/* The combine's cost per split (mlav_schedule_params.split_cost_keys), fitted on the H200 (session
+ * 10, docs/PERFORMANCE.md#schedule): a lone q_len 1 request at prefixes 4096 to 131k, 65-125 splits
+ * against 129, put it at 0.6-0.8 keys per split. */
 #define MLAV_FLASH_SPLIT_COST_KEYS 1
 /* The most waves beyond the fewest that the plan weighs (mlav_schedule_params.more_waves). A
  * batch whose row tiles a little exceed the SMs (16 requests x 9 row tiles = 144 on 132) is best
  * in 6 more (the model; measured 0.914 of the plan with 2 on the H200). Over random engine-like
  * batches 8 more model 0.9841 of 2's time and 16 more 0.9834, at ~110 and ~180 us of host time
- * per plan on the development VM (bench/schedule_choices.c; bench/NOTES.md, session 13). */
+ * per plan on the development VM (bench/diag/schedule_choices.c; session 13,
+ * docs/PERFORMANCE.md#schedule). */
 #define MLAV_FLASH_MORE_WAVES 8
 
 /* The most waves beyond the fewest that a plan for limits weighs (schedule_step.h): each one
@@ -125,11 +126,11 @@ static inline int mlav_flash_all_groups(int32_t max_q_len, int32_t H)
  * resident blocks (backend_flash.cu's plan).
  * Whole waves of resident blocks: the splits of a request are equal, so a wave is balanced, and
  * with one 8-warp block per SM a second wave doubles the per-block prologue at short prefixes
- * (bench/NOTES.md, v2); more waves only where the fewest leave SMs idle and the splits are long
- * (block_cost_keys). Splits go down to 32 keys (two KV tiles): with one 8-warp
+ * (v2, docs/PERFORMANCE.md#schedule); more waves only where the fewest leave SMs idle and the
+ * splits are long (block_cost_keys). Splits go down to 32 keys (two KV tiles): with one 8-warp
  * block per SM 64 rows x 32 keys take microseconds, so at short prefixes latency, not the
- * combine, decides (bench/NOTES.md, v2: 256-key minimum splits left q_len 9 / prefix 256 on 18
- * blocks, 28 us; session 5: fewer blocks were never faster). */
+ * combine, decides (v2, docs/PERFORMANCE.md#schedule: 256-key minimum splits left q_len 9 / prefix
+ * 256 on 18 blocks, 28 us; session 5: fewer blocks were never faster). */
 static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int blocks_per_sm)
 {
     mlav_schedule_params sp;

@@ -20,12 +20,12 @@
  *                also feeds two m16 tiles.
  * Against v2 (16 rows per warp, P in registers, 32-key tiles) this halves the K and V bytes read
  * from shared memory per MMA; on the H200 it runs within 1.5% of v2 at long prefixes and 1-8%
- * faster at short ones: the time goes to latency chains, not bandwidth (bench/NOTES.md, v4).
- * Each warp orders its m-tiles (and its S n-tiles) so that the block it finishes comes first:
- * register indices stay compile-time, with no selects. O (128) and Q (64) leave ~60 of 255
- * registers for fragments in flight. The softmax reference max is shared by the group's four
- * warps and moves only on a vote (bar.red.or) when a score passes it by more than RESCALE_SLACK,
- * so the common tile needs two group barriers and no max exchange.
+ * faster at short ones: the time goes to latency chains, not bandwidth (v4,
+ * docs/PERFORMANCE.md#kernel). Each warp orders its m-tiles (and its S n-tiles) so that the block
+ * it finishes comes first: register indices stay compile-time, with no selects. O (128) and Q (64)
+ * leave ~60 of 255 registers for fragments in flight. The softmax reference max is shared by the
+ * group's four warps and moves only on a vote (bar.red.or) when a score passes it by more than
+ * RESCALE_SLACK, so the common tile needs two group barriers and no max exchange.
  * Shared memory (sm_120 fits it: see SMEM_BYTES): four KV tiles of 16 x 576 (rows padded to 584
  * elements = 73 16-byte chunks, so the 8 row addresses of every ldmatrix fall in distinct bank
  * groups), Q's rope part, the S exchange, the P tiles and two small row arrays. Registers bound
@@ -110,7 +110,7 @@ static_assert(NT % BN == 0, "gather mapping");
  * gather that uses it, into the one register the loop carries (pg_next). With two ids in
  * flight (two tiles ahead) ptxas rotated them through register copies, which can wait for the
  * load (in one build a copy right after it held 8% of the stall samples); with one, 3-8%
- * faster from 16k on (bench/NOTES.md, session 5). */
+ * faster from 16k on (session 5, docs/PERFORMANCE.md#decisions). */
 __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int kv_end,
                                                const mlav_flash_params &p)
 {
@@ -122,7 +122,7 @@ __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int k
  * the source address is then row 0 of the pool, never read); a page id outside the pool reads
  * the plan's NaN row, never out of bounds. Branch-free 32-bit index arithmetic, one 64-bit
  * product: the gather runs every tile for every thread, and its address code was 58
- * instructions per warp and tile (bench/NOTES.md, session 4). */
+ * instructions per warp and tile (session 4, docs/PERFORMANCE.md#decisions). */
 template <typename T>
 __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page, int j,
                                               int kv_end, const mlav_flash_params &p, int row,
@@ -150,7 +150,7 @@ __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page,
  * cores would carry a hidden draft row's NaN into rows that do not see it. Done on the fragment
  * in registers, so the tile in shared memory is never written after the gather (v4 zeroed it in
  * place between two block barriers, and racecheck intermittently reported that pass against
- * the other group's P V reads; bench/NOTES.md, session 4). */
+ * the other group's P V reads; session 4, docs/PERFORMANCE.md#decisions). */
 template <typename T> __device__ __forceinline__ void zero_nonfinite_fragment(uint32_t r[4])
 {
     const uint32_t m = mlav::mma_type<T>::exp_mask;
@@ -178,10 +178,11 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
 /* ALL_GROUPS: a group whose 32 rows lie past the request's (H x q_len not a multiple of 64)
  * still runs the loop's MMAs, on the zero Q rows the prologue loaded, and writes nothing. With
  * `active` a compile-time true the loop has no branches around S, the exchange, the softmax and
- * P V, and ptxas schedules it as one piece: 5-7.5% faster from prefix 16k on (H200, bench/NOTES.md
- * session 9). A block's time is that of its full groups anyway, as long as some block has two
- * (the plan's all_groups); the skipping instance is for plans where none does (every request's
- * H x q_len <= 32), where an idle group would take tensor time from the only working one. */
+ * P V, and ptxas schedules it as one piece: 5-7.5% faster from prefix 16k on (H200, session 9,
+ * docs/PERFORMANCE.md#decisions). A block's time is that of its full groups anyway, as long as
+ * some block has two (the plan's all_groups); the skipping instance is for plans where none does
+ * (every request's H x q_len <= 32), where an idle group would take tensor time from the only
+ * working one. */
 /* STEP: the instance of plans for limits, whose fixed grid runs past the step's schedule; a
  * block past it exits on the step header's count, a read that every block of an SM shares
  * (through L1), rather than on its own item, which would be a miss each. A separate instance because the check alone
@@ -209,8 +210,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     /* through a shuffle, so that ptxas can prove the warp index and everything derived from it
      * (group, quarter, barrier ids, row offsets) warp-uniform: a build with this alone used 30
      * uniform registers instead of 24. With V fragments in pairs (P V below) it measured 6%
-     * faster at q33/131k on the H200; either change alone gained at most 2% (bench/NOTES.md,
-     * session 5). */
+     * faster at q33/131k on the H200; either change alone gained at most 2% (session 5,
+     * docs/PERFORMANCE.md#decisions). */
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const int grp = warp / QUARTERS, dq = warp % QUARTERS;
     const int own_m = dq >> 1, own_n = dq & 1; /* the S block this warp finishes */
@@ -256,9 +257,10 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * from global memory it took 64 four-byte loads per thread, each touching 8 rows, and the
      * first S MMA waited on them. Read back by ldmatrix instead of 4-byte loads, the prologue was
      * as fast but the loop 9% slower at q33/131k: ldmatrix writes aligned register quads, and
-     * ptxas then allocated the loop differently (bench/NOTES.md, session 6). The staging area is
-     * KV buffers 1-3 and the S exchange area, contiguous and unused until tile 1's gather and the
-     * first exchange; tile 0's gather goes to buffer 0 meanwhile, tile 1's after the reads. */
+     * ptxas then allocated the loop differently (session 6, docs/PERFORMANCE.md#ptxas). The
+     * staging area is KV buffers 1-3 and the S exchange area, contiguous and unused until tile 1's
+     * gather and the first exchange; tile 0's gather goes to buffer 0 meanwhile, tile 1's after
+     * the reads. */
     T *const qs = sKV + SKV_ELEMS; /* [BM][QSS] */
 #pragma unroll
     for (int c = 0; c < QL_CHUNKS / NT; c++) {
@@ -333,7 +335,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     mlav::named_barrier_arrive(full_bar(grp ^ 1, 0), NT);
     /* Group 1 starts once group 0 has its first S, so the groups run staggered (ping-pong): one
      * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
-     * offset bounded (A/B on the H200: 3% faster than starting together; bench/NOTES.md, v4). */
+     * offset bounded (A/B on the H200: 3% faster than starting together; v4,
+     * docs/PERFORMANCE.md#kernel). */
     const int start_bar = 1 + GROUPS + GROUPS * STAGES;
     if (grp == 1 && n_tiles > 0) /* group 0 (always active) arrives in its first tile */
         mlav::named_barrier(start_bar, NT);
@@ -389,7 +392,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         /* The gather of tile t + 2 goes after the S MMAs are issued, so that its copies queue
          * under them. Issued before S, they filled the memory pipe, and the S ldmatrix address
          * code, which ptxas rebuilds from the thread index (S2R) every tile, waited behind them
-         * (bench/NOTES.md, session 5). */
+         * (session 5, docs/PERFORMANCE.md#decisions). */
         if (t + AHEAD < n_tiles) {
             const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
             gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
@@ -607,12 +610,13 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     /* O goes out through shared memory, 8 rows at a time per warp, so that every global store
      * writes whole 16-byte row pieces: straight from the MMA fragments each store instruction
      * touches 8 rows (8 cache lines), 64 of them per thread. Staged, a quarter of the store
-     * requests; on the H200 the same at q1/256 and 0.4-2% faster from 16k on (bench/NOTES.md,
-     * session 4: the old stores' stall samples were mostly off the critical path). The staging
-     * area is a KV buffer that neither group reads any more: this group's last tile is done, and
-     * the other group, which synced with it on the full barrier of tile n_tiles - 1, is past its
-     * S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and n_tiles - 4 are free, and
-     * with fewer tiles buffers 2 and 3 were never gathered into (the prologue fills 0 and 1). */
+     * requests; on the H200 the same at q1/256 and 0.4-2% faster from 16k on (session 4,
+     * docs/PERFORMANCE.md#decisions: the old stores' stall samples were mostly off the critical
+     * path). The staging area is a KV buffer that neither group reads any more: this group's last
+     * tile is done, and the other group, which synced with it on the full barrier of tile
+     * n_tiles - 1, is past its S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and
+     * n_tiles - 4 are free, and with fewer tiles buffers 2 and 3 were never gathered into (the
+     * prologue fills 0 and 1). */
     const int free_buf = grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
                                    : (n_tiles >= 4 ? n_tiles % STAGES : 3);
     unsigned char *stage =
@@ -642,9 +646,10 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         } else {
             /* partial state as fp16, scaled by a power of two per (row, this warp's 128 columns)
              * that puts the block's largest |O / l| in [2^14, 2^15): range-safe for any input, 11
-             * significant bits, and half the bytes of fp32 (bench/NOTES.md, session 7). The
-             * maximum is taken on the bit patterns (|x| orders like its bits; NaN above Inf),
-             * over the lane quad that holds the row. The combine multiplies by part_scale. */
+             * significant bits, and half the bytes of fp32 (session 7,
+             * docs/PERFORMANCE.md#combine). The maximum is taken on the bit patterns (|x| orders
+             * like its bits; NaN above Inf), over the lane quad that holds the row. The combine
+             * multiplies by part_scale. */
             uint32_t mb = 0;
 #pragma unroll
             for (int n = 0; n < COLS_Q / 8; n++)
