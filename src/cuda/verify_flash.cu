@@ -26,10 +26,10 @@
  * leave ~60 of 255 registers for fragments in flight. The softmax reference max is shared by the
  * group's four warps and moves only on a vote (bar.red.or) when a score passes it by more than
  * RESCALE_SLACK, so the common tile needs two group barriers and no max exchange.
- * Shared memory (sm_120 fits it: see SMEM_BYTES): four KV tiles of 16 x 576 (rows padded to 584
- * elements = 73 16-byte chunks, so the 8 row addresses of every ldmatrix fall in distinct bank
- * groups), Q's rope part, the S exchange, the P tiles and two small row arrays. Registers bound
- * residency at one block (8 warps) per SM. */
+ * Shared memory (flash_smem_layout; sm_120 fits it): four KV tiles of 16 x 576 (rows padded to
+ * 584 elements = 73 16-byte chunks, so the 8 row addresses of every ldmatrix fall in distinct
+ * bank groups), Q's rope part, the S exchange, the P tiles and two small row arrays. Registers
+ * bound residency at one block (8 warps) per SM. */
 #include <math.h>
 
 #include "../common/merge.h"
@@ -68,7 +68,6 @@ constexpr int SQ_ELEMS = BM * QPS;
 constexpr int SROW_FLOATS = GROUPS * QUARTERS * 16; /* [grp][warp][16 rows] */
 constexpr size_t SMEM_BYTES = (size_t)STAGES * SKV_ELEMS * 2 + SX_FLOATS * 4 + SP_ELEMS * 2 +
                               SQ_ELEMS * 2 + 2 * SROW_FLOATS * 4;
-static_assert(SMEM_BYTES <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
 static_assert(NT == GROUPS * GROUP_THREADS && MT * NTS == QUARTERS,
               "each warp finishes exactly one S block of its group");
 static_assert(COLS_Q % 16 == 0 && ROPE_Q == 16 && BN == 16, "MMA tiling");
@@ -93,6 +92,35 @@ constexpr int QSS = DL + 8;
 constexpr int QL_CHUNKS = BM * DL / 8; /* 4096 */
 static_assert(QL_CHUNKS % NT == 0 && BM * QSS * 2 <= (STAGES - 1) * SKV_ELEMS * 2 + SX_FLOATS * 4,
               "latent Q staging fits in KV buffers 1-3 and the exchange area");
+
+/* The split kernel's dynamic shared memory, region by region: byte offsets from the base, in
+ * this order (each region's size is a multiple of 16 bytes, so every one stays 16-byte aligned
+ * for cp.async, ldmatrix and the float4 exchange). */
+struct flash_smem_layout {
+    /* the KV ring: STAGES tiles of BN rows x RS elements (W padded by 8, so that the 8 row
+     * addresses of every ldmatrix fall in distinct bank groups), gathered AHEAD tiles ahead by
+     * cp.async; also the prologue's latent Q staging (below) and the epilogue's output staging
+     * (a free buffer) */
+    static constexpr size_t KV = 0, KV_BYTES = (size_t)STAGES * SKV_ELEMS * 2;
+    /* the S reduce-scatter: fp32 partial scores [grp][dest warp][slot][lane] of float4 */
+    static constexpr size_t X = KV + KV_BYTES, X_BYTES = (size_t)SX_FLOATS * 4;
+    /* P, the A operand of P V: [grp][GROUP_ROWS][PS] 16-bit weights */
+    static constexpr size_t P = X + X_BYTES, P_BYTES = (size_t)SP_ELEMS * 2;
+    /* the rope part of Q, the rope k-step's A operand in every tile: [BM][QPS] */
+    static constexpr size_t Q = P + P_BYTES, Q_BYTES = (size_t)SQ_ELEMS * 2;
+    /* row maxima of a vote's exchange: [grp][warp][16 rows] */
+    static constexpr size_t MAX = Q + Q_BYTES, MAX_BYTES = (size_t)SROW_FLOATS * 4;
+    /* row sums of the two key halves, met in the epilogue: [grp][warp][16 rows] */
+    static constexpr size_t L = MAX + MAX_BYTES, L_BYTES = (size_t)SROW_FLOATS * 4;
+    static constexpr size_t TOTAL = L + L_BYTES;
+    /* latent Q staging in the prologue: [BM][QSS], over KV buffers 1-3 and the exchange area,
+     * which follow each other and are unused until tile 1's gather and the first exchange */
+    static constexpr size_t Q_STAGE = KV + (size_t)SKV_ELEMS * 2;
+};
+static_assert(flash_smem_layout::TOTAL == SMEM_BYTES, "the layout is the launch's shared memory");
+static_assert(SMEM_BYTES <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
+static_assert(flash_smem_layout::Q_STAGE + (size_t)BM * QSS * 2 <= flash_smem_layout::P,
+              "latent Q staging ends before the P tiles");
 
 constexpr float LN2 = 0.6931471805599453f;
 /* log2 units a score may exceed the reference max before O is rescaled: P stays <= 256, far
@@ -197,12 +225,13 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                     __ldg(&(reinterpret_cast<const mlav_step_header *>(p.items) - 1)->n_items))
         return; /* the step header sits just before the items (schedule_step.h) */
     extern __shared__ __align__(16) unsigned char smem[];
-    T *sKV = reinterpret_cast<T *>(smem);
-    float *sX = reinterpret_cast<float *>(sKV + STAGES * SKV_ELEMS);
-    T *sP = reinterpret_cast<T *>(sX + SX_FLOATS);
-    T *sQ = sP + SP_ELEMS; /* rope part of Q: [BM][QPS] */
-    float *sMax = reinterpret_cast<float *>(sQ + SQ_ELEMS);
-    float *sL = sMax + SROW_FLOATS;
+    using SL = flash_smem_layout;
+    T *sKV = reinterpret_cast<T *>(smem + SL::KV);
+    float *sX = reinterpret_cast<float *>(smem + SL::X);
+    T *sP = reinterpret_cast<T *>(smem + SL::P);
+    T *sQ = reinterpret_cast<T *>(smem + SL::Q); /* rope part of Q: [BM][QPS] */
+    float *sMax = reinterpret_cast<float *>(smem + SL::MAX);
+    float *sL = reinterpret_cast<float *>(smem + SL::L);
 
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[blockIdx.x];
@@ -261,7 +290,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * staging area is KV buffers 1-3 and the S exchange area, contiguous and unused until tile 1's
      * gather and the first exchange; tile 0's gather goes to buffer 0 meanwhile, tile 1's after
      * the reads. */
-    T *const qs = sKV + SKV_ELEMS; /* [BM][QSS] */
+    T *const qs = reinterpret_cast<T *>(smem + SL::Q_STAGE); /* [BM][QSS] */
 #pragma unroll
     for (int c = 0; c < QL_CHUNKS / NT; c++) {
         const int idx = tid + c * NT, r = idx / (DL / 8), ch = idx % (DL / 8);
