@@ -47,9 +47,26 @@ constexpr int AHEAD = 2;                   /* tiles gathered ahead of the one in
 constexpr int CHUNKS = W / 8;              /* 16-byte chunks per KV row: 72 */
 constexpr int GROUPS = 2;                  /* independent warp groups per block */
 /* A gather overwrites the buffer of tile t + AHEAD - STAGES, which both groups must be past (see
- * the loop's "tile full" barriers). Named barrier ids 1..15: one per group, one "full" per group
- * and buffer, one for the staggered start. */
-static_assert(STAGES >= AHEAD + 2 && GROUPS + GROUPS * STAGES + 1 <= 15, "pipeline, barrier ids");
+ * the loop's "tile full" barriers). */
+static_assert(STAGES >= AHEAD + 2, "pipeline");
+/* Named barrier ids (0 is __syncthreads; the hardware has 16): one per group for its 4 warps
+ * (the exchange, the vote, the epilogue's row sums), one "tile full" per group and KV buffer (the
+ * other group's 128 threads arrive when their copies of the tile have landed; see the loop), one
+ * for the staggered start (group 1 waits for group 0's first S). */
+enum flash_barrier : int {
+    BAR_GROUP0 = 1,                          /* group g: BAR_GROUP0 + g (bar_group) */
+    BAR_FULL0 = BAR_GROUP0 + GROUPS,         /* group g, buffer b: bar_full(g, b) */
+    BAR_START = BAR_FULL0 + GROUPS * STAGES, /* the staggered start */
+};
+static_assert(BAR_START <= 15, "named barrier ids 1..15");
+constexpr int bar_group(int grp)
+{
+    return BAR_GROUP0 + grp;
+}
+constexpr int bar_full(int grp, int buf)
+{
+    return BAR_FULL0 + grp * STAGES + buf;
+}
 constexpr int QUARTERS = 4;                /* warps per group */
 constexpr int GROUP_ROWS = BM / GROUPS;    /* 32 */
 constexpr int GROUP_THREADS = 32 * QUARTERS;
@@ -260,7 +277,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * epilogue writes rows below M only, and its rows see Q = 0 (their scores, NaN where a key
      * holds Inf or NaN, stay in its own rows, its own vote and its own exchange). */
     const bool active = ALL_GROUPS || gm0 < M;
-    const int bar = 1 + grp; /* the group's named barrier */
+    const int bar = bar_group(grp); /* the group's named barrier */
 
     /* The prologue's page-id lookups are issued first; the loop keeps one a tile ahead. */
     const int g_row = tid / GATHER_TPR, g_part = tid % GATHER_TPR;
@@ -358,19 +375,17 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * half a tile ahead of the other, and its softmax can overlap the other's MMAs. The same
      * bound makes the buffer reuse safe without an "empty" barrier: a gather at tile t writes the
      * buffer of tile t + AHEAD - STAGES = t - 2, and the other group is then past the middle of
-     * tile t - 1. Barrier ids: 1 + grp (the group's own), then full[group][stage]. */
-    const auto full_bar = [](int group, int stage) { return 1 + GROUPS + group * STAGES + stage; };
+     * tile t - 1. Barrier ids: flash_barrier. */
     mlav::cp_async_wait<AHEAD - 1>(); /* this thread's part of tile 0 (and of rope Q) landed */
-    mlav::named_barrier_arrive(full_bar(grp ^ 1, 0), NT);
+    mlav::named_barrier_arrive(bar_full(grp ^ 1, 0), NT);
     /* Group 1 starts once group 0 has its first S, so the groups run staggered (ping-pong): one
      * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
      * offset bounded (A/B on the H200: 3% faster than starting together; v4,
      * docs/PERFORMANCE.md#kernel). */
-    const int start_bar = 1 + GROUPS + GROUPS * STAGES;
     if (grp == 1 && n_tiles > 0) /* group 0 (always active) arrives in its first tile */
-        mlav::named_barrier(start_bar, NT);
+        mlav::named_barrier(BAR_START, NT);
     for (int t = 0; t < n_tiles; t++) {
-        mlav::named_barrier(full_bar(grp, t % STAGES), NT); /* tile t visible to this group */
+        mlav::named_barrier(bar_full(grp, t % STAGES), NT); /* tile t visible to this group */
         const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
         const int j_base = kv_begin + t * BN;
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
@@ -442,7 +457,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             float sv[4] = {s[0][0][0], s[0][0][1], s[0][0][2], s[0][0][3]};
             mlav::named_barrier(bar, GROUP_THREADS);
             if (grp == 0 && t == 0)
-                mlav::named_barrier_arrive(start_bar, NT);
+                mlav::named_barrier_arrive(BAR_START, NT);
 #pragma unroll
             for (int slot = 0; slot < 3; slot++) {
                 const float4 v =
@@ -541,7 +556,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         /* this thread's part of tile t + 1 has landed: tell the other group */
         mlav::cp_async_wait<AHEAD - 1>();
         if (t + 1 < n_tiles)
-            mlav::named_barrier_arrive(full_bar(grp ^ 1, (t + 1) % STAGES), NT);
+            mlav::named_barrier_arrive(bar_full(grp ^ 1, (t + 1) % STAGES), NT);
         /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments of 16 keys x 16
          * columns, each feeding both m-tiles. Two instances: tiles with draft rows or rows past
          * the split end also zero the non-finite elements of each V fragment
