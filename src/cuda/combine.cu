@@ -426,8 +426,8 @@ static const void *row_combine(mlav_dtype dtype, bool step)
     return step ? row_combine_of<true>(dtype) : row_combine_of<false>(dtype);
 }
 
-mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
-                                cudaStream_t stream)
+mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                                const mlav_flash_launch_opts *lo, int step, cudaStream_t stream)
 {
     /* With p.pdl the combine is a programmatic dependent of the split kernel just launched on
      * this stream: it may start while that kernel's last blocks run, and waits in the kernel
@@ -441,7 +441,7 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, i
     cfg.attrs = attr;
     cfg.numAttrs = fp->pdl ? 1 : 0;
     const void *kernel;
-    if (fp->combine_kind == MLAV_COMBINE_ROWS) {
+    if (lo->combine_kind == MLAV_COMBINE_ROWS) {
         const int64_t rows = (int64_t)fp->n_combine * BM;
         cfg.gridDim = dim3((unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS));
         cfg.blockDim = dim3(ROW_WARPS * 32);
@@ -449,8 +449,8 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, i
     } else {
         cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
         cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = (size_t)fp->combine_smem; /* reserved, unused: see spread_smem */
-        kernel = block_combine(dtype, fp->combine_kind, step != 0);
+        cfg.dynamicSmemBytes = (size_t)lo->combine_smem; /* reserved, unused: see spread_smem */
+        kernel = block_combine(dtype, lo->combine_kind, step != 0);
     }
     /* every instance takes the params struct by value as its only argument */
     void *args[1] = {const_cast<mlav_flash_params *>(fp)};

@@ -1,5 +1,5 @@
 /* Parameters and launchers of the flash verify path (verify_flash.cu, combine.cu), used by
- * backend_flash.cu. One plain struct per stage; strides in elements; pointers are device. */
+ * backend_flash.cu. Plain structs; strides in elements; pointers are device. */
 #ifndef MLAV_CUDA_FLASH_H
 #define MLAV_CUDA_FLASH_H
 
@@ -77,6 +77,11 @@ mlav_status mlav_step_schedule_prepare(void);
 /* Launch the device scheduler (one block) on `stream`. */
 mlav_status mlav_step_schedule_launch(const mlav_step_sched_params *p, cudaStream_t stream);
 
+/* The parameters of the split kernels (verify_flash.cu, verify_flash_f32.cu) and the combine
+ * (combine.cu), by value, one struct for all: the kernels read interleaved fields, and a struct
+ * per kernel would move the parameter offsets of fields the split kernel's main loop reads (H,
+ * scale_log2, the gather's page fields), which changes its machine code
+ * (docs/PERFORMANCE.md#ptxas). Host-only choices go in mlav_flash_launch_opts instead. */
 typedef struct mlav_flash_params {
     const void *q;                  /* [T, H, W] */
     const void *kv;                 /* [num_pages, page_size, W] */
@@ -96,7 +101,9 @@ typedef struct mlav_flash_params {
     uint32_t page_elems;            /* page_size * W: elements from one page to the next */
     uint32_t page_limit;            /* min(num_pages, 2^31): a page id is valid iff (uint32) id < it */
     const void *nan_row;            /* [W] NaN of the dtype: what a page id outside the pool reads */
-    int32_t pdl;                    /* 1: launch the combine as a programmatic dependent (sm_90+) */
+    int32_t pdl;                    /* 1: launch the combine as a programmatic dependent (sm_90+);
+                                     * read by the launch only, kept here so that the fields
+                                     * after it keep their parameter offsets */
     int32_t combine_col_blocks;     /* 1, 2, 4 or 16 column blocks per row (combine.cu) */
     int64_t num_pages;
     float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
@@ -104,14 +111,18 @@ typedef struct mlav_flash_params {
                                      * of two per row and column block that restores the fp16 part_o
                                      * values; NULL for F32 plans (last, so that adding it left the
                                      * offsets of the fields the kernel's loop reads unchanged) */
-    int32_t combine_smem;           /* dynamic shared memory of the combine launch, reserved and
-                                     * unused: it spreads the blocks over the SMs (combine.cu) */
-    int32_t all_groups;             /* host only, which split-kernel instance runs: 1 = every warp
-                                     * group computes, also one past its request's rows
-                                     * (mlav_flash_all_groups; verify_flash.cu) */
-    int32_t combine_kind;           /* host only, which combine runs (mlav_combine_kind): a warp
-                                     * per row, or a block per row and column block (combine.cu) */
 } mlav_flash_params;
+
+/* A plan's launch choices that no kernel reads (backend_flash.cu's flash_config holds them), so
+ * that they take no room in the kernels' parameters. */
+typedef struct mlav_flash_launch_opts {
+    int32_t all_groups;   /* which split-kernel instance runs: 1 = every warp group computes, also
+                           * one past its request's rows (mlav_flash_all_groups; verify_flash.cu) */
+    int32_t combine_kind; /* which combine runs (mlav_combine_kind): a warp per row, or a block per
+                           * row and column block (combine.cu) */
+    int32_t combine_smem; /* dynamic shared memory of a block combine launch, reserved and unused:
+                           * it spreads the blocks over the SMs (combine.cu) */
+} mlav_flash_launch_opts;
 
 /* Whether the split kernel should run every warp group, also those whose 32 rows lie past their
  * request's: yes as soon as a request fills more than one group (H x q_len > 32), since a block
@@ -152,8 +163,8 @@ size_t mlav_flash_smem_bytes(void);
 mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, int *blocks_per_sm);
 /* Launch the split kernel then (if any) the combine kernel on `stream`. `step`: a plan for
  * limits, whose grids run past the step's schedule (items with b < 0, combine items of no rows). */
-mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
-                              cudaStream_t stream);
+mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                              const mlav_flash_launch_opts *lo, int step, cudaStream_t stream);
 /* The F32 variant (verify_flash_f32.cu): CUDA-core FMA on the same schedule and combine, for
  * exactness checks; no tensor cores, no shared memory. */
 mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm);
@@ -168,7 +179,7 @@ int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device
 mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, const mlav_cuda_device *dev,
                                      int *bytes);
 /* The combine kernel alone (combine.cu). */
-mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
-                                cudaStream_t stream);
+mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                                const mlav_flash_launch_opts *lo, int step, cudaStream_t stream);
 
 #endif

@@ -755,7 +755,7 @@ mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, in
 {
     if (dtype == MLAV_DTYPE_F32)
         return mlav_flash_f32_prepare(dev, blocks_per_sm);
-    /* every instance: a plan picks one at launch (mlav_flash_params.all_groups, the plan's
+    /* every instance: a plan picks one at launch (mlav_flash_launch_opts.all_groups, the plan's
      * kind); their resources are the same, and the schedule is built for the smallest residency
      * of them */
     *blocks_per_sm = 0;
@@ -774,8 +774,8 @@ mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, in
     return MLAV_OK;
 }
 
-mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
-                              cudaStream_t stream)
+mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                              const mlav_flash_launch_opts *lo, int step, cudaStream_t stream)
 {
     if (fp->n_items > 0 && dtype == MLAV_DTYPE_F32) {
         mlav_status s = mlav_flash_f32_launch(fp, stream);
@@ -783,12 +783,12 @@ mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, int
             return s;
     } else if (fp->n_items > 0) {
         void *args[1] = {const_cast<mlav_flash_params *>(fp)};
-        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, fp->all_groups != 0, step != 0),
+        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, lo->all_groups != 0, step != 0),
                                        dim3((unsigned)fp->n_items), dim3(NT), args, SMEM_BYTES,
                                        stream));
         MLAV_CUDA_TRY(cudaGetLastError());
     }
     if (fp->n_combine > 0)
-        return mlav_combine_launch(dtype, fp, step, stream);
+        return mlav_combine_launch(dtype, fp, lo, step, stream);
     return MLAV_OK;
 }
