@@ -1,9 +1,9 @@
 /* The cross-backend harness: every compiled-in backend (cpu; cuda and cuda-naive where the
  * library was built with CUDA) over one table of random cases, each against the fp64 oracle
  * (tu_reference: the reference backend's definition of truth). Per case and backend one cmocka
- * test, named by backend and parameters; the error metric is the dtype's (DESIGN.md: rel-L2 of
- * out <= 1e-5 F32, 5e-3 BF16/F16; max |lse - ref| <= 1e-5 F32, 1e-3 BF16/F16), after the NaN
- * positions match. The fixture NaN-poisons unused KV pages and the slack of each last page,
+ * test, named by backend and parameters; the error metric is the dtype's (docs/DESIGN.md#bundles:
+ * rel-L2 of out <= 1e-5 F32, 5e-3 BF16/F16; max |lse - ref| <= 1e-5 F32, 1e-3 BF16/F16), after the
+ * NaN positions match. The fixture NaN-poisons unused KV pages and the slack of each last page,
  * poisons out/lse (NaN) between guard canaries; the workspace, and on the GPU every device
  * buffer, is NaN-poisoned between canaries here too. A backend that is not compiled in, a
  * missing device and a shape a backend is documented not to take are skip()s with the reason.

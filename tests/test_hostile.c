@@ -1,8 +1,9 @@
-/* Hostile inputs, table-driven and generated: the extremes of every DESIGN.md section 2 rule
- * (lengths that would overflow size arithmetic, every page-table slot, every mask bit past q_len,
- * misaligned host pointers), every truncation and lying length of the section 4 bundle format,
- * and NaN/Inf confined to the rows it touches, on the cpu and reference backends. Each refusal
- * has its status and sentence, writes nothing outside out/lse (guard canaries) and no input. */
+/* Hostile inputs, table-driven and generated: the extremes of every rule of
+ * docs/DESIGN.md#validation (lengths that would overflow size arithmetic, every page-table slot,
+ * every mask bit past q_len, misaligned host pointers), every truncation and lying length of the
+ * bundle format (docs/DESIGN.md#bundles), and NaN/Inf confined to the rows it touches, on the cpu
+ * and reference backends. Each refusal has its status and sentence, writes nothing outside out/lse
+ * (guard canaries) and no input. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

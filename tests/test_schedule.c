@@ -235,8 +235,8 @@ static void test_schedule_model_time_by_hand(void **state)
 /* The flash plan's choice of waves and splits on the H200 (132 SMs, one block per SM,
  * MLAV_FLASH_MAX_SPLITS = 256, MLAV_FLASH_BLOCK_COST_KEYS = 128, MLAV_FLASH_SPLIT_COST_KEYS = 1,
  * MLAV_FLASH_MORE_WAVES = 8), at the points where one wave was measured against two and three
- * and q_len 1 against more splits (bench/NOTES.md, session 10), and the batches of 144 row tiles
- * that more waves shorten (session 13): blocks per point, and so waves and splits. */
+ * and q_len 1 against more splits (session 10, docs/PERFORMANCE.md#schedule), and the batches of
+ * 144 row tiles that more waves shorten (session 13): blocks per point, and so waves and splits. */
 static void test_schedule_waves_h200(void **state)
 {
     (void)state;

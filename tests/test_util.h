@@ -93,7 +93,7 @@ int tu_guards_ok(const tu_problem *p);
  * as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt) instead of Passed. */
 int tu_no_device_skip(int rc);
 
-/* The DESIGN.md tolerances for a dtype. */
+/* The tolerances of docs/DESIGN.md#bundles for a dtype. */
 double tu_out_tol(mlav_dtype d);
 double tu_lse_tol(mlav_dtype d);
 

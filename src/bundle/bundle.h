@@ -1,4 +1,4 @@
-/* A golden bundle (DESIGN.md section 4, golden/FORMAT.md): the named tensors of one verify
+/* A golden bundle (docs/DESIGN.md#bundles, golden/FORMAT.md): the named tensors of one verify
  * problem and its expectations, read from and written to a safetensors file, with every
  * shape, length and index checked so that nothing downstream can read out of bounds. */
 #ifndef MLAV_BUNDLE_BUNDLE_H

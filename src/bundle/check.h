@@ -1,6 +1,6 @@
 /* Checking a golden bundle on a backend: run it, compare out/lse with the oracle's expectations
- * at the DESIGN.md tolerances, read tokens out the bundle's way and compare tokens and greedy
- * acceptance exactly. Shared by `mlaverify check` and the tests. */
+ * at the tolerances of docs/DESIGN.md#bundles, read tokens out the bundle's way and compare tokens
+ * and greedy acceptance exactly. Shared by `mlaverify check` and the tests. */
 #ifndef MLAV_BUNDLE_CHECK_H
 #define MLAV_BUNDLE_CHECK_H
 

@@ -1,4 +1,4 @@
-/* The token readout of DESIGN.md section 4, the decisive-margin rule, and greedy acceptance
+/* The token readout of docs/DESIGN.md#bundles, the decisive-margin rule, and greedy acceptance
  * over a whole batch: the part of the bundle format that turns `out` into tokens the same way
  * for the generator and for every backend's check. */
 #ifndef MLAV_BUNDLE_READOUT_H
@@ -46,7 +46,7 @@ int32_t mlav_readout_node_block(int32_t T, int32_t vocab);
 mlav_status mlav_readout_tokens(int32_t T, int64_t N, int32_t vocab, uint64_t seed,
                                 const double *out, int32_t *tokens, double *margins);
 
-/* The DESIGN.md tolerances: out rel-L2 and lse max abs error, per dtype. */
+/* The tolerances of docs/DESIGN.md#bundles: out rel-L2 and lse max abs error, per dtype. */
 double mlav_out_tolerance(mlav_dtype d);
 double mlav_lse_tolerance(mlav_dtype d);
 

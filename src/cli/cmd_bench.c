@@ -1,7 +1,7 @@
-/* mlaverify bench: times the verify backends on the DESIGN.md protocol (section 5) and prints the
- * classic table (section 7) with TFLOP/s, GB/s and the fractions of ceilings measured in the
- * same run; optionally a CSV for bench/plot.gp. Verify runs use the public API only. This file
- * runs the steps in order; each job is a bench_*.c file (bench.h). */
+/* mlaverify bench: times the verify backends on the protocol of docs/PERFORMANCE.md#measure and
+ * prints the classic table (docs/PERFORMANCE.md#results) with TFLOP/s, GB/s and the fractions of
+ * ceilings measured in the same run; optionally a CSV for bench/plot.gp. Verify runs use the public
+ * API only. This file runs the steps in order; each job is a bench_*.c file (bench.h). */
 #include <stdio.h>
 #include <stdlib.h>
 

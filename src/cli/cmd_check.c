@@ -1,5 +1,5 @@
 /* mlaverify check: run golden bundles on a backend; tokens and accepted paths must match
- * exactly, out and lse within the DESIGN.md tolerances. */
+ * exactly, out and lse within the tolerances of docs/DESIGN.md#bundles. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@ static const struct {
     {"info", mlav_cmd_info, "version, backends compiled in, devices, what AUTO picks"},
     {"check", mlav_cmd_check, "check golden bundles token-exact on a backend"},
     {"gen", mlav_cmd_gen, "generate a seeded golden bundle from the fp64 oracle"},
-    {"bench", mlav_cmd_bench, "time the verify backends (the DESIGN.md table)"},
+    {"bench", mlav_cmd_bench, "time the verify backends (the docs/PERFORMANCE.md table)"},
 };
 
 static int usage(FILE *f)

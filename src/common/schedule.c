@@ -262,7 +262,7 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
     /* First the smallest chunk whose blocks fit in whole waves of target_blocks, as few waves as
      * the unsplit batch allows: blocks of one split size finish together, and a wave that is only
      * a few blocks over (15 splits x 9 row tiles = 135 blocks on 132 SMs) doubles the time
-     * (bench/NOTES.md, v2). */
+     * (v2, docs/PERFORMANCE.md#schedule). */
     int64_t max_kv = 1;
     for (int32_t b = 0; b < p->B; b++)
         if (mlav_info_q_len(p, b) > 0 && p->kv_lens[b] > max_kv)
@@ -283,9 +283,9 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
      *   (9 row tiles x 14 splits = 126 blocks on 132 SMs; 16 requests x 9 row tiles = 144 row
      *   tiles, whose fewest waves are 3 splits in 3.3 waves and whose shortest modelled time is
      *   7 splits in 7.6) and the splits are long enough that a block's fixed cost is worth
-     *   paying again (bench/NOTES.md, session 10: two waves measured 0.94 of one at 8 x (H 16,
-     *   q_len 9), prefix 32k, and 0.98 at H 64, q_len 9, prefix 131k; 1.06-1.19 up to 16k, which
-     *   the model also rejects; session 13: more waves for batches). */
+     *   paying again (session 10, docs/PERFORMANCE.md#schedule: two waves measured 0.94 of one at 8
+     *   x (H 16, q_len 9), prefix 32k, and 0.98 at H 64, q_len 9, prefix 131k; 1.06-1.19 up to 16k,
+     *   which the model also rejects; session 13: more waves for batches). */
     dispatch d = {.free_at = malloc((size_t)sp->target_blocks * sizeof(int64_t))};
     if (!d.free_at)
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory scheduling splits");

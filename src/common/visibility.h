@@ -1,4 +1,4 @@
-/* The visibility rule (DESIGN.md section 1), written once: the fp64 oracle, the CPU backend and
+/* The visibility rule (docs/DESIGN.md#math), written once: the fp64 oracle, the CPU backend and
  * the three CUDA kernels (naive, flash, flash F32) all call these, so no two can disagree on
  * which key a query sees.
  *
@@ -19,7 +19,7 @@
 /* Whether draft key k (0 <= k < q_len) is visible to the request's node i, whose global query
  * index is q (row q of mask [T, mask_words]; may be NULL: the causal chain k <= i). The shape (an
  * if, a bool per branch) is the one the flash kernel's main loop was tuned with: ptxas compiles it
- * to the same code as the expression it replaced (bench/sass_identity.py). */
+ * to the same code as the expression it replaced (bench/diag/sass_identity.py). */
 static MLAV_HD bool mlav_draft_visible(const uint32_t *mask, int32_t mask_words, int64_t q,
                                        int32_t i, int32_t k)
 {

@@ -132,7 +132,6 @@ mlav_flash_params make_params(const mlav_problem_info *p, const flash_config *c,
     fp.n_items = n_items;
     fp.n_combine = n_combine;
     fp.combine_col_blocks = c->combine_col_blocks;
-    fp.combine_smem = c->combine_smem;
     fp.H = p->H;
     fp.page_size = p->page_size;
     fp.page_div = c->page_div;
@@ -144,9 +143,17 @@ mlav_flash_params make_params(const mlav_problem_info *p, const flash_config *c,
     fp.num_pages = t->num_pages;
     fp.scale_log2 = p->scale * MLAV_LOG2E;
     fp.pdl = c->pdl;
-    fp.all_groups = c->all_groups;
-    fp.combine_kind = c->combine_kind;
     return fp;
+}
+
+/* The launch choices of the configuration that no kernel reads. */
+mlav_flash_launch_opts launch_opts(const flash_config *c)
+{
+    mlav_flash_launch_opts lo;
+    lo.all_groups = c->all_groups;
+    lo.combine_kind = c->combine_kind;
+    lo.combine_smem = c->combine_smem;
+    return lo;
 }
 
 /* ---- plans for one problem ----------------------------------------------------------------- */
@@ -243,7 +250,8 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
         make_params(p, &st->cfg, t, workspace, st->d_nan_row, st->d_items, st->sched.n_items,
                     st->d_combine, st->sched.n_combine);
     /* kernels run on this plan's device; the caller's current device must be it */
-    return mlav_flash_launch(p->dtype, &fp, 0, stream);
+    const mlav_flash_launch_opts lo = launch_opts(&st->cfg);
+    return mlav_flash_launch(p->dtype, &fp, &lo, 0, stream);
 }
 
 mlav_status flash_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,
@@ -442,7 +450,8 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
     const mlav_flash_params fp =
         make_params(shape, &st->cfg, t, part, st->d_nan_row, region_items(ws), st->bd.max_items,
                     region_combine(ws, &st->bd), st->bd.max_combine);
-    return mlav_flash_launch(shape->dtype, &fp, 1, stream);
+    const mlav_flash_launch_opts lo = launch_opts(&st->cfg);
+    return mlav_flash_launch(shape->dtype, &fp, &lo, 1, stream);
 }
 
 mlav_status step_run(const mlav_problem_info *shape, const void *state, const mlav_tensors *t,

@@ -86,10 +86,10 @@ template <> struct partial<float> {
  * columns per row, each with q split groups of 128 / q threads (one float4 each); group k sums
  * the splits s = k, k + q, ... and the groups meet in shared memory. q = 16 gives a lone 64-row
  * request with 113-128 splits 16 x 16 ways of parallel loads, all in the first batch; q = 1 keeps
- * many-row combines to one wave of blocks (bench/NOTES.md, v2 and session 8). The weights come
- * first, SPT splits per thread (s = tid + k x THREADS; SPT = 2 only for items of more than
- * THREADS splits, mlav_combine_kind) with block reductions for the max, the NaN flag and the sum,
- * under the rules of merge.h; a 16-bit plan's weights also carry the
+ * many-row combines to one wave of blocks (v2 and session 8, docs/PERFORMANCE.md#combine). The
+ * weights come first, SPT splits per thread (s = tid + k x THREADS; SPT = 2 only for items of more
+ * than THREADS splits, mlav_combine_kind) with block reductions for the max, the NaN flag and the
+ * sum, under the rules of merge.h; a 16-bit plan's weights also carry the
  * part_scale factor of each of the block's 128-column blocks, loaded with the lse values, so that
  * the loop over the splits reads no more than the partial rows. (Earlier versions: a serial chain
  * of dependent loads, then one thread computing all weights serially, each cost more than the
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
 
     /* This thread's first PRELOAD partial rows are loaded together with the lse values: they do
      * not depend on the weights, and loaded after them they cost a second round trip to L2 on
-     * the path of every combine (bench/NOTES.md, session 6). */
+     * the path of every combine (session 6, docs/PERFORMANCE.md#combine). */
     const int d = blockIdx.z * (DL / q) + c * 4;
     const partial<T> part(p, it, r, d);
     float4 pre[PRELOAD];
@@ -204,8 +204,8 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     }
     /* the rest in batches of 8 loads issued before their first use (written as an unrolled
      * loop with a run-time bound, the fp16 loads and their conversions came out one load per
-     * use: 4-5 us slower at 128 splits on the H200, bench/NOTES.md session 7), then one by one;
-     * an empty split holds o = 0 with weight 0, so no branch is needed here */
+     * use: 4-5 us slower at 128 splits on the H200, session 7, docs/PERFORMANCE.md#combine), then
+     * one by one; an empty split holds o = 0 with weight 0, so no branch is needed here */
     constexpr int BATCH = 8;
     int s = grp + PRELOAD * q;
     for (; s + (BATCH - 1) * q < n; s += BATCH * q) {
@@ -295,8 +295,8 @@ template <> struct row_io<float> { /* F32 plans: fp32 pieces, unscaled */
  * every partial load of the row is issued before the weights are known, in batches of
  * row_io::BATCH splits. Against combine_kernel (a block per row and column block, weights
  * through shared memory and four block barriers) this is one round trip to L2 per row, and a
- * block per 4 rows instead of 1-4 per row for the PDL launch to place (bench/NOTES.md, session
- * 10). */
+ * block per 4 rows instead of 1-4 per row for the PDL launch to place (session 10,
+ * docs/PERFORMANCE.md#combine). */
 constexpr int ROW_WARPS = 4; /* 128 threads: ~170 registers each leave room for 3 blocks per SM */
 static_assert(MLAV_COMBINE_ROW_MAX_SPLITS <= 32, "one lane per split for the weights");
 template <typename T, bool STEP>
@@ -426,8 +426,8 @@ static const void *row_combine(mlav_dtype dtype, bool step)
     return step ? row_combine_of<true>(dtype) : row_combine_of<false>(dtype);
 }
 
-mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
-                                cudaStream_t stream)
+mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                                const mlav_flash_launch_opts *lo, int step, cudaStream_t stream)
 {
     /* With p.pdl the combine is a programmatic dependent of the split kernel just launched on
      * this stream: it may start while that kernel's last blocks run, and waits in the kernel
@@ -441,7 +441,7 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, i
     cfg.attrs = attr;
     cfg.numAttrs = fp->pdl ? 1 : 0;
     const void *kernel;
-    if (fp->combine_kind == MLAV_COMBINE_ROWS) {
+    if (lo->combine_kind == MLAV_COMBINE_ROWS) {
         const int64_t rows = (int64_t)fp->n_combine * BM;
         cfg.gridDim = dim3((unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS));
         cfg.blockDim = dim3(ROW_WARPS * 32);
@@ -449,8 +449,8 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, i
     } else {
         cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
         cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = (size_t)fp->combine_smem; /* reserved, unused: see spread_smem */
-        kernel = block_combine(dtype, fp->combine_kind, step != 0);
+        cfg.dynamicSmemBytes = (size_t)lo->combine_smem; /* reserved, unused: see spread_smem */
+        kernel = block_combine(dtype, lo->combine_kind, step != 0);
     }
     /* every instance takes the params struct by value as its only argument */
     void *args[1] = {const_cast<mlav_flash_params *>(fp)};
@@ -485,9 +485,9 @@ int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device
 mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, const mlav_cuda_device *dev,
                                      int *bytes)
 {
-    /* Measured on the H200 (bench/NOTES.md, session 8): a lone q_len 1 request at prefix 16k
-     * 7-8% faster, H = 128 at q_len 1 from prefix 1024 on 3-7.5%; the uncapped grid without PDL
-     * gained less there (4-6%, 1-4%) and lost 3-8.5% at short prefixes. */
+    /* Measured on the H200 (session 8, docs/PERFORMANCE.md#combine): a lone q_len 1 request at
+     * prefix 16k 7-8% faster, H = 128 at q_len 1 from prefix 1024 on 3-7.5%; the uncapped grid
+     * without PDL gained less there (4-6%, 1-4%) and lost 3-8.5% at short prefixes. */
     *bytes = 0;
     const int per_sm = combine_blocks_per_sm(kind, 0);
     cudaFuncAttributes a;

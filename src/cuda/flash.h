@@ -1,5 +1,5 @@
 /* Parameters and launchers of the flash verify path (verify_flash.cu, combine.cu), used by
- * backend_flash.cu. One plain struct per stage; strides in elements; pointers are device. */
+ * backend_flash.cu. Plain structs; strides in elements; pointers are device. */
 #ifndef MLAV_CUDA_FLASH_H
 #define MLAV_CUDA_FLASH_H
 
@@ -27,20 +27,21 @@
  * a tile: 125 splits of 1056 keys at q_len 1, prefix 131072). */
 #define MLAV_FLASH_MAX_SPLITS 256
 /* A split block's fixed cost in KV rows of loop work, for the schedule's choice of waves
- * (mlav_schedule_params.block_cost_keys). Fitted on the H200 (bench/NOTES.md, session 10): one
- * wave against two at q_len 9 put it at 75-126 keys for H = 64 (prefix 4096 to 131k) and ~190
- * for 8 x H = 16; 128 keeps every choice that measured faster there and none that measured
- * slower. */
+ * (mlav_schedule_params.block_cost_keys). Fitted on the H200 (session 10,
+ * docs/PERFORMANCE.md#schedule): one wave against two at q_len 9 put it at 75-126 keys for H = 64
+ * (prefix 4096 to 131k) and ~190 for 8 x H = 16; 128 keeps every choice that measured faster there
+ * and none that measured slower. */
 #define MLAV_FLASH_BLOCK_COST_KEYS 128
-/* The combine's cost per split (mlav_schedule_params.split_cost_keys), fitted on the H200 (bench/
- * NOTES.md, session 10): a lone q_len 1 request at prefixes 4096 to 131k, 65-125 splits against
- * 129, put it at 0.6-0.8 keys per split. */
+/* The combine's cost per split (mlav_schedule_params.split_cost_keys), fitted on the H200 (session
+ * 10, docs/PERFORMANCE.md#schedule): a lone q_len 1 request at prefixes 4096 to 131k, 65-125 splits
+ * against 129, put it at 0.6-0.8 keys per split. */
 #define MLAV_FLASH_SPLIT_COST_KEYS 1
 /* The most waves beyond the fewest that the plan weighs (mlav_schedule_params.more_waves). A
  * batch whose row tiles a little exceed the SMs (16 requests x 9 row tiles = 144 on 132) is best
  * in 6 more (the model; measured 0.914 of the plan with 2 on the H200). Over random engine-like
  * batches 8 more model 0.9841 of 2's time and 16 more 0.9834, at ~110 and ~180 us of host time
- * per plan on the development VM (bench/schedule_choices.c; bench/NOTES.md, session 13). */
+ * per plan on the development VM (bench/diag/schedule_choices.c; session 13,
+ * docs/PERFORMANCE.md#schedule). */
 #define MLAV_FLASH_MORE_WAVES 8
 
 /* The most waves beyond the fewest that a plan for limits weighs (schedule_step.h): each one
@@ -76,6 +77,11 @@ mlav_status mlav_step_schedule_prepare(void);
 /* Launch the device scheduler (one block) on `stream`. */
 mlav_status mlav_step_schedule_launch(const mlav_step_sched_params *p, cudaStream_t stream);
 
+/* The parameters of the split kernels (verify_flash.cu, verify_flash_f32.cu) and the combine
+ * (combine.cu), by value, one struct for all: the kernels read interleaved fields, and a struct
+ * per kernel would move the parameter offsets of fields the split kernel's main loop reads (H,
+ * scale_log2, the gather's page fields), which changes its machine code
+ * (docs/PERFORMANCE.md#ptxas). Host-only choices go in mlav_flash_launch_opts instead. */
 typedef struct mlav_flash_params {
     const void *q;                  /* [T, H, W] */
     const void *kv;                 /* [num_pages, page_size, W] */
@@ -95,7 +101,9 @@ typedef struct mlav_flash_params {
     uint32_t page_elems;            /* page_size * W: elements from one page to the next */
     uint32_t page_limit;            /* min(num_pages, 2^31): a page id is valid iff (uint32) id < it */
     const void *nan_row;            /* [W] NaN of the dtype: what a page id outside the pool reads */
-    int32_t pdl;                    /* 1: launch the combine as a programmatic dependent (sm_90+) */
+    int32_t pdl;                    /* 1: launch the combine as a programmatic dependent (sm_90+);
+                                     * read by the launch only, kept here so that the fields
+                                     * after it keep their parameter offsets */
     int32_t combine_col_blocks;     /* 1, 2, 4 or 16 column blocks per row (combine.cu) */
     int64_t num_pages;
     float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
@@ -103,14 +111,18 @@ typedef struct mlav_flash_params {
                                      * of two per row and column block that restores the fp16 part_o
                                      * values; NULL for F32 plans (last, so that adding it left the
                                      * offsets of the fields the kernel's loop reads unchanged) */
-    int32_t combine_smem;           /* dynamic shared memory of the combine launch, reserved and
-                                     * unused: it spreads the blocks over the SMs (combine.cu) */
-    int32_t all_groups;             /* host only, which split-kernel instance runs: 1 = every warp
-                                     * group computes, also one past its request's rows
-                                     * (mlav_flash_all_groups; verify_flash.cu) */
-    int32_t combine_kind;           /* host only, which combine runs (mlav_combine_kind): a warp
-                                     * per row, or a block per row and column block (combine.cu) */
 } mlav_flash_params;
+
+/* A plan's launch choices that no kernel reads (backend_flash.cu's flash_config holds them), so
+ * that they take no room in the kernels' parameters. */
+typedef struct mlav_flash_launch_opts {
+    int32_t all_groups;   /* which split-kernel instance runs: 1 = every warp group computes, also
+                           * one past its request's rows (mlav_flash_all_groups; verify_flash.cu) */
+    int32_t combine_kind; /* which combine runs (mlav_combine_kind): a warp per row, or a block per
+                           * row and column block (combine.cu) */
+    int32_t combine_smem; /* dynamic shared memory of a block combine launch, reserved and unused:
+                           * it spreads the blocks over the SMs (combine.cu) */
+} mlav_flash_launch_opts;
 
 /* Whether the split kernel should run every warp group, also those whose 32 rows lie past their
  * request's: yes as soon as a request fills more than one group (H x q_len > 32), since a block
@@ -122,14 +134,14 @@ static inline int mlav_flash_all_groups(int32_t max_q_len, int32_t H)
 }
 
 /* The split schedule of the flash kernel on a device with `sm_count` SMs and `blocks_per_sm`
- * resident blocks (backend_flash.cu's plan; bench/flash_trace.cu runs the same).
+ * resident blocks (backend_flash.cu's plan).
  * Whole waves of resident blocks: the splits of a request are equal, so a wave is balanced, and
  * with one 8-warp block per SM a second wave doubles the per-block prologue at short prefixes
- * (bench/NOTES.md, v2); more waves only where the fewest leave SMs idle and the splits are long
- * (block_cost_keys). Splits go down to 32 keys (two KV tiles): with one 8-warp
+ * (v2, docs/PERFORMANCE.md#schedule); more waves only where the fewest leave SMs idle and the
+ * splits are long (block_cost_keys). Splits go down to 32 keys (two KV tiles): with one 8-warp
  * block per SM 64 rows x 32 keys take microseconds, so at short prefixes latency, not the
- * combine, decides (bench/NOTES.md, v2: 256-key minimum splits left q_len 9 / prefix 256 on 18
- * blocks, 28 us; session 5: fewer blocks were never faster). */
+ * combine, decides (v2, docs/PERFORMANCE.md#schedule: 256-key minimum splits left q_len 9 / prefix
+ * 256 on 18 blocks, 28 us; session 5: fewer blocks were never faster). */
 static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int blocks_per_sm)
 {
     mlav_schedule_params sp;
@@ -151,8 +163,8 @@ size_t mlav_flash_smem_bytes(void);
 mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, int *blocks_per_sm);
 /* Launch the split kernel then (if any) the combine kernel on `stream`. `step`: a plan for
  * limits, whose grids run past the step's schedule (items with b < 0, combine items of no rows). */
-mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
-                              cudaStream_t stream);
+mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                              const mlav_flash_launch_opts *lo, int step, cudaStream_t stream);
 /* The F32 variant (verify_flash_f32.cu): CUDA-core FMA on the same schedule and combine, for
  * exactness checks; no tensor cores, no shared memory. */
 mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm);
@@ -167,7 +179,7 @@ int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device
 mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, const mlav_cuda_device *dev,
                                      int *bytes);
 /* The combine kernel alone (combine.cu). */
-mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
-                                cudaStream_t stream);
+mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                                const mlav_flash_launch_opts *lo, int step, cudaStream_t stream);
 
 #endif

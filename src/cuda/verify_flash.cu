@@ -20,16 +20,16 @@
  *                also feeds two m16 tiles.
  * Against v2 (16 rows per warp, P in registers, 32-key tiles) this halves the K and V bytes read
  * from shared memory per MMA; on the H200 it runs within 1.5% of v2 at long prefixes and 1-8%
- * faster at short ones: the time goes to latency chains, not bandwidth (bench/NOTES.md, v4).
- * Each warp orders its m-tiles (and its S n-tiles) so that the block it finishes comes first:
- * register indices stay compile-time, with no selects. O (128) and Q (64) leave ~60 of 255
- * registers for fragments in flight. The softmax reference max is shared by the group's four
- * warps and moves only on a vote (bar.red.or) when a score passes it by more than RESCALE_SLACK,
- * so the common tile needs two group barriers and no max exchange.
- * Shared memory (sm_120 fits it: see SMEM_BYTES): four KV tiles of 16 x 576 (rows padded to 584
- * elements = 73 16-byte chunks, so the 8 row addresses of every ldmatrix fall in distinct bank
- * groups), Q's rope part, the S exchange, the P tiles and two small row arrays. Registers bound
- * residency at one block (8 warps) per SM. */
+ * faster at short ones: the time goes to latency chains, not bandwidth (v4,
+ * docs/PERFORMANCE.md#kernel). Each warp orders its m-tiles (and its S n-tiles) so that the block
+ * it finishes comes first: register indices stay compile-time, with no selects. O (128) and Q (64)
+ * leave ~60 of 255 registers for fragments in flight. The softmax reference max is shared by the
+ * group's four warps and moves only on a vote (bar.red.or) when a score passes it by more than
+ * RESCALE_SLACK, so the common tile needs two group barriers and no max exchange.
+ * Shared memory (flash_smem_layout; sm_120 fits it): four KV tiles of 16 x 576 (rows padded to
+ * 584 elements = 73 16-byte chunks, so the 8 row addresses of every ldmatrix fall in distinct
+ * bank groups), Q's rope part, the S exchange, the P tiles and two small row arrays. Registers
+ * bound residency at one block (8 warps) per SM. */
 #include <math.h>
 
 #include "../common/merge.h"
@@ -47,9 +47,26 @@ constexpr int AHEAD = 2;                   /* tiles gathered ahead of the one in
 constexpr int CHUNKS = W / 8;              /* 16-byte chunks per KV row: 72 */
 constexpr int GROUPS = 2;                  /* independent warp groups per block */
 /* A gather overwrites the buffer of tile t + AHEAD - STAGES, which both groups must be past (see
- * the loop's "tile full" barriers). Named barrier ids 1..15: one per group, one "full" per group
- * and buffer, one for the staggered start. */
-static_assert(STAGES >= AHEAD + 2 && GROUPS + GROUPS * STAGES + 1 <= 15, "pipeline, barrier ids");
+ * the loop's "tile full" barriers). */
+static_assert(STAGES >= AHEAD + 2, "pipeline");
+/* Named barrier ids (0 is __syncthreads; the hardware has 16): one per group for its 4 warps
+ * (the exchange, the vote, the epilogue's row sums), one "tile full" per group and KV buffer (the
+ * other group's 128 threads arrive when their copies of the tile have landed; see the loop), one
+ * for the staggered start (group 1 waits for group 0's first S). */
+enum flash_barrier : int {
+    BAR_GROUP0 = 1,                          /* group g: BAR_GROUP0 + g (bar_group) */
+    BAR_FULL0 = BAR_GROUP0 + GROUPS,         /* group g, buffer b: bar_full(g, b) */
+    BAR_START = BAR_FULL0 + GROUPS * STAGES, /* the staggered start */
+};
+static_assert(BAR_START <= 15, "named barrier ids 1..15");
+constexpr int bar_group(int grp)
+{
+    return BAR_GROUP0 + grp;
+}
+constexpr int bar_full(int grp, int buf)
+{
+    return BAR_FULL0 + grp * STAGES + buf;
+}
 constexpr int QUARTERS = 4;                /* warps per group */
 constexpr int GROUP_ROWS = BM / GROUPS;    /* 32 */
 constexpr int GROUP_THREADS = 32 * QUARTERS;
@@ -68,7 +85,6 @@ constexpr int SQ_ELEMS = BM * QPS;
 constexpr int SROW_FLOATS = GROUPS * QUARTERS * 16; /* [grp][warp][16 rows] */
 constexpr size_t SMEM_BYTES = (size_t)STAGES * SKV_ELEMS * 2 + SX_FLOATS * 4 + SP_ELEMS * 2 +
                               SQ_ELEMS * 2 + 2 * SROW_FLOATS * 4;
-static_assert(SMEM_BYTES <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
 static_assert(NT == GROUPS * GROUP_THREADS && MT * NTS == QUARTERS,
               "each warp finishes exactly one S block of its group");
 static_assert(COLS_Q % 16 == 0 && ROPE_Q == 16 && BN == 16, "MMA tiling");
@@ -94,6 +110,35 @@ constexpr int QL_CHUNKS = BM * DL / 8; /* 4096 */
 static_assert(QL_CHUNKS % NT == 0 && BM * QSS * 2 <= (STAGES - 1) * SKV_ELEMS * 2 + SX_FLOATS * 4,
               "latent Q staging fits in KV buffers 1-3 and the exchange area");
 
+/* The split kernel's dynamic shared memory, region by region: byte offsets from the base, in
+ * this order (each region's size is a multiple of 16 bytes, so every one stays 16-byte aligned
+ * for cp.async, ldmatrix and the float4 exchange). */
+struct flash_smem_layout {
+    /* the KV ring: STAGES tiles of BN rows x RS elements (W padded by 8, so that the 8 row
+     * addresses of every ldmatrix fall in distinct bank groups), gathered AHEAD tiles ahead by
+     * cp.async; also the prologue's latent Q staging (below) and the epilogue's output staging
+     * (a free buffer) */
+    static constexpr size_t KV = 0, KV_BYTES = (size_t)STAGES * SKV_ELEMS * 2;
+    /* the S reduce-scatter: fp32 partial scores [grp][dest warp][slot][lane] of float4 */
+    static constexpr size_t X = KV + KV_BYTES, X_BYTES = (size_t)SX_FLOATS * 4;
+    /* P, the A operand of P V: [grp][GROUP_ROWS][PS] 16-bit weights */
+    static constexpr size_t P = X + X_BYTES, P_BYTES = (size_t)SP_ELEMS * 2;
+    /* the rope part of Q, the rope k-step's A operand in every tile: [BM][QPS] */
+    static constexpr size_t Q = P + P_BYTES, Q_BYTES = (size_t)SQ_ELEMS * 2;
+    /* row maxima of a vote's exchange: [grp][warp][16 rows] */
+    static constexpr size_t MAX = Q + Q_BYTES, MAX_BYTES = (size_t)SROW_FLOATS * 4;
+    /* row sums of the two key halves, met in the epilogue: [grp][warp][16 rows] */
+    static constexpr size_t L = MAX + MAX_BYTES, L_BYTES = (size_t)SROW_FLOATS * 4;
+    static constexpr size_t TOTAL = L + L_BYTES;
+    /* latent Q staging in the prologue: [BM][QSS], over KV buffers 1-3 and the exchange area,
+     * which follow each other and are unused until tile 1's gather and the first exchange */
+    static constexpr size_t Q_STAGE = KV + (size_t)SKV_ELEMS * 2;
+};
+static_assert(flash_smem_layout::TOTAL == SMEM_BYTES, "the layout is the launch's shared memory");
+static_assert(SMEM_BYTES <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
+static_assert(flash_smem_layout::Q_STAGE + (size_t)BM * QSS * 2 <= flash_smem_layout::P,
+              "latent Q staging ends before the P tiles");
+
 constexpr float LN2 = 0.6931471805599453f;
 /* log2 units a score may exceed the reference max before O is rescaled: P stays <= 256, far
  * inside BF16/F16 range, and the row sum (at most 256 per key) inside fp32 */
@@ -110,7 +155,7 @@ static_assert(NT % BN == 0, "gather mapping");
  * gather that uses it, into the one register the loop carries (pg_next). With two ids in
  * flight (two tiles ahead) ptxas rotated them through register copies, which can wait for the
  * load (in one build a copy right after it held 8% of the stall samples); with one, 3-8%
- * faster from 16k on (bench/NOTES.md, session 5). */
+ * faster from 16k on (session 5, docs/PERFORMANCE.md#decisions). */
 __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int kv_end,
                                                const mlav_flash_params &p)
 {
@@ -122,7 +167,7 @@ __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int k
  * the source address is then row 0 of the pool, never read); a page id outside the pool reads
  * the plan's NaN row, never out of bounds. Branch-free 32-bit index arithmetic, one 64-bit
  * product: the gather runs every tile for every thread, and its address code was 58
- * instructions per warp and tile (bench/NOTES.md, session 4). */
+ * instructions per warp and tile (session 4, docs/PERFORMANCE.md#decisions). */
 template <typename T>
 __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page, int j,
                                               int kv_end, const mlav_flash_params &p, int row,
@@ -150,7 +195,7 @@ __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page,
  * cores would carry a hidden draft row's NaN into rows that do not see it. Done on the fragment
  * in registers, so the tile in shared memory is never written after the gather (v4 zeroed it in
  * place between two block barriers, and racecheck intermittently reported that pass against
- * the other group's P V reads; bench/NOTES.md, session 4). */
+ * the other group's P V reads; session 4, docs/PERFORMANCE.md#decisions). */
 template <typename T> __device__ __forceinline__ void zero_nonfinite_fragment(uint32_t r[4])
 {
     const uint32_t m = mlav::mma_type<T>::exp_mask;
@@ -175,51 +220,14 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
     }
 }
 
-#ifdef MLAV_FLASH_TRACE
-/* Diagnostic builds only (bench/flash_trace.cu defines the macro): lane 0 of each warp stamps the
- * SM clock at the loop's phase boundaries, for the first TRACE_TILES tiles of the first
- * TRACE_BLOCKS blocks, so that phase lengths and the two groups' offset can be read directly
- * rather than inferred from stall samples. The product never defines it. */
-constexpr int TRACE_BLOCKS = 8, TRACE_TILES = 256, TRACE_POINTS = 8;
-__device__ unsigned int flash_trace[TRACE_BLOCKS][NT / 32][TRACE_TILES][TRACE_POINTS];
-#define FLASH_TRACE(t, point)                                                                   \
-    do {                                                                                        \
-        if (blockIdx.x < TRACE_BLOCKS && (t) < TRACE_TILES && lane == 0)                        \
-            flash_trace[blockIdx.x][warp][t][point] = (unsigned int)clock();                    \
-    } while (0)
-#else
-#define FLASH_TRACE(t, point) ((void)0)
-#endif
-#ifdef MLAV_FLASH_PHASES
-/* Diagnostic builds only (bench/flash_trace.cu with -DFLASH_PHASES_ONLY): thread 0 of each block
- * stamps the global timer and the SM clock at kernel entry (0), loop entry (1), loop exit (2)
- * and kernel end (3), and inside the prologue and epilogue at 4 (Q and tile 0 landed, after
- * the first block barrier), 5 (the epilogue's row-sum barrier passed) and 6 (lse written,
- * staging begins), none in the loop, so that a block's fixed cost and the blocks' start skew
- * can be read without perturbing the loop. The product never defines it. */
-constexpr int PHASE_BLOCKS = 1024, PHASE_POINTS = 7;
-__device__ unsigned long long flash_phase_ns[PHASE_BLOCKS][PHASE_POINTS];
-__device__ long long flash_phase_clk[PHASE_BLOCKS][PHASE_POINTS];
-#define FLASH_PHASE(point)                                                                      \
-    do {                                                                                        \
-        if (threadIdx.x == 0 && blockIdx.x < PHASE_BLOCKS) {                                    \
-            unsigned long long ns_;                                                             \
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns_));                             \
-            flash_phase_ns[blockIdx.x][point] = ns_;                                            \
-            flash_phase_clk[blockIdx.x][point] = clock64();                                     \
-        }                                                                                       \
-    } while (0)
-#else
-#define FLASH_PHASE(point) ((void)0)
-#endif
-
 /* ALL_GROUPS: a group whose 32 rows lie past the request's (H x q_len not a multiple of 64)
  * still runs the loop's MMAs, on the zero Q rows the prologue loaded, and writes nothing. With
  * `active` a compile-time true the loop has no branches around S, the exchange, the softmax and
- * P V, and ptxas schedules it as one piece: 5-7.5% faster from prefix 16k on (H200, bench/NOTES.md
- * session 9). A block's time is that of its full groups anyway, as long as some block has two
- * (the plan's all_groups); the skipping instance is for plans where none does (every request's
- * H x q_len <= 32), where an idle group would take tensor time from the only working one. */
+ * P V, and ptxas schedules it as one piece: 5-7.5% faster from prefix 16k on (H200, session 9,
+ * docs/PERFORMANCE.md#decisions). A block's time is that of its full groups anyway, as long as
+ * some block has two (the plan's all_groups); the skipping instance is for plans where none does
+ * (every request's H x q_len <= 32), where an idle group would take tensor time from the only
+ * working one. */
 /* STEP: the instance of plans for limits, whose fixed grid runs past the step's schedule; a
  * block past it exits on the step header's count, a read that every block of an SM shares
  * (through L1), rather than on its own item, which would be a miss each. A separate instance because the check alone
@@ -234,22 +242,22 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                     __ldg(&(reinterpret_cast<const mlav_step_header *>(p.items) - 1)->n_items))
         return; /* the step header sits just before the items (schedule_step.h) */
     extern __shared__ __align__(16) unsigned char smem[];
-    T *sKV = reinterpret_cast<T *>(smem);
-    float *sX = reinterpret_cast<float *>(sKV + STAGES * SKV_ELEMS);
-    T *sP = reinterpret_cast<T *>(sX + SX_FLOATS);
-    T *sQ = sP + SP_ELEMS; /* rope part of Q: [BM][QPS] */
-    float *sMax = reinterpret_cast<float *>(sQ + SQ_ELEMS);
-    float *sL = sMax + SROW_FLOATS;
+    using SL = flash_smem_layout;
+    T *sKV = reinterpret_cast<T *>(smem + SL::KV);
+    float *sX = reinterpret_cast<float *>(smem + SL::X);
+    T *sP = reinterpret_cast<T *>(smem + SL::P);
+    T *sQ = reinterpret_cast<T *>(smem + SL::Q); /* rope part of Q: [BM][QPS] */
+    float *sMax = reinterpret_cast<float *>(smem + SL::MAX);
+    float *sL = reinterpret_cast<float *>(smem + SL::L);
 
-    FLASH_PHASE(0);
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[blockIdx.x];
     const int tid = threadIdx.x, lane = tid & 31;
     /* through a shuffle, so that ptxas can prove the warp index and everything derived from it
      * (group, quarter, barrier ids, row offsets) warp-uniform: a build with this alone used 30
      * uniform registers instead of 24. With V fragments in pairs (P V below) it measured 6%
-     * faster at q33/131k on the H200; either change alone gained at most 2% (bench/NOTES.md,
-     * session 5). */
+     * faster at q33/131k on the H200; either change alone gained at most 2% (session 5,
+     * docs/PERFORMANCE.md#decisions). */
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const int grp = warp / QUARTERS, dq = warp % QUARTERS;
     const int own_m = dq >> 1, own_n = dq & 1; /* the S block this warp finishes */
@@ -269,7 +277,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * epilogue writes rows below M only, and its rows see Q = 0 (their scores, NaN where a key
      * holds Inf or NaN, stay in its own rows, its own vote and its own exchange). */
     const bool active = ALL_GROUPS || gm0 < M;
-    const int bar = 1 + grp; /* the group's named barrier */
+    const int bar = bar_group(grp); /* the group's named barrier */
 
     /* The prologue's page-id lookups are issued first; the loop keeps one a tile ahead. */
     const int g_row = tid / GATHER_TPR, g_part = tid % GATHER_TPR;
@@ -295,10 +303,11 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * from global memory it took 64 four-byte loads per thread, each touching 8 rows, and the
      * first S MMA waited on them. Read back by ldmatrix instead of 4-byte loads, the prologue was
      * as fast but the loop 9% slower at q33/131k: ldmatrix writes aligned register quads, and
-     * ptxas then allocated the loop differently (bench/NOTES.md, session 6). The staging area is
-     * KV buffers 1-3 and the S exchange area, contiguous and unused until tile 1's gather and the
-     * first exchange; tile 0's gather goes to buffer 0 meanwhile, tile 1's after the reads. */
-    T *const qs = sKV + SKV_ELEMS; /* [BM][QSS] */
+     * ptxas then allocated the loop differently (session 6, docs/PERFORMANCE.md#ptxas). The
+     * staging area is KV buffers 1-3 and the S exchange area, contiguous and unused until tile 1's
+     * gather and the first exchange; tile 0's gather goes to buffer 0 meanwhile, tile 1's after
+     * the reads. */
+    T *const qs = reinterpret_cast<T *>(smem + SL::Q_STAGE); /* [BM][QSS] */
 #pragma unroll
     for (int c = 0; c < QL_CHUNKS / NT; c++) {
         const int idx = tid + c * NT, r = idx / (DL / 8), ch = idx % (DL / 8);
@@ -311,7 +320,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     mlav::cp_async_commit(); /* tile 0 */
     mlav::cp_async_wait<1>();
     __syncthreads(); /* every thread's Q copies have landed */
-    FLASH_PHASE(4);
     /* qf[i] is m-tile i ^ own_m of the group (own block first); the A fragment of k-step kk
      * holds rows g, g + 8 at columns 2 qd (+1) and 2 qd + 8 (+1) of the warp's quarter (rows 260
      * words apart: the 32 lanes of each load hit 32 distinct banks). */
@@ -367,21 +375,17 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * half a tile ahead of the other, and its softmax can overlap the other's MMAs. The same
      * bound makes the buffer reuse safe without an "empty" barrier: a gather at tile t writes the
      * buffer of tile t + AHEAD - STAGES = t - 2, and the other group is then past the middle of
-     * tile t - 1. Barrier ids: 1 + grp (the group's own), then full[group][stage]. */
-    const auto full_bar = [](int group, int stage) { return 1 + GROUPS + group * STAGES + stage; };
+     * tile t - 1. Barrier ids: flash_barrier. */
     mlav::cp_async_wait<AHEAD - 1>(); /* this thread's part of tile 0 (and of rope Q) landed */
-    mlav::named_barrier_arrive(full_bar(grp ^ 1, 0), NT);
+    mlav::named_barrier_arrive(bar_full(grp ^ 1, 0), NT);
     /* Group 1 starts once group 0 has its first S, so the groups run staggered (ping-pong): one
      * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
-     * offset bounded (A/B on the H200: 3% faster than starting together; bench/NOTES.md, v4). */
-    const int start_bar = 1 + GROUPS + GROUPS * STAGES;
+     * offset bounded (A/B on the H200: 3% faster than starting together; v4,
+     * docs/PERFORMANCE.md#kernel). */
     if (grp == 1 && n_tiles > 0) /* group 0 (always active) arrives in its first tile */
-        mlav::named_barrier(start_bar, NT);
-    FLASH_PHASE(1);
+        mlav::named_barrier(BAR_START, NT);
     for (int t = 0; t < n_tiles; t++) {
-        FLASH_TRACE(t, 0);
-        mlav::named_barrier(full_bar(grp, t % STAGES), NT); /* tile t visible to this group */
-        FLASH_TRACE(t, 1);
+        mlav::named_barrier(bar_full(grp, t % STAGES), NT); /* tile t visible to this group */
         const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
         const int j_base = kv_begin + t * BN;
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
@@ -432,7 +436,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         /* The gather of tile t + 2 goes after the S MMAs are issued, so that its copies queue
          * under them. Issued before S, they filled the memory pipe, and the S ldmatrix address
          * code, which ptxas rebuilds from the thread index (S2R) every tile, waited behind them
-         * (bench/NOTES.md, session 5). */
+         * (session 5, docs/PERFORMANCE.md#decisions). */
         if (t + AHEAD < n_tiles) {
             const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
             gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
@@ -440,7 +444,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         }
         pg_next = lookup_page(ptab, kv_begin + (t + AHEAD + 1) * BN + g_row, kv_end, p);
         mlav::cp_async_commit();
-        FLASH_TRACE(t, 2);
         if (active) {
             /* reduce-scatter: block x = 2 i + j (x = 1..3) belongs to warp dq ^ x and goes to
              * its slot x - 1, [dest][slot][lane] of float4 (consecutive lanes, consecutive 16
@@ -452,11 +455,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                     make_float4(v[0], v[1], v[2], v[3]);
             }
             float sv[4] = {s[0][0][0], s[0][0][1], s[0][0][2], s[0][0][3]};
-            FLASH_TRACE(t, 3);
             mlav::named_barrier(bar, GROUP_THREADS);
             if (grp == 0 && t == 0)
-                mlav::named_barrier_arrive(start_bar, NT);
-            FLASH_TRACE(t, 4);
+                mlav::named_barrier_arrive(BAR_START, NT);
 #pragma unroll
             for (int slot = 0; slot < 3; slot++) {
                 const float4 v =
@@ -550,14 +551,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             }
             run_sum[0] += pv[0] + pv[1];
             run_sum[1] += pv[2] + pv[3];
-            FLASH_TRACE(t, 5);
         }
 
         /* this thread's part of tile t + 1 has landed: tell the other group */
         mlav::cp_async_wait<AHEAD - 1>();
-        FLASH_TRACE(t, 6);
         if (t + 1 < n_tiles)
-            mlav::named_barrier_arrive(full_bar(grp ^ 1, (t + 1) % STAGES), NT);
+            mlav::named_barrier_arrive(bar_full(grp ^ 1, (t + 1) % STAGES), NT);
         /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments of 16 keys x 16
          * columns, each feeding both m-tiles. Two instances: tiles with draft rows or rows past
          * the split end also zero the non-finite elements of each V fragment
@@ -619,10 +618,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             else
                 pv_tile(mlav::bool_constant<true>());
         }
-        FLASH_TRACE(t, 7);
     }
     mlav::cp_async_wait<0>();
-    FLASH_PHASE(2);
     if (!active)
         return;
 
@@ -637,7 +634,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             lrow[dq * 16 + g + 8 * rr] = l;
     }
     mlav::named_barrier(bar, GROUP_THREADS);
-    FLASH_PHASE(5);
     const bool final_out = item.slot < 0;
     float inv[4];
 #pragma unroll
@@ -658,13 +654,13 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     /* O goes out through shared memory, 8 rows at a time per warp, so that every global store
      * writes whole 16-byte row pieces: straight from the MMA fragments each store instruction
      * touches 8 rows (8 cache lines), 64 of them per thread. Staged, a quarter of the store
-     * requests; on the H200 the same at q1/256 and 0.4-2% faster from 16k on (bench/NOTES.md,
-     * session 4: the old stores' stall samples were mostly off the critical path). The staging
-     * area is a KV buffer that neither group reads any more: this group's last tile is done, and
-     * the other group, which synced with it on the full barrier of tile n_tiles - 1, is past its
-     * S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and n_tiles - 4 are free, and
-     * with fewer tiles buffers 2 and 3 were never gathered into (the prologue fills 0 and 1). */
-    FLASH_PHASE(6);
+     * requests; on the H200 the same at q1/256 and 0.4-2% faster from 16k on (session 4,
+     * docs/PERFORMANCE.md#decisions: the old stores' stall samples were mostly off the critical
+     * path). The staging area is a KV buffer that neither group reads any more: this group's last
+     * tile is done, and the other group, which synced with it on the full barrier of tile
+     * n_tiles - 1, is past its S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and
+     * n_tiles - 4 are free, and with fewer tiles buffers 2 and 3 were never gathered into (the
+     * prologue fills 0 and 1). */
     const int free_buf = grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
                                    : (n_tiles >= 4 ? n_tiles % STAGES : 3);
     unsigned char *stage =
@@ -694,9 +690,10 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         } else {
             /* partial state as fp16, scaled by a power of two per (row, this warp's 128 columns)
              * that puts the block's largest |O / l| in [2^14, 2^15): range-safe for any input, 11
-             * significant bits, and half the bytes of fp32 (bench/NOTES.md, session 7). The
-             * maximum is taken on the bit patterns (|x| orders like its bits; NaN above Inf),
-             * over the lane quad that holds the row. The combine multiplies by part_scale. */
+             * significant bits, and half the bytes of fp32 (session 7,
+             * docs/PERFORMANCE.md#combine). The maximum is taken on the bit patterns (|x| orders
+             * like its bits; NaN above Inf), over the lane quad that holds the row. The combine
+             * multiplies by part_scale. */
             uint32_t mb = 0;
 #pragma unroll
             for (int n = 0; n < COLS_Q / 8; n++)
@@ -729,7 +726,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                                                          r * STAGE_T_STRIDE + (lane & 15) * 8);
         }
     }
-    FLASH_PHASE(3);
 }
 
 template <typename T, bool STEP> const void *kernel_of(bool all_groups)
@@ -759,7 +755,7 @@ mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, in
 {
     if (dtype == MLAV_DTYPE_F32)
         return mlav_flash_f32_prepare(dev, blocks_per_sm);
-    /* every instance: a plan picks one at launch (mlav_flash_params.all_groups, the plan's
+    /* every instance: a plan picks one at launch (mlav_flash_launch_opts.all_groups, the plan's
      * kind); their resources are the same, and the schedule is built for the smallest residency
      * of them */
     *blocks_per_sm = 0;
@@ -778,8 +774,8 @@ mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, in
     return MLAV_OK;
 }
 
-mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, int step,
-                              cudaStream_t stream)
+mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                              const mlav_flash_launch_opts *lo, int step, cudaStream_t stream)
 {
     if (fp->n_items > 0 && dtype == MLAV_DTYPE_F32) {
         mlav_status s = mlav_flash_f32_launch(fp, stream);
@@ -787,12 +783,12 @@ mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp, int
             return s;
     } else if (fp->n_items > 0) {
         void *args[1] = {const_cast<mlav_flash_params *>(fp)};
-        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, fp->all_groups != 0, step != 0),
+        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, lo->all_groups != 0, step != 0),
                                        dim3((unsigned)fp->n_items), dim3(NT), args, SMEM_BYTES,
                                        stream));
         MLAV_CUDA_TRY(cudaGetLastError());
     }
     if (fp->n_combine > 0)
-        return mlav_combine_launch(dtype, fp, step, stream);
+        return mlav_combine_launch(dtype, fp, lo, step, stream);
     return MLAV_OK;
 }

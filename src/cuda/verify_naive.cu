@@ -1,4 +1,4 @@
-/* The naive verify kernel, the GPU baseline of DESIGN.md section 7: one block per (token, head),
+/* The naive verify kernel, the GPU baseline (docs/DESIGN.md#kernels): one block per (token, head),
  * the whole score row in shared memory, the KV read twice (scores, then the weighted sum).
  * Naive in structure, not careless: 16-byte loads and several keys in flight per warp, so the
  * baseline the flash kernel is measured against is an honest one. */

@@ -1,4 +1,4 @@
-/* Input validation shared by every backend: one sentence per rule of DESIGN.md section 2. */
+/* Input validation shared by every backend: one sentence per rule of docs/DESIGN.md#validation. */
 #ifndef MLAV_DISPATCH_VALIDATE_H
 #define MLAV_DISPATCH_VALIDATE_H
 
