@@ -323,9 +323,6 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
     const int64_t tiles = mlav_step_bounds_of(shape->H, lim, &st->cfg.sp).max_tiles;
     st->cfg.sp.more_waves = mlav_flash_step_more_waves(tiles, st->cfg.sp.target_blocks);
     st->bd = mlav_step_bounds_of(shape->H, lim, &st->cfg.sp);
-    s = mlav_step_schedule_prepare();
-    if (s != MLAV_OK)
-        return s;
     /* the most splits a request within the limits can take */
     int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);
     if (most > st->cfg.sp.max_splits)

@@ -72,8 +72,6 @@ typedef struct mlav_step_sched_params {
     mlav_combine_item *combine;  /* [bd.max_combine] */
 } mlav_step_sched_params;
 
-/* Set the device scheduler's attributes once per plan (its carveout: see schedule_step.cu). */
-mlav_status mlav_step_schedule_prepare(void);
 /* Launch the device scheduler (one block) on `stream`. */
 mlav_status mlav_step_schedule_launch(const mlav_step_sched_params *p, cudaStream_t stream);
 

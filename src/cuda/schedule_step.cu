@@ -367,18 +367,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
 
 } // namespace
 
-mlav_status mlav_step_schedule_prepare(void)
-{
-    /* Prefer the split kernel's shared-memory carveout (the most shared memory): a kernel that
-     * prefers another can make each SM reconfigure its L1 / shared split between the two. The
-     * update measured 17-22 us on the H200 without this, several times its own work
-     * (docs/PERFORMANCE.md#engine-steps says what this changed). */
-    MLAV_CUDA_TRY(cudaFuncSetAttribute(step_schedule_kernel,
-                                       cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       cudaSharedmemCarveoutMaxShared));
-    return MLAV_OK;
-}
-
 mlav_status mlav_step_schedule_launch(const mlav_step_sched_params *p, cudaStream_t stream)
 {
     step_schedule_kernel<<<1, NTH, 0, stream>>>(*p);
