@@ -11,16 +11,6 @@
 #include "../src/dispatch/validate.h"
 #include "test_util.h"
 
-static void *xcalloc(size_t n, size_t sz)
-{
-    void *p = calloc(n ? n : 1, sz ? sz : 1);
-    if (!p) {
-        fprintf(stderr, "steps_fixture: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 static int32_t draw(sf_engine *e, int32_t lo, int32_t hi) /* [lo, hi] */
 {
     return lo + (int32_t)(tu_next(&e->rng) % (uint64_t)(hi - lo + 1));
@@ -29,7 +19,7 @@ static int32_t draw(sf_engine *e, int32_t lo, int32_t hi) /* [lo, hi] */
 sf_engine *sf_make(const mlav_limits *lim, int32_t H, int32_t Dl, int32_t Dr, int32_t page_size,
                    mlav_dtype dtype, int32_t layers, uint64_t seed)
 {
-    sf_engine *e = xcalloc(1, sizeof *e);
+    sf_engine *e = tu_xcalloc(1, sizeof *e);
     e->lim = *lim;
     e->H = H;
     e->Dl = Dl;
@@ -50,18 +40,18 @@ sf_engine *sf_make(const mlav_limits *lim, int32_t H, int32_t Dl, int32_t Dr, in
     e->pt_bytes = (size_t)lim->max_batch * e->max_pages * sizeof(int32_t);
     e->mask_bytes = (size_t)lim->max_tokens * e->words * sizeof(uint32_t);
     for (int l = 0; l < layers; l++) {
-        e->q[l] = xcalloc(1, e->q_bytes);
-        e->kv[l] = xcalloc(1, e->kv_bytes);
-        e->out[l] = xcalloc(1, e->out_bytes);
-        e->lse[l] = xcalloc(1, e->lse_bytes);
+        e->q[l] = tu_xcalloc(1, e->q_bytes);
+        e->kv[l] = tu_xcalloc(1, e->kv_bytes);
+        e->out[l] = tu_xcalloc(1, e->out_bytes);
+        e->lse[l] = tu_xcalloc(1, e->lse_bytes);
     }
-    e->page_table = xcalloc(1, e->pt_bytes);
-    e->mask = xcalloc(1, e->mask_bytes);
-    e->q_indptr = xcalloc((size_t)lim->max_batch + 1, sizeof(int32_t));
-    e->kv_lens = xcalloc((size_t)lim->max_batch, sizeof(int32_t));
-    e->prefix = xcalloc((size_t)lim->max_batch, sizeof(int32_t));
-    e->parents = xcalloc((size_t)lim->max_tokens, sizeof(int32_t));
-    e->page_owner = xcalloc((size_t)e->num_pages, sizeof(int32_t));
+    e->page_table = tu_xcalloc(1, e->pt_bytes);
+    e->mask = tu_xcalloc(1, e->mask_bytes);
+    e->q_indptr = tu_xcalloc((size_t)lim->max_batch + 1, sizeof(int32_t));
+    e->kv_lens = tu_xcalloc((size_t)lim->max_batch, sizeof(int32_t));
+    e->prefix = tu_xcalloc((size_t)lim->max_batch, sizeof(int32_t));
+    e->parents = tu_xcalloc((size_t)lim->max_tokens, sizeof(int32_t));
+    e->page_owner = tu_xcalloc((size_t)e->num_pages, sizeof(int32_t));
     e->rng = seed;
     e->live = 0;
     return e;
@@ -256,7 +246,7 @@ int sf_check_skip(const sf_engine *e, int l, const void *out, const float *lse, 
         if (e->q_indptr[b + 1] - e->q_indptr[b] > max_q)
             max_q = e->q_indptr[b + 1] - e->q_indptr[b];
     const int32_t words = mlav_tree_mask_words(max_q);
-    uint32_t *mask = xcalloc((size_t)T * words, sizeof(uint32_t));
+    uint32_t *mask = tu_xcalloc((size_t)T * words, sizeof(uint32_t));
     for (int32_t r = 0; r < T; r++)
         memcpy(mask + (size_t)r * words, e->mask + (size_t)r * e->words, words * sizeof(uint32_t));
     mlav_problem p = sf_shape(e);
@@ -271,8 +261,8 @@ int sf_check_skip(const sf_engine *e, int l, const void *out, const float *lse, 
     }
     mlav_tensors t = sf_tensors(e, l);
     t.tree_mask = mask;
-    double *ref_out = xcalloc((size_t)T * H * Dl, sizeof(double));
-    double *ref_lse = xcalloc((size_t)T * H, sizeof(double));
+    double *ref_out = tu_xcalloc((size_t)T * H * Dl, sizeof(double));
+    double *ref_lse = tu_xcalloc((size_t)T * H, sizeof(double));
     int ok = mlav_oracle_compute(&info, &t, ref_out, ref_lse) == MLAV_OK;
     if (!ok)
         snprintf(msg, n, "the oracle failed: %s", mlav_last_error(NULL));

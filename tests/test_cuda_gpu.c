@@ -24,13 +24,7 @@
 
 #define SM120_SMEM_LIMIT 101376 /* = MLAV_SM120_SMEM_LIMIT, the per-block limit every plan obeys */
 
-#define CK(call)                                                                             \
-    do {                                                                                     \
-        cudaError_t ck_e_ = (call);                                                          \
-        if (ck_e_ != cudaSuccess)                                                            \
-            fail_msg("%s failed: %s (%s:%d)", #call, cudaGetErrorString(ck_e_), __FILE__,    \
-                     __LINE__);                                                              \
-    } while (0)
+#define CK TU_CK /* test_util.h */
 
 static const mlav_backend gpu_backends[] = {MLAV_BACKEND_CUDA, MLAV_BACKEND_CUDA_NAIVE};
 #define N_BACKENDS (sizeof gpu_backends / sizeof gpu_backends[0])

@@ -26,13 +26,7 @@
 #define GUARD 256   /* device bytes of 0xA5 before and after every out and lse */
 #define GUARD_BYTE 0xA5
 
-#define CK(call)                                                                             \
-    do {                                                                                     \
-        cudaError_t ck_e_ = (call);                                                          \
-        if (ck_e_ != cudaSuccess)                                                            \
-            fail_msg("%s failed: %s (%s:%d)", #call, cudaGetErrorString(ck_e_), __FILE__,    \
-                     __LINE__);                                                              \
-    } while (0)
+#define CK TU_CK /* test_util.h */
 
 /* A device allocation [guard][payload][guard]. */
 typedef struct dguard {

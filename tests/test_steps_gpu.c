@@ -23,13 +23,7 @@
 #ifdef MLAV_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#define CK(call)                                                                             \
-    do {                                                                                     \
-        cudaError_t ck_e_ = (call);                                                          \
-        if (ck_e_ != cudaSuccess)                                                            \
-            fail_msg("%s failed: %s (%s:%d)", #call, cudaGetErrorString(ck_e_), __FILE__,    \
-                     __LINE__);                                                              \
-    } while (0)
+#define CK TU_CK /* test_util.h */
 #define OK(call)                                                                             \
     do {                                                                                     \
         mlav_status ok_s_ = (call);                                                          \

@@ -38,7 +38,7 @@ uint64_t tu_seed(void)
     return tu_next(&s);
 }
 
-static void *xcalloc(size_t n, size_t sz)
+void *tu_xcalloc(size_t n, size_t sz)
 {
     void *p = calloc(n ? n : 1, sz ? sz : 1);
     if (!p) {
@@ -93,7 +93,7 @@ int tu_guards_ok(const tu_problem *p)
 
 tu_problem *tu_make(const tu_case *c)
 {
-    tu_problem *p = xcalloc(1, sizeof *p);
+    tu_problem *p = tu_xcalloc(1, sizeof *p);
     p->c = *c;
     uint64_t rng = c->seed;
     const int32_t W = c->Dl + c->Dr, B = c->B, ps = c->page_size;
@@ -118,7 +118,7 @@ tu_problem *tu_make(const tu_case *c)
     for (int32_t b = 0; b < B; b++)
         used += (p->kv_lens[b] + ps - 1) / ps;
     p->num_pages = used + 3;
-    int32_t *perm = xcalloc((size_t)p->num_pages, sizeof(int32_t));
+    int32_t *perm = tu_xcalloc((size_t)p->num_pages, sizeof(int32_t));
     for (int64_t i = 0; i < p->num_pages; i++)
         perm[i] = (int32_t)i;
     for (int64_t i = p->num_pages - 1; i > 0; i--) {
@@ -127,7 +127,7 @@ tu_problem *tu_make(const tu_case *c)
         perm[i] = perm[j];
         perm[j] = t;
     }
-    p->page_table = xcalloc((size_t)B * (size_t)max_pages, sizeof(int32_t));
+    p->page_table = tu_xcalloc((size_t)B * (size_t)max_pages, sizeof(int32_t));
     int64_t next = 0;
     for (int32_t b = 0; b < B; b++) {
         int32_t pages = (p->kv_lens[b] + ps - 1) / ps;
@@ -138,7 +138,7 @@ tu_problem *tu_make(const tu_case *c)
 
     size_t esz = mlav_dtype_size(c->dtype);
     p->kv_elems = (size_t)p->num_pages * (size_t)ps * (size_t)W;
-    p->kv = xcalloc(p->kv_elems, esz);
+    p->kv = tu_xcalloc(p->kv_elems, esz);
     for (size_t k = 0; k < p->kv_elems; k++)
         mlav_store_from_f32(p->kv, dt, k, NAN);
     for (int32_t b = 0; b < B; b++)
@@ -150,13 +150,13 @@ tu_problem *tu_make(const tu_case *c)
                                     (float)tu_uniform(&rng));
         }
     p->q_elems = (size_t)T * (size_t)c->H * (size_t)W;
-    p->q = xcalloc(p->q_elems, esz);
+    p->q = tu_xcalloc(p->q_elems, esz);
     for (size_t k = 0; k < p->q_elems; k++)
         mlav_store_from_f32(p->q, dt, k, (float)tu_uniform(&rng));
 
-    p->parents = xcalloc((size_t)(T ? T : 1), sizeof(int32_t));
+    p->parents = tu_xcalloc((size_t)(T ? T : 1), sizeof(int32_t));
     if (c->tree != TU_CHAIN_NULL)
-        p->tree_mask = xcalloc((size_t)(T ? T : 1) * (size_t)words, sizeof(uint32_t));
+        p->tree_mask = tu_xcalloc((size_t)(T ? T : 1) * (size_t)words, sizeof(uint32_t));
     for (int32_t b = 0; b < B; b++) {
         int32_t q_len = c->q_lens[b];
         if (q_len == 0)
@@ -174,8 +174,8 @@ tu_problem *tu_make(const tu_case *c)
 
     p->out_elems = (size_t)T * (size_t)c->H * (size_t)c->Dl;
     p->lse_elems = (size_t)T * (size_t)c->H;
-    p->out_alloc = xcalloc(p->out_elems * esz + 2 * TU_GUARD, 1);
-    p->lse_alloc = xcalloc(p->lse_elems * sizeof(float) + 2 * TU_GUARD, 1);
+    p->out_alloc = tu_xcalloc(p->out_elems * esz + 2 * TU_GUARD, 1);
+    p->lse_alloc = tu_xcalloc(p->lse_elems * sizeof(float) + 2 * TU_GUARD, 1);
     p->out = p->out_alloc + TU_GUARD;
     p->lse = (float *)(void *)(p->lse_alloc + TU_GUARD);
     tu_poison(p);
@@ -208,7 +208,7 @@ void tu_rising_scores(tu_problem *p, int32_t period)
      * per 16 keys is ~3 log2 units */
     const double step = 2.1 / (16.0 * (double)p->prob.softmax_scale * amp * sqrt((double)W) / 3.0);
     uint64_t rng = c->seed ^ 0x5eed0f12a3b4c5d6ull;
-    double *base = xcalloc((size_t)W, sizeof(double));
+    double *base = tu_xcalloc((size_t)W, sizeof(double));
     for (int32_t d = 0; d < W; d++)
         base[d] = amp * tu_uniform(&rng);
     for (int32_t b = 0; b < c->B; b++)
@@ -274,8 +274,8 @@ void tu_reference(tu_problem *p)
     }
     free(p->ref_out);
     free(p->ref_lse);
-    p->ref_out = xcalloc(p->out_elems, sizeof(double));
-    p->ref_lse = xcalloc(p->lse_elems, sizeof(double));
+    p->ref_out = tu_xcalloc(p->out_elems, sizeof(double));
+    p->ref_lse = tu_xcalloc(p->lse_elems, sizeof(double));
     mlav_tensors t = tu_tensors(p);
     if (mlav_oracle_compute(&info, &t, p->ref_out, p->ref_lse) != MLAV_OK) {
         fprintf(stderr, "test_util: oracle failed: %s\n", mlav_last_error(NULL));

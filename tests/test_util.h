@@ -93,6 +93,19 @@ int tu_guards_ok(const tu_problem *p);
  * as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt) instead of Passed. */
 int tu_no_device_skip(int rc);
 
+/* A checked CUDA call in a GPU test (which includes cuda_runtime_api.h and cmocka): a failure
+ * fails the test with the call, the error and file:line. */
+#define TU_CK(call)                                                                          \
+    do {                                                                                     \
+        cudaError_t ck_e_ = (call);                                                          \
+        if (ck_e_ != cudaSuccess)                                                            \
+            fail_msg("%s failed: %s (%s:%d)", #call, cudaGetErrorString(ck_e_), __FILE__,    \
+                     __LINE__);                                                              \
+    } while (0)
+
+/* calloc that aborts the test program when the host is out of memory (fixtures only). */
+void *tu_xcalloc(size_t n, size_t size);
+
 /* The tolerances of docs/DESIGN.md#bundles for a dtype. */
 double tu_out_tol(mlav_dtype d);
 double tu_lse_tol(mlav_dtype d);

@@ -19,21 +19,6 @@ void mlav_schedule_free(mlav_schedule *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Splits of a request with kv KV rows at a target chunk: capped at max_splits, then evened out
- * and re-counted so that alignment leaves no empty split. *per = KV rows per split. */
-static int64_t splits_of(int64_t kv, int64_t chunk, const mlav_schedule_params *sp, int64_t *per)
-{
-    if (kv < 1)
-        kv = 1;
-    int64_t s = ceil_div(kv, chunk);
-    if (s > sp->max_splits)
-        s = sp->max_splits;
-    const int64_t pr = ceil_div(ceil_div(kv, s), sp->key_align) * sp->key_align;
-    if (per)
-        *per = pr;
-    return ceil_div(kv, pr);
-}
-
 /* The schedule's walk, written once: the requests that have rows, in build order, each with its
  * row tiles and splits at `chunk`. blocks_at counts its blocks, build_at lays them out and model_at
  * dispatches them, so the three cannot disagree on which blocks a chunk makes. A request's blocks
@@ -63,7 +48,8 @@ static inline int walk_next(walk *w)
         if (w->rows <= 0)
             continue;
         w->mt = ceil_div(w->rows, w->sp->rows_per_tile);
-        w->ns = splits_of(w->p->kv_lens[w->b], w->chunk, w->sp, &w->per);
+        w->ns = mlav_schedule_splits(w->p->kv_lens[w->b], w->chunk, w->sp->key_align,
+                                     w->sp->max_splits, &w->per);
         return 1;
     }
     return 0;
@@ -89,8 +75,33 @@ static int64_t blocks_at(const mlav_problem_info *p, const mlav_schedule_params 
     return n;
 }
 
-/* The smallest chunk (most parallelism) whose blocks fit in `cap` blocks: blocks_at does not grow
- * with the chunk, so a binary search over whole key_align multiples. */
+int64_t mlav_schedule_smallest_chunk(int64_t lo, int64_t hi, int64_t key_align, int64_t cap,
+                                     int64_t (*blocks)(int64_t chunk, const void *ctx),
+                                     const void *ctx)
+{
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (blocks(mid * key_align, ctx) <= cap)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+typedef struct {
+    const mlav_problem_info *p;
+    const mlav_schedule_params *sp;
+} blocks_ctx;
+
+static int64_t blocks_of(int64_t chunk, const void *ctx)
+{
+    const blocks_ctx *c = ctx;
+    return blocks_at(c->p, c->sp, chunk);
+}
+
+/* The smallest chunk (most parallelism) whose blocks fit in `cap` blocks, in whole key_align
+ * multiples. */
 static int64_t chunk_for_cap(const mlav_problem_info *p, const mlav_schedule_params *sp,
                              int64_t max_kv, int64_t cap)
 {
@@ -98,14 +109,8 @@ static int64_t chunk_for_cap(const mlav_problem_info *p, const mlav_schedule_par
     int64_t lo = ceil_div(sp->min_chunk, ka), hi = ceil_div(max_kv, ka);
     if (hi < lo)
         hi = lo;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (blocks_at(p, sp, mid * ka) <= cap)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    int64_t chunk = lo * ka;
+    const blocks_ctx c = {p, sp};
+    int64_t chunk = mlav_schedule_smallest_chunk(lo, hi, ka, cap, blocks_of, &c) * ka;
     if (chunk > INT32_MAX)
         chunk = (INT32_MAX / ka) * ka;
     return chunk;

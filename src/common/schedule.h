@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "../core/problem.h"
+#include "hd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +53,31 @@ typedef struct mlav_schedule_params {
     int32_t more_waves;     /* with a block cost, the most waves beyond the fewest that the plan
                                weighs (each a model run over its blocks: host time) */
 } mlav_schedule_params;
+
+/* Splits of a request with kv KV rows at a target chunk: capped at max_splits, then evened out
+ * and re-counted so that alignment leaves no empty split; *per = KV rows per split. The one split
+ * rule of both schedules (this one and the engine step's, schedule_step.h, on the host and the
+ * device). In 32-bit unsigned arithmetic (kv and chunk are below 2^31, so no sum below
+ * overflows): the device scheduler evaluates it for every request at every chunk it weighs, and
+ * a 64-bit division costs several times a 32-bit one there. */
+MLAV_HD int64_t mlav_schedule_splits(int64_t kv64, int64_t chunk64, int32_t key_align,
+                                     int32_t max_splits, int64_t *per)
+{
+    const uint32_t kv = kv64 < 1 ? 1u : (uint32_t)kv64, chunk = (uint32_t)chunk64;
+    const uint32_t ka = (uint32_t)key_align;
+    uint32_t s = (kv + chunk - 1) / chunk;
+    if (s > (uint32_t)max_splits)
+        s = (uint32_t)max_splits;
+    const uint32_t pr = ((kv + s - 1) / s + ka - 1) / ka * ka;
+    *per = pr;
+    return (kv + pr - 1) / pr;
+}
+
+/* The smallest k in [lo, hi] with blocks(k * key_align) <= cap, by bisection (blocks does not
+ * grow with the chunk); hi when none is smaller. The chunk search of both schedules. */
+int64_t mlav_schedule_smallest_chunk(int64_t lo, int64_t hi, int64_t key_align, int64_t cap,
+                                     int64_t (*blocks)(int64_t chunk, const void *ctx),
+                                     const void *ctx);
 
 /* Build the schedule. Returns MLAV_OK, MLAV_ERR_INVALID_ARG (bad params) or
  * MLAV_ERR_OUT_OF_MEMORY. Free with mlav_schedule_free. */

@@ -38,6 +38,19 @@ static mlav_step_eval eval_at(int32_t batch, const int64_t *tiles, const int32_t
     return e;
 }
 
+typedef struct {
+    int32_t batch;
+    const int64_t *tiles;
+    const int32_t *kv_lens;
+    const mlav_schedule_params *sp;
+} blocks_ctx;
+
+static int64_t blocks_of(int64_t chunk, const void *ctx)
+{
+    const blocks_ctx *c = ctx;
+    return eval_at(c->batch, c->tiles, c->kv_lens, chunk, c->sp).blocks;
+}
+
 /* The smallest chunk (a key_align multiple in [min_chunk, max_kv]) whose blocks fit `cap`.
  * `*top` (in key_align units) bounds the search from above and gets the answer: a larger cap's
  * answer is never above a smaller one's, so the searches for more waves start below the last
@@ -52,15 +65,9 @@ static int64_t chunk_for_cap(int32_t batch, const int64_t *tiles, const int32_t 
         hi = lo;
     if (*top >= lo && *top < hi)
         hi = *top;
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (eval_at(batch, tiles, kv_lens, mid * ka, sp).blocks <= cap)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    *top = lo;
-    int64_t chunk = lo * ka;
+    const blocks_ctx c = {batch, tiles, kv_lens, sp};
+    *top = mlav_schedule_smallest_chunk(lo, hi, ka, cap, blocks_of, &c);
+    int64_t chunk = *top * ka;
     if (chunk > INT32_MAX)
         chunk = (INT32_MAX / ka) * ka;
     return chunk;
@@ -137,7 +144,7 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
         if (tiles[b] == 0)
             continue;
         int64_t per;
-        const int32_t s = (int32_t)mlav_step_splits(kv_lens[b], best_chunk, sp->key_align,
+        const int32_t s = (int32_t)mlav_schedule_splits(kv_lens[b], best_chunk, sp->key_align,
                                                     sp->max_splits, &per);
         const int32_t mt = (int32_t)tiles[b];
         const int32_t q = q_indptr[b + 1] - q_indptr[b];

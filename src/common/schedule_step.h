@@ -56,24 +56,6 @@ MLAV_HD int64_t mlav_step_ceil_div(int64_t a, int64_t b)
     return (a + b - 1) / b;
 }
 
-/* Splits of a request with kv KV rows at a target chunk (schedule.c's rule): capped at
- * max_splits, then evened out and re-counted so that alignment leaves no empty split.
- * *per = KV rows per split. In 32-bit unsigned arithmetic (kv and chunk are below 2^31, so no
- * sum below overflows): the device scheduler evaluates it for every request at every chunk it
- * weighs, and a 64-bit division is several times the cost of a 32-bit one there. */
-MLAV_HD int64_t mlav_step_splits(int64_t kv64, int64_t chunk64, int32_t key_align,
-                                 int32_t max_splits, int64_t *per)
-{
-    const uint32_t kv = kv64 < 1 ? 1u : (uint32_t)kv64, chunk = (uint32_t)chunk64;
-    const uint32_t ka = (uint32_t)key_align;
-    uint32_t s = (kv + chunk - 1) / chunk;
-    if (s > (uint32_t)max_splits)
-        s = (uint32_t)max_splits;
-    const uint32_t pr = ((kv + s - 1) / s + ka - 1) / ka * ka;
-    *per = pr;
-    return (kv + pr - 1) / pr;
-}
-
 /* Add one request of `tiles` row tiles and kv KV rows to an evaluation at `chunk`. */
 MLAV_HD void mlav_step_eval_add(mlav_step_eval *e, int64_t tiles, int64_t kv, int64_t chunk,
                                 int32_t key_align, int32_t max_splits)
@@ -81,7 +63,7 @@ MLAV_HD void mlav_step_eval_add(mlav_step_eval *e, int64_t tiles, int64_t kv, in
     if (tiles == 0)
         return;
     int64_t per;
-    const int64_t s = mlav_step_splits(kv, chunk, key_align, max_splits, &per);
+    const int64_t s = mlav_schedule_splits(kv, chunk, key_align, max_splits, &per);
     const int64_t len = s > 1 ? per : kv;
     e->blocks += tiles * s;
     e->longest = len > e->longest ? len : e->longest;

@@ -55,7 +55,7 @@ __device__ int64_t warp_blocks(const sched_smem &s, int32_t batch, int64_t chunk
     for (int32_t b = lane; b < batch; b += 32)
         if (s.tiles[b]) {
             int64_t per;
-            n += s.tiles[b] * mlav_step_splits(s.kv[b], chunk, sp.key_align, sp.max_splits, &per);
+            n += s.tiles[b] * mlav_schedule_splits(s.kv[b], chunk, sp.key_align, sp.max_splits, &per);
         }
     return warp_sum(n);
 }
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         if (s.tiles[b] && chunk > 0) {
             int64_t per;
             const int32_t sp_b =
-                (int32_t)mlav_step_splits(s.kv[b], chunk, sp.key_align, sp.max_splits, &per);
+                (int32_t)mlav_schedule_splits(s.kv[b], chunk, sp.key_align, sp.max_splits, &per);
             nb = s.tiles[b] * sp_b;
             nc = sp_b > 1 ? s.tiles[b] : 0;
             ns = sp_b > 1 ? nb : 0;
@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             const int32_t k = local / mt, m = local % mt;
             int64_t per;
             const int32_t ns =
-                (int32_t)mlav_step_splits(s.kv[b], chunk, sp.key_align, sp.max_splits, &per);
+                (int32_t)mlav_schedule_splits(s.kv[b], chunk, sp.key_align, sp.max_splits, &per);
             const int64_t begin = k * per;
             const int64_t end = begin + per < s.kv[b] ? begin + per : s.kv[b];
             const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
