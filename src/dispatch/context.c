@@ -160,6 +160,21 @@ mlav_memory mlav_plan_workspace_memory(const mlav_plan *plan)
     return plan ? plan->ops->workspace_memory : MLAV_MEM_HOST;
 }
 
+mlav_status mlav_workspace_check(const mlav_plan *plan, const void *ws, size_t bytes)
+{
+    if (!ws)
+        return mlav_set_error(MLAV_ERR_WORKSPACE,
+                              "workspace is NULL but the plan needs %zu bytes",
+                              plan->workspace_bytes);
+    if (bytes < plan->workspace_bytes)
+        return mlav_set_error(MLAV_ERR_WORKSPACE,
+                              "workspace of %zu bytes is smaller than the %zu the plan needs",
+                              bytes, plan->workspace_bytes);
+    if ((uintptr_t)ws % 256 != 0)
+        return mlav_set_error(MLAV_ERR_WORKSPACE, "workspace %p is not 256-byte aligned", ws);
+    return MLAV_OK;
+}
+
 mlav_status mlav_run(const mlav_plan *plan, const mlav_tensors *t, void *workspace,
                      size_t workspace_bytes, void *stream)
 {
@@ -170,19 +185,9 @@ mlav_status mlav_run(const mlav_plan *plan, const mlav_tensors *t, void *workspa
     mlav_status s = mlav_tensors_validate(&plan->info, t);
     if (s != MLAV_OK)
         return s;
-    if (plan->workspace_bytes > 0) {
-        if (!workspace)
-            return mlav_set_error(MLAV_ERR_WORKSPACE,
-                                  "workspace is NULL but the plan needs %zu bytes",
-                                  plan->workspace_bytes);
-        if (workspace_bytes < plan->workspace_bytes)
-            return mlav_set_error(MLAV_ERR_WORKSPACE,
-                                  "workspace of %zu bytes is smaller than the %zu the plan needs",
-                                  workspace_bytes, plan->workspace_bytes);
-        if ((uintptr_t)workspace % 256 != 0)
-            return mlav_set_error(MLAV_ERR_WORKSPACE, "workspace %p is not 256-byte aligned",
-                                  workspace);
-    }
+    if (plan->workspace_bytes > 0 &&
+        (s = mlav_workspace_check(plan, workspace, workspace_bytes)) != MLAV_OK)
+        return s;
     return plan->ops->run(&plan->info, plan->state, t, workspace, workspace_bytes, stream);
 }
 

@@ -20,6 +20,10 @@ struct mlav_plan {
     mlav_limits limits;
 };
 
+/* The workspace rules of mlav_run and mlav_plan_update: present, large enough, 256-byte
+ * aligned (context.c). */
+mlav_status mlav_workspace_check(const mlav_plan *plan, const void *ws, size_t bytes);
+
 /* mlav_run of a plan for limits (steps.c). */
 mlav_status mlav_step_run(const mlav_plan *plan, const mlav_tensors *t, void *workspace,
                           size_t workspace_bytes, void *stream);

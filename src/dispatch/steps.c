@@ -130,21 +130,6 @@ mlav_status mlav_plan_limits(const mlav_plan *plan, mlav_limits *limits)
     return MLAV_OK;
 }
 
-static mlav_status check_workspace(const mlav_plan *plan, const void *ws, size_t bytes)
-{
-    if (!ws)
-        return mlav_set_error(MLAV_ERR_WORKSPACE,
-                              "workspace is NULL but the plan needs %zu bytes",
-                              plan->workspace_bytes);
-    if (bytes < plan->workspace_bytes)
-        return mlav_set_error(MLAV_ERR_WORKSPACE,
-                              "workspace of %zu bytes is smaller than the %zu the plan needs",
-                              bytes, plan->workspace_bytes);
-    if ((uintptr_t)ws % 256 != 0)
-        return mlav_set_error(MLAV_ERR_WORKSPACE, "workspace %p is not 256-byte aligned", ws);
-    return MLAV_OK;
-}
-
 /* Host lengths against the limits: the first broken rule, as a sentence. */
 static mlav_status check_host_lengths(const mlav_limits *lim, const mlav_lengths *len)
 {
@@ -198,7 +183,7 @@ mlav_status mlav_plan_update(const mlav_plan *plan, const mlav_lengths *len, voi
         return mlav_set_error(MLAV_ERR_INVALID_ARG,
                               "lengths.batch = %d is outside [0, limits.max_batch = %d]",
                               len->batch, plan->limits.max_batch);
-    mlav_status s = check_workspace(plan, workspace, workspace_bytes);
+    mlav_status s = mlav_workspace_check(plan, workspace, workspace_bytes);
     if (s != MLAV_OK)
         return s;
     if (len->memory == MLAV_MEM_HOST) {
@@ -238,7 +223,7 @@ mlav_status mlav_plan_step_status(const mlav_plan *plan, const void *workspace,
     if (!plan->for_limits)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "the plan was made for one problem, not for "
                                                     "limits");
-    mlav_status s = check_workspace(plan, workspace, workspace_bytes);
+    mlav_status s = mlav_workspace_check(plan, workspace, workspace_bytes);
     if (s != MLAV_OK)
         return s;
     int32_t w[2];
@@ -307,7 +292,7 @@ static mlav_status host_step_run(const mlav_plan *plan, const mlav_tensors *t, v
 mlav_status mlav_step_run(const mlav_plan *plan, const mlav_tensors *t, void *workspace,
                           size_t workspace_bytes, void *stream)
 {
-    mlav_status s = check_workspace(plan, workspace, workspace_bytes);
+    mlav_status s = mlav_workspace_check(plan, workspace, workspace_bytes);
     if (s != MLAV_OK)
         return s;
     if (host_path(plan)) {
