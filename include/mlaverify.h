@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define MLAV_VERSION_MAJOR 0
-#define MLAV_VERSION_MINOR 1
+#define MLAV_VERSION_MINOR 2
 #define MLAV_VERSION_PATCH 0
 #define MLAV_VERSION_NUMBER (MLAV_VERSION_MAJOR * 10000 + MLAV_VERSION_MINOR * 100 + MLAV_VERSION_PATCH)
 
@@ -234,6 +234,11 @@ MLAV_API mlav_status mlav_verify(mlav_context *ctx, const mlav_problem *p, const
  * a synchronization, so the step goes on without that request's rows and records it in the
  * workspace, where mlav_plan_step_status reads it. A q_indptr that does not start at 0,
  * decreases, or ends past max_tokens computes nothing for the step (also recorded).
+ *
+ * Tensors of a plan for limits keep the limits' shapes from step to step: q [max_tokens, H, W],
+ * out [max_tokens, H, Dl], lse [max_tokens, H], page_table [max_batch, max_pages], tree_mask
+ * [max_tokens, ceil(max_q_len / 32)] (the limits' max_q_len: the row stride does not change
+ * with the step); rows past the step's q_indptr[batch] are neither read nor written.
  */
 
 /** The most one step of a plan for limits will run. */
@@ -285,7 +290,7 @@ MLAV_API mlav_status mlav_plan_update(const mlav_plan *plan, const mlav_lengths 
 
 /** Whether the last update of `workspace` took every request: MLAV_OK, or MLAV_ERR_INVALID_ARG
  *  with a sentence naming the first refused request (or the broken q_indptr). Reads the
- *  workspace: on CUDA it copies 4 bytes on `stream` and synchronizes it (a check for after the
+ *  workspace: on CUDA it copies 8 bytes on `stream` and synchronizes it (a check for after the
  *  step, not for the hot loop). *bad_request (may be NULL) gets -1 when all were taken, the
  *  index of the first refused request, or batch when q_indptr itself was refused. */
 MLAV_API mlav_status mlav_plan_step_status(const mlav_plan *plan, const void *workspace,

@@ -24,7 +24,7 @@ import threading
 
 #: The header version this binding was written for (MLAV_VERSION_NUMBER): the loaded library
 #: must have the same major and at least this minor.
-EXPECTED_VERSION = (0, 1, 0)
+EXPECTED_VERSION = (0, 2, 0)
 
 _SONAMES = ("libmlaverify.so", "libmlaverify.so.0", "libmlaverify.dylib", "mlaverify.dll")
 

@@ -85,7 +85,7 @@ def cuda_device_count():
 
 
 def version():
-    """The loaded library's version string ("0.1.0")."""
+    """The loaded library's version string ("0.2.0")."""
     return _lib.text(_lib.load().mlav_version_string())
 
 
