@@ -555,7 +555,7 @@ def test_sglang_backend_cuda_graph(seed):
         .to(torch.bfloat16)
     pool = FakePool([pool_cpu.to(dev)])
     be = MlaVerifyAttnBackend(Hc, SCALE, n, req_to_token, d_latent=Dl, d_rope=Dr, dtype="bf16",
-                              backend="cuda")
+                              backend="cuda", mask_mode="qlen")  # a flat bool mask needs its mode
     be.init_cuda_graph_state(max_bs, max_bs * n)
     rpi = torch.zeros(max_bs, dtype=torch.int64, device=dev)
     seq = torch.ones(max_bs, dtype=torch.int64, device=dev)
