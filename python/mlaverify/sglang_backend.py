@@ -7,7 +7,8 @@ imports with numpy and torch only.
     backend = MlaVerifyAttnBackend(num_heads=layer.tp_q_head_num, softmax_scale=layer.scaling,
                                    num_draft_tokens=server_args.speculative_num_draft_tokens,
                                    req_to_token=req_to_token_pool.req_to_token,
-                                   max_batch=max_bs, dtype="bf16", device="cuda:0")
+                                   max_batch=max_bs, dtype="bf16", device="cuda:0",
+                                   mask_mode="full")  # SGLang's tree_mask_mode
     backend.init_cuda_graph_state(max_bs, max_num_tokens)        # once: plan + fixed buffers
     backend.init_forward_metadata_capture_cuda_graph(bs, num_tokens, req_pool_indices,
                                                      seq_lens, None, forward_mode, spec_info)
