@@ -3,11 +3,12 @@
  * to MW more waves, for each MW given; then random engine-like batches (B 8-64, H 16-128, q_len
  * 1-9, prefixes 1024-32767 drawn per request), each MW's mean modelled time against the first
  * MW's, and the mean host time of one mlav_schedule_build. The H200's parameters (132 SMs, one
- * block per SM) and the flash plan's constants (src/cuda/flash.h) unless changed below.
+ * block per SM) and the flash plan's constants (src/cuda/flash.h) unless changed below. Last,
+ * the engine step's rule against the plan at the production preset's points, and its host time.
  * docs/PERFORMANCE.md#schedule, session 13: the model's ratios at the batched points matched the H200 within
  * ~1% (0.914 measured at 16 x (H 64, q_len 9), prefix 8192, against 0.913 modelled).
  *   cc -O2 -std=c11 -Iinclude -o schedule_choices bench/diag/schedule_choices.c \
- *      src/common/schedule.c src/core/error.c
+ *      src/common/schedule.c src/common/schedule_step.c src/core/error.c -lm
  *   ./schedule_choices [MW ...]            (default: 2 8; 2 is the plan before session 13) */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
@@ -16,9 +17,14 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "../src/common/schedule.h"
+#include <math.h>
+
+#include "../../src/common/schedule.h"
+#include "../../src/common/schedule_step.h"
 
 enum { SMS = 132, MAX_B = 64, MAX_MW = 8, BATCHES = 2000 };
+
+static void steps(void);
 
 static uint64_t xorshift(uint64_t *x)
 {
@@ -71,6 +77,99 @@ static int64_t model(const mlav_problem_info *p, int mw, int32_t *blocks, int32_
         *splits = s.splits[0];
     mlav_schedule_free(&s);
     return t;
+}
+
+/* The bench's draw of request b's prefix under --prefix-spread (src/cli/bench_points.c), so that
+ * the batches below are the production preset's. */
+static int32_t spread_prefix(int64_t prefix, double spread, int b)
+{
+    uint64_t x = 0x6d6c6176u ^ 0x9E3779B97F4A7C15ull * (uint64_t)(b + 1) ^ (uint64_t)prefix;
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const double u = (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+    return (int32_t)llround((double)prefix * (1.0 + spread * u));
+}
+
+/* Engine steps (src/common/schedule_step.h): the step rule's schedule for a plan for limits 1.5
+ * times the lengths, against the plan's own (8 more waves), both timed by the plan's dispatch
+ * model; then the host time of one step schedule at B = 64. */
+static void steps(void)
+{
+    static const int32_t pts[][5] = {/* B, H, q_len, prefix, spread in % */
+                                     {1, 8, 16, 4096, 0},   {1, 64, 16, 131072, 0},
+                                     {1, 16, 64, 131072, 0}, {16, 8, 16, 4096, 50},
+                                     {16, 8, 16, 32768, 50}, {16, 16, 16, 4096, 50},
+                                     {16, 16, 16, 32768, 50}, {32, 8, 16, 4096, 50},
+                                     {32, 8, 16, 32768, 50}, {32, 16, 16, 4096, 50},
+                                     {32, 16, 16, 32768, 50}};
+    static mlav_split_item items[1 << 14];
+    static mlav_combine_item combine[1 << 12];
+    printf("\nengine steps, limits 1.5 x the lengths (production preset points):\n");
+    printf("%3s %4s %3s %7s | plan blocks   model | mw | step at %d more: blocks model ratio | "
+           "at %d more\n", "B", "H", "q", "prefix", MLAV_STEP_MORE_WAVES_FEW, MLAV_STEP_MORE_WAVES);
+    for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
+        const int32_t B = pts[i][0], H = pts[i][1], q = pts[i][2];
+        int32_t q_indptr[MAX_B + 1] = {0}, kv_lens[MAX_B], max_kv = 0;
+        for (int32_t b = 0; b < B; b++) {
+            q_indptr[b + 1] = q_indptr[b] + q;
+            kv_lens[b] = spread_prefix(pts[i][3], pts[i][4] / 100.0, b) + q;
+            max_kv = kv_lens[b] > max_kv ? kv_lens[b] : max_kv;
+        }
+        const mlav_problem_info p = batch(B, H, q_indptr, kv_lens);
+        int32_t plan_blocks;
+        const int64_t t_plan = model(&p, 8, &plan_blocks, NULL, NULL);
+        const mlav_limits lim = {B, (int32_t)ceil(1.5 * q_indptr[B]), (int32_t)ceil(1.5 * q),
+                                 (int32_t)ceil(1.5 * max_kv)};
+        const mlav_schedule_params sp = mlav_step_params(H, &lim, params(0));
+        printf("%3d %4d %3d %7d |      %6d %7lld |", B, H, q, pts[i][3], plan_blocks,
+               (long long)t_plan);
+        /* the rule's choice of waves, then the step's schedule and model at each choice */
+        static const int mws[2] = {MLAV_STEP_MORE_WAVES_FEW, MLAV_STEP_MORE_WAVES};
+        printf(" %2d", sp.more_waves);
+        for (int m = 0; m < 2; m++) {
+            mlav_schedule_params spm = sp;
+            spm.more_waves = mws[m];
+            const mlav_step_bounds bd = mlav_step_bounds_of(H, &lim, &spm);
+            if (bd.max_items > (int32_t)(sizeof items / sizeof items[0]) ||
+                bd.max_combine > (int32_t)(sizeof combine / sizeof combine[0])) {
+                printf(" |    too many blocks");
+                continue;
+            }
+            mlav_step_header h;
+            mlav_step_schedule_build(B, q_indptr, kv_lens, H, &lim, &spm, &bd, &h, items,
+                                     combine);
+            const mlav_schedule st = {.n_items = h.n_items, .n_combine = h.n_combine,
+                                      .n_slots = h.n_slots, .items = items, .combine = combine};
+            const mlav_schedule_params model_sp = params(8);
+            const int64_t t_step = mlav_schedule_model_time(&st, &model_sp);
+            printf(" | %6d %7lld %.3f", h.n_items, (long long)t_step,
+                   (double)t_step / (double)t_plan);
+        }
+        printf("\n");
+    }
+    /* host time of one step schedule: B = 64, H = 16, up to 16 tokens, prefixes 1000-61000 */
+    int32_t q_indptr[65] = {0}, kv_lens[64];
+    uint64_t x = 12345;
+    for (int b = 0; b < 64; b++) {
+        const int32_t q = 1 + (int32_t)(xorshift(&x) % 16);
+        q_indptr[b + 1] = q_indptr[b] + q;
+        kv_lens[b] = 1000 + (int32_t)(xorshift(&x) % 60000) + q;
+    }
+    const mlav_limits lim = {64, 64 * 16, 16, 100000};
+    const mlav_schedule_params sp = mlav_step_params(16, &lim, params(0));
+    const mlav_step_bounds bd = mlav_step_bounds_of(16, &lim, &sp);
+    mlav_step_header h;
+    struct timespec t0, t1;
+    const int n = 2000;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++)
+        mlav_step_schedule_build(64, q_indptr, kv_lens, 16, &lim, &sp, &bd, &h, items, combine);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("host step schedule at B = 64, H = 16 (mw %d, %d blocks): %.1f us\n", sp.more_waves,
+           h.n_items,
+           ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / n / 1e3);
 }
 
 int main(int argc, char **argv)
@@ -139,5 +238,6 @@ int main(int argc, char **argv)
     for (int m = 0; m < nmw; m++)
         printf("  mw %2d: mean modelled time %.4f of mw %d's, best %.3f, %d at most 0.97; %.1f us "
                "per plan\n", mw[m], ratio[m] / BATCHES, mw[0], best[m], gain3[m], us[m] / BATCHES);
+    steps();
     return 0;
 }

@@ -4,18 +4,32 @@
 
 #include <string.h>
 
+/* A step's most row tiles: each request at most tiles(max_q_len); all of them at most the
+ * tokens' rows rounded up once per request that has any. */
+static int64_t max_tiles_of(int32_t H, const mlav_limits *lim, int32_t rows_per_tile)
+{
+    const int64_t by_batch =
+        (int64_t)lim->max_batch * mlav_step_tiles(lim->max_q_len, H, rows_per_tile);
+    const int64_t nonempty = lim->max_batch < lim->max_tokens ? lim->max_batch : lim->max_tokens;
+    const int64_t by_tokens =
+        mlav_step_ceil_div((int64_t)lim->max_tokens * H, rows_per_tile) + nonempty;
+    return by_batch < by_tokens ? by_batch : by_tokens;
+}
+
+mlav_schedule_params mlav_step_params(int32_t H, const mlav_limits *lim,
+                                      mlav_schedule_params base)
+{
+    base.more_waves = max_tiles_of(H, lim, base.rows_per_tile) >= base.target_blocks
+                          ? MLAV_STEP_MORE_WAVES
+                          : MLAV_STEP_MORE_WAVES_FEW;
+    return base;
+}
+
 mlav_step_bounds mlav_step_bounds_of(int32_t H, const mlav_limits *lim,
                                      const mlav_schedule_params *sp)
 {
     mlav_step_bounds bd;
-    /* a step's row tiles: each request at most tiles(max_q_len); all of them at most the tokens'
-     * rows rounded up once per request that has any */
-    const int64_t by_batch =
-        (int64_t)lim->max_batch * mlav_step_tiles(lim->max_q_len, H, sp->rows_per_tile);
-    const int64_t nonempty = lim->max_batch < lim->max_tokens ? lim->max_batch : lim->max_tokens;
-    const int64_t by_tokens =
-        mlav_step_ceil_div((int64_t)lim->max_tokens * H, sp->rows_per_tile) + nonempty;
-    const int64_t tiles = by_batch < by_tokens ? by_batch : by_tokens;
+    const int64_t tiles = max_tiles_of(H, lim, sp->rows_per_tile);
     /* the rule's most blocks: the fewest whole waves of the unsplit batch, plus more_waves */
     int64_t items =
         (mlav_step_ceil_div(tiles, sp->target_blocks) + sp->more_waves) * sp->target_blocks;

@@ -105,6 +105,20 @@ MLAV_HD int64_t mlav_step_tiles(int64_t q_len, int32_t H, int32_t rows_per_tile)
     return mlav_step_ceil_div(q_len * H, rows_per_tile);
 }
 
+/* The most waves beyond the fewest that a plan for limits weighs: each one adds a wave of
+ * blocks to the fixed split grid for every step, and a block past a step's schedule still costs
+ * its dispatch. More waves pay where the limits' row tiles fill the SMs already (32 x H 16 x
+ * q_len 16 at prefixes 16k-49k: 4 more model 1.013 of the exact plan, 2 more 1.090;
+ * bench/diag/schedule_choices); alone, a step's longest block decides. The device scheduler
+ * sizes its arrays by the larger. */
+#define MLAV_STEP_MORE_WAVES 4
+#define MLAV_STEP_MORE_WAVES_FEW 2
+
+/* The schedule parameters of a plan for limits: `base` (the exact plan's, for the device) with
+ * more_waves chosen from the limits' row tiles as above (host). */
+mlav_schedule_params mlav_step_params(int32_t H, const mlav_limits *lim,
+                                      mlav_schedule_params base);
+
 /* The bounds of every step within `lim` for H heads under `sp` (host). */
 mlav_step_bounds mlav_step_bounds_of(int32_t H, const mlav_limits *lim,
                                      const mlav_schedule_params *sp);

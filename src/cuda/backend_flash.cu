@@ -315,13 +315,10 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
 {
     st->lim = *lim;
     st->H = shape->H;
-    mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_STEP_MORE_WAVES, &st->cfg);
+    mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
     if (s != MLAV_OK)
         return s;
-    /* the waves weighed: from the limits' row tiles (the bound with no more waves) */
-    st->cfg.sp.more_waves = 0;
-    const int64_t tiles = mlav_step_bounds_of(shape->H, lim, &st->cfg.sp).max_tiles;
-    st->cfg.sp.more_waves = mlav_flash_step_more_waves(tiles, st->cfg.sp.target_blocks);
+    st->cfg.sp = mlav_step_params(shape->H, lim, st->cfg.sp);
     st->bd = mlav_step_bounds_of(shape->H, lim, &st->cfg.sp);
     /* the most splits a request within the limits can take */
     int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);

@@ -44,21 +44,6 @@
  * docs/PERFORMANCE.md#schedule). */
 #define MLAV_FLASH_MORE_WAVES 8
 
-/* The most waves beyond the fewest that a plan for limits weighs (schedule_step.h): each one
- * adds sm_count x blocks_per_sm blocks to the fixed split grid, and a block past the step's
- * schedule still costs its dispatch. More waves pay where the limits' row tiles fill the SMs
- * already (a batch of 32 x H 16 x q_len 16 at prefixes 16k-49k: 4 more model 1.013 of the
- * exact plan, 2 more 1.090; alone, the lengths' longest block decides); otherwise two. */
-#ifndef MLAV_FLASH_STEP_MORE_WAVES
-#define MLAV_FLASH_STEP_MORE_WAVES 4
-#endif
-#define MLAV_FLASH_STEP_MORE_WAVES_FEW 2
-static inline int mlav_flash_step_more_waves(int64_t max_tiles, int target_blocks)
-{
-    return max_tiles >= target_blocks ? MLAV_FLASH_STEP_MORE_WAVES
-                                      : MLAV_FLASH_STEP_MORE_WAVES_FEW;
-}
-
 /* The device scheduler's parameters (schedule_step.cu): one step's lengths to its schedule. */
 typedef struct mlav_step_sched_params {
     const int32_t *q_indptr;     /* [batch + 1] device */

@@ -11,8 +11,8 @@ namespace {
  * candidate, a thread per request or item elsewhere. */
 constexpr int NTH = 1024, NWARPS = NTH / 32;
 constexpr int MAXB = MLAV_STEP_MAX_BATCH;
-constexpr int MAX_CANDS = 3 + MLAV_FLASH_STEP_MORE_WAVES;
-static_assert(MLAV_FLASH_STEP_MORE_WAVES + 1 <= NWARPS && MAX_CANDS <= NWARPS,
+constexpr int MAX_CANDS = 3 + MLAV_STEP_MORE_WAVES;
+static_assert(MLAV_STEP_MORE_WAVES + 1 <= NWARPS && MAX_CANDS <= NWARPS,
               "a warp group per search, a warp per candidate");
 
 struct sched_smem {
