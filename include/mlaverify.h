@@ -14,7 +14,9 @@
  * Tensor layouts (row-major, densely packed, T = q_indptr[B], W = Dl + Dr):
  *   q          [T, H, W]                      dtype       query token t of request b is row
  *                                                         q_indptr[b] + i
- *   kv_cache   [num_pages, page_size, W]      dtype       c_kv (Dl) then k_pe (Dr)
+ *   kv_cache   [num_pages, page_size, W]      kv_dtype    c_kv (Dl) then k_pe (Dr); with
+ *                                                         kv_dtype FP8_E4M3 one byte per
+ *                                                         element, value = e4m3(byte) x kv_scale
  *   page_table [B, max_pages]                 int32       KV row j of request b lives at
  *                                                         page_table[b][j / page_size], slot
  *                                                         j % page_size
@@ -47,7 +49,7 @@ extern "C" {
 #endif
 
 #define MLAV_VERSION_MAJOR 0
-#define MLAV_VERSION_MINOR 2
+#define MLAV_VERSION_MINOR 3
 #define MLAV_VERSION_PATCH 0
 #define MLAV_VERSION_NUMBER (MLAV_VERSION_MAJOR * 10000 + MLAV_VERSION_MINOR * 100 + MLAV_VERSION_PATCH)
 
@@ -104,12 +106,14 @@ MLAV_API mlav_status mlav_backend_from_name(const char *name, mlav_backend *out)
 typedef enum mlav_dtype {
     MLAV_DTYPE_F32 = 0,
     MLAV_DTYPE_BF16 = 1,
-    MLAV_DTYPE_F16 = 2
+    MLAV_DTYPE_F16 = 2,
+    MLAV_DTYPE_FP8_E4M3 = 3 /* float8 e4m3fn (bias 7, no infinities, 0x7f / 0xff NaN, max 448):
+                               the KV cache only (mlav_problem.kv_dtype), never q or out */
 } mlav_dtype;
 
-/** Bytes per element of a dtype (4 or 2); 0 for an unknown value. */
+/** Bytes per element of a dtype (4, 2 or 1); 0 for an unknown value. */
 MLAV_API size_t mlav_dtype_size(mlav_dtype d);
-/** "f32", "bf16", "f16"; "?" for an unknown value. */
+/** "f32", "bf16", "f16", "fp8_e4m3"; "?" for an unknown value. */
 MLAV_API const char *mlav_dtype_name(mlav_dtype d);
 
 typedef enum mlav_memory {
@@ -125,13 +129,19 @@ typedef struct mlav_problem {
     int32_t d_latent;         /* Dl >= 1 (512 for DeepSeek-V3 / Kimi K2) */
     int32_t d_rope;           /* Dr >= 0 (64 for DeepSeek-V3 / Kimi K2) */
     float softmax_scale;      /* finite; usually 1/sqrt(192) times the model's mscale factor */
-    mlav_dtype dtype;         /* dtype of q, kv_cache and out */
+    mlav_dtype dtype;         /* dtype of q and out (F32, BF16 or F16), and of kv_cache unless
+                                 kv_dtype says FP8_E4M3 */
     int32_t page_size;        /* >= 1: 1 is SGLang's token pool, 64 FlashMLA's / vLLM's block */
     int32_t batch;            /* B >= 1 */
     const int32_t *q_indptr;  /* [B+1] host: q_indptr[0] = 0, non-decreasing; q_len[b] =
                                  q_indptr[b+1] - q_indptr[b] >= 0 */
     const int32_t *kv_lens;   /* [B] host: kv_len[b] = prefix_len[b] + q_len[b] >= q_len[b] */
     int32_t max_pages;        /* row stride of page_table; kv_len[b] <= max_pages * page_size */
+    mlav_dtype kv_dtype;      /* dtype of kv_cache: MLAV_DTYPE_FP8_E4M3 (an FP8 cache, with
+                                 mlav_tensors.kv_scale), or `dtype` itself. 0 (F32, as a
+                                 zero-initialised problem has it) also means `dtype`: an F32
+                                 cache under 16-bit q is not a supported mix. Any other value is
+                                 MLAV_ERR_INVALID_ARG. */
 } mlav_problem;
 
 typedef struct mlav_tensors {
@@ -144,9 +154,20 @@ typedef struct mlav_tensors {
                                     (node i sees nodes 0..i: DFlash blocks, top-1 EAGLE) */
     void *out;                   /* [T, H, Dl] dtype, written */
     float *lse;                  /* [T, H] float32, written; may be NULL */
+    /* FP8 KV only (ignored for other caches): a KV element's value is e4m3(byte) x kv_scale, one
+     * per-tensor scale for c_kv and k_pe alike (SGLang's and vLLM's fp8_e4m3 MLA cache). */
+    float kv_scale;              /* the scale as a host value, used when kv_scale_ptr is NULL:
+                                    finite and > 0, else MLAV_ERR_INVALID_ARG */
+    const float *kv_scale_ptr;   /* [1] float32 in `memory`, or NULL: an engine's per-layer scale
+                                    tensor, read by the run itself, so a device scale needs no
+                                    host read and a captured graph follows its value. A host
+                                    one is checked as kv_scale is. A device one cannot be read
+                                    on the host without a synchronization: a value that is not
+                                    finite and > 0 makes out and lse NaN in every row that sees
+                                    a key (loud, never a silent wrong answer). */
 } mlav_tensors;
 /* Aliasing: none between outputs and inputs. out and lse may not share a byte with q, kv_cache,
- * page_table or tree_mask, nor with each other (the byte ranges their shapes above give);
+ * page_table, tree_mask or kv_scale_ptr, nor with each other (the byte ranges their shapes above give);
  * mlav_run refuses an overlap with MLAV_ERR_INVALID_ARG, for host and device pointers alike
  * (checked by address arithmetic, nothing is read). Inputs may alias each other freely. */
 
@@ -264,7 +285,7 @@ typedef struct mlav_lengths {
 } mlav_lengths;
 
 /** Make a plan for limits. `shape` gives num_heads, d_latent, d_rope, softmax_scale, dtype,
- *  page_size and max_pages (the page_table row stride); its batch, q_indptr and kv_lens are
+ *  kv_dtype, page_size and max_pages (the page_table row stride); its batch, q_indptr and kv_lens are
  *  ignored. The workspace bound (mlav_plan_workspace_bytes) covers every step within the limits.
  *  On CUDA the plan's runs take MLAV_MEM_DEVICE tensors only. On an AUTO context whose CUDA
  *  backend cannot run the shape, the plan falls back to the CPU as mlav_plan_create does.

@@ -40,6 +40,7 @@ const char *mlav_bundle_dtype_name(mlav_dtype d)
     case MLAV_DTYPE_F32: return "F32";
     case MLAV_DTYPE_BF16: return "BF16";
     case MLAV_DTYPE_F16: return "F16";
+    case MLAV_DTYPE_FP8_E4M3: return "F8_E4M3";
     }
     return "?";
 }

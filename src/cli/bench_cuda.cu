@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/dtype.h"
 #include "../cuda/convert.cuh"
 #include "bench_cuda.h"
 
@@ -163,6 +164,14 @@ template <typename T> __global__ void bench_fill_kernel(T *p, size_t n, uint64_t
         p[i] = mlav::from_float<T>(bench_uniform(seed, i));
 }
 
+/* An FP8 cache: the same uniform values, quantized (their value is the byte times kv_scale). */
+__global__ void bench_fill_e4m3_kernel(uint8_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = mlav_f32_to_e4m3(bench_uniform(seed, i));
+}
+
 extern "C" void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, uint64_t seed)
 {
     const int blocks = 1024, threads = 256;
@@ -175,6 +184,9 @@ extern "C" void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, uin
         break;
     case MLAV_DTYPE_F16:
         bench_fill_kernel<<<blocks, threads, 0, g.stream>>>((__half *)ptr, n, seed);
+        break;
+    case MLAV_DTYPE_FP8_E4M3:
+        bench_fill_e4m3_kernel<<<blocks, threads, 0, g.stream>>>((uint8_t *)ptr, n, seed);
         break;
     }
     BENCH_CHECK(cudaGetLastError());

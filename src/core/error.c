@@ -62,6 +62,7 @@ size_t mlav_dtype_size(mlav_dtype d)
     case MLAV_DTYPE_F32: return 4;
     case MLAV_DTYPE_BF16: return 2;
     case MLAV_DTYPE_F16: return 2;
+    case MLAV_DTYPE_FP8_E4M3: return 1;
     }
     return 0;
 }
@@ -72,6 +73,7 @@ const char *mlav_dtype_name(mlav_dtype d)
     case MLAV_DTYPE_F32: return "f32";
     case MLAV_DTYPE_BF16: return "bf16";
     case MLAV_DTYPE_F16: return "f16";
+    case MLAV_DTYPE_FP8_E4M3: return "fp8_e4m3";
     }
     return "?";
 }

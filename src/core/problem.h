@@ -21,7 +21,8 @@ extern "C" {
 typedef struct mlav_problem_info {
     int32_t H, Dl, Dr, W;      /* heads, latent dim, rope dim, W = Dl + Dr (row width) */
     float scale;               /* softmax scale */
-    mlav_dtype dtype;
+    mlav_dtype dtype;          /* q and out */
+    mlav_dtype kv_dtype;       /* kv_cache: dtype, or MLAV_DTYPE_FP8_E4M3 (never 0-as-same) */
     int32_t page_size;
     int32_t B;                 /* requests */
     int32_t max_pages;         /* page_table row stride */
@@ -43,6 +44,11 @@ mlav_status mlav_set_error(mlav_status s, const char *fmt, ...)
     ;
 /* The current thread's error sentence. */
 const char *mlav_get_error(void);
+
+/* The FP8 KV scale of a run whose scale the host can read (tensors.kv_scale, or a host
+ * kv_scale_ptr), checked: finite and > 0, else MLAV_ERR_INVALID_ARG with a sentence. 1 for a
+ * 16/32-bit cache. A device kv_scale_ptr is the kernels' to read (MLAV_ERR_INTERNAL here). */
+mlav_status mlav_kv_scale_host(const mlav_problem_info *p, const mlav_tensors *t, float *scale);
 
 /* Row count of request b, and its prefix length. */
 static inline int32_t mlav_info_q_len(const mlav_problem_info *p, int32_t b)

@@ -335,6 +335,7 @@ const void *mlav_naive_kernel(const mlav_problem_info *p)
     case MLAV_DTYPE_F32: return kernel_for<float>(vec);
     case MLAV_DTYPE_BF16: return kernel_for<__nv_bfloat16>(vec);
     case MLAV_DTYPE_F16: return kernel_for<__half>(vec);
+    case MLAV_DTYPE_FP8_E4M3: break; /* never q's dtype */
     }
     return nullptr;
 }
@@ -346,6 +347,7 @@ const char *mlav_naive_kernel_name(const mlav_problem_info *p)
     case MLAV_DTYPE_F32: return vec ? "naive_verify<f32,16B>" : "naive_verify<f32,scalar>";
     case MLAV_DTYPE_BF16: return vec ? "naive_verify<bf16,16B>" : "naive_verify<bf16,scalar>";
     case MLAV_DTYPE_F16: return vec ? "naive_verify<f16,16B>" : "naive_verify<f16,scalar>";
+    case MLAV_DTYPE_FP8_E4M3: break;
     }
     return "naive_verify<?>";
 }
@@ -402,6 +404,7 @@ mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indpt
     case MLAV_DTYPE_F32: MLAV_NAIVE_LAUNCH(float); break;
     case MLAV_DTYPE_BF16: MLAV_NAIVE_LAUNCH(__nv_bfloat16); break;
     case MLAV_DTYPE_F16: MLAV_NAIVE_LAUNCH(__half); break;
+    case MLAV_DTYPE_FP8_E4M3: break;
     }
 #undef MLAV_NAIVE_LAUNCH
     MLAV_CUDA_TRY(cudaGetLastError());

@@ -258,7 +258,7 @@ static mlav_status host_step_run(const mlav_plan *plan, const mlav_tensors *t, v
     mlav_problem p = {
         .num_heads = plan->info.H, .d_latent = plan->info.Dl, .d_rope = plan->info.Dr,
         .softmax_scale = plan->info.scale, .dtype = plan->info.dtype,
-        .page_size = plan->info.page_size, .batch = hdr->batch,
+        .kv_dtype = plan->info.kv_dtype, .page_size = plan->info.page_size, .batch = hdr->batch,
         .q_indptr = host_step_q_indptr(workspace),
         .kv_lens = host_step_kv_lens(workspace, &plan->limits), .max_pages = plan->info.max_pages};
     mlav_problem_info info;

@@ -27,6 +27,11 @@ void mlav_problem_info_free(mlav_problem_info *info)
     info->q_indptr = info->kv_lens = NULL;
 }
 
+mlav_dtype mlav_problem_kv_dtype(const mlav_problem *p)
+{
+    return p->kv_dtype == MLAV_DTYPE_F32 ? p->dtype : p->kv_dtype;
+}
+
 mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info)
 {
     memset(info, 0, sizeof *info);
@@ -47,6 +52,17 @@ mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info
     if (mlav_dtype_size(p->dtype) == 0)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "dtype = %d is not a mlav_dtype",
                               (int)p->dtype);
+    if (p->dtype == MLAV_DTYPE_FP8_E4M3)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "dtype = fp8_e4m3: only the KV cache may be FP8 (kv_dtype); q and "
+                              "out are f32, bf16 or f16");
+    const mlav_dtype kv_dtype = mlav_problem_kv_dtype(p);
+    if (kv_dtype != p->dtype && kv_dtype != MLAV_DTYPE_FP8_E4M3)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "kv_dtype = %d (%s) with dtype %s: the cache has the q dtype or "
+                              "is fp8_e4m3",
+                              (int)p->kv_dtype, mlav_dtype_name(p->kv_dtype),
+                              mlav_dtype_name(p->dtype));
     if (p->page_size < 1 || p->page_size > MLAV_MAX_PAGE_SIZE)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "page_size = %d is outside [1, %d]",
                               p->page_size, MLAV_MAX_PAGE_SIZE);
@@ -98,6 +114,7 @@ mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info
     info->W = W;
     info->scale = p->softmax_scale;
     info->dtype = p->dtype;
+    info->kv_dtype = kv_dtype;
     info->page_size = p->page_size;
     info->B = p->batch;
     info->max_pages = p->max_pages;
@@ -138,7 +155,8 @@ static byte_range range_of(const char *name, const void *ptr, uint64_t bytes)
  * that overlap are the same memory. */
 static mlav_status check_overlap(const mlav_problem_info *p, const mlav_tensors *t)
 {
-    const uint64_t esz = mlav_dtype_size(p->dtype);
+    const uint64_t esz = mlav_dtype_size(p->dtype), kv_esz = mlav_dtype_size(p->kv_dtype);
+    const int fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
     const uint64_t qh = (uint64_t)p->T * (uint64_t)p->H; /* folded query rows */
     const int has_kv = p->total_kv > 0, has_q = p->T > 0;
     const byte_range out = range_of("out", has_q ? t->out : NULL, qh * (uint64_t)p->Dl * esz);
@@ -146,11 +164,12 @@ static mlav_status check_overlap(const mlav_problem_info *p, const mlav_tensors 
     const byte_range in[] = {
         range_of("q", has_q ? t->q : NULL, qh * (uint64_t)p->W * esz),
         range_of("kv_cache", has_kv ? t->kv_cache : NULL,
-                 (uint64_t)t->num_pages * (uint64_t)p->page_size * (uint64_t)p->W * esz),
+                 (uint64_t)t->num_pages * (uint64_t)p->page_size * (uint64_t)p->W * kv_esz),
         range_of("page_table", has_kv ? t->page_table : NULL,
                  (uint64_t)p->B * (uint64_t)p->max_pages * sizeof(int32_t)),
         range_of("tree_mask", has_q ? t->tree_mask : NULL,
                  (uint64_t)p->T * (uint64_t)p->mask_words * sizeof(uint32_t)),
+        range_of("kv_scale_ptr", fp8 ? t->kv_scale_ptr : NULL, sizeof(float)),
         lse, /* out against lse; lse against itself is skipped below */
     };
     const byte_range outs[2] = {out, lse};
@@ -198,13 +217,25 @@ mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors
     mlav_status s = check_overlap(p, t);
     if (s != MLAV_OK)
         return s;
+    if (p->kv_dtype == MLAV_DTYPE_FP8_E4M3) {
+        if (t->kv_scale_ptr && (uintptr_t)t->kv_scale_ptr % sizeof(float) != 0)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "tensors.kv_scale_ptr = %p is not 4-byte aligned",
+                                  (const void *)t->kv_scale_ptr);
+        if (t->memory == MLAV_MEM_HOST || !t->kv_scale_ptr) {
+            float v;
+            s = mlav_kv_scale_host(p, t, &v);
+            if (s != MLAV_OK)
+                return s;
+        }
+    }
     if (t->memory == MLAV_MEM_DEVICE)
         return MLAV_OK; /* the device-resident tables are the kernels' to guard */
 
     /* Host tensors are read and written through typed pointers: one off its element alignment
      * is undefined behaviour in C (and a vectorised loop may fault on it), so it is refused.
      * Only the pointers this problem uses are looked at. */
-    const size_t esz = mlav_dtype_size(p->dtype);
+    const size_t esz = mlav_dtype_size(p->dtype), kv_esz = mlav_dtype_size(p->kv_dtype);
     const struct {
         const void *ptr;
         const char *name;
@@ -215,7 +246,7 @@ mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors
         {t->out, "out", esz, p->T > 0},
         {t->lse, "lse", sizeof(float), p->T > 0},
         {t->tree_mask, "tree_mask", sizeof(uint32_t), p->T > 0},
-        {t->kv_cache, "kv_cache", esz, p->total_kv > 0},
+        {t->kv_cache, "kv_cache", kv_esz, p->total_kv > 0},
         {t->page_table, "page_table", sizeof(int32_t), p->total_kv > 0},
     };
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
