@@ -31,6 +31,7 @@ struct flash_config {
     int pdl;                      /* launch the combine as a programmatic dependent (sm_90+) */
     int all_groups;               /* the split kernel's instance (mlav_flash_all_groups) */
     int combine_kind;             /* which combine kernel (mlav_combine_kind) */
+    int kv_fp8;                   /* the cache is FP8 E4M3 (the split kernel's FP8 instances) */
     mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
     size_t part_o_bytes;          /* workspace: the partial outputs */
     size_t part_lse_bytes;        /* then the partial lse */
@@ -50,7 +51,8 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
     mlav_status s = mlav_cuda_device_query(&c->dev);
     if (s != MLAV_OK)
         return s;
-    s = mlav_flash_prepare(p->dtype, &c->dev, &c->blocks_per_sm);
+    c->kv_fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
+    s = mlav_flash_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
     if (s != MLAV_OK)
         return s;
     c->sp = mlav_flash_schedule_params(c->dev.sm_count, c->blocks_per_sm);
@@ -92,14 +94,16 @@ size_t config_part_bytes(const flash_config *c)
     return c->part_o_bytes + c->part_lse_bytes + c->part_scale_bytes;
 }
 
-/* What the gather reads for a page id outside the pool, in the plan's dtype, into `d_row`. */
-mlav_status write_nan_row(mlav_dtype dtype, void *d_row)
+/* What the gather reads for a page id outside the pool, in the cache's dtype, into `d_row`. */
+mlav_status write_nan_row(mlav_dtype kv_dtype, void *d_row)
 {
     uint32_t nan_row[MLAV_FLASH_W];
     const uint32_t nan2 =
-        dtype == MLAV_DTYPE_F16 ? (uint32_t)mlav::mma_type<__half>::nan_bits * 0x10001u
-                                : (uint32_t)mlav::mma_type<__nv_bfloat16>::nan_bits *
-                                      0x10001u; /* BF16; also an F32 NaN (0x7fc07fc0) */
+        kv_dtype == MLAV_DTYPE_FP8_E4M3 ? 0x7f7f7f7fu /* e4m3fn NaN bytes */
+        : kv_dtype == MLAV_DTYPE_F16
+            ? (uint32_t)mlav::mma_type<__half>::nan_bits * 0x10001u
+            : (uint32_t)mlav::mma_type<__nv_bfloat16>::nan_bits *
+                  0x10001u; /* BF16; also an F32 NaN (0x7fc07fc0) */
     for (int i = 0; i < MLAV_FLASH_W; i++)
         nan_row[i] = nan2;
     MLAV_CUDA_TRY(cudaMemcpy(d_row, nan_row, sizeof nan_row, cudaMemcpyHostToDevice));
@@ -143,6 +147,10 @@ mlav_flash_params make_params(const mlav_problem_info *p, const flash_config *c,
     fp.num_pages = t->num_pages;
     fp.scale_log2 = p->scale * MLAV_LOG2E;
     fp.pdl = c->pdl;
+    /* the FP8 scale: the run's device value if it gave one (the kernel reads and checks it),
+     * else the host value dispatch checked */
+    fp.kv_scale_ptr = c->kv_fp8 ? t->kv_scale_ptr : NULL;
+    fp.kv_scale = c->kv_fp8 ? t->kv_scale : 1.0f;
     return fp;
 }
 
@@ -153,6 +161,7 @@ mlav_flash_launch_opts launch_opts(const flash_config *c)
     lo.all_groups = c->all_groups;
     lo.combine_kind = c->combine_kind;
     lo.combine_smem = c->combine_smem;
+    lo.kv_fp8 = c->kv_fp8;
     return lo;
 }
 
@@ -164,7 +173,7 @@ struct flash_state {
     void *d_buf;                  /* one device allocation for the arrays below */
     mlav_split_item *d_items;
     mlav_combine_item *d_combine;
-    void *d_nan_row;              /* [W] NaN of the plan's dtype (mlav_flash_params.nan_row) */
+    void *d_nan_row;              /* [W] NaN of the cache's dtype (mlav_flash_params.nan_row) */
 };
 
 void flash_free(void *state)
@@ -209,7 +218,7 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     st->d_items = reinterpret_cast<mlav_split_item *>(base);
     st->d_combine = reinterpret_cast<mlav_combine_item *>(base + off_comb);
     st->d_nan_row = base + off_nan;
-    s = write_nan_row(p->dtype, st->d_nan_row);
+    s = write_nan_row(p->kv_dtype, st->d_nan_row);
     if (s != MLAV_OK)
         return s;
     if (sc->n_items)
@@ -332,7 +341,7 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
                                 sizeof(mlav_split_item) * (size_t)st->bd.max_items +
                                 sizeof(mlav_combine_item) * (size_t)st->bd.max_combine);
     MLAV_CUDA_TRY(cudaMalloc(&st->d_nan_row, sizeof(uint32_t) * MLAV_FLASH_W));
-    s = write_nan_row(shape->dtype, st->d_nan_row);
+    s = write_nan_row(shape->kv_dtype, st->d_nan_row);
     if (s != MLAV_OK)
         return s;
     MLAV_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&st->staging),

@@ -94,6 +94,9 @@ typedef struct mlav_flash_params {
                                      * of two per row and column block that restores the fp16 part_o
                                      * values; NULL for F32 plans (last, so that adding it left the
                                      * offsets of the fields the kernel's loop reads unchanged) */
+    const float *kv_scale_ptr;      /* FP8 KV: [1] device, the run's kv_scale, or NULL: then
+                                     * kv_scale (after part_scale for the same reason) */
+    float kv_scale;                 /* FP8 KV: the scale as a value (mlav_tensors.kv_scale) */
 } mlav_flash_params;
 
 /* A plan's launch choices that no kernel reads (backend_flash.cu's flash_config holds them), so
@@ -105,6 +108,7 @@ typedef struct mlav_flash_launch_opts {
                            * row and column block (combine.cu) */
     int32_t combine_smem; /* dynamic shared memory of a block combine launch, reserved and unused:
                            * it spreads the blocks over the SMs (combine.cu) */
+    int32_t kv_fp8;       /* 1: the cache is FP8 E4M3 (the split kernel's FP8 instances) */
 } mlav_flash_launch_opts;
 
 /* Whether the split kernel should run every warp group, also those whose 32 rows lie past their
@@ -139,19 +143,20 @@ static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int 
     return sp;
 }
 
-/* Dynamic shared memory of the flash kernel. */
-size_t mlav_flash_smem_bytes(void);
-/* Check the kernel for `dtype` fits the sm_120 limit and raise its dynamic smem limit;
- * also returns its resident blocks per SM through *blocks_per_sm. */
-mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, int *blocks_per_sm);
+/* Dynamic shared memory of the flash kernel (a 16-bit cache, or `kv_fp8`). */
+size_t mlav_flash_smem_bytes(int kv_fp8);
+/* Check the kernel for `dtype` (q, out) and `kv_dtype` (the cache) fits the sm_120 limit and
+ * raise its dynamic smem limit; also returns its resident blocks per SM through *blocks_per_sm. */
+mlav_status mlav_flash_prepare(mlav_dtype dtype, mlav_dtype kv_dtype, const mlav_cuda_device *dev,
+                               int *blocks_per_sm);
 /* Launch the split kernel then (if any) the combine kernel on `stream`. `step`: a plan for
  * limits, whose grids run past the step's schedule (items with b < 0, combine items of no rows). */
 mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp,
                               const mlav_flash_launch_opts *lo, int step, cudaStream_t stream);
 /* The F32 variant (verify_flash_f32.cu): CUDA-core FMA on the same schedule and combine, for
  * exactness checks; no tensor cores, no shared memory. */
-mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm);
-mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, cudaStream_t stream);
+mlav_status mlav_flash_f32_prepare(int kv_fp8, const mlav_cuda_device *dev, int *blocks_per_sm);
+mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, int kv_fp8, cudaStream_t stream);
 /* Column blocks per row for the combine of `rows` rows whose items have at most `max_nsplit`
  * splits, on this device (combine.cu; the rule: mlav_combine_col_blocks_for). */
 int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev);

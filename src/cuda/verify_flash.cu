@@ -34,6 +34,7 @@
 
 #include "../common/merge.h"
 #include "../common/visibility.h"
+#include "convert.cuh"
 #include "flash.h"
 #include "mma.cuh"
 
@@ -110,17 +111,37 @@ constexpr int QL_CHUNKS = BM * DL / 8; /* 4096 */
 static_assert(QL_CHUNKS % NT == 0 && BM * QSS * 2 <= (STAGES - 1) * SKV_ELEMS * 2 + SX_FLOATS * 4,
               "latent Q staging fits in KV buffers 1-3 and the exchange area");
 
+/* An FP8 cache (the FP8 instances, docs/DESIGN.md#fp8-kv): each thread gathers its chunks of a
+ * tile (8 e4m3 bytes each, half the bytes) by cp.async into a raw ring, and in the middle of the
+ * tile before converts its own chunks into the 16-bit tile the loop reads, then arrives at the
+ * tile's "full" barrier. A thread reads only the raw bytes it copied itself, so the raw ring
+ * needs no barrier and two buffers (tile t + 1 converted while tile t + 2 lands). The converted
+ * tile t + 1 is written while this group is in tile t and the other group may still be in tile
+ * t - 1 (it is never further behind: see the loop's full barriers), so three 16-bit buffers
+ * suffice, which pays for the raw ring within sm_120's limit. Tile 0 comes through registers in
+ * the prologue (the raw ring lies in the latent Q staging area). */
+constexpr int FP8_TBUF = 3;        /* 16-bit KV tile buffers of the FP8 instances */
+constexpr int FP8_RAW_STAGES = 2;  /* raw e4m3 tiles in flight */
+constexpr int RAW_TILE_BYTES = BN * W; /* one raw tile: 16 rows x 576 bytes, rows unpadded */
+static_assert(AHEAD == FP8_RAW_STAGES, "the raw ring holds the tiles in flight");
+
 /* The split kernel's dynamic shared memory, region by region: byte offsets from the base, in
  * this order (each region's size is a multiple of 16 bytes, so every one stays 16-byte aligned
  * for cp.async, ldmatrix and the float4 exchange). */
-struct flash_smem_layout {
-    /* the KV ring: STAGES tiles of BN rows x RS elements (W padded by 8, so that the 8 row
+template <bool FP8> struct flash_smem_layout {
+    /* 16-bit KV tile buffers: STAGES, or FP8_TBUF for an FP8 cache */
+    static constexpr int TBUF = FP8 ? FP8_TBUF : STAGES;
+    /* the KV ring: TBUF tiles of BN rows x RS elements (W padded by 8, so that the 8 row
      * addresses of every ldmatrix fall in distinct bank groups), gathered AHEAD tiles ahead by
-     * cp.async; also the prologue's latent Q staging (below) and the epilogue's output staging
-     * (a free buffer) */
-    static constexpr size_t KV = 0, KV_BYTES = (size_t)STAGES * SKV_ELEMS * 2;
+     * cp.async (FP8: converted from the raw ring one tile ahead); also the prologue's latent Q
+     * staging (below) and the epilogue's output staging (a free buffer) */
+    static constexpr size_t KV = 0, KV_BYTES = (size_t)TBUF * SKV_ELEMS * 2;
+    /* FP8 only: the raw ring, FP8_RAW_STAGES tiles of e4m3 bytes, each thread's chunks where
+     * they lie in the row (row * W + chunk * 8) */
+    static constexpr size_t RAW = KV + KV_BYTES,
+                            RAW_BYTES = FP8 ? (size_t)FP8_RAW_STAGES * RAW_TILE_BYTES : 0;
     /* the S reduce-scatter: fp32 partial scores [grp][dest warp][slot][lane] of float4 */
-    static constexpr size_t X = KV + KV_BYTES, X_BYTES = (size_t)SX_FLOATS * 4;
+    static constexpr size_t X = RAW + RAW_BYTES, X_BYTES = (size_t)SX_FLOATS * 4;
     /* P, the A operand of P V: [grp][GROUP_ROWS][PS] 16-bit weights */
     static constexpr size_t P = X + X_BYTES, P_BYTES = (size_t)SP_ELEMS * 2;
     /* the rope part of Q, the rope k-step's A operand in every tile: [BM][QPS] */
@@ -130,14 +151,20 @@ struct flash_smem_layout {
     /* row sums of the two key halves, met in the epilogue: [grp][warp][16 rows] */
     static constexpr size_t L = MAX + MAX_BYTES, L_BYTES = (size_t)SROW_FLOATS * 4;
     static constexpr size_t TOTAL = L + L_BYTES;
-    /* latent Q staging in the prologue: [BM][QSS], over KV buffers 1-3 and the exchange area,
-     * which follow each other and are unused until tile 1's gather and the first exchange */
+    /* latent Q staging in the prologue: [BM][QSS], over KV buffers 1.. (and the raw ring) and
+     * the exchange area, which follow each other and are unused until tile 1's gather and the
+     * first exchange */
     static constexpr size_t Q_STAGE = KV + (size_t)SKV_ELEMS * 2;
+    /* the epilogue's output staging: a group's 4 warps take one KV buffer (STAGES), or both
+     * groups share one (FP8, whose ring has one buffer fewer; see the epilogue) */
+    static_assert(!FP8 || 2 * QUARTERS * STAGE_WARP_BYTES <= SKV_ELEMS * 2,
+                  "one KV buffer stages both groups' output");
+    static_assert(Q_STAGE + (size_t)BM * QSS * 2 <= P, "latent Q staging ends before the P tiles");
+    static_assert(TOTAL <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
+    static_assert(RAW % 16 == 0 && X % 16 == 0, "alignment");
 };
-static_assert(flash_smem_layout::TOTAL == SMEM_BYTES, "the layout is the launch's shared memory");
-static_assert(SMEM_BYTES <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
-static_assert(flash_smem_layout::Q_STAGE + (size_t)BM * QSS * 2 <= flash_smem_layout::P,
-              "latent Q staging ends before the P tiles");
+static_assert(flash_smem_layout<false>::TOTAL == SMEM_BYTES,
+              "the layout is the launch's shared memory");
 
 constexpr float LN2 = 0.6931471805599453f;
 /* log2 units a score may exceed the reference max before O is rescaled: P stays <= 256, far
@@ -187,6 +214,98 @@ __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page,
             mlav::cp_async16(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
 }
 
+/* The FP8 gather: this thread's chunks of KV row j, 8 e4m3 bytes each (the same chunks, part,
+ * part + 16, ..., as gather_kv_row), into the raw tile `raw` at row * W + chunk * 8; rows past
+ * kv_end zero-filled, a page id outside the pool reads the plan's NaN row (0x7f bytes). */
+__device__ __forceinline__ void gather_kv_row_fp8(uint8_t *raw, const uint8_t *kv, int32_t page,
+                                                  int j, int kv_end, const mlav_flash_params &p,
+                                                  int row, int part)
+{
+    uint8_t *d = raw + row * W + part * 8;
+    const bool live = j < kv_end;
+    const uint32_t pg = (uint32_t)page, uj = (uint32_t)j;
+    const uint32_t slot = uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
+    const uint8_t *base = live && pg >= p.page_limit ? static_cast<const uint8_t *>(p.nan_row) : kv;
+    const size_t off = live && pg < p.page_limit ? (size_t)pg * p.page_elems + slot * W : 0;
+    const uint8_t *src = base + off + part * 8;
+    const int bytes = live ? 8 : 0;
+#pragma unroll
+    for (int k = 0; k < GATHER_STEPS; k++)
+        if (part + k * GATHER_TPR < CHUNKS)
+            mlav::cp_async8(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
+}
+
+/* Eight e4m3 bytes (two words) as eight T, stored as one 16-byte chunk at `dst`. */
+template <typename T> __device__ __forceinline__ void store_converted(T *dst, uint2 v)
+{
+    uint4 c;
+    c.x = mlav::e4m3x2_to<T>((uint16_t)(v.x & 0xffffu));
+    c.y = mlav::e4m3x2_to<T>((uint16_t)(v.x >> 16));
+    c.z = mlav::e4m3x2_to<T>((uint16_t)(v.y & 0xffffu));
+    c.w = mlav::e4m3x2_to<T>((uint16_t)(v.y >> 16));
+    *reinterpret_cast<uint4 *>(dst) = c;
+}
+
+/* This thread's chunks of a raw tile, the ones it gathered itself (its cp.async group has
+ * landed), converted into row `row` of a 16-bit stage buffer: where gather_kv_row would have
+ * put them. */
+template <typename T>
+__device__ __forceinline__ void convert_own_chunks(T *dst, const uint8_t *raw, int row, int part)
+{
+#pragma unroll
+    for (int k = 0; k < GATHER_STEPS; k++) {
+        const int c = part + k * GATHER_TPR;
+        if (c < CHUNKS)
+            store_converted(dst + row * RS + c * 8,
+                            *reinterpret_cast<const uint2 *>(raw + row * W + c * 8));
+    }
+}
+
+/* The prologue's tile 0 of an FP8 cache, through registers (the raw ring is under the latent Q
+ * staging then): this thread's chunks of KV row j, loaded here, converted by
+ * store_prologue_row once the Q fragments are read. */
+struct fp8_row_regs {
+    uint2 v[GATHER_STEPS];
+};
+__device__ __forceinline__ fp8_row_regs load_kv_row_fp8(const uint8_t *kv, int32_t page, int j,
+                                                        int kv_end, const mlav_flash_params &p,
+                                                        int part)
+{
+    fp8_row_regs r;
+    const bool live = j < kv_end;
+    const uint32_t pg = (uint32_t)page, uj = (uint32_t)j;
+    const uint32_t slot = uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
+    const uint8_t *base = live && pg >= p.page_limit ? static_cast<const uint8_t *>(p.nan_row) : kv;
+    const size_t off = live && pg < p.page_limit ? (size_t)pg * p.page_elems + slot * W : 0;
+    const uint8_t *src = base + off + part * 8;
+#pragma unroll
+    for (int k = 0; k < GATHER_STEPS; k++)
+        r.v[k] = live && part + k * GATHER_TPR < CHUNKS
+                     ? __ldg(reinterpret_cast<const uint2 *>(src + k * GATHER_TPR * 8))
+                     : make_uint2(0u, 0u);
+    return r;
+}
+template <typename T>
+__device__ __forceinline__ void store_prologue_row(T *dst, const fp8_row_regs &r, int row, int part)
+{
+#pragma unroll
+    for (int k = 0; k < GATHER_STEPS; k++) {
+        const int c = part + k * GATHER_TPR;
+        if (c < CHUNKS)
+            store_converted(dst + row * RS + c * 8, r.v[k]);
+    }
+}
+
+/* The FP8 cache's scale for this run: the device value when the run gave one (read by the kernel,
+ * so a captured graph follows it), else the host value. One that is not finite and > 0 becomes
+ * NaN, so that every row that sees a key comes out NaN (the header's rule: no host read of a
+ * device scale). */
+__device__ __forceinline__ float kv_scale_of(const mlav_flash_params &p)
+{
+    const float v = p.kv_scale_ptr ? __ldg(p.kv_scale_ptr) : p.kv_scale;
+    return v > 0.0f && v <= 3.402823466e38f ? v : __int_as_float(0x7fc00000);
+}
+
 /* Zero the Inf and NaN elements of one V fragment (four registers of two elements each), on
  * tiles with draft rows or rows past the split end. Exact, because c_kv is also the key: a
  * non-finite c_kv element makes that key's score NaN or +-inf for every row, so a row that sees
@@ -234,7 +353,9 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
  * makes ptxas allocate the main loop differently (4 of ~3,300 instructions more, the longest
  * identical run 592 instead of the whole loop, bench/diag/sass_identity.py on sm_90), so plans
  * for one problem keep the code they were measured with. */
-template <typename T, bool ALL_GROUPS, bool STEP>
+/* FP8: the instance of an FP8 E4M3 cache (the gather through a raw ring, the scale; see
+ * FP8_TBUF); q, P and the MMAs stay T. */
+template <typename T, bool FP8, bool ALL_GROUPS, bool STEP>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
     using MTY = mlav::mma_type<T>;
@@ -242,8 +363,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                     __ldg(&(reinterpret_cast<const mlav_step_header *>(p.items) - 1)->n_items))
         return; /* the step header sits just before the items (schedule_step.h) */
     extern __shared__ __align__(16) unsigned char smem[];
-    using SL = flash_smem_layout;
+    using SL = flash_smem_layout<FP8>;
     T *sKV = reinterpret_cast<T *>(smem + SL::KV);
+    uint8_t *sRaw = smem + SL::RAW; /* FP8 only */
     float *sX = reinterpret_cast<float *>(smem + SL::X);
     T *sP = reinterpret_cast<T *>(smem + SL::P);
     T *sQ = reinterpret_cast<T *>(smem + SL::Q); /* rope part of Q: [BM][QPS] */
@@ -270,6 +392,11 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     const int kv_begin = item.kv_begin, kv_end = item.kv_end;
     const int n_tiles = (kv_end - kv_begin + BN - 1) / BN;
     const T *kv = static_cast<const T *>(p.kv);
+    const uint8_t *kv8 = static_cast<const uint8_t *>(p.kv); /* FP8 only */
+    /* FP8: the scale multiplies the scores (with softmax_scale) and the output (through inv in
+     * the epilogue), in fp32 outside the products */
+    const float fp8_scale = FP8 ? kv_scale_of(p) : 1.0f;
+    const float fp8_scale_log2 = FP8 ? p.scale_log2 * fp8_scale : 0.0f;
     const T *qg = static_cast<const T *>(p.q) + (size_t)q_start * p.H * W;
     const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
     /* a group past the request's rows skips the MMAs unless ALL_GROUPS; its warps still gather
@@ -316,8 +443,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                          ok ? 16 : 0);
     }
     mlav::cp_async_commit(); /* rope Q and latent Q */
-    gather_kv_row(sKV, kv, pg_first[0], kv_begin + g_row, kv_end, p, g_row, g_part);
-    mlav::cp_async_commit(); /* tile 0 */
+    fp8_row_regs tile0; /* FP8: tile 0 in registers, stored below */
+    if constexpr (FP8)
+        tile0 = load_kv_row_fp8(kv8, pg_first[0], kv_begin + g_row, kv_end, p, g_part);
+    else
+        gather_kv_row(sKV, kv, pg_first[0], kv_begin + g_row, kv_end, p, g_row, g_part);
+    mlav::cp_async_commit(); /* tile 0 (FP8: empty, so that the group counts stay the same) */
     mlav::cp_async_wait<1>();
     __syncthreads(); /* every thread's Q copies have landed */
     /* qf[i] is m-tile i ^ own_m of the group (own block first); the A fragment of k-step kk
@@ -340,8 +471,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         }
     }
     __syncthreads(); /* the staging area is free again */
-    gather_kv_row(sKV + SKV_ELEMS, kv, pg_first[1], kv_begin + BN + g_row, kv_end, p, g_row,
-                  g_part);
+    if constexpr (FP8)
+        gather_kv_row_fp8(sRaw + RAW_TILE_BYTES, kv8, pg_first[1], kv_begin + BN + g_row, kv_end,
+                          p, g_row, g_part);
+    else
+        gather_kv_row(sKV + SKV_ELEMS, kv, pg_first[1], kv_begin + BN + g_row, kv_end, p, g_row,
+                      g_part);
     mlav::cp_async_commit(); /* tile 1 */
     static_assert(AHEAD == 2, "the prologue gathers tiles 0 and 1");
 
@@ -377,6 +512,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * buffer of tile t + AHEAD - STAGES = t - 2, and the other group is then past the middle of
      * tile t - 1. Barrier ids: flash_barrier. */
     mlav::cp_async_wait<AHEAD - 1>(); /* this thread's part of tile 0 (and of rope Q) landed */
+    if constexpr (FP8)
+        store_prologue_row(sKV, tile0, g_row, g_part);
     mlav::named_barrier_arrive(bar_full(grp ^ 1, 0), NT);
     /* Group 1 starts once group 0 has its first S, so the groups run staggered (ping-pong): one
      * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
@@ -386,7 +523,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         mlav::named_barrier(BAR_START, NT);
     for (int t = 0; t < n_tiles; t++) {
         mlav::named_barrier(bar_full(grp, t % STAGES), NT); /* tile t visible to this group */
-        const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
+        const T *sK = sKV + (t % SL::TBUF) * SKV_ELEMS;
         const int j_base = kv_begin + t * BN;
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
 
@@ -439,8 +576,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
          * (session 5, docs/PERFORMANCE.md#decisions). */
         if (t + AHEAD < n_tiles) {
             const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
-            gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
-                          kv_end, p, g_row, g_part);
+            if constexpr (FP8)
+                gather_kv_row_fp8(sRaw + ((t + AHEAD) % FP8_RAW_STAGES) * RAW_TILE_BYTES, kv8,
+                                  pg_next, j_row, kv_end, p, g_row, g_part);
+            else
+                gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
+                              kv_end, p, g_row, g_part);
         }
         pg_next = lookup_page(ptab, kv_begin + (t + AHEAD + 1) * BN + g_row, kv_end, p);
         mlav::cp_async_commit();
@@ -474,7 +615,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                  * Q = 0 and are never written, so they need no mask either) */
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    sv[e] *= p.scale_log2;
+                    sv[e] *= FP8 ? fp8_scale_log2 : p.scale_log2;
             } else {
                 /* the draft node of each of the S block's two rows, -1 for padding (computed
                  * here, on the few tiles that need it, to spare two registers in the loop) */
@@ -492,7 +633,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                         const int k = j - prefix, i = row_i[rr];
                         vis = mlav_draft_visible(p.tree_mask, p.mask_words, q_start + i, i, k);
                     }
-                    sv[e] = vis ? sv[e] * p.scale_log2 : -INFINITY;
+                    sv[e] = vis ? sv[e] * (FP8 ? fp8_scale_log2 : p.scale_log2) : -INFINITY;
                 }
             }
 
@@ -553,8 +694,15 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             run_sum[1] += pv[2] + pv[3];
         }
 
-        /* this thread's part of tile t + 1 has landed: tell the other group */
+        /* this thread's part of tile t + 1 has landed (FP8: converted into its buffer): tell the
+         * other group */
         mlav::cp_async_wait<AHEAD - 1>();
+        if constexpr (FP8) {
+            if (t + 1 < n_tiles)
+                convert_own_chunks(sKV + ((t + 1) % FP8_TBUF) * SKV_ELEMS,
+                                   sRaw + ((t + 1) % FP8_RAW_STAGES) * RAW_TILE_BYTES, g_row,
+                                   g_part);
+        }
         if (t + 1 < n_tiles)
             mlav::named_barrier_arrive(bar_full(grp ^ 1, (t + 1) % STAGES), NT);
         /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments of 16 keys x 16
@@ -641,6 +789,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         const int mt = (k >> 1) ^ own_m, r16 = g + 8 * (k & 1);
         const float l = lrow[2 * mt * 16 + r16] + lrow[(2 * mt + 1) * 16 + r16];
         inv[k] = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
+        if constexpr (FP8)
+            inv[k] = l == 0.0f ? 0.0f : inv[k] * fp8_scale; /* a row of no key stays 0 */
         const int m = gm0 + mt * 16 + r16;
         if (m < M && dq == 0 && qd == 0) {
             const float lse = mlav_finish_lse(ref_max[k] * LN2, l);
@@ -661,10 +811,15 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * n_tiles - 1, is past its S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and
      * n_tiles - 4 are free, and with fewer tiles buffers 2 and 3 were never gathered into (the
      * prologue fills 0 and 1). */
-    const int free_buf = grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
-                                   : (n_tiles >= 4 ? n_tiles % STAGES : 3);
-    unsigned char *stage =
-        reinterpret_cast<unsigned char *>(sKV + free_buf * SKV_ELEMS) + dq * STAGE_WARP_BYTES;
+    /* FP8 (three buffers): both groups are past tile n_tiles - 3 (the other group synced on the
+     * full barrier of tile n_tiles - 1 is past its S of n_tiles - 2), whose buffer n_tiles % 3
+     * takes both groups' staging, one after the other; with fewer tiles buffer 2 was never
+     * written (tiles 0 and 1 only). */
+    const int free_buf = FP8 ? (n_tiles >= 3 ? n_tiles % FP8_TBUF : 2)
+                         : grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
+                                    : (n_tiles >= 4 ? n_tiles % STAGES : 3);
+    unsigned char *stage = reinterpret_cast<unsigned char *>(sKV + free_buf * SKV_ELEMS) +
+                           (FP8 ? grp * QUARTERS * STAGE_WARP_BYTES : 0) + dq * STAGE_WARP_BYTES;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int i = k >> 1, e0 = 2 * (k & 1);
@@ -728,44 +883,52 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     }
 }
 
-template <typename T, bool STEP> const void *kernel_of(bool all_groups)
+template <typename T, bool FP8, bool STEP> const void *kernel_of(bool all_groups)
 {
-    return all_groups ? reinterpret_cast<const void *>(&flash_verify_kernel<T, true, STEP>)
-                      : reinterpret_cast<const void *>(&flash_verify_kernel<T, false, STEP>);
+    return all_groups ? reinterpret_cast<const void *>(&flash_verify_kernel<T, FP8, true, STEP>)
+                      : reinterpret_cast<const void *>(&flash_verify_kernel<T, FP8, false, STEP>);
 }
 
-/* The split kernel's instance: dtype (BF16 or F16), all groups or not, step or not. */
-const void *kernel_for(mlav_dtype dtype, bool all_groups, bool step)
+template <typename T> const void *kernel_of(bool fp8, bool all_groups, bool step)
 {
-    if (step)
-        return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16, true>(all_groups)
-                                        : kernel_of<__half, true>(all_groups);
-    return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16, false>(all_groups)
-                                    : kernel_of<__half, false>(all_groups);
+    if (fp8)
+        return step ? kernel_of<T, true, true>(all_groups) : kernel_of<T, true, false>(all_groups);
+    return step ? kernel_of<T, false, true>(all_groups) : kernel_of<T, false, false>(all_groups);
+}
+
+/* The split kernel's instance: dtype (BF16 or F16), FP8 cache or not, all groups or not, step or
+ * not. */
+const void *kernel_for(mlav_dtype dtype, bool fp8, bool all_groups, bool step)
+{
+    return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(fp8, all_groups, step)
+                                    : kernel_of<__half>(fp8, all_groups, step);
 }
 
 } // namespace
 
-size_t mlav_flash_smem_bytes(void)
+size_t mlav_flash_smem_bytes(int kv_fp8)
 {
-    return SMEM_BYTES;
+    return kv_fp8 ? flash_smem_layout<true>::TOTAL : flash_smem_layout<false>::TOTAL;
 }
 
-mlav_status mlav_flash_prepare(mlav_dtype dtype, const mlav_cuda_device *dev, int *blocks_per_sm)
+mlav_status mlav_flash_prepare(mlav_dtype dtype, mlav_dtype kv_dtype, const mlav_cuda_device *dev,
+                               int *blocks_per_sm)
 {
+    const bool fp8 = kv_dtype == MLAV_DTYPE_FP8_E4M3;
     if (dtype == MLAV_DTYPE_F32)
-        return mlav_flash_f32_prepare(dev, blocks_per_sm);
-    /* every instance: a plan picks one at launch (mlav_flash_launch_opts.all_groups, the plan's
-     * kind); their resources are the same, and the schedule is built for the smallest residency
-     * of them */
+        return mlav_flash_f32_prepare(fp8, dev, blocks_per_sm);
+    /* every instance of the cache's kind: a plan picks one at launch
+     * (mlav_flash_launch_opts.all_groups, the plan's kind); their resources are the same, and the
+     * schedule is built for the smallest residency of them */
+    const size_t smem = mlav_flash_smem_bytes(fp8);
     *blocks_per_sm = 0;
     for (int k = 0; k < 4; k++) {
-        const void *f = kernel_for(dtype, (k & 1) != 0, (k & 2) != 0);
-        mlav_status s = mlav_cuda_prepare_kernel(f, SMEM_BYTES, dev, "flash_verify");
+        const void *f = kernel_for(dtype, fp8, (k & 1) != 0, (k & 2) != 0);
+        mlav_status s = mlav_cuda_prepare_kernel(f, smem, dev, "flash_verify");
         if (s != MLAV_OK)
             return s;
         int n = 0;
-        MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, NT, SMEM_BYTES));
+        MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, NT, smem));
         *blocks_per_sm = k == 0 || n < *blocks_per_sm ? n : *blocks_per_sm;
     }
     if (*blocks_per_sm < 1)
@@ -778,14 +941,15 @@ mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp,
                               const mlav_flash_launch_opts *lo, int step, cudaStream_t stream)
 {
     if (fp->n_items > 0 && dtype == MLAV_DTYPE_F32) {
-        mlav_status s = mlav_flash_f32_launch(fp, stream);
+        mlav_status s = mlav_flash_f32_launch(fp, lo->kv_fp8, stream);
         if (s != MLAV_OK)
             return s;
     } else if (fp->n_items > 0) {
         void *args[1] = {const_cast<mlav_flash_params *>(fp)};
-        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, lo->all_groups != 0, step != 0),
-                                       dim3((unsigned)fp->n_items), dim3(NT), args, SMEM_BYTES,
-                                       stream));
+        MLAV_CUDA_TRY(cudaLaunchKernel(
+            kernel_for(dtype, lo->kv_fp8 != 0, lo->all_groups != 0, step != 0),
+            dim3((unsigned)fp->n_items), dim3(NT), args, mlav_flash_smem_bytes(lo->kv_fp8),
+            stream));
         MLAV_CUDA_TRY(cudaGetLastError());
     }
     if (fp->n_combine > 0)

@@ -1,9 +1,12 @@
 /* The F32 flash path: CUDA-core FMA in fp32 on the flash schedule (same split items, same
  * partial states, same combine), so F32 bundles check to 1e-5 on the `cuda` backend. It exists
  * for exactness, not speed: tensor cores have no fp32 mode that meets 1e-5 without split-TF32
- * tricks, and production KV caches are BF16. One warp per row; lane l owns columns l + 32k. */
+ * tricks, and production KV caches are BF16. One warp per row; lane l owns columns l + 32k.
+ * An FP8 cache (the FP8 instance) is decoded exactly (mlav_e4m3_to_f32) and its scale applied
+ * in fp32 to the scores and the output, as the 16-bit kernel does. */
 #include <math.h>
 
+#include "../common/dtype.h"
 #include "../common/merge.h"
 #include "../common/visibility.h"
 #include "flash.h"
@@ -23,8 +26,28 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+/* Element k of a KV row: fp32, or an e4m3 byte (unscaled). */
+__device__ __forceinline__ float kv_elem(const float *row, int k)
+{
+    return row[k];
+}
+__device__ __forceinline__ float kv_elem(const uint8_t *row, int k)
+{
+    return mlav_e4m3_to_f32(row[k]);
+}
+
+/* The FP8 scale: as verify_flash.cu's kv_scale_of (device value, else host value; not finite
+ * and > 0 gives NaN). */
+__device__ __forceinline__ float f32_kv_scale_of(const mlav_flash_params &p)
+{
+    const float v = p.kv_scale_ptr ? __ldg(p.kv_scale_ptr) : p.kv_scale;
+    return v > 0.0f && v <= 3.402823466e38f ? v : __int_as_float(0x7fc00000);
+}
+
+template <typename KV>
 __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_params p)
 {
+    constexpr bool FP8 = sizeof(KV) == 1;
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[blockIdx.x];
     if (item.b < 0)
@@ -34,7 +57,9 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
     const int b = item.b;
     const int q_start = item.q_start, prefix = item.prefix;
     const int M = item.q_len * p.H;
-    const float *kv = static_cast<const float *>(p.kv);
+    const KV *kv = static_cast<const KV *>(p.kv);
+    const float kv_scale = FP8 ? f32_kv_scale_of(p) : 1.0f;
+    const float scale_log2 = p.scale_log2 * kv_scale;
     const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
 
     for (int r = warp; r < BM; r += THREADS / 32) {
@@ -56,15 +81,15 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
                 continue;
             const int32_t page = ptab[j / p.page_size];
             const bool bad = page < 0 || page >= p.num_pages; /* reads as NaN, never OOB */
-            const float *row =
+            const KV *row =
                 kv + ((size_t)(bad ? 0 : page) * p.page_size + (size_t)(j % p.page_size)) * W;
             float dot = 0.0f;
             if (!bad) {
 #pragma unroll
                 for (int k = 0; k < W / 32; k++)
-                    dot = fmaf(qv[k], row[lane + 32 * k], dot);
+                    dot = fmaf(qv[k], kv_elem(row, lane + 32 * k), dot);
             }
-            const float s = bad ? NAN : warp_sum(dot) * p.scale_log2;
+            const float s = bad ? NAN : warp_sum(dot) * scale_log2;
             const float new_max = fmaxf(run_max, s);
             const float alpha = run_max == -INFINITY ? 0.0f : exp2f(run_max - new_max);
             const float w = exp2f(s - (new_max == -INFINITY ? 0.0f : new_max));
@@ -72,10 +97,11 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
             run_max = new_max;
 #pragma unroll
             for (int k = 0; k < DL / 32; k++)
-                acc[k] = acc[k] * alpha + w * (bad ? NAN : row[lane + 32 * k]);
+                acc[k] = acc[k] * alpha + w * (bad ? NAN : kv_elem(row, lane + 32 * k));
         }
         const float lse = mlav_finish_lse(run_max * LN2, run_sum);
-        const float inv = run_sum > 0.0f ? 1.0f / run_sum : (run_sum == 0.0f ? 0.0f : run_sum);
+        const float inv =
+            run_sum > 0.0f ? kv_scale / run_sum : (run_sum == 0.0f ? 0.0f : run_sum * kv_scale);
         if (item.slot < 0) {
             float *out = static_cast<float *>(p.out) + ((size_t)q_start * p.H + m) * DL;
 #pragma unroll
@@ -96,9 +122,10 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
 
 } // namespace
 
-mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_sm)
+mlav_status mlav_flash_f32_prepare(int kv_fp8, const mlav_cuda_device *dev, int *blocks_per_sm)
 {
-    const void *f = reinterpret_cast<const void *>(&flash_f32_kernel);
+    const void *f = kv_fp8 ? reinterpret_cast<const void *>(&flash_f32_kernel<uint8_t>)
+                           : reinterpret_cast<const void *>(&flash_f32_kernel<float>);
     mlav_status s = mlav_cuda_prepare_kernel(f, 0, dev, "flash_verify_f32");
     if (s != MLAV_OK)
         return s;
@@ -106,9 +133,12 @@ mlav_status mlav_flash_f32_prepare(const mlav_cuda_device *dev, int *blocks_per_
     return MLAV_OK;
 }
 
-mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, cudaStream_t stream)
+mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, int kv_fp8, cudaStream_t stream)
 {
-    flash_f32_kernel<<<fp->n_items, THREADS, 0, stream>>>(*fp);
+    if (kv_fp8)
+        flash_f32_kernel<uint8_t><<<fp->n_items, THREADS, 0, stream>>>(*fp);
+    else
+        flash_f32_kernel<float><<<fp->n_items, THREADS, 0, stream>>>(*fp);
     MLAV_CUDA_TRY(cudaGetLastError());
     return MLAV_OK;
 }
