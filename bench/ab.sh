@@ -44,9 +44,12 @@ done
   for side in base new; do   # the ceilings each bench measured (its table stays in build-ab-logs/)
     grep -h '^# ceilings' "$logs/ab-$side.txt" | sed "s/^# /# $side: /" || true
   done
-  printf '%6s %6s %6s %8s %5s %12s %12s %7s\n' batch heads q_len prefix page base_us new_us new/base
-  join -t, <(awk -F, 'NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7","$9}' "$csvd/ab-base.csv" | sort) \
-           <(awk -F, 'NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7","$9}' "$csvd/ab-new.csv" | sort) |
-    awk -F'[|,]' '{printf "%6s %6s %6s %8s %5s %12.1f %12.1f %7.3f\n", $1,$2,$3,$4,$5,$6,$7,$7/$6}' |
-    sort -n -k1,1 -k2,2 -k3,3 -k4,4 -k5,5
+  printf '%6s %6s %6s %8s %5s %8s %12s %12s %7s\n' batch heads q_len prefix page kv base_us new_us \
+    new/base
+  # the key: batch, heads, q_len, prefix, page_size and the KV dtype (column 14 of a --kv-dtype
+  # CSV; the q dtype, column 8, in one without)
+  key='NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7"|"(NF >= 14 ? $14 : $8)","$9}'
+  join -t, <(awk -F, "$key" "$csvd/ab-base.csv" | sort) <(awk -F, "$key" "$csvd/ab-new.csv" | sort) |
+    awk -F'[|,]' '{printf "%6s %6s %6s %8s %5s %8s %12.1f %12.1f %7.3f\n", $1,$2,$3,$4,$5,$6,$7,$8,$8/$7}' |
+    sort -k1,1n -k2,2n -k3,3n -k4,4n -k5,5n -k6,6
 } | tee "$OUT/ab.txt"

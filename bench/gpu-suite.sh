@@ -2,7 +2,8 @@
 # The whole GPU-host run in one command (Ubuntu 24.04, nvcc 13.0, no package registry, root):
 # install the carried debs, build with CUDA, record the machine, run every test, prove the
 # sm_120 SASS uses no Hopper-only instructions, replay the engine-step graphs (graph-steps), check
-# the golden bundles on both CUDA backends, benchmark the reference preset, then compute-sanitizer
+# every golden bundle under golden/ on both CUDA backends, benchmark the reference preset, then the
+# FP8 KV cache against the BF16 one on the production shapes (bench-fp8), then compute-sanitizer
 # (memcheck-steps: the engine-step graphs under memcheck). Each step is time-boxed against one
 # deadline, a failing step is recorded and the next one still runs, and a summary comes last.
 #
@@ -10,10 +11,13 @@
 #                                     COMMIT (the tree's commit: pass it, the device
 #                                     copy's .git can be stale), SUITE_BUDGET (s, 530),
 #                                     JOBS (16), SKIP_SANITIZER=1, BENCH_ARGS (default
-#                                     "--preset reference"), BUILD_DIR (build-gpu),
+#                                     "--preset reference"), FP8_BENCH_ARGS (default
+#                                     "--preset production --kv-dtype bf16,fp8"),
+#                                     BUILD_DIR (build-gpu),
 #                                     SKIP_STEPS="ctest racecheck ..." (step names to skip)
-# Files under $OUT (at most 8 come back from the device tool): suite.log (everything, with the
-# machine and build), ctest.log, sass-check.log, check.log, bench.txt, bench.csv, sanitizer.log.
+# Files under $OUT (at most 8 come back from the device tool, and these are 8): suite.log
+# (everything, with the machine and build), ctest.log, sass-check.log, check.log, bench.txt (the
+# bench table, then bench-fp8's), bench.csv, bench-fp8.csv, sanitizer.log.
 set -uo pipefail   # no -e: a failed step is recorded, not fatal
 
 cd "$(dirname "$0")/.."
@@ -167,15 +171,17 @@ else
 fi
 
 # ---- golden bundles on both CUDA backends ----------------------------------------------------------
-shopt -s nullglob
-bundles=("$root"/golden/*.safetensors)
+# every bundle under golden/, in folders too (the FP8 ones, whatever their names), in name order
+mapfile -t bundles < <(find "$root/golden" -name '*.safetensors' -type f 2>/dev/null | LC_ALL=C sort)
+bundle_args=$(printf "'%s' " "${bundles[@]}")
 if ! ok build; then
   skip check-cuda "no build"; skip check-cuda-naive "no build"
 elif [ ${#bundles[@]} -eq 0 ]; then
   skip check-cuda "no golden bundles"; skip check-cuda-naive "no golden bundles"
 else
-  step check-cuda 60 "$OUT/check.log" "'$cli' check --backend cuda ${bundles[*]}"
-  step check-cuda-naive 90 "$OUT/check.log" "'$cli' check --backend cuda-naive ${bundles[*]}"
+  echo "golden bundles: ${#bundles[@]}"
+  step check-cuda 60 "$OUT/check.log" "'$cli' check --backend cuda $bundle_args"
+  step check-cuda-naive 90 "$OUT/check.log" "'$cli' check --backend cuda-naive $bundle_args"
 fi
 
 # ---- benchmark --------------------------------------------------------------------------------------
@@ -185,6 +191,18 @@ if ok build; then
     "'$cli' bench ${BENCH_ARGS:---preset reference} --csv '$OUT/bench.csv' | tee '$OUT/bench.txt'"
 else
   skip bench "no build"
+fi
+
+# ---- FP8 KV against the q dtype's (issue 25): each production point with both caches, back to back,
+# the table's fp8_speedup = BF16-cache time / FP8-cache time. The table goes after bench's in
+# bench.txt, so that a run's files stay within the device tool's 8.
+fp8_args=${FP8_BENCH_ARGS:---preset production --kv-dtype bf16,fp8}
+if ok build; then
+  ok bench || : > "$OUT/bench.txt"   # no stale table above this one
+  step bench-fp8 150 /dev/null \
+    "{ echo; echo '# ==== bench-fp8: mlaverify bench $fp8_args'; '$cli' bench $fp8_args --csv '$OUT/bench-fp8.csv'; } | tee -a '$OUT/bench.txt'"
+else
+  skip bench-fp8 "no build"
 fi
 
 # ---- compute-sanitizer on the quick GPU test (last: it is the slowest per unit of value) -------------

@@ -14,6 +14,16 @@
 #define BENCH_MAX_LIST 32
 #define BENCH_MAX_BACKENDS 4
 #define BENCH_MAX_POINTS 512
+#define BENCH_MAX_KV 2   /* --kv-dtype: the q dtype's cache and the FP8 one */
+#define BENCH_KV_SAME -1 /* a --kv-dtype entry: the cache has the point's q dtype */
+
+/* The FP8 cache's scale. The bench fills every cache with uniform values u in [-1, 1); an FP8
+ * cache stores e4m3(u / BENCH_KV_SCALE). A power of two, so u / scale is exact and e4m3's rounding
+ * is the only one: the FP8 cache holds the 16-bit cache's values to 3 mantissa bits, and both runs
+ * of a point see the same scores (the same softmax, the same rescale votes). |u| / scale < 256
+ * stays below e4m3's 448 (no saturation; an engine's amax / 448 calibration would give 1/448) and
+ * puts the bytes in e4m3's normal binades 2^-6 .. 2^7, subnormal only for |u| < 2^-14. */
+#define BENCH_KV_SCALE (1.0f / 256.0f)
 
 /* The ranges of the numeric options, checked when they are parsed (bench_options.c). */
 #define BENCH_MAX_HEADS 4096             /* the library's limit (validate.c) */
@@ -28,6 +38,7 @@ typedef struct bench_config {
     int32_t B, H, q_len, page_size;
     int64_t prefix;
     mlav_dtype dtype;
+    mlav_dtype kv_dtype;    /* the cache's: `dtype` itself or MLAV_DTYPE_FP8_E4M3 (--kv-dtype) */
     double spread;          /* the point's own --prefix-spread (a preset's mixed batches); < 0:
                                the command line's */
 } bench_config;
@@ -60,6 +71,8 @@ typedef struct bench_opts {
     double engine;          /* --engine C: also time each cuda point through a plan for limits
                                whose lengths are C >= 1 times the point's (0: not) */
     const char *engine_csv; /* --engine-csv FILE */
+    int kv_columns;         /* 1: --kv-dtype given: the list, the table and the CSVs carry each
+                               row's KV dtype (and the FP8 rows' speedup) */
 } bench_opts;
 
 /* The command line as parsed, before the backends and points are resolved. */
@@ -72,6 +85,8 @@ typedef struct bench_args {
     int list_only;     /* --list */
     int64_t batch, page;
     mlav_dtype dtype;
+    int kv[BENCH_MAX_KV]; /* --kv-dtype: BENCH_KV_SAME or a mlav_dtype, in the order given */
+    int nkv;              /* entries; the default is one, BENCH_KV_SAME */
 } bench_args;
 
 /* The ceilings measured in this run (0 where not measured). */
@@ -87,9 +102,11 @@ typedef struct bench_layout {
     int32_t q_indptr[BENCH_MAX_BATCH + 1], kv_lens[BENCH_MAX_BATCH];
     int32_t max_pages, words;
     int64_t num_pages;
+    size_t kv_bytes;         /* the cache's bytes: kv_elems x mlav_dtype_size(kv_dtype) */
     int32_t *page_table;     /* [B, max_pages]: request b's pages, then zeros it never reads */
     double flops, bytes;     /* the work: 2 H q_len kv_len (2 Dl + Dr) summed over requests; the
-                                bytes that must move once: every prefix's KV, q and out */
+                                bytes that must move once: every prefix's KV (in the cache's
+                                dtype), q and out */
     uint32_t *tree_mask;     /* [T, words] or NULL */
     mlav_problem prob;
     size_t q_elems, kv_elems, out_elems, lse_elems;
@@ -120,8 +137,15 @@ int bench_parse_args(int argc, char **argv, bench_args *a);
 int bench_resolve_backends(bench_args *a, int ndev);
 
 /* ---- bench_points.c ---- */
-/* The points of a preset or of the --heads/--qlen/--prefix grid; -1 on an unknown preset. */
+/* The points of a preset or of the --heads/--qlen/--prefix grid, each once per --kv-dtype entry
+ * (consecutive, in the order given); -1 after a sentence on an unknown preset or a KV dtype the
+ * points' q dtype cannot have. */
 int bench_points(const bench_args *a, int any_gpu, bench_config *cfg, int max);
+/* 1 when two configs are the same point but for the KV dtype. */
+int bench_same_point(const bench_config *a, const bench_config *b);
+/* The index of cfg[i]'s point with the q dtype's cache (among its consecutive KV variants), or -1
+ * when cfg[i] has that cache itself or the run has none. */
+int bench_same_kv_index(const bench_config *cfg, int n, int i);
 /* The layout of one point (0), or -1 (out of memory or too long; a sentence printed). Free
  * with bench_layout_free whatever it returned. */
 int bench_layout_make(bench_layout *L, const bench_config *c, const bench_opts *o);
@@ -132,6 +156,8 @@ double bench_now_s(void);
 void *bench_host_alloc(size_t bytes);
 /* Time every backend on one point into row[0..num_backends); 0, or 2 after a sentence on a
  * failure that is not "unsupported". Frees what it allocates on every path. */
+/* `index` seeds the values: the KV variants of one point get the same index, hence the same q and
+ * (to FP8's precision) the same cache. */
 int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
                         mlav_context *const *ctx, const bench_ceilings *ceil, bench_result *row);
 
@@ -151,11 +177,12 @@ void bench_sanitize(char *s);
 void bench_measure_ceilings(const bench_opts *o, bench_ceilings *c);
 
 /* ---- bench_print.c ---- */
-void bench_print_list(const bench_config *cfg, int n);
+void bench_print_list(const bench_config *cfg, int n, const bench_opts *o);
 void bench_print_roles(const bench_opts *o, int *flash, int *naive);
 void bench_print_group(const bench_config *c, const bench_opts *o);
-void bench_print_row(const bench_config *c, const bench_result *rf, const bench_result *rn,
-                     int flash_gpu);
+/* rs: flash's result at the same point with the q dtype's cache (an FP8 row's baseline) or NULL. */
+void bench_print_row(const bench_config *c, const bench_opts *o, const bench_result *rf,
+                     const bench_result *rn, const bench_result *rs, int flash_gpu);
 int bench_write_csv(const char *path, const bench_opts *o, const bench_config *cfg, int ncfg,
                     const bench_result *res, const bench_ceilings *ceil);
 /* The engine table's line of one point (--engine), and its CSV. */

@@ -164,15 +164,17 @@ template <typename T> __global__ void bench_fill_kernel(T *p, size_t n, uint64_t
         p[i] = mlav::from_float<T>(bench_uniform(seed, i));
 }
 
-/* An FP8 cache: the same uniform values, quantized (their value is the byte times kv_scale). */
-__global__ void bench_fill_e4m3_kernel(uint8_t *p, size_t n, uint64_t seed)
+/* An FP8 cache: the same uniform values over the scale, quantized (their value is the byte times
+ * kv_scale = scale). */
+__global__ void bench_fill_e4m3_kernel(uint8_t *p, size_t n, float scale, uint64_t seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        p[i] = mlav_f32_to_e4m3(bench_uniform(seed, i));
+        p[i] = mlav_f32_to_e4m3(bench_uniform(seed, i) / scale);
 }
 
-extern "C" void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, uint64_t seed)
+extern "C" void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, float fp8_scale,
+                                      uint64_t seed)
 {
     const int blocks = 1024, threads = 256;
     switch (dtype) {
@@ -186,7 +188,8 @@ extern "C" void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, uin
         bench_fill_kernel<<<blocks, threads, 0, g.stream>>>((__half *)ptr, n, seed);
         break;
     case MLAV_DTYPE_FP8_E4M3:
-        bench_fill_e4m3_kernel<<<blocks, threads, 0, g.stream>>>((uint8_t *)ptr, n, seed);
+        bench_fill_e4m3_kernel<<<blocks, threads, 0, g.stream>>>((uint8_t *)ptr, n, fp8_scale,
+                                                                  seed);
         break;
     }
     BENCH_CHECK(cudaGetLastError());

@@ -53,8 +53,10 @@ double bench_gpu_copy_gbps(void);
 void *bench_gpu_alloc(size_t bytes);
 void bench_gpu_free(void *ptr);
 void bench_gpu_upload(void *dst, const void *src, size_t bytes);
-/* Fill `n` elements of `dtype` with uniform values in [-1, 1) drawn from `seed`, on the device. */
-void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, uint64_t seed);
+/* Fill `n` elements of `dtype` with uniform values in [-1, 1) drawn from `seed`, on the device. An
+ * FP8_E4M3 buffer holds each value divided by `fp8_scale`, quantized (a cache whose kv_scale is
+ * fp8_scale: byte x kv_scale is the value to e4m3's precision); other dtypes ignore fp8_scale. */
+void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, float fp8_scale, uint64_t seed);
 
 /* Time `plan` on device-resident tensors: one direct run (its status is returned as is, so
  * MLAV_ERR_UNSUPPORTED means "n/a"), capture into a CUDA graph, warm up, then replays each

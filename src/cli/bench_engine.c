@@ -52,7 +52,16 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
     void *dq = bench_gpu_alloc(rows * (size_t)(o->Dl + o->Dr) * es);
     void *dout = bench_gpu_alloc(rows * (size_t)o->Dl * es);
     void *dlse = bench_gpu_alloc(rows * sizeof(float));
-    bench_gpu_fill_random(dq, rows * (size_t)(o->Dl + o->Dr), c->dtype, o->seed ^ 0x2545F491u);
+    bench_gpu_fill_random(dq, rows * (size_t)(o->Dl + o->Dr), c->dtype, 1.0f,
+                          o->seed ^ 0x2545F491u);
+    /* an FP8 cache's scale as an engine holds it: a device tensor the run reads (the plain
+     * runs give it as a host value) */
+    const int fp8 = c->kv_dtype == MLAV_DTYPE_FP8_E4M3;
+    float *dscale = fp8 ? bench_gpu_alloc(sizeof(float)) : NULL;
+    if (fp8) {
+        const float scale = BENCH_KV_SCALE;
+        bench_gpu_upload(dscale, &scale, sizeof scale);
+    }
     void *dqi = bench_gpu_alloc(sizeof(int32_t) * (size_t)(c->B + 1));
     void *dkv = bench_gpu_alloc(sizeof(int32_t) * (size_t)c->B);
     bench_gpu_upload(dpt, pt, sizeof(int32_t) * (size_t)c->B * max_pages);
@@ -79,6 +88,7 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
         t.lse = dlse;
         t.page_table = dpt;
         t.tree_mask = dmask;
+        t.kv_scale_ptr = dscale;
         const mlav_lengths len = {MLAV_MEM_DEVICE, c->B, dqi, dkv};
         bench_reps rp = {o->min_reps, o->reps, o->max_seconds, o->warm_l2};
         bench_timing step, run, upd;
@@ -90,8 +100,8 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
     }
     if (r->engine_status != MLAV_OK && r->engine_status != MLAV_ERR_UNSUPPORTED) {
         fprintf(stderr, "mlaverify bench: the plan for limits failed at B=%d H=%d q_len=%d "
-                        "prefix=%lld: %s: %s\n",
-                c->B, c->H, c->q_len, (long long)c->prefix,
+                        "prefix=%lld kv %s: %s: %s\n",
+                c->B, c->H, c->q_len, (long long)c->prefix, mlav_dtype_name(c->kv_dtype),
                 mlav_status_string(r->engine_status), mlav_last_error(NULL));
         rc = 2;
     }
@@ -103,6 +113,7 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
     bench_gpu_free(dlse);
     bench_gpu_free(dqi);
     bench_gpu_free(dkv);
+    bench_gpu_free(dscale);
     return rc;
 }
 #else

@@ -14,8 +14,9 @@ void bench_usage(FILE *f)
     fprintf(f,
         "usage: mlaverify bench [--preset reference|full|production|cpu] [--backend LIST]\n"
         "                       [--heads LIST] [--qlen LIST] [--prefix LIST] [--batch N]\n"
-        "                       [--page-size N] [--dtype bf16|f16|f32] [--tree tree|chain]\n"
-        "                       [--reps N] [--min-reps N] [--max-seconds S] [--csv FILE]\n"
+        "                       [--page-size N] [--dtype bf16|f16|f32] [--kv-dtype LIST]\n"
+        "                       [--tree tree|chain] [--reps N] [--min-reps N]\n"
+        "                       [--max-seconds S] [--csv FILE]\n"
         "                       [--l2 flush|warm] [--prefix-spread F] [--list]\n"
         "                       [--engine C] [--engine-csv FILE]\n"
         "  --backend LIST    comma-separated: cuda, cuda-naive, cpu, reference\n"
@@ -33,12 +34,18 @@ void bench_usage(FILE *f)
         "                      a CUDA device)\n"
         "                    a preset cannot be combined with --heads/--qlen/--prefix/--batch/\n"
         "                    --page-size/--dtype/--prefix-spread, which build a grid of their own\n"
+        "  --kv-dtype LIST   the KV cache's dtype, comma-separated: same (the q dtype, or\n"
+        "                    its name) and fp8 (fp8_e4m3, kv_scale 1/%.0f). Each point runs\n"
+        "                    once per entry, back to back, on every backend; its rows gain kv\n"
+        "                    and fp8_speedup (flash_us with the q-dtype cache / with the FP8\n"
+        "                    one: > 1 is FP8 faster); GB/s and frac_bw count the row's own KV\n"
+        "                    bytes. Allowed with a preset\n"
         "  --reps N          replays per point (default 50); a point stops earlier once\n"
         "                    --max-seconds (default 2) of timing have passed, but never before\n"
         "                    --min-reps (default 10)\n"
         "  --csv FILE        one row per backend and point:\n"
         "                    backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,\n"
-        "                    gbps,frac_mma,frac_bw\n"
+        "                    gbps,frac_mma,frac_bw (with --kv-dtype: then kv_dtype,fp8_speedup)\n"
         "  --prefix-spread F request b's prefix is prefix x (1 + F u_b), u_b drawn uniformly from\n"
         "                    [-1, 1] (seeded: the same batch every run), 0 <= F < 1: an engine's\n"
         "                    batch of mixed lengths; the prefix column is the nominal (mean)\n"
@@ -50,15 +57,20 @@ void bench_usage(FILE *f)
         "                    kv_len), device lengths, CUDA graphs of update+run, the run alone\n"
         "                    (each further layer) and the update alone (the device scheduler),\n"
         "                    printed after each row against the plan for the exact lengths\n"
+        "                    (an FP8 cache's scale a device kv_scale_ptr there, as engines hold\n"
+        "                    it; a host kv_scale in the plain runs)\n"
         "  --engine-csv FILE the engine rows: batch,heads,q_len,prefix,page_size,dtype,capacity,\n"
-        "                    exact_us,step_us,run_us,update_us,run_over_exact\n"
-        "  --list            print the points (batch heads q_len prefix page_size dtype) and exit\n"
+        "                    exact_us,step_us,run_us,update_us,run_over_exact (with --kv-dtype:\n"
+        "                    then kv_dtype)\n"
+        "  --list            print the points (batch heads q_len prefix page_size dtype, with\n"
+        "                    --kv-dtype then kv_dtype) and exit\n"
         "Numbers are decimal integers: heads 1..4096, qlen 1..65536, prefix 0..2^30, batch\n"
         "1..256, page-size 1..2^20, reps and min-reps 1..10^6; anything else is refused.\n"
         "GPU times: CUDA-graph replays of mlav_run on device tensors, L2 flushed before each,\n"
         "CUDA events, median. CPU times: clock_gettime, median. Ceilings are measured in the same\n"
         "run: mma.sync BF16 rate and device copy bandwidth on a GPU; on the CPU, cblas_sgemm\n"
-        "M=576 N=16393 K=1088 (the H=64 q_len 9 prefix 16384 score product) and a parallel memcpy.\n");
+        "M=576 N=16393 K=1088 (the H=64 q_len 9 prefix 16384 score product) and a parallel memcpy.\n",
+        1.0 / BENCH_KV_SCALE);
 }
 
 int bench_parse_i64(const char *s, int64_t lo, int64_t hi, const char *opt, int64_t *out)
@@ -110,6 +122,49 @@ static int parse_int_list(const char *s, int64_t *out, int max, int64_t lo, int6
     }
 }
 
+/* --kv-dtype LIST into a->kv: 0, or -1 after a sentence. Whether a named dtype is the points' q
+ * dtype is bench_points' to check (a grid's --dtype may come later on the line). */
+static int parse_kv_list(const char *s, bench_args *a)
+{
+    char list[128];
+    if (strlen(s) >= sizeof list) {
+        fprintf(stderr, "mlaverify bench: --kv-dtype: '%s' is too long\n", s);
+        return -1;
+    }
+    snprintf(list, sizeof list, "%s", s);
+    a->nkv = 0;
+    const char *p = list;
+    for (char *comma; p; p = comma ? comma + 1 : NULL) {
+        comma = strchr(p, ',');
+        if (comma)
+            *comma = '\0';
+        int kv;
+        if (!strcmp(p, "same"))
+            kv = BENCH_KV_SAME;
+        else if (!strcmp(p, "fp8") || !strcmp(p, "fp8_e4m3"))
+            kv = MLAV_DTYPE_FP8_E4M3;
+        else if (!strcmp(p, "bf16"))
+            kv = MLAV_DTYPE_BF16;
+        else if (!strcmp(p, "f16"))
+            kv = MLAV_DTYPE_F16;
+        else if (!strcmp(p, "f32"))
+            kv = MLAV_DTYPE_F32;
+        else {
+            fprintf(stderr, "mlaverify bench: --kv-dtype: %s%s%s in '%s' (same, bf16, f16, f32, "
+                            "fp8)\n", *p ? "unknown dtype '" : "an empty entry", p, *p ? "'" : "",
+                    s);
+            return -1;
+        }
+        if (a->nkv == BENCH_MAX_KV) {
+            fprintf(stderr, "mlaverify bench: --kv-dtype: more than %d entries in '%s' (the q "
+                            "dtype's cache and fp8)\n", BENCH_MAX_KV, s);
+            return -1;
+        }
+        a->kv[a->nkv++] = kv;
+    }
+    return 0;
+}
+
 int bench_parse_args(int argc, char **argv, bench_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -118,6 +173,8 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
     a->batch = 1;
     a->page = 1;
     a->dtype = MLAV_DTYPE_BF16;
+    a->kv[0] = BENCH_KV_SAME;
+    a->nkv = 1;
     bench_opts *o = &a->o;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -170,6 +227,10 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
                 fprintf(stderr, "mlaverify bench: unknown dtype '%s' (bf16, f16, f32)\n", v);
                 return 2;
             }
+        } else if (!strcmp(arg, "--kv-dtype")) {
+            if (parse_kv_list(v, a) != 0)
+                return 2;
+            o->kv_columns = 1;
         } else if (!strcmp(arg, "--tree")) {
             if (strcmp(v, "tree") && strcmp(v, "chain")) {
                 fprintf(stderr, "mlaverify bench: --tree takes tree or chain\n");

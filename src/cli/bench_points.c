@@ -20,7 +20,8 @@ static int add_grid(bench_config *out, int n, int max, int32_t B, int32_t H, int
             if (n == max)
                 return n;
             out[n++] = (bench_config){.B = B, .H = H, .q_len = qs[i], .page_size = page,
-                                      .prefix = ps[j], .dtype = d, .spread = -1.0};
+                                      .prefix = ps[j], .dtype = d, .kv_dtype = d,
+                                      .spread = -1.0};
         }
     return n;
 }
@@ -74,7 +75,7 @@ static int preset_configs(const char *name, bench_config *out, int max)
     return -1;
 }
 
-int bench_points(const bench_args *a, int any_gpu, bench_config *cfg, int max)
+static int base_points(const bench_args *a, int any_gpu, bench_config *cfg, int max)
 {
     if (a->preset || !a->grid_opts)
         return preset_configs(a->preset ? a->preset : any_gpu ? "reference" : "cpu", cfg, max);
@@ -104,6 +105,59 @@ int bench_points(const bench_args *a, int any_gpu, bench_config *cfg, int max)
     return n;
 }
 
+int bench_points(const bench_args *a, int any_gpu, bench_config *cfg, int max)
+{
+    static bench_config base[BENCH_MAX_POINTS];
+    const int bmax = max / a->nkv < BENCH_MAX_POINTS ? max / a->nkv : BENCH_MAX_POINTS;
+    const int nb = base_points(a, any_gpu, base, bmax);
+    if (nb < 0)
+        return -1;
+    /* each point once per KV dtype, back to back: the variants meet the same clocks and heat */
+    int n = 0;
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < a->nkv; k++) {
+            bench_config c = base[i];
+            if (a->kv[k] == BENCH_KV_SAME || a->kv[k] == (int)c.dtype)
+                c.kv_dtype = c.dtype;
+            else if (a->kv[k] == MLAV_DTYPE_FP8_E4M3)
+                c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+            else {
+                fprintf(stderr, "mlaverify bench: --kv-dtype %s with q dtype %s: the cache has "
+                                "the q dtype (same) or is fp8\n",
+                        mlav_dtype_name((mlav_dtype)a->kv[k]), mlav_dtype_name(c.dtype));
+                return -1;
+            }
+            for (int j = n - k; j < n; j++)
+                if (cfg[j].kv_dtype == c.kv_dtype) {
+                    fprintf(stderr, "mlaverify bench: --kv-dtype names the %s cache twice\n",
+                            mlav_dtype_name(c.kv_dtype));
+                    return -1;
+                }
+            cfg[n++] = c;
+        }
+    return n;
+}
+
+int bench_same_point(const bench_config *a, const bench_config *b)
+{
+    return a->B == b->B && a->H == b->H && a->q_len == b->q_len &&
+           a->page_size == b->page_size && a->prefix == b->prefix && a->dtype == b->dtype &&
+           a->spread == b->spread;
+}
+
+int bench_same_kv_index(const bench_config *cfg, int n, int i)
+{
+    if (cfg[i].kv_dtype == cfg[i].dtype)
+        return -1;
+    for (int j = i - 1; j >= 0 && bench_same_point(&cfg[j], &cfg[i]); j--)
+        if (cfg[j].kv_dtype == cfg[j].dtype)
+            return j;
+    for (int j = i + 1; j < n && bench_same_point(&cfg[j], &cfg[i]); j++)
+        if (cfg[j].kv_dtype == cfg[j].dtype)
+            return j;
+    return -1;
+}
+
 /* Request b's prefix: the config's, or with a spread, drawn around it (the same batch for every
  * run and backend of a config). */
 static int64_t request_prefix(const bench_config *c, const bench_opts *o, int b)
@@ -126,6 +180,8 @@ int bench_layout_make(bench_layout *L, const bench_config *c, const bench_opts *
     }
     int64_t pages[BENCH_MAX_BATCH], max_pages = 0, num_pages = 0;
     const int32_t T = c->B * c->q_len;
+    /* the one place the bench sizes a KV element: the traffic below and the cache it allocates */
+    const size_t kv_es = mlav_dtype_size(c->kv_dtype);
     const double es = (double)mlav_dtype_size(c->dtype), row = o->Dl + o->Dr;
     for (int b = 0; b < c->B; b++) {
         const int64_t prefix = request_prefix(c, o, b), kv = prefix + c->q_len;
@@ -139,7 +195,7 @@ int bench_layout_make(bench_layout *L, const bench_config *c, const bench_opts *
         max_pages = pages[b] > max_pages ? pages[b] : max_pages;
         num_pages += pages[b];
         L->flops += 2.0 * c->H * c->q_len * (double)kv * (double)(o->Dl + o->Dr + o->Dl);
-        L->bytes += es * (double)prefix * row;
+        L->bytes += (double)kv_es * (double)prefix * row;
     }
     L->bytes += es * (double)T * c->H * (row + o->Dl);
     if (max_pages > INT32_MAX || num_pages > INT32_MAX) {
@@ -196,10 +252,11 @@ int bench_layout_make(bench_layout *L, const bench_config *c, const bench_opts *
                              .softmax_scale = 1.0f / sqrtf(192.0f), .dtype = c->dtype,
                              .page_size = c->page_size, .batch = c->B,
                              .q_indptr = L->q_indptr, .kv_lens = L->kv_lens,
-                             .max_pages = L->max_pages};
+                             .max_pages = L->max_pages, .kv_dtype = c->kv_dtype};
     size_t W = (size_t)(o->Dl + o->Dr);
     L->q_elems = (size_t)T * (size_t)c->H * W;
     L->kv_elems = (size_t)L->num_pages * (size_t)c->page_size * W;
+    L->kv_bytes = L->kv_elems * kv_es;
     L->out_elems = (size_t)T * (size_t)c->H * (size_t)o->Dl;
     L->lse_elems = (size_t)T * (size_t)c->H;
     return 0;

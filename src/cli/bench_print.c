@@ -22,8 +22,10 @@ int bench_write_csv(const char *path, const bench_opts *o, const bench_config *c
         fprintf(stderr, "mlaverify bench: cannot write %s\n", path);
         return -1;
     }
+    /* --kv-dtype's columns go last, so that readers of the columns before (plot.gp, ab.sh) read
+     * either form */
     fprintf(f, "backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,gbps,"
-               "frac_mma,frac_bw\n");
+               "frac_mma,frac_bw%s\n", o->kv_columns ? ",kv_dtype,fp8_speedup" : "");
     /* backend outer: each (backend, q_len) line of the plot is a contiguous block of rows */
     for (int b = 0; b < o->num_backends; b++)
         for (int i = 0; i < ncfg; i++) {
@@ -33,10 +35,20 @@ int bench_write_csv(const char *path, const bench_opts *o, const bench_config *c
                     bench_is_gpu_backend(o->backends[b]) ? ceil->gpu_name : ceil->cpu_name, c->B, c->H, c->q_len,
                     (long long)c->prefix, c->page_size, mlav_dtype_name(c->dtype));
             if (r->status == MLAV_OK)
-                fprintf(f, "%.3f,%.3f,%.2f,%.4f,%.4f\n", r->time_us, r->tflops, r->gbps,
+                fprintf(f, "%.3f,%.3f,%.2f,%.4f,%.4f", r->time_us, r->tflops, r->gbps,
                         r->frac_mma, r->frac_bw);
             else
-                fprintf(f, "nan,nan,nan,nan,nan\n");
+                fprintf(f, "nan,nan,nan,nan,nan");
+            if (o->kv_columns) {
+                const int j = bench_same_kv_index(cfg, ncfg, i);
+                const bench_result *rs = j >= 0 ? &res[j * o->num_backends + b] : NULL;
+                fprintf(f, ",%s,", mlav_dtype_name(c->kv_dtype));
+                if (rs && rs->status == MLAV_OK && r->status == MLAV_OK)
+                    fprintf(f, "%.4f", rs->time_us / r->time_us);
+                else
+                    fprintf(f, "nan");
+            }
+            fprintf(f, "\n");
         }
     if (fclose(f) != 0) {
         fprintf(stderr, "mlaverify bench: error writing %s\n", path);
@@ -45,12 +57,17 @@ int bench_write_csv(const char *path, const bench_opts *o, const bench_config *c
     return 0;
 }
 
-void bench_print_list(const bench_config *cfg, int n)
+void bench_print_list(const bench_config *cfg, int n, const bench_opts *o)
 {
-    printf("# batch heads q_len prefix page_size dtype (%d points)\n", n);
-    for (int i = 0; i < n; i++)
-        printf("%d %d %d %lld %d %s\n", cfg[i].B, cfg[i].H, cfg[i].q_len,
+    printf("# batch heads q_len prefix page_size dtype%s (%d points)\n",
+           o->kv_columns ? " kv_dtype" : "", n);
+    for (int i = 0; i < n; i++) {
+        printf("%d %d %d %lld %d %s", cfg[i].B, cfg[i].H, cfg[i].q_len,
                (long long)cfg[i].prefix, cfg[i].page_size, mlav_dtype_name(cfg[i].dtype));
+        if (o->kv_columns)
+            printf(" %s", mlav_dtype_name(cfg[i].kv_dtype));
+        printf("\n");
+    }
 }
 
 /* Table roles: flash = the fast backend (cuda, else cpu), naive = its baseline (-1: none). */
@@ -69,6 +86,12 @@ void bench_print_roles(const bench_opts *o, int *flash_out, int *naive_out)
     printf("# flash_us = %s, naive_us = %s; TFLOP/s, GB/s and fractions of the ceilings are flash's; "
            "reps = naive/flash\n", mlav_backend_name(o->backends[flash]),
            naive >= 0 ? mlav_backend_name(o->backends[naive]) : "(none)");
+    if (o->kv_columns)
+        printf("# kv: the cache's dtype, each point's rows back to back with every backend on that "
+               "cache; fp8_speedup = flash_us with the q-dtype cache / with the FP8 one; GB/s and "
+               "frac_bw count the row's KV bytes; an FP8 cache holds uniform [-1, 1) values / "
+               "kv_scale, kv_scale = 1/%.0f (a host value; --engine: a device kv_scale_ptr)\n",
+               1.0 / BENCH_KV_SCALE);
     fflush(stdout);
     *flash_out = flash;
     *naive_out = naive;
@@ -76,17 +99,25 @@ void bench_print_roles(const bench_opts *o, int *flash_out, int *naive_out)
 
 void bench_print_group(const bench_config *c, const bench_opts *o)
 {
+    /* a preset's mixed batches carry their own spread */
+    const double spread = c->spread >= 0.0 ? c->spread : o->spread;
     printf("\n## B=%d H=%d page_size=%d %s", c->B, c->H, c->page_size, mlav_dtype_name(c->dtype));
-    if (o->spread > 0.0)
-        printf(", each request's prefix drawn from prefix x [%.2f, %.2f]", 1.0 - o->spread,
-               1.0 + o->spread);
+    if (spread > 0.0)
+        printf(", each request's prefix drawn from prefix x [%.2f, %.2f]", 1.0 - spread,
+               1.0 + spread);
     printf("\n");
-    printf("%7s %6s %8s %11s %11s %8s %8s %8s %8s %8s %7s\n", "streams", "q_len", "prefix",
-           "naive_us", "flash_us", "speedup", "TFLOP/s", "GB/s", "frac_mma", "frac_bw", "reps");
+    if (o->kv_columns)
+        printf("%7s %6s %8s %8s %11s %11s %8s %8s %8s %8s %8s %11s %7s\n", "streams", "q_len",
+               "prefix", "kv", "naive_us", "flash_us", "speedup", "TFLOP/s", "GB/s", "frac_mma",
+               "frac_bw", "fp8_speedup", "reps");
+    else
+        printf("%7s %6s %8s %11s %11s %8s %8s %8s %8s %8s %7s\n", "streams", "q_len", "prefix",
+               "naive_us", "flash_us", "speedup", "TFLOP/s", "GB/s", "frac_mma", "frac_bw",
+               "reps");
 }
 
-void bench_print_row(const bench_config *c, const bench_result *rf, const bench_result *rn,
-                     int flash_gpu)
+void bench_print_row(const bench_config *c, const bench_opts *o, const bench_result *rf,
+                     const bench_result *rn, const bench_result *rs, int flash_gpu)
 {
     char tn[32], tf[32], sp[32] = "-", reps[32];
     fmt_time(tn, sizeof tn, rn);
@@ -99,14 +130,22 @@ void bench_print_row(const bench_config *c, const bench_result *rf, const bench_
     if (rf->status == MLAV_OK)
         snprintf(rf_s, sizeof rf_s, "%d", rf->reps);
     snprintf(reps, sizeof reps, "%s/%s", rn_s, rf_s);
+    char tput[64];
+    snprintf(tput, sizeof tput, "%8s %8s %8s %8s", "-", "-", "-", "-");
     if (rf->status == MLAV_OK)
         /* a CPU runs at tenths of a TFLOP/s: three decimals there, one on a GPU */
-        printf("%7d %6d %8lld %11s %11s %8s %8.*f %8.1f %8.3f %8.3f %7s\n", c->B, c->q_len,
-               (long long)c->prefix, tn, tf, sp, flash_gpu ? 1 : 3, rf->tflops, rf->gbps,
-               rf->frac_mma, rf->frac_bw, reps);
-    else
-        printf("%7d %6d %8lld %11s %11s %8s %8s %8s %8s %8s %7s\n", c->B, c->q_len,
-               (long long)c->prefix, tn, tf, sp, "-", "-", "-", "-", reps);
+        snprintf(tput, sizeof tput, "%8.*f %8.1f %8.3f %8.3f", flash_gpu ? 1 : 3, rf->tflops,
+                 rf->gbps, rf->frac_mma, rf->frac_bw);
+    if (o->kv_columns) {
+        char fs[32] = "-";
+        if (rs && rs->status == MLAV_OK && rf->status == MLAV_OK)
+            snprintf(fs, sizeof fs, "%.2fx", rs->time_us / rf->time_us);
+        printf("%7d %6d %8lld %8s %11s %11s %8s %s %11s %7s\n", c->B, c->q_len,
+               (long long)c->prefix, mlav_dtype_name(c->kv_dtype), tn, tf, sp, tput, fs, reps);
+    } else {
+        printf("%7d %6d %8lld %11s %11s %8s %s %7s\n", c->B, c->q_len, (long long)c->prefix, tn,
+               tf, sp, tput, reps);
+    }
     fflush(stdout);
 }
 
@@ -131,7 +170,7 @@ int bench_write_engine_csv(const char *path, const bench_opts *o, const bench_co
         return -1;
     }
     fprintf(f, "batch,heads,q_len,prefix,page_size,dtype,capacity,exact_us,step_us,run_us,"
-               "update_us,run_over_exact\n");
+               "update_us,run_over_exact%s\n", o->kv_columns ? ",kv_dtype" : "");
     for (int b = 0; b < o->num_backends; b++) {
         if (o->backends[b] != MLAV_BACKEND_CUDA)
             continue;
@@ -141,10 +180,13 @@ int bench_write_engine_csv(const char *path, const bench_opts *o, const bench_co
             fprintf(f, "%d,%d,%d,%lld,%d,%s,%.2f,", c->B, c->H, c->q_len, (long long)c->prefix,
                     c->page_size, mlav_dtype_name(c->dtype), o->engine);
             if (r->status == MLAV_OK && r->engine_status == MLAV_OK)
-                fprintf(f, "%.3f,%.3f,%.3f,%.3f,%.4f\n", r->time_us, r->step_us, r->run_us,
+                fprintf(f, "%.3f,%.3f,%.3f,%.3f,%.4f", r->time_us, r->step_us, r->run_us,
                         r->update_us, r->run_us / r->time_us);
             else
-                fprintf(f, "nan,nan,nan,nan,nan\n");
+                fprintf(f, "nan,nan,nan,nan,nan");
+            if (o->kv_columns)
+                fprintf(f, ",%s", mlav_dtype_name(c->kv_dtype));
+            fprintf(f, "\n");
         }
     }
     if (fclose(f) != 0) {

@@ -31,17 +31,15 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Uniform values in [-1, 1); an FP8 buffer holds them divided by BENCH_KV_SCALE (bench.h says
+ * why), as bench_gpu_fill_random's does on the device. */
 static void host_fill(void *p, size_t n, mlav_dtype d, uint64_t seed)
 {
+    const float div = d == MLAV_DTYPE_FP8_E4M3 ? BENCH_KV_SCALE : 1.0f;
     for (size_t i = 0; i < n; i++) {
         uint64_t x = seed + i;
         float v = (float)((double)(bench_splitmix64(&x) >> 40) / 16777216.0 * 2.0 - 1.0);
-        if (d == MLAV_DTYPE_F32)
-            ((float *)p)[i] = v;
-        else if (d == MLAV_DTYPE_BF16)
-            ((uint16_t *)p)[i] = mlav_f32_to_bf16(v);
-        else
-            ((uint16_t *)p)[i] = mlav_f32_to_f16(v);
+        mlav_store_from_f32(p, (int)d, i, v / div);
     }
 }
 
@@ -57,17 +55,18 @@ typedef struct host_tensors {
     float *lse;
 } host_tensors;
 
-static int host_tensors_make(host_tensors *h, const bench_layout *L, mlav_dtype d, uint64_t seed)
+static int host_tensors_make(host_tensors *h, const bench_layout *L, uint64_t seed)
 {
-    size_t es = mlav_dtype_size(d);
+    const mlav_dtype d = L->prob.dtype;
+    const size_t es = mlav_dtype_size(d);
     h->q = bench_host_alloc(L->q_elems * es);
-    h->kv = bench_host_alloc(L->kv_elems * es);
+    h->kv = bench_host_alloc(L->kv_bytes);
     h->out = bench_host_alloc(L->out_elems * es);
     h->lse = bench_host_alloc(L->lse_elems * sizeof(float));
     if (!h->q || !h->kv || !h->out || !h->lse)
         return -1;
     host_fill(h->q, L->q_elems, d, seed);
-    host_fill(h->kv, L->kv_elems, d, seed ^ 0x5bd1e995u);
+    host_fill(h->kv, L->kv_elems, L->prob.kv_dtype, seed ^ 0x5bd1e995u);
     return 0;
 }
 
@@ -135,34 +134,37 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
     void *dq = NULL, *dkv = NULL, *dout = NULL, *dlse = NULL, *dpt = NULL, *dmask = NULL;
     if (any_gpu) {
         dq = bench_gpu_alloc(L.q_elems * es);
-        dkv = bench_gpu_alloc(L.kv_elems * es);
+        dkv = bench_gpu_alloc(L.kv_bytes);
         dout = bench_gpu_alloc(L.out_elems * es);
         dlse = bench_gpu_alloc(L.lse_elems * sizeof(float));
         const size_t ptb = (size_t)c->B * (size_t)L.max_pages * sizeof(int32_t);
         dpt = bench_gpu_alloc(ptb);
-        bench_gpu_fill_random(dq, L.q_elems, c->dtype, seed);
-        bench_gpu_fill_random(dkv, L.kv_elems, c->dtype, seed ^ 0x5bd1e995u);
+        bench_gpu_fill_random(dq, L.q_elems, c->dtype, 1.0f, seed);
+        bench_gpu_fill_random(dkv, L.kv_elems, c->kv_dtype, BENCH_KV_SCALE,
+                              seed ^ 0x5bd1e995u);
         bench_gpu_upload(dpt, L.page_table, ptb);
         if (L.tree_mask) {
             size_t mb = (size_t)c->B * c->q_len * L.words * sizeof(uint32_t);
             dmask = bench_gpu_alloc(mb);
             bench_gpu_upload(dmask, L.tree_mask, mb);
         }
+        /* the plain runs give an FP8 cache's scale as a host value (--engine: a device one) */
         dt = (mlav_tensors){.memory = MLAV_MEM_DEVICE, .q = dq, .kv_cache = dkv,
                             .num_pages = L.num_pages, .page_table = dpt, .tree_mask = dmask,
-                            .out = dout, .lse = dlse};
+                            .out = dout, .lse = dlse, .kv_scale = BENCH_KV_SCALE};
     }
 #endif
     mlav_tensors htt = {0};
     if (any_cpu) {
-        if (host_tensors_make(&ht, &L, c->dtype, seed) != 0) {
+        if (host_tensors_make(&ht, &L, seed) != 0) {
             fprintf(stderr, "mlaverify bench: out of host memory\n");
             rc = 2;
             goto done;
         }
         htt = (mlav_tensors){.memory = MLAV_MEM_HOST, .q = ht.q, .kv_cache = ht.kv,
                              .num_pages = L.num_pages, .page_table = L.page_table,
-                             .tree_mask = L.tree_mask, .out = ht.out, .lse = ht.lse};
+                             .tree_mask = L.tree_mask, .out = ht.out, .lse = ht.lse,
+                             .kv_scale = BENCH_KV_SCALE};
     }
 
     for (int b = 0; b < o->num_backends; b++) {
@@ -197,9 +199,10 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
         }
         if (r->status != MLAV_OK && r->status != MLAV_ERR_UNSUPPORTED) {
             fprintf(stderr,
-                    "mlaverify bench: %s failed at B=%d H=%d q_len=%d prefix=%lld: %s: %s\n",
+                    "mlaverify bench: %s failed at B=%d H=%d q_len=%d prefix=%lld kv %s: %s: %s\n",
                     mlav_backend_name(o->backends[b]), c->B, c->H, c->q_len,
-                    (long long)c->prefix, mlav_status_string(r->status), mlav_last_error(NULL));
+                    (long long)c->prefix, mlav_dtype_name(c->kv_dtype),
+                    mlav_status_string(r->status), mlav_last_error(NULL));
             mlav_plan_free(plan);
             rc = 2;
             goto done;

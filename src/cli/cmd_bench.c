@@ -30,7 +30,7 @@ int mlav_cmd_bench(int argc, char **argv)
     if (ncfg < 0)
         return 2;
     if (a.list_only) {
-        bench_print_list(cfg, ncfg);
+        bench_print_list(cfg, ncfg, o);
         return 0;
     }
 
@@ -61,22 +61,36 @@ int mlav_cmd_bench(int argc, char **argv)
     bench_print_roles(o, &flash, &naive);
 
     const bench_config *group = NULL;
-    for (int i = 0; i < ncfg; i++) {
-        const bench_config *c = &cfg[i];
-        if (!group || group->B != c->B || group->H != c->H || group->page_size != c->page_size ||
-            group->dtype != c->dtype) {
-            group = c;
-            bench_print_group(c, o);
+    /* point by point: its KV variants [i, e) are measured back to back, the first of them first at
+     * even points and last at odd ones, so neither cache always follows the other; then printed
+     * in the order given */
+    for (int i = 0, e, point = 0; i < ncfg; i = e, point++) {
+        for (e = i + 1; e < ncfg && bench_same_point(&cfg[e], &cfg[i]); e++)
+            ;
+        for (int k = 0; k < e - i; k++) {
+            const int j = point % 2 ? e - 1 - k : i + k;
+            bench_result *row = &res[j * o->num_backends];
+            if (bench_measure_point(&cfg[j], point, o, ctx, &ceil, row) != 0) {
+                rc = 2;
+                goto done;
+            }
         }
-        bench_result *row = &res[i * o->num_backends];
-        if (bench_measure_point(c, i, o, ctx, &ceil, row) != 0) {
-            rc = 2;
-            goto done;
+        for (int j = i; j < e; j++) {
+            const bench_config *c = &cfg[j];
+            if (!group || group->B != c->B || group->H != c->H ||
+                group->page_size != c->page_size || group->dtype != c->dtype ||
+                group->spread != c->spread) {
+                group = c;
+                bench_print_group(c, o);
+            }
+            const bench_result *row = &res[j * o->num_backends];
+            const int s = bench_same_kv_index(cfg, ncfg, j);
+            bench_print_row(c, o, &row[flash], naive >= 0 ? &row[naive] : NULL,
+                            s >= 0 ? &res[s * o->num_backends + flash] : NULL,
+                            bench_is_gpu_backend(o->backends[flash]));
+            if (o->engine > 0 && o->backends[flash] == MLAV_BACKEND_CUDA)
+                bench_print_engine(c, &row[flash]);
         }
-        bench_print_row(c, &row[flash], naive >= 0 ? &row[naive] : NULL,
-                        bench_is_gpu_backend(o->backends[flash]));
-        if (o->engine > 0 && o->backends[flash] == MLAV_BACKEND_CUDA)
-            bench_print_engine(c, &row[flash]);
     }
     if (o->csv && bench_write_csv(o->csv, o, cfg, ncfg, res, &ceil) != 0)
         rc = 2;
