@@ -7,6 +7,8 @@
  * poisons out/lse (NaN) between guard canaries; the workspace, and on the GPU every device
  * buffer, is NaN-poisoned between canaries here too. A backend that is not compiled in, a
  * missing device and a shape a backend is documented not to take are skip()s with the reason.
+ * FP8 (e4m3) caches run through the same checks under every q dtype, at the q dtype's tolerance,
+ * their scale drawn per case (printed) and given as a value or through kv_scale_ptr.
  * Inputs are fresh each run: case k uses seed base + k, base printed (MLAV_TEST_SEED=base
  * reproduces a run), and every failure names the case with its seed. */
 #include <setjmp.h>
@@ -40,6 +42,16 @@ typedef struct bcase {
     {.c = {.H = h, .Dl = dl, .Dr = dr, .page_size = page, .B = nb, .dtype = MLAV_DTYPE_##dt,   \
            .q_lens = qs, .prefixes = ps, .tree = tr},                                          \
      .lse_null = 1}
+/* An FP8 (e4m3) cache under q dtype dt, its scale drawn from the seed (test_util.h), given as a
+ * value, or (_PTR) through tensors.kv_scale_ptr: host memory on a host run, a device copy on a
+ * device run */
+#define CASE_FP8(h, dl, dr, page, dt, tr, nb, qs, ps)                                          \
+    {.c = {.H = h, .Dl = dl, .Dr = dr, .page_size = page, .B = nb, .dtype = MLAV_DTYPE_##dt,   \
+           .q_lens = qs, .prefixes = ps, .tree = tr, .kv_dtype = MLAV_DTYPE_FP8_E4M3}}
+#define CASE_FP8_PTR(h, dl, dr, page, dt, tr, nb, qs, ps)                                      \
+    {.c = {.H = h, .Dl = dl, .Dr = dr, .page_size = page, .B = nb, .dtype = MLAV_DTYPE_##dt,   \
+           .q_lens = qs, .prefixes = ps, .tree = tr, .kv_dtype = MLAV_DTYPE_FP8_E4M3,          \
+           .kv_scale_ptr = 1}}
 #define Q(...) {__VA_ARGS__}
 
 /* Every value of every axis appears: H {1,2,3,4,5,8,16,64,128}, q_len {0,1,2,4,5,9,17,33,64,65,
@@ -94,6 +106,22 @@ static const bcase cases[] = {
     CASE_NO_LSE(8, 512, 64, 16, BF16, TU_BUSHY, 2, Q(100, 65), Q(600, 33)),
     /* odd dims: rows are not 16-byte aligned (cuda-naive takes any dims) */
     CASE(2, 100, 7, 5, BF16, TU_DEEP, 2, Q(5, 17), Q(37, 0)),
+    /* FP8 (e4m3) caches under each q dtype: the reference dims (the flash kernel's), page sizes
+     * 1, 64 and odd ones, chains and trees, mixed batches, the scale as a value and through
+     * kv_scale_ptr; then small and odd dims (flash refuses them, cuda-naive's 8-byte loads take
+     * rows whose segments are multiples of 8 bytes, its scalar loads the rest) */
+    CASE_FP8(16, 512, 64, 64, F32, TU_BUSHY, 2, Q(9, 1), Q(4097, 0)),
+    CASE_FP8(64, 512, 64, 1, BF16, TU_CHAIN_NULL, 1, Q(9), Q(255)),
+    CASE_FP8(8, 512, 64, 64, F16, TU_DEEP, 3, Q(33, 2, 9), Q(1, 300, 4097)),
+    CASE_FP8(16, 512, 64, 5, BF16, TU_CHAIN, 4, Q(1, 9, 17, 0), Q(600, 0, 33, 5)),
+    CASE_FP8_PTR(8, 512, 64, 16, BF16, TU_BUSHY, 2, Q(64, 5), Q(255, 1000)),
+    CASE_FP8_PTR(16, 512, 64, 1, F16, TU_DEEP, 2, Q(17, 4), Q(3000, 64)),
+    CASE_FP8_PTR(8, 512, 64, 64, F32, TU_CHAIN_NULL, 2, Q(2, 33), Q(0, 700)),
+    CASE_FP8(8, 64, 16, 1, BF16, TU_DEEP, 3, Q(9, 1, 33), Q(255, 4097, 0)),
+    CASE_FP8_PTR(4, 64, 16, 3, F32, TU_BUSHY, 2, Q(100, 5), Q(40, 300)), /* 4 mask words */
+    CASE_FP8(2, 100, 7, 7, F16, TU_DEEP, 2, Q(5, 17), Q(37, 0)),
+    CASE_FP8(5, 33, 0, 1, BF16, TU_CHAIN, 1, Q(9), Q(600)),
+    CASE_FP8(3, 40, 8, 64, F32, TU_CHAIN_NULL, 2, Q(3, 2), Q(90, 0)),
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -280,7 +308,7 @@ static void check_run(const mlav_plan *plan, mlav_backend b, tu_problem *p, int 
     void *w = gbuf_make(&ws, ws_bytes, mlav_plan_workspace_memory(plan) == MLAV_MEM_DEVICE);
     tu_poison(p);
     mlav_tensors t = tu_tensors(p);
-    gbuf d[6]; /* q, kv, page_table, tree_mask, out, lse on the device */
+    gbuf d[7]; /* q, kv, kv_scale_ptr, page_table, tree_mask, out, lse on the device */
     int nd = 0;
     void *stream = NULL;
 #ifdef MLAV_WITH_CUDA
@@ -291,7 +319,9 @@ static void check_run(const mlav_plan *plan, mlav_backend b, tu_problem *p, int 
         for (int32_t r = 0; r < p->c.B; r++)
             max_q = p->c.q_lens[r] > max_q ? p->c.q_lens[r] : max_q;
         t.q = gbuf_device_copy(&d[nd++], p->q, p->q_elems * esz);
-        t.kv_cache = gbuf_device_copy(&d[nd++], p->kv, p->kv_elems * esz);
+        t.kv_cache = gbuf_device_copy(&d[nd++], p->kv, p->kv_elems * p->kv_esz);
+        if (t.kv_scale_ptr) /* the scale as an engine keeps it: a device tensor the run reads */
+            t.kv_scale_ptr = gbuf_device_copy(&d[nd++], &p->kv_scale, sizeof(float));
         t.page_table = gbuf_device_copy(&d[nd++], p->page_table,
                                         (size_t)p->c.B * (size_t)p->prob.max_pages *
                                             sizeof(int32_t));
@@ -339,7 +369,13 @@ static void check_run(const mlav_plan *plan, mlav_backend b, tu_problem *p, int 
     char msg[512];
     if (!tu_compare(p, tu_out_tol(p->c.dtype), tu_lse_tol(p->c.dtype), msg, sizeof msg))
         fail_msg("%s %s [%s]: %s", mlav_backend_name(b), mode, name, msg);
-    printf("  ok %s %s%s: %s\n", mlav_backend_name(b), mode, lse_null ? ",lse=NULL" : "", msg);
+    if (p->kv_dtype == MLAV_DTYPE_FP8_E4M3)
+        printf("  ok %s %s%s,kv_scale=%.6g%s: %s\n", mlav_backend_name(b), mode,
+               lse_null ? ",lse=NULL" : "", (double)p->kv_scale,
+               p->c.kv_scale_ptr ? " (kv_scale_ptr)" : "", msg);
+    else
+        printf("  ok %s %s%s: %s\n", mlav_backend_name(b), mode, lse_null ? ",lse=NULL" : "",
+               msg);
 }
 
 /* ---- the test: one backend, one case -------------------------------------------------------- */

@@ -91,6 +91,14 @@ int tu_guards_ok(const tu_problem *p)
     return 1;
 }
 
+/* Store KV value v as element i of the cache: divided by the scale and quantized for FP8 (the
+ * way an engine's quantizer fills it), else rounded to the dtype. NaN stays NaN (0x7f). */
+static void kv_store(const tu_problem *p, size_t i, float v)
+{
+    const int fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
+    mlav_store_from_f32(p->kv, (int)p->kv_dtype, i, fp8 ? v / p->kv_scale : v);
+}
+
 tu_problem *tu_make(const tu_case *c)
 {
     tu_problem *p = tu_xcalloc(1, sizeof *p);
@@ -98,6 +106,17 @@ tu_problem *tu_make(const tu_case *c)
     uint64_t rng = c->seed;
     const int32_t W = c->Dl + c->Dr, B = c->B, ps = c->page_size;
     const int dt = (int)c->dtype;
+    p->kv_dtype = c->kv_dtype == MLAV_DTYPE_F32 ? c->dtype : c->kv_dtype;
+    p->kv_esz = mlav_dtype_size(p->kv_dtype);
+    p->kv_scale = 1.0f;
+    if (p->kv_dtype == MLAV_DTYPE_FP8_E4M3) {
+        /* its own stream, so that the other draws of a seed are those of a 16-bit case */
+        uint64_t srng = c->seed ^ 0x6b765f7363616c65ull;
+        p->kv_scale = c->kv_scale > 0.0f
+                          ? c->kv_scale
+                          : (float)exp2(-6.0 + 4.0 * (tu_uniform(&srng) + 1.0)); /* [2^-6, 2^2) */
+        p->c.kv_scale = p->kv_scale;
+    }
 
     int32_t max_q = 0, max_pages = 1;
     p->q_indptr[0] = 0;
@@ -138,16 +157,15 @@ tu_problem *tu_make(const tu_case *c)
 
     size_t esz = mlav_dtype_size(c->dtype);
     p->kv_elems = (size_t)p->num_pages * (size_t)ps * (size_t)W;
-    p->kv = tu_xcalloc(p->kv_elems, esz);
+    p->kv = tu_xcalloc(p->kv_elems, p->kv_esz);
     for (size_t k = 0; k < p->kv_elems; k++)
-        mlav_store_from_f32(p->kv, dt, k, NAN);
+        kv_store(p, k, NAN);
     for (int32_t b = 0; b < B; b++)
         for (int32_t j = 0; j < p->kv_lens[b]; j++) {
             size_t row = (size_t)p->page_table[(size_t)b * (size_t)max_pages + (size_t)(j / ps)] *
                              (size_t)ps + (size_t)(j % ps);
             for (int32_t d = 0; d < W; d++)
-                mlav_store_from_f32(p->kv, dt, row * (size_t)W + (size_t)d,
-                                    (float)tu_uniform(&rng));
+                kv_store(p, row * (size_t)W + (size_t)d, (float)tu_uniform(&rng));
         }
     p->q_elems = (size_t)T * (size_t)c->H * (size_t)W;
     p->q = tu_xcalloc(p->q_elems, esz);
@@ -191,6 +209,7 @@ tu_problem *tu_make(const tu_case *c)
         .q_indptr = p->q_indptr,
         .kv_lens = p->kv_lens,
         .max_pages = max_pages,
+        .kv_dtype = c->kv_dtype,
     };
     free(perm);
     return p;
@@ -202,7 +221,6 @@ void tu_rising_scores(tu_problem *p, int32_t period)
         return;
     const tu_case *c = &p->c;
     const int32_t W = c->Dl + c->Dr, ps = c->page_size;
-    const int dt = (int)c->dtype;
     const double amp = 0.25;
     /* q . base has a standard deviation of amp * sqrt(W) / 3 (uniform q in [-1, 1)); 2.1 nats
      * per 16 keys is ~3 log2 units */
@@ -219,18 +237,23 @@ void tu_rising_scores(tu_problem *p, int32_t period)
                 (size_t)(j % ps);
             const double ramp = 1.0 + (double)(j % period) * step;
             for (int32_t d = 0; d < W; d++)
-                mlav_store_from_f32(p->kv, dt, row * (size_t)W + (size_t)d,
-                                    (float)(ramp * base[d] + amp * tu_uniform(&rng)));
+                kv_store(p, row * (size_t)W + (size_t)d,
+                         (float)(ramp * base[d] + amp * tu_uniform(&rng)));
         }
     free(base);
 }
 
 void tu_scale_magnitudes(tu_problem *p, int e)
 {
-    const int dt = (int)p->c.dtype;
+    const int dt = (int)p->c.dtype, kdt = (int)p->kv_dtype;
     const float up = ldexpf(1.0f, e), down = ldexpf(1.0f, -e);
-    for (size_t i = 0; i < p->kv_elems; i++) /* the NaN pages stay NaN */
-        mlav_store_from_f32(p->kv, dt, i, mlav_load_as_f32(p->kv, dt, i) * up);
+    if (p->kv_dtype == MLAV_DTYPE_FP8_E4M3) { /* e4m3 has no room for 2^100: the scale moves */
+        p->kv_scale *= up;
+        p->c.kv_scale = p->kv_scale;
+    } else {
+        for (size_t i = 0; i < p->kv_elems; i++) /* the NaN pages stay NaN */
+            mlav_store_from_f32(p->kv, kdt, i, mlav_load_as_f32(p->kv, kdt, i) * up);
+    }
     for (size_t i = 0; i < p->q_elems; i++)
         mlav_store_from_f32(p->q, dt, i, mlav_load_as_f32(p->q, dt, i) * down);
 }
@@ -262,6 +285,8 @@ mlav_tensors tu_tensors(const tu_problem *p)
         .tree_mask = p->tree_mask,
         .out = p->out,
         .lse = p->lse,
+        .kv_scale = p->c.kv_scale_ptr ? 0.0f : p->kv_scale,
+        .kv_scale_ptr = p->c.kv_scale_ptr ? &p->kv_scale : NULL,
     };
 }
 
@@ -348,8 +373,16 @@ void tu_case_name(const tu_case *c, char *buf, size_t len)
     n += snprintf(buf + n, len - (size_t)n, ",prefix=");
     for (int32_t b = 0; b < c->B && n > 0 && (size_t)n < len; b++)
         n += snprintf(buf + n, len - (size_t)n, "%s%d", b ? "+" : "", c->prefixes[b]);
-    snprintf(buf + n, len - (size_t)n, ",page=%d,%s,%s,seed=0x%llx", c->page_size,
-             mlav_dtype_name(c->dtype), trees[c->tree], (unsigned long long)c->seed);
+    n += snprintf(buf + n, len - (size_t)n, ",page=%d,%s,%s", c->page_size,
+                  mlav_dtype_name(c->dtype), trees[c->tree]);
+    const int fp8 = c->kv_dtype == MLAV_DTYPE_FP8_E4M3;
+    if (fp8 && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, ",kv=fp8_e4m3%s",
+                      c->kv_scale_ptr ? ",kv_scale_ptr" : "");
+    if (n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, ",seed=0x%llx", (unsigned long long)c->seed);
+    if (fp8 && c->kv_scale > 0.0f && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ",kv_scale=%.6g", (double)c->kv_scale);
 }
 
 int tu_no_device_skip(int rc)

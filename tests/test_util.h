@@ -1,5 +1,6 @@
 /* Shared test fixtures: random verify problems with shuffled pages, NaN-poisoned unused pages,
- * poisoned outputs behind guard canaries, and the comparison against the fp64 oracle. */
+ * poisoned outputs behind guard canaries, and the comparison against the fp64 oracle. A case may
+ * have an FP8 (e4m3) cache with its own scale, given as a value or through kv_scale_ptr. */
 #ifndef MLAV_TEST_UTIL_H
 #define MLAV_TEST_UTIL_H
 
@@ -19,23 +20,32 @@ typedef enum tu_tree {
 
 typedef struct tu_case {
     int32_t H, Dl, Dr, page_size, B;
-    mlav_dtype dtype;
+    mlav_dtype dtype;     /* q and out */
     int32_t q_lens[TU_MAX_B];
     int32_t prefixes[TU_MAX_B];
     tu_tree tree;
     uint64_t seed;
+    mlav_dtype kv_dtype;  /* the cache: MLAV_DTYPE_FP8_E4M3, or 0 (as mlav_problem has it): dtype */
+    float kv_scale;       /* FP8: the scale; 0 draws one from the seed, log-uniform in [2^-6, 2^2]
+                             (tu_make writes the one drawn into its copy, tu_problem.c, so that
+                             tu_case_name(&p->c, ...) prints it) */
+    int kv_scale_ptr;     /* FP8: pass the scale through tensors.kv_scale_ptr (&tu_problem.kv_scale),
+                             with tensors.kv_scale 0, which must then be ignored */
 } tu_case;
 
 /* One materialised problem, all in host memory. */
 typedef struct tu_problem {
     tu_case c;
     mlav_problem prob;
+    mlav_dtype kv_dtype;  /* the cache's dtype, resolved (never 0-as-same) */
+    size_t kv_esz;        /* its element size */
+    float kv_scale;       /* FP8: the scale (1 otherwise); tensors read it from here */
     int32_t q_indptr[TU_MAX_B + 1], kv_lens[TU_MAX_B];
     int32_t *parents;     /* [T] local parent of each node */
     int32_t *page_table;  /* [B, max_pages], shuffled ids */
     uint32_t *tree_mask;  /* [T, words] or NULL */
     int64_t num_pages;
-    void *q, *kv;         /* dtype */
+    void *q, *kv;         /* dtype, kv_dtype */
     size_t q_elems, kv_elems, out_elems, lse_elems;
     /* outputs, each inside a guarded allocation: [guard][payload][guard] */
     unsigned char *out_alloc, *lse_alloc;
@@ -52,7 +62,10 @@ double tu_uniform(uint64_t *state); /* [-1, 1) */
 uint64_t tu_seed(void);
 
 /* Build a problem (aborts the test on allocation failure). Unused pool pages and the slack past
- * kv_len in a request's last page are NaN. out/lse are poisoned (NaN) between 64-byte guards. */
+ * kv_len in a request's last page are NaN (0x7f in an FP8 cache). out/lse are poisoned (NaN)
+ * between 64-byte guards. An FP8 cache holds uniform [-1, 1) values divided by the scale and
+ * quantized (mlav_f32_to_e4m3): its KV values are the 16-bit cases' to within e4m3 rounding,
+ * whatever the scale, so scores are as spread as theirs. */
 tu_problem *tu_make(const tu_case *c);
 void tu_free(tu_problem *p);
 
@@ -68,10 +81,11 @@ void tu_rising_scores(tu_problem *p, int32_t period);
 /* Scale every value of the pool by 2^e and every query by 2^-e, exactly (powers of two on
  * values whose magnitudes stay inside the dtype's normal range): the scores, the softmax and
  * lse are unchanged, and out is scaled by 2^e. Far from 1, this reaches the range handling of
- * whatever holds intermediate outputs (e = 100: |out| near 1e30 for BF16; -100: near 1e-30). */
+ * whatever holds intermediate outputs (e = 100: |out| near 1e30 for BF16; -100: near 1e-30).
+ * An FP8 cache keeps its bytes and has its kv_scale scaled by 2^e. */
 void tu_scale_magnitudes(tu_problem *p, int e);
 
-/* Host-memory tensors for the problem. */
+/* Host-memory tensors for the problem (with its kv_scale, or kv_scale_ptr as the case says). */
 mlav_tensors tu_tensors(const tu_problem *p);
 
 /* Re-poison out and lse (NaN) and re-arm the guards. */
@@ -110,7 +124,8 @@ void *tu_xcalloc(size_t n, size_t size);
 double tu_out_tol(mlav_dtype d);
 double tu_lse_tol(mlav_dtype d);
 
-/* "h=64,q=9+1,prefix=4097+0,page=1,bf16,bushy,seed=0x..." */
+/* "h=64,q=9+1,prefix=4097+0,page=1,bf16,bushy,seed=0x..."; an FP8 cache adds ",kv=fp8_e4m3"
+ * (and ",kv_scale_ptr") before the seed and ",kv_scale=..." after it, when known. */
 void tu_case_name(const tu_case *c, char *buf, size_t len);
 
 #endif

@@ -1,5 +1,6 @@
 /* The fp64 oracle and the `reference` backend built on it. Every score, weight and sum is a
- * double; the only rounding is the final store to the output dtype. */
+ * double; the only rounding is the final store to the output dtype. An FP8 KV element is
+ * dequantized exactly: double(e4m3) x double(kv_scale) (4 by 24 significant bits fit a double). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +15,22 @@
  * kv_len-long score row took 16 GiB per thread at kv_len INT32_MAX). */
 #define ORACLE_BLOCK 1024
 
+/* KV element i's value in double: the stored element times kv_scale (1 unless FP8). */
+static double kv_value(const void *kv, int kdt, size_t i, double kv_scale)
+{
+    return (double)mlav_load_as_f32(kv, kdt, i) * kv_scale;
+}
+
 mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *t, double *out64,
                                 double *lse64)
 {
     const int32_t H = p->H, Dl = p->Dl, W = p->W;
-    const int dt = (int)p->dtype;
-    mlav_status status = MLAV_OK;
+    const int dt = (int)p->dtype, kdt = (int)p->kv_dtype;
+    float kv_scale_f;
+    mlav_status status = mlav_kv_scale_host(p, t, &kv_scale_f); /* 1 for a 16/32-bit cache */
+    if (status != MLAV_OK)
+        return status;
+    const double kv_scale = (double)kv_scale_f;
 
 #pragma omp parallel
     {
@@ -60,7 +71,7 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
                     size_t base = mlav_kv_row_index(p, t->page_table, b, j) * (size_t)W;
                     double acc = 0.0;
                     for (int32_t d = 0; d < W; d++)
-                        acc += q[d] * (double)mlav_load_as_f32(t->kv_cache, dt, base + (size_t)d);
+                        acc += q[d] * kv_value(t->kv_cache, kdt, base + (size_t)d, kv_scale);
                     s[c] = acc * (double)p->scale;
                     if (s[c] != s[c])
                         nan = 1;
@@ -88,7 +99,7 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
                     sum += w;
                     size_t base = mlav_kv_row_index(p, t->page_table, b, j0 + c) * (size_t)W;
                     for (int32_t d = 0; d < Dl; d++)
-                        o[d] += w * (double)mlav_load_as_f32(t->kv_cache, dt, base + (size_t)d);
+                        o[d] += w * kv_value(t->kv_cache, kdt, base + (size_t)d, kv_scale);
                 }
             }
             if (nan) {

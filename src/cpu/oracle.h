@@ -10,8 +10,9 @@ extern "C" {
 #endif
 
 /* Compute out [T, H, Dl] and lse [T, H] in double precision from host tensors `t` (its out and
- * lse fields are ignored). Plain loops, no BLAS: slow and obviously right. lse64 may be NULL.
- * Returns MLAV_OK or MLAV_ERR_OUT_OF_MEMORY. */
+ * lse fields are ignored; an FP8 cache's scale is mlav_kv_scale_host's). Plain loops, no BLAS:
+ * slow and obviously right. lse64 may be NULL.
+ * Returns MLAV_OK, MLAV_ERR_INVALID_ARG (a bad FP8 scale) or MLAV_ERR_OUT_OF_MEMORY. */
 mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *t, double *out64,
                                 double *lse64);
 

@@ -1,5 +1,6 @@
 /* The fast CPU backend: OpenMP over (request, row block, KV split) work items, OpenBLAS sgemm on
- * gathered fp32 KV tiles, online softmax across tiles, and an LSE merge of the splits. */
+ * gathered fp32 KV tiles (an FP8 cache dequantized as it is gathered), online softmax across
+ * tiles, and an LSE merge of the splits. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -283,11 +284,16 @@ static mlav_status cpu_plan(const mlav_problem_info *p, void **state, size_t *wo
 
 /* ---- the work of one item ------------------------------------------------------------------ */
 
-/* Widen n elements of a dtype buffer (starting at element `at`) into fp32. */
-static void widen(const void *src, int dt, size_t at, size_t n, float *dst)
+/* Widen n elements of a dtype buffer (starting at element `at`) into fp32. FP8 bytes are looked
+ * up in `e4m3` (cpu_run's table of what each byte stands for; unused for other dtypes). */
+static void widen(const void *src, int dt, size_t at, size_t n, const float *e4m3, float *dst)
 {
     if (dt == MLAV_DTYPE_F32) {
         memcpy(dst, (const float *)src + at, n * sizeof(float));
+    } else if (dt == MLAV_DTYPE_FP8_E4M3) {
+        const uint8_t *b = (const uint8_t *)src + at;
+        for (size_t k = 0; k < n; k++)
+            dst[k] = e4m3[b[k]];
     } else if (dt == MLAV_DTYPE_BF16) {
         const uint16_t *h = (const uint16_t *)src + at;
         for (size_t k = 0; k < n; k++)
@@ -422,10 +428,10 @@ static void softmax_tile(int32_t rows, int32_t n, int32_t Dl, float *s, int32_t 
 }
 
 static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav_tensors *t,
-                     const cpu_item *it, const cpu_scratch *sc, float *parts)
+                     const cpu_item *it, const cpu_scratch *sc, const float *e4m3, float *parts)
 {
     const int32_t H = p->H, W = p->W, Dl = p->Dl, tile = st->tile, rows = it->rows;
-    const int dt = (int)p->dtype;
+    const int dt = (int)p->dtype, kdt = (int)p->kv_dtype;
     const int64_t prefix = mlav_info_prefix(p, it->b);
     const size_t row0 = (size_t)p->q_indptr[it->b] * (size_t)H + (size_t)it->r0; /* in q, out */
 
@@ -433,7 +439,7 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
     if (dt == MLAV_DTYPE_F32) {
         q = (const float *)t->q + row0 * (size_t)W;
     } else {
-        widen(t->q, dt, row0 * (size_t)W, (size_t)rows * (size_t)W, sc->qf);
+        widen(t->q, dt, row0 * (size_t)W, (size_t)rows * (size_t)W, NULL, sc->qf);
         q = sc->qf;
     }
     memset(sc->o, 0, sizeof(float) * (size_t)rows * (size_t)Dl);
@@ -453,7 +459,7 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
         for (int32_t c = 0; c < n; c++) {
             size_t src = mlav_kv_row_index(p, t->page_table, it->b, j0 + c) * (size_t)W;
             float *dst = sc->kt + (size_t)c * (size_t)W;
-            widen(t->kv_cache, dt, src, (size_t)W, dst);
+            widen(t->kv_cache, kdt, src, (size_t)W, e4m3, dst);
             if (c >= np)
                 draft_bad |= !all_finite(dst, Dl);
         }
@@ -567,6 +573,20 @@ static mlav_status cpu_run(const mlav_problem_info *p, const void *state, const 
                               "the cpu backend needs a %zu-byte workspace, got %zu bytes", need,
                               workspace ? workspace_bytes : 0);
 
+    /* An FP8 cache is dequantized as its tiles are widened, through this table of the 256 values
+     * e4m3(byte) x kv_scale, each rounded once to fp32: the scale is applied to the KV values
+     * themselves rather than folded into the score scale and the output, so both GEMMs, the
+     * NaN/Inf check of draft rows, the splits' partial states and their merge see true KV values
+     * and stay the code of the 16-bit caches. A fold would save nothing here: the widening pass
+     * is made for every cache dtype, and the table already holds the products. */
+    float kv_scale, e4m3[256];
+    mlav_status s = mlav_kv_scale_host(p, t, &kv_scale);
+    if (s != MLAV_OK)
+        return s;
+    if (p->kv_dtype == MLAV_DTYPE_FP8_E4M3)
+        for (int b = 0; b < 256; b++)
+            e4m3[b] = mlav_e4m3_to_f32((uint8_t)b) * kv_scale;
+
     float *ws = workspace;
     float *parts = ws + (size_t)st->nthreads * st->thread_floats;
     /* At most the plan's thread count: the workspace has that many scratch slots. Inside this
@@ -578,7 +598,7 @@ static mlav_status cpu_run(const mlav_problem_info *p, const void *state, const 
         scratch_layout(p, st->rows_max, st->tile, ws + (size_t)tid * st->thread_floats, &sc);
 #pragma omp for schedule(dynamic, 1)
         for (int32_t k = 0; k < st->n_items; k++)
-            run_item(p, st, t, &st->items[k], &sc, parts);
+            run_item(p, st, t, &st->items[k], &sc, e4m3, parts);
         /* the implicit barrier above: every partial state is written before any merge */
         for (int32_t g = 0; g < st->n_groups; g++) {
 #pragma omp for schedule(static) nowait

@@ -41,10 +41,13 @@ static mlav_status check_device_pointer(const void *ptr, const char *name, size_
     return MLAV_OK;
 }
 
-static mlav_status check_device_tensors(const mlav_tensors *t, int device)
+static mlav_status check_device_tensors(const mlav_problem_info *p, const mlav_tensors *t,
+                                        int device)
 {
     /* Dispatch already rejected NULL where a pointer is needed; a NULL here is an unused one
-     * (kv_cache and page_table when no request has KV rows, tree_mask, lse). */
+     * (kv_cache and page_table when no request has KV rows, tree_mask, lse, kv_scale_ptr: the
+     * host kv_scale then). kv_scale_ptr is read by the kernels of an FP8 cache only. */
+    const bool fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
     struct {
         const void *ptr;
         const char *name;
@@ -56,6 +59,7 @@ static mlav_status check_device_tensors(const mlav_tensors *t, int device)
         {t->tree_mask, "tree_mask", 4},
         {t->out, "out", 16},
         {t->lse, "lse", 4},
+        {fp8 ? t->kv_scale_ptr : NULL, "kv_scale_ptr", 4},
     };
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
         if (!list[i].ptr)
@@ -96,11 +100,11 @@ static mlav_status run_offload(const mlav_problem_info *p, const void *state,
                                const mlav_tensors *t, void *workspace, size_t workspace_bytes,
                                cudaStream_t stream, mlav_cuda_run_fn fn)
 {
-    const size_t esz = mlav_dtype_size(p->dtype);
+    const size_t esz = mlav_dtype_size(p->dtype), kv_esz = mlav_dtype_size(p->kv_dtype);
     const size_t rows = (size_t)p->T * (size_t)p->H;
     const size_t q_bytes = rows * (size_t)p->W * esz;
     const size_t kv_bytes =
-        t->kv_cache ? (size_t)t->num_pages * (size_t)p->page_size * (size_t)p->W * esz : 0;
+        t->kv_cache ? (size_t)t->num_pages * (size_t)p->page_size * (size_t)p->W * kv_esz : 0;
     const size_t pt_bytes =
         t->page_table ? (size_t)p->B * (size_t)p->max_pages * sizeof(int32_t) : 0;
     const size_t mask_bytes =
@@ -115,6 +119,13 @@ static mlav_status run_offload(const mlav_problem_info *p, const void *state,
     const size_t off_out = off_mask + round_up_256(mask_bytes);
     const size_t off_lse = off_out + round_up_256(out_bytes);
     const size_t total = off_lse + round_up_256(lse_bytes);
+
+    /* An FP8 scale of host tensors is host memory: read and checked here, and handed on as a
+     * value (nothing to map; the kernels read a kv_scale_ptr only when it is device memory) */
+    float kv_scale = 1.0f;
+    mlav_status s = mlav_kv_scale_host(p, t, &kv_scale);
+    if (s != MLAV_OK)
+        return s;
 
     char *base = NULL;
     cudaError_t e = cudaMalloc((void **)&base, total);
@@ -137,10 +148,11 @@ static mlav_status run_offload(const mlav_problem_info *p, const void *state,
     d.tree_mask = mask_bytes ? (const uint32_t *)(const void *)(base + off_mask) : NULL;
     d.out = out_bytes ? base + off_out : NULL;
     d.lse = lse_bytes ? (float *)(void *)(base + off_lse) : NULL;
+    d.kv_scale = kv_scale;
+    d.kv_scale_ptr = NULL;
 
     /* Each step runs only if every one before it succeeded; the first failure's sentence is
      * kept, and the allocation is freed on every path. */
-    mlav_status s = MLAV_OK;
 #define MLAV_STEP(call)                                                                      \
     do {                                                                                     \
         if (s == MLAV_OK) {                                                                  \
@@ -211,7 +223,7 @@ mlav_status mlav_cuda_run_mapped(const mlav_problem_info *p, const void *state,
         return s;
     cudaStream_t st = (cudaStream_t)stream;
     if (t->memory == MLAV_MEM_DEVICE) {
-        s = check_device_tensors(t, device);
+        s = check_device_tensors(p, t, device);
         if (s != MLAV_OK)
             return s;
         return fn(p, state, t, workspace, workspace_bytes, st);

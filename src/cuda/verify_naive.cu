@@ -1,12 +1,14 @@
 /* The naive verify kernel, the GPU baseline (docs/DESIGN.md#kernels): one block per (token, head),
  * the whole score row in shared memory, the KV read twice (scores, then the weighted sum).
- * Naive in structure, not careless: 16-byte loads and several keys in flight per warp, so the
- * baseline the flash kernel is measured against is an honest one. */
+ * Naive in structure, not careless: 16-byte loads (8-byte for an FP8 cache) and several keys in
+ * flight per warp, so the baseline the flash kernel is measured against is an honest one. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <limits.h>
 #include <math.h>
 
+#include "../common/dtype.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
 #include "verify_naive.h"
@@ -16,7 +18,7 @@ namespace {
 /* One plain parameter struct; pointers are device memory. */
 struct naive_args {
     const void *q;                /* [T, H, W] dtype */
-    const void *kv;               /* [num_pages, page_size, W] dtype */
+    const void *kv;               /* [num_pages, page_size, W] kv_dtype */
     const int32_t *page_table;    /* [B, max_pages] */
     const uint32_t *tree_mask;    /* [T, mask_words], NULL = causal chain */
     void *out;                    /* [T, H, Dl] dtype */
@@ -27,27 +29,40 @@ struct naive_args {
     int32_t H, Dl, W, page_size, B, max_pages, mask_words;
     int32_t groups;               /* pass 2: thread groups splitting the keys (naive_config) */
     float scale;
+    /* FP8 caches only: the scale, read by the kernel from kv_scale_ptr ([1] device) when that is
+     * not NULL, else kv_scale (the host value, already checked) */
+    const float *kv_scale_ptr;
+    float kv_scale;
 };
 
 constexpr int kWarps = MLAV_NAIVE_THREADS / 32;
 constexpr int kKeysPerWarp = 4;   /* pass 1: keys a warp scores together (loads in flight) */
 constexpr int kKeysPerThread = 4; /* pass 2: keys a thread accumulates together */
 
+/* KV elements per vector load: 16 bytes of a 32- or 16-bit cache, 8 bytes of an FP8 one (the 8
+ * elements of a 16-bit load: the same registers per key in flight, and rows of any multiple of
+ * 8 bytes take it). */
+constexpr int chunk_elems(size_t kv_esz)
+{
+    return kv_esz == 1 ? 8 : (int)(16 / kv_esz);
+}
+
 /* What a launch needs to agree on with the plan: the load width, the pass-2 groups and the
  * dynamic shared memory. */
 struct naive_config {
-    bool vec;          /* 16-byte loads: every row segment (Dl, Dr) a multiple of 16 bytes */
+    bool vec;          /* vector loads: every row segment (Dl, Dr) a multiple of chunk_elems */
     int32_t groups;
     size_t smem_floats;
 };
 
 naive_config make_config(const mlav_problem_info *p)
 {
-    const int32_t esz = (int32_t)mlav_dtype_size(p->dtype);
-    const int32_t per16 = 16 / esz;
+    /* only the KV rows are loaded in chunks: q is widened into shared memory element by element
+     * and out stored so */
+    const int32_t per = chunk_elems(mlav_dtype_size(p->kv_dtype));
     naive_config c;
-    c.vec = p->Dl % per16 == 0 && p->Dr % per16 == 0;
-    const int32_t chunks = p->Dl / (c.vec ? per16 : 1);
+    c.vec = p->Dl % per == 0 && p->Dr % per == 0;
+    const int32_t chunks = p->Dl / (c.vec ? per : 1);
     c.groups = chunks >= MLAV_NAIVE_THREADS ? 1 : MLAV_NAIVE_THREADS / chunks;
     const size_t row = (size_t)p->W + (size_t)p->max_kv_len;
     const size_t partials = c.groups > 1 ? (size_t)c.groups * (size_t)p->Dl : 0;
@@ -58,7 +73,13 @@ naive_config make_config(const mlav_problem_info *p)
 using mlav::from_float;
 using mlav::to_float;
 
-/* Load one chunk (E consecutive elements, 16-byte aligned when E > 1) as floats. */
+/* An e4m3 element as the float it stores (exact), unscaled: the kernel folds the scale in. */
+__device__ __forceinline__ float to_float(__nv_fp8_e4m3 x)
+{
+    return mlav_e4m3_to_f32(x.__x);
+}
+
+/* Load one chunk (E consecutive elements, E x size aligned when E > 1) as floats. */
 template <typename T> __device__ __forceinline__ void load_chunk(const T *p, float (&x)[1])
 {
     x[0] = to_float(*p);
@@ -86,6 +107,19 @@ __device__ __forceinline__ void load_chunk(const __half *p, float (&x)[8])
     for (int k = 0; k < 4; k++) {
         x[2 * k] = __half2float(__ushort_as_half((unsigned short)(w[k] & 0xffffu)));
         x[2 * k + 1] = __half2float(__ushort_as_half((unsigned short)(w[k] >> 16)));
+    }
+}
+
+__device__ __forceinline__ void load_chunk(const __nv_fp8_e4m3 *p, float (&x)[8])
+{
+    const uint2 v = __ldg(reinterpret_cast<const uint2 *>(p));
+    const uint32_t w[2] = {v.x, v.y};
+#pragma unroll
+    for (int k = 0; k < 4; k++) { /* two bytes at a time: one cvt.f16x2.e4m3x2 on sm_89+, exact */
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+            (__nv_fp8x2_storage_t)(w[k >> 1] >> (16 * (k & 1))), __NV_E4M3);
+        const float2 f = __half22float2(__half2(h));
+        x[2 * k] = f.x, x[2 * k + 1] = f.y; /* .x is the lower byte: the earlier element */
     }
 }
 
@@ -127,10 +161,12 @@ template <class Op> __device__ float block_reduce(float v, float *red, Op op)
     return r;
 }
 
-template <typename T, bool VEC>
+/* T: q and out (float, bf16, half); KV: the cache's element (T, or __nv_fp8_e4m3). */
+template <typename T, typename KV, bool VEC>
 __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_args a)
 {
-    constexpr int E = VEC ? 16 / (int)sizeof(T) : 1; /* elements per chunk (one load) */
+    constexpr bool kFp8 = sizeof(KV) == 1;
+    constexpr int E = VEC ? chunk_elems(sizeof(KV)) : 1; /* elements per chunk (one load) */
     extern __shared__ __align__(16) float smem[];
     float *q_s = smem;     /* [W] the query row, fp32 */
     float *s = smem + a.W; /* [kv_len] scores, then softmax weights */
@@ -156,7 +192,21 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
     const int32_t kv_len = a.kv_lens[b];
     const int32_t prefix = kv_len - q_len;
     const int32_t *pt_row = a.page_table + (size_t)b * (size_t)a.max_pages;
-    const T *kv = static_cast<const T *>(a.kv);
+    const KV *kv = static_cast<const KV *>(a.kv);
+
+    /* An FP8 cache's values are e4m3 x kv_scale, so the scale is folded in where it costs one
+     * multiply per key (the score: kv_scale x q.e4m3, then the softmax scale, as a 16-bit
+     * cache's dot is scaled) and one per output element (the weighted sum of e4m3 rows), not one
+     * per element loaded. A device scale cannot be checked on the host without a
+     * synchronization: one that is not finite and > 0 becomes NaN here, which makes the score of
+     * every key the row sees NaN, so every row that sees a key is NaN (mlaverify.h), and a row
+     * that sees none is still empty. 1 (an exact no-op) for other caches. */
+    float kv_scale = 1.0f;
+    if constexpr (kFp8) {
+        kv_scale = a.kv_scale_ptr ? __ldg(a.kv_scale_ptr) : a.kv_scale;
+        if (!(kv_scale > 0.0f && isfinite(kv_scale)))
+            kv_scale = NAN;
+    }
 
     const T *q = static_cast<const T *>(a.q) + row * a.W;
     for (int32_t d = tid; d < a.W; d += MLAV_NAIVE_THREADS)
@@ -167,7 +217,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
      * keys are never read; a visible key on a page id outside the pool scores NaN unread. */
     const int32_t n_chunks = a.W / E;
     for (int32_t j0 = warp * kKeysPerWarp; j0 < kv_len; j0 += kWarps * kKeysPerWarp) {
-        const T *krow[kKeysPerWarp];
+        const KV *krow[kKeysPerWarp];
         float unread[kKeysPerWarp]; /* the score of a key not read: -inf, or NaN (bad page) */
         float acc[kKeysPerWarp];
 #pragma unroll
@@ -212,7 +262,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
 #pragma unroll
             for (int u = 0; u < kKeysPerWarp; u++)
                 if (j0 + u < kv_len)
-                    s[j0 + u] = krow[u] ? acc[u] * a.scale : unread[u];
+                    s[j0 + u] = krow[u] ? acc[u] * kv_scale * a.scale : unread[u];
         }
     }
     __syncthreads();
@@ -251,7 +301,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
         sum += w;
     }
     sum = block_reduce(sum, red, op_add()); /* its barriers also publish s[] */
-    const float inv_sum = 1.0f / sum;
+    const float out_scale = 1.0f / sum * kv_scale; /* the normalisation, and the FP8 scale */
 
     /* Pass 2: `groups` groups of threads; in a group each thread owns one chunk of the latent
      * columns (coalesced across the group), and group g takes keys g, g + groups, ... Zero
@@ -291,7 +341,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
             accumulate(c, 0, acc);
 #pragma unroll
             for (int e = 0; e < E; e++)
-                out[(size_t)c * E + e] = from_float<T>(acc[e] * inv_sum);
+                out[(size_t)c * E + e] = from_float<T>(acc[e] * out_scale);
         }
     } else {
         const int32_t g = tid / n_dch, c = tid % n_dch;
@@ -313,43 +363,56 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
             float v = 0.0f;
             for (int32_t k = 0; k < G; k++)
                 v += part[(size_t)k * a.Dl + d];
-            out[d] = from_float<T>(v * inv_sum);
+            out[d] = from_float<T>(v * out_scale);
         }
     }
     if (tid == 0 && a.lse)
         a.lse[row] = m + logf(sum);
 }
 
-template <typename T> const void *kernel_for(bool vec)
+template <typename T, typename KV> const void *kernel_for(bool vec)
 {
-    return vec ? reinterpret_cast<const void *>(&naive_verify_kernel<T, true>)
-               : reinterpret_cast<const void *>(&naive_verify_kernel<T, false>);
+    return vec ? reinterpret_cast<const void *>(&naive_verify_kernel<T, KV, true>)
+               : reinterpret_cast<const void *>(&naive_verify_kernel<T, KV, false>);
+}
+
+/* The instances of q dtype T: the cache is T itself or FP8 (validation allows no other mix). */
+template <typename T> const void *kernel_for_q(const mlav_problem_info *p, bool vec)
+{
+    return p->kv_dtype == MLAV_DTYPE_FP8_E4M3 ? kernel_for<T, __nv_fp8_e4m3>(vec)
+                                              : kernel_for<T, T>(vec);
 }
 
 } // namespace
 
+/* The one selector of the plan's shared-memory check and of the launch, so they cannot disagree.
+ * q is F32, BF16 or F16 (validation refuses an FP8 q). */
 const void *mlav_naive_kernel(const mlav_problem_info *p)
 {
     const bool vec = make_config(p).vec;
-    switch (p->dtype) {
-    case MLAV_DTYPE_F32: return kernel_for<float>(vec);
-    case MLAV_DTYPE_BF16: return kernel_for<__nv_bfloat16>(vec);
-    case MLAV_DTYPE_F16: return kernel_for<__half>(vec);
-    case MLAV_DTYPE_FP8_E4M3: break; /* never q's dtype */
-    }
+    if (p->dtype == MLAV_DTYPE_F32)
+        return kernel_for_q<float>(p, vec);
+    if (p->dtype == MLAV_DTYPE_BF16)
+        return kernel_for_q<__nv_bfloat16>(p, vec);
+    if (p->dtype == MLAV_DTYPE_F16)
+        return kernel_for_q<__half>(p, vec);
     return nullptr;
 }
 
 const char *mlav_naive_kernel_name(const mlav_problem_info *p)
 {
-    const bool vec = make_config(p).vec;
-    switch (p->dtype) {
-    case MLAV_DTYPE_F32: return vec ? "naive_verify<f32,16B>" : "naive_verify<f32,scalar>";
-    case MLAV_DTYPE_BF16: return vec ? "naive_verify<bf16,16B>" : "naive_verify<bf16,scalar>";
-    case MLAV_DTYPE_F16: return vec ? "naive_verify<f16,16B>" : "naive_verify<f16,scalar>";
-    case MLAV_DTYPE_FP8_E4M3: break;
-    }
-    return "naive_verify<?>";
+    static const char *const names[3][2][2] = { /* [q dtype][FP8 cache][vector loads] */
+        {{"naive_verify<f32,scalar>", "naive_verify<f32,16B>"},
+         {"naive_verify<f32,kv=e4m3,scalar>", "naive_verify<f32,kv=e4m3,8B>"}},
+        {{"naive_verify<bf16,scalar>", "naive_verify<bf16,16B>"},
+         {"naive_verify<bf16,kv=e4m3,scalar>", "naive_verify<bf16,kv=e4m3,8B>"}},
+        {{"naive_verify<f16,scalar>", "naive_verify<f16,16B>"},
+         {"naive_verify<f16,kv=e4m3,scalar>", "naive_verify<f16,kv=e4m3,8B>"}},
+    };
+    const int d = (int)p->dtype;
+    if (d < 0 || d > 2)
+        return "naive_verify<?>";
+    return names[d][p->kv_dtype == MLAV_DTYPE_FP8_E4M3][make_config(p).vec];
 }
 
 size_t mlav_naive_smem_bytes(const mlav_problem_info *p)
@@ -381,6 +444,18 @@ mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indpt
     a.mask_words = p->mask_words;
     a.groups = cfg.groups;
     a.scale = p->scale;
+    /* An FP8 scale: a device tensor the kernel reads (a captured graph follows its value), or
+     * the host value, checked here (offload mode resolved a host kv_scale_ptr into it) */
+    a.kv_scale_ptr = nullptr;
+    a.kv_scale = 1.0f;
+    if (p->kv_dtype == MLAV_DTYPE_FP8_E4M3) {
+        a.kv_scale_ptr = t->kv_scale_ptr;
+        if (!a.kv_scale_ptr) {
+            const mlav_status s = mlav_kv_scale_host(p, t, &a.kv_scale);
+            if (s != MLAV_OK)
+                return s;
+        }
+    }
 
     const int64_t rows = (int64_t)p->T * p->H;
     if (rows == 0)
@@ -390,23 +465,14 @@ mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indpt
                               "T * H = %lld query rows exceed the naive kernel's grid (one block "
                               "per row)",
                               (long long)rows);
+    const void *kernel = mlav_naive_kernel(p);
+    if (!kernel)
+        return mlav_set_error(MLAV_ERR_INTERNAL, "cuda-naive has no kernel for dtype %d",
+                              (int)p->dtype);
     const dim3 grid((unsigned)rows), block(MLAV_NAIVE_THREADS);
+    void *args[] = {&a};
     /* A stale error of some earlier call must not be blamed on this launch. */
     (void)cudaGetLastError();
-#define MLAV_NAIVE_LAUNCH(T)                                                                 \
-    do {                                                                                     \
-        if (cfg.vec)                                                                         \
-            naive_verify_kernel<T, true><<<grid, block, smem_bytes, stream>>>(a);            \
-        else                                                                                 \
-            naive_verify_kernel<T, false><<<grid, block, smem_bytes, stream>>>(a);           \
-    } while (0)
-    switch (p->dtype) {
-    case MLAV_DTYPE_F32: MLAV_NAIVE_LAUNCH(float); break;
-    case MLAV_DTYPE_BF16: MLAV_NAIVE_LAUNCH(__nv_bfloat16); break;
-    case MLAV_DTYPE_F16: MLAV_NAIVE_LAUNCH(__half); break;
-    case MLAV_DTYPE_FP8_E4M3: break;
-    }
-#undef MLAV_NAIVE_LAUNCH
-    MLAV_CUDA_TRY(cudaGetLastError());
+    MLAV_CUDA_TRY(cudaLaunchKernel(kernel, grid, block, args, smem_bytes, stream));
     return MLAV_OK;
 }

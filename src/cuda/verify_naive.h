@@ -10,8 +10,9 @@
  * stride the latent columns and split the keys between the groups. */
 #define MLAV_NAIVE_THREADS 256
 
-/* The kernel that runs a problem (by dtype, and 16-byte loads when the dims allow them), for
- * mlav_cuda_prepare_kernel, and its name for sentences. */
+/* The kernel that runs a problem (by q dtype and cache dtype, and vector loads when the dims
+ * allow them: 16 bytes of a 32/16-bit cache, 8 of an FP8 one), for mlav_cuda_prepare_kernel and
+ * the launch, and its name for sentences. */
 const void *mlav_naive_kernel(const mlav_problem_info *p);
 const char *mlav_naive_kernel_name(const mlav_problem_info *p);
 
@@ -20,8 +21,9 @@ const char *mlav_naive_kernel_name(const mlav_problem_info *p);
 size_t mlav_naive_smem_bytes(const mlav_problem_info *p);
 
 /* Launch one block per (token, head) on `stream` with device tensors `t` (q, kv_cache and out
- * 16-byte aligned); q_indptr [B+1] and kv_lens [B] are the plan's device copies. Asynchronous;
- * checks the launch. */
+ * 16-byte aligned); q_indptr [B+1] and kv_lens [B] are the plan's device copies. An FP8 cache's
+ * scale is t->kv_scale_ptr (device, read by the kernel) or else t->kv_scale (checked here).
+ * Asynchronous; checks the launch. */
 mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indptr,
                               const int32_t *kv_lens, const mlav_tensors *t, size_t smem_bytes,
                               cudaStream_t stream);
