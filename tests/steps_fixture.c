@@ -16,8 +16,19 @@ static int32_t draw(sf_engine *e, int32_t lo, int32_t hi) /* [lo, hi] */
     return lo + (int32_t)(tu_next(&e->rng) % (uint64_t)(hi - lo + 1));
 }
 
+/* A scale in [2^-6, 2^2), log-uniform. */
+static float draw_kv_scale(sf_engine *e)
+{
+    return (float)exp2(-6.0 + 4.0 * (tu_uniform(&e->rng) + 1.0));
+}
+
+static int fp8(const sf_engine *e)
+{
+    return e->kv_dtype == MLAV_DTYPE_FP8_E4M3;
+}
+
 sf_engine *sf_make(const mlav_limits *lim, int32_t H, int32_t Dl, int32_t Dr, int32_t page_size,
-                   mlav_dtype dtype, int32_t layers, uint64_t seed)
+                   mlav_dtype dtype, mlav_dtype kv_dtype, int32_t layers, uint64_t seed)
 {
     sf_engine *e = tu_xcalloc(1, sizeof *e);
     e->lim = *lim;
@@ -30,11 +41,13 @@ sf_engine *sf_make(const mlav_limits *lim, int32_t H, int32_t Dl, int32_t Dr, in
     e->words = mlav_tree_mask_words(lim->max_q_len);
     e->layers = layers;
     e->dtype = dtype;
+    e->kv_dtype = kv_dtype == MLAV_DTYPE_F32 ? dtype : kv_dtype;
     e->scale = 1.0f / sqrtf((float)(e->W > 192 ? 192 : e->W));
     e->num_pages = (int64_t)lim->max_batch * e->max_pages + 3;
     e->esz = mlav_dtype_size(dtype);
+    e->kv_esz = mlav_dtype_size(e->kv_dtype);
     e->q_bytes = (size_t)lim->max_tokens * H * e->W * e->esz;
-    e->kv_bytes = (size_t)e->num_pages * page_size * e->W * e->esz;
+    e->kv_bytes = (size_t)e->num_pages * page_size * e->W * e->kv_esz;
     e->out_bytes = (size_t)lim->max_tokens * H * Dl * e->esz;
     e->lse_bytes = (size_t)lim->max_tokens * H * sizeof(float);
     e->pt_bytes = (size_t)lim->max_batch * e->max_pages * sizeof(int32_t);
@@ -54,6 +67,8 @@ sf_engine *sf_make(const mlav_limits *lim, int32_t H, int32_t Dl, int32_t Dr, in
     e->page_owner = tu_xcalloc((size_t)e->num_pages, sizeof(int32_t));
     e->rng = seed;
     e->live = 0;
+    for (int l = 0; l < layers; l++)
+        e->kv_scale[l] = fp8(e) ? draw_kv_scale(e) : 1.0f;
     return e;
 }
 
@@ -147,15 +162,19 @@ void sf_step(sf_engine *e, int pad)
             e->page_table[(size_t)b * e->max_pages + k] = (int32_t)id;
         }
     }
-    /* values: q and the used rows random, everything else of the pool NaN */
+    /* values: q and the used rows random, everything else of the pool NaN (0x7f in FP8); an
+     * FP8 value is stored divided by its layer's scale, as a quantizer fills the cache */
     const float nan = nanf("");
     const size_t row = (size_t)e->W;
     for (int l = 0; l < e->layers; l++) {
+        if (fp8(e) && l % 2 == 1)
+            e->kv_scale[l] = draw_kv_scale(e);
+        const float kv_div = fp8(e) ? e->kv_scale[l] : 1.0f;
         fill(e, e->q[l], (size_t)t * e->H * row, 1.0f);
         for (int64_t k = 0; k < e->num_pages; k++)
             for (int32_t s = 0; s < e->page_size; s++)
                 for (size_t d = 0; d < row; d++)
-                    mlav_store_from_f32(e->kv[l], e->dtype,
+                    mlav_store_from_f32(e->kv[l], e->kv_dtype,
                                         ((size_t)k * e->page_size + s) * row + d, nan);
         for (int32_t b = 0; b < live; b++)
             for (int32_t j = 0; j < e->kv_lens[b]; j++) {
@@ -163,8 +182,8 @@ void sf_step(sf_engine *e, int pad)
                                                         j / e->page_size];
                 const size_t base = (id * e->page_size + (size_t)(j % e->page_size)) * row;
                 for (size_t d = 0; d < row; d++)
-                    mlav_store_from_f32(e->kv[l], e->dtype, base + d,
-                                        (float)tu_uniform(&e->rng));
+                    mlav_store_from_f32(e->kv[l], e->kv_dtype, base + d,
+                                        (float)tu_uniform(&e->rng) / kv_div);
             }
     }
 }
@@ -191,7 +210,8 @@ mlav_problem sf_shape(const sf_engine *e)
 {
     mlav_problem p = {
         .num_heads = e->H, .d_latent = e->Dl, .d_rope = e->Dr, .softmax_scale = e->scale,
-        .dtype = e->dtype, .page_size = e->page_size, .max_pages = e->max_pages};
+        .dtype = e->dtype, .page_size = e->page_size, .max_pages = e->max_pages,
+        .kv_dtype = e->kv_dtype};
     return p;
 }
 
@@ -199,7 +219,11 @@ mlav_tensors sf_tensors(const sf_engine *e, int l)
 {
     mlav_tensors t = {
         .memory = MLAV_MEM_HOST, .q = e->q[l], .kv_cache = e->kv[l], .num_pages = e->num_pages,
-        .page_table = e->page_table, .tree_mask = e->mask, .out = e->out[l], .lse = e->lse[l]};
+        .page_table = e->page_table, .tree_mask = e->mask, .out = e->out[l], .lse = e->lse[l],
+        .kv_scale = e->kv_scale[l],
+        .kv_scale_ptr = fp8(e) && l % 2 == 1 ? &e->kv_scale[l] : NULL};
+    if (t.kv_scale_ptr)
+        t.kv_scale = 0.0f; /* to be ignored: a backend that read it would fail the check */
     return t;
 }
 

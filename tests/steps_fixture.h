@@ -1,7 +1,10 @@
 /* An engine's verify loop for the engine-step tests (test_steps.c on the CPU backends,
  * test_steps_gpu.c on CUDA graphs): fixed buffers sized by a plan's limits, requests that grow
  * by their accepted drafts, finish and arrive, a fresh draft tree per request and step, and the
- * check of each step's outputs against the fp64 oracle run on the step's exact problem. */
+ * check of each step's outputs against the fp64 oracle run on the step's exact problem. An FP8
+ * (e4m3) cache gives each layer its own scale: even layers as a host value (fixed for the
+ * engine's lifetime, as a captured graph keeps it), odd ones through kv_scale_ptr (redrawn every
+ * step, as an engine's scale tensor may change under a graph that reads it). */
 #ifndef MLAV_TESTS_STEPS_FIXTURE_H
 #define MLAV_TESTS_STEPS_FIXTURE_H
 
@@ -15,10 +18,12 @@
 typedef struct sf_engine {
     mlav_limits lim;
     int32_t H, Dl, Dr, W, page_size, max_pages, words, layers;
-    mlav_dtype dtype;
+    mlav_dtype dtype;     /* q and out */
+    mlav_dtype kv_dtype;  /* the pools: dtype, or MLAV_DTYPE_FP8_E4M3 */
     float scale;
+    float kv_scale[SF_MAX_LAYERS]; /* FP8: each layer's scale (see above), in [2^-6, 2^2) */
     int64_t num_pages;
-    size_t esz, q_bytes, kv_bytes, out_bytes, lse_bytes, pt_bytes, mask_bytes;
+    size_t esz, kv_esz, q_bytes, kv_bytes, out_bytes, lse_bytes, pt_bytes, mask_bytes;
     /* host buffers for the engine's lifetime; each layer has its own q, pool, out, lse */
     void *q[SF_MAX_LAYERS], *kv[SF_MAX_LAYERS], *out[SF_MAX_LAYERS];
     float *lse[SF_MAX_LAYERS];
@@ -32,15 +37,17 @@ typedef struct sf_engine {
     uint64_t rng;
 } sf_engine;
 
-/* An engine of `layers` layers within `lim`. The pool has enough pages for every slot at
+/* An engine of `layers` layers within `lim`, q and out of `dtype`, pools of `kv_dtype` (0 or
+ * dtype: the same; or MLAV_DTYPE_FP8_E4M3). The pool has enough pages for every slot at
  * max_kv_len, plus a few never used (NaN). */
 sf_engine *sf_make(const mlav_limits *lim, int32_t H, int32_t Dl, int32_t Dr, int32_t page_size,
-                   mlav_dtype dtype, int32_t layers, uint64_t seed);
+                   mlav_dtype dtype, mlav_dtype kv_dtype, int32_t layers, uint64_t seed);
 void sf_free(sf_engine *e);
 
 /* The next step: every live request accepts 1..q_len of its drafts (its prefix grows), some
  * finish, new ones arrive; a fresh draft (random tree or chain) per request; pages handed out
- * in shuffled order; new q and KV values; unused pages and the slack past kv_len NaN. With
+ * in shuffled order; new q and KV values (FP8: uniform values divided by the layer's scale,
+ * quantized; odd layers' scales redrawn first); unused pages and the slack past kv_len NaN. With
  * `pad` the step's batch is max_batch (slots past the live requests padded), else the live
  * count. */
 void sf_step(sf_engine *e, int pad);
@@ -61,7 +68,8 @@ int sf_check_skip(const sf_engine *e, int l, const void *out, const float *lse, 
 mlav_lengths sf_lengths(const sf_engine *e);
 /* The shape of the engine's plan for limits. */
 mlav_problem sf_shape(const sf_engine *e);
-/* Host tensors of layer l. */
+/* Host tensors of layer l (FP8: its scale as a value, or through kv_scale_ptr with
+ * tensors.kv_scale 0, see above). */
 mlav_tensors sf_tensors(const sf_engine *e, int l);
 
 #endif

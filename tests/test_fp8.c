@@ -181,12 +181,56 @@ static void test_fp8_encode_rounding(void **state)
     }
 }
 
+/* The fixture's FP8 pool: every used row finite (its values quantized), every byte outside them
+ * (unused pages, the slack past kv_len) 0x7f, so that a kernel reading past its page table or
+ * its kv_len meets NaN; and its values are those of the scale it names. */
+static void test_fp8_fixture_pool(void **state)
+{
+    (void)state;
+    tu_case c = {.H = 2, .Dl = 24, .Dr = 8, .page_size = 7, .B = 3, .dtype = MLAV_DTYPE_BF16,
+                 .q_lens = {3, 0, 5}, .prefixes = {10, 4, 0}, .tree = TU_DEEP, .seed = tu_seed(),
+                 .kv_dtype = MLAV_DTYPE_FP8_E4M3};
+    tu_problem *p = tu_make(&c);
+    const size_t W = (size_t)(c.Dl + c.Dr), ps = (size_t)c.page_size;
+    assert_true(p->kv_esz == 1 && p->kv_dtype == MLAV_DTYPE_FP8_E4M3);
+    assert_true(p->kv_scale >= 0x1p-6f && p->kv_scale < 0x1p2f && p->c.kv_scale == p->kv_scale);
+    unsigned char *used = tu_xcalloc(p->kv_elems / W, 1);
+    double sum_sq = 0.0;
+    size_t n = 0;
+    for (int32_t b = 0; b < c.B; b++)
+        for (int32_t j = 0; j < p->kv_lens[b]; j++) {
+            const size_t row =
+                (size_t)p->page_table[(size_t)b * (size_t)p->prob.max_pages + (size_t)j / ps] * ps +
+                (size_t)j % ps;
+            used[row] = 1;
+            for (size_t d = 0; d < W; d++) {
+                const float v = mlav_e4m3_to_f32(((const uint8_t *)p->kv)[row * W + d]);
+                if (!isfinite(v))
+                    fail_msg("request %d row %d [%zu] is not finite", b, j, d);
+                sum_sq += (double)v * v * p->kv_scale * p->kv_scale;
+                n++;
+            }
+        }
+    /* uniform [-1, 1) values: a mean square near 1/3 once the scale is applied */
+    if (!(fabs(sum_sq / (double)n - 1.0 / 3.0) < 0.05))
+        fail_msg("mean square of the KV values %g, expected about 1/3 (kv_scale %g)",
+                 sum_sq / (double)n, (double)p->kv_scale);
+    for (size_t row = 0; row < p->kv_elems / W; row++)
+        for (size_t d = 0; !used[row] && d < W; d++)
+            if (((const uint8_t *)p->kv)[row * W + d] != 0x7f)
+                fail_msg("unused pool row %zu [%zu] is 0x%02x, not 0x7f", row, d,
+                         ((const uint8_t *)p->kv)[row * W + d]);
+    free(used);
+    tu_free(p);
+}
+
 /* ---- bad input ------------------------------------------------------------------------------- */
 
-/* A small FP8 problem: two requests (q 3 and 2, prefix 5 and 0), explicit tree mask. */
+/* A small FP8 problem: two requests (q 3 and 2, prefix 5 and 0), explicit tree mask; the
+ * reference dims, so that the flash kernel (which takes no other) runs it too. */
 static tu_problem *small_fp8(mlav_dtype dtype)
 {
-    tu_case c = {.H = 2, .Dl = 8, .Dr = 4, .page_size = 2, .B = 2, .dtype = dtype,
+    tu_case c = {.H = 2, .Dl = 512, .Dr = 64, .page_size = 2, .B = 2, .dtype = dtype,
                  .q_lens = {3, 2}, .prefixes = {5, 0}, .tree = TU_BUSHY, .seed = tu_seed(),
                  .kv_dtype = MLAV_DTYPE_FP8_E4M3};
     return tu_make(&c);
@@ -588,6 +632,7 @@ int main(void)
     size_t n = 0;
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fp8_decode_all_bytes);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fp8_encode_rounding);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fp8_fixture_pool);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fp8_bad_dtypes);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fp8_scale_ptr_overlap);
     static const struct {

@@ -1,6 +1,7 @@
 /* Engine steps on the CPU backends: one plan for limits serves 200 steps of an engine's loop
- * (requests growing, finishing and arriving, padded batches, fresh trees), each layer of each
- * step checked against the fp64 oracle; host lengths past the limits refused with a sentence;
+ * (requests growing, finishing and arriving, padded batches, fresh trees; an FP8 cache with one
+ * layer's scale as a value and the other's through kv_scale_ptr, redrawn every step), each layer
+ * of each step checked against the fp64 oracle; host lengths past the limits refused with a sentence;
  * the step rule's schedules cover every request's rows and KV rows exactly once. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,10 +29,11 @@ static void *ws_alloc(size_t bytes)
 static const mlav_limits LIM = {.max_batch = 6, .max_tokens = 40, .max_q_len = 16,
                                 .max_kv_len = 400};
 
-static void engine_loop(mlav_backend backend, mlav_dtype dtype, int steps)
+static void engine_loop(mlav_backend backend, mlav_dtype dtype, mlav_dtype kv_dtype, int steps)
 {
     const uint64_t seed = tu_seed();
-    sf_engine *e = sf_make(&LIM, 4, 64, 16, 16, dtype, 2, seed);
+    sf_engine *e = sf_make(&LIM, 4, 64, 16, 16, dtype, kv_dtype, 2, seed);
+    const char *kv = e->kv_dtype == dtype ? "" : ",kv=fp8_e4m3";
     mlav_context *ctx;
     assert_int_equal(mlav_context_create(&ctx, backend), MLAV_OK);
     mlav_problem shape = sf_shape(e);
@@ -52,15 +54,16 @@ static void engine_loop(mlav_backend backend, mlav_dtype dtype, int steps)
             const mlav_tensors t = sf_tensors(e, l);
             mlav_status st = mlav_run(plan, &t, ws, bytes, NULL);
             if (st != MLAV_OK)
-                fail_msg("%s %s step %d layer %d: %s (seed 0x%llx)", mlav_backend_name(backend),
-                         mlav_dtype_name(dtype), s, l, mlav_last_error(NULL),
-                         (unsigned long long)seed);
+                fail_msg("%s %s%s step %d layer %d: %s (seed 0x%llx)",
+                         mlav_backend_name(backend), mlav_dtype_name(dtype), kv, s, l,
+                         mlav_last_error(NULL), (unsigned long long)seed);
             char msg[256];
             if (!sf_check(e, l, e->out[l], e->lse[l], msg, sizeof msg))
-                fail_msg("%s %s step %d layer %d (batch %d, %d live, %d tokens): %s (seed "
-                         "0x%llx)",
-                         mlav_backend_name(backend), mlav_dtype_name(dtype), s, l, e->batch,
-                         e->live, e->q_indptr[e->batch], msg, (unsigned long long)seed);
+                fail_msg("%s %s%s step %d layer %d (batch %d, %d live, %d tokens, kv_scale %g): "
+                         "%s (seed 0x%llx)",
+                         mlav_backend_name(backend), mlav_dtype_name(dtype), kv, s, l, e->batch,
+                         e->live, e->q_indptr[e->batch], (double)e->kv_scale[l], msg,
+                         (unsigned long long)seed);
         }
         int32_t bad = 0;
         assert_int_equal(mlav_plan_step_status(plan, ws, bytes, NULL, &bad), MLAV_OK);
@@ -75,19 +78,25 @@ static void engine_loop(mlav_backend backend, mlav_dtype dtype, int steps)
 static void test_steps_engine_loop_cpu_f32(void **state)
 {
     (void)state;
-    engine_loop(MLAV_BACKEND_CPU, MLAV_DTYPE_F32, 200);
+    engine_loop(MLAV_BACKEND_CPU, MLAV_DTYPE_F32, 0, 200);
 }
 
 static void test_steps_engine_loop_cpu_bf16(void **state)
 {
     (void)state;
-    engine_loop(MLAV_BACKEND_CPU, MLAV_DTYPE_BF16, 60);
+    engine_loop(MLAV_BACKEND_CPU, MLAV_DTYPE_BF16, 0, 60);
+}
+
+static void test_steps_engine_loop_cpu_bf16_fp8(void **state)
+{
+    (void)state;
+    engine_loop(MLAV_BACKEND_CPU, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, 60);
 }
 
 static void test_steps_engine_loop_reference_f16(void **state)
 {
     (void)state;
-    engine_loop(MLAV_BACKEND_REFERENCE, MLAV_DTYPE_F16, 30);
+    engine_loop(MLAV_BACKEND_REFERENCE, MLAV_DTYPE_F16, 0, 30);
 }
 
 /* An update refused: the status, and a sentence containing `words`. */
@@ -314,6 +323,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_steps_engine_loop_cpu_f32),
         cmocka_unit_test(test_steps_engine_loop_cpu_bf16),
+        cmocka_unit_test(test_steps_engine_loop_cpu_bf16_fp8),
         cmocka_unit_test(test_steps_engine_loop_reference_f16),
         cmocka_unit_test(test_steps_bad_host_lengths),
         cmocka_unit_test(test_steps_bad_limits),

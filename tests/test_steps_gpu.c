@@ -4,7 +4,9 @@
  * NaN-poisoned before every replay; a second graph of the runs alone, fed by host updates,
  * gives bit-identical results (the host and the device build the same schedule); device
  * lengths past the limits leave the refused request's rows untouched and say so through
- * mlav_plan_step_status. MLAV_TEST_STEPS sets the step count (the suite's memcheck runs fewer).
+ * mlav_plan_step_status. An FP8 cache's layers take their scales as a host value (captured once)
+ * and through a device kv_scale_ptr whose value changes every step under the same graph.
+ * MLAV_TEST_STEPS sets the step count (the suite's memcheck runs fewer).
  * Skips without CUDA built in or without a device of cc >= 8.0. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,6 +54,7 @@ typedef struct dev_engine {
     float *lse[SF_MAX_LAYERS];
     int32_t *pt, *qi, *kvl;
     uint32_t *mask;
+    float *kv_scale; /* [layers]: the FP8 scales kv_scale_ptr points at (steps_fixture.h) */
 } dev_engine;
 
 static void to_device(const sf_engine *e, const dev_engine *d, cudaStream_t st)
@@ -68,13 +71,18 @@ static void to_device(const sf_engine *e, const dev_engine *d, cudaStream_t st)
                        cudaMemcpyHostToDevice, st));
     CK(cudaMemcpyAsync(d->kvl, e->kv_lens, sizeof(int32_t) * e->lim.max_batch,
                        cudaMemcpyHostToDevice, st));
+    CK(cudaMemcpyAsync(d->kv_scale, e->kv_scale, sizeof(float) * e->layers,
+                       cudaMemcpyHostToDevice, st));
 }
 
+/* The host tensors' scales (sf_tensors), the pointer one moved to the device copy. */
 static mlav_tensors dev_tensors(const sf_engine *e, const dev_engine *d, int l)
 {
+    const mlav_tensors h = sf_tensors(e, l);
     mlav_tensors t = {.memory = MLAV_MEM_DEVICE, .q = d->q[l], .kv_cache = d->kv[l],
                       .num_pages = e->num_pages, .page_table = d->pt, .tree_mask = d->mask,
-                      .out = d->out[l], .lse = d->lse[l]};
+                      .out = d->out[l], .lse = d->lse[l], .kv_scale = h.kv_scale,
+                      .kv_scale_ptr = h.kv_scale_ptr ? d->kv_scale + l : NULL};
     return t;
 }
 
@@ -84,12 +92,14 @@ static int steps_wanted(void)
     return s && atoi(s) > 0 ? atoi(s) : 200;
 }
 
-static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, const mlav_limits *lim)
+static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtype kv_dtype,
+                       const mlav_limits *lim)
 {
     need_device();
     const uint64_t seed = tu_seed();
     const int layers = 2, steps = steps_wanted();
-    sf_engine *e = sf_make(lim, H, 512, 64, page_size, dtype, layers, seed);
+    sf_engine *e = sf_make(lim, H, 512, 64, page_size, dtype, kv_dtype, layers, seed);
+    const char *kv = e->kv_dtype == dtype ? "" : ",kv=fp8_e4m3";
     mlav_context *ctx;
     OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
     const mlav_problem shape = sf_shape(e);
@@ -108,6 +118,7 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, const mla
     d.mask = dmalloc(e->mask_bytes);
     d.qi = dmalloc(sizeof(int32_t) * (lim->max_batch + 1));
     d.kvl = dmalloc(sizeof(int32_t) * lim->max_batch);
+    d.kv_scale = dmalloc(sizeof(float) * layers);
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
@@ -175,10 +186,11 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, const mla
             CK(cudaStreamSynchronize(st));
             char msg[256];
             if (!sf_check_skip(e, l, oa, la, skip, msg, sizeof msg))
-                fail_msg("h=%d page=%d %s step %d layer %d (%d live, %d tokens, refused %d): %s "
-                         "(seed 0x%llx)",
-                         H, page_size, mlav_dtype_name(dtype), s, l, e->live,
-                         e->q_indptr[e->batch], skip, msg, (unsigned long long)seed);
+                fail_msg("h=%d page=%d %s%s step %d layer %d (%d live, %d tokens, refused %d, "
+                         "kv_scale %g): %s (seed 0x%llx)",
+                         H, page_size, mlav_dtype_name(dtype), kv, s, l, e->live,
+                         e->q_indptr[e->batch], skip, (double)e->kv_scale[l], msg,
+                         (unsigned long long)seed);
         }
         if (skip != -1)
             continue;
@@ -206,8 +218,8 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, const mla
                      "(seed 0x%llx)",
                      s, (unsigned long long)seed);
     }
-    print_message("h=%d page=%d %s: %d steps, %d with refused lengths, seed 0x%llx\n", H,
-                  page_size, mlav_dtype_name(dtype), steps, refused_steps,
+    print_message("h=%d page=%d %s%s: %d steps, %d with refused lengths, seed 0x%llx\n", H,
+                  page_size, mlav_dtype_name(dtype), kv, steps, refused_steps,
                   (unsigned long long)seed);
     free(oa);
     free(ob);
@@ -228,6 +240,7 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, const mla
     cudaFree(d.mask);
     cudaFree(d.qi);
     cudaFree(d.kvl);
+    cudaFree(d.kv_scale);
     cudaFree(ws);
     cudaFree(ws2);
     mlav_plan_free(plan);
@@ -240,7 +253,7 @@ static void test_steps_graph_h16_page1_bf16(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 16,
                              .max_kv_len = 1000};
-    graph_loop(16, 1, MLAV_DTYPE_BF16, &lim);
+    graph_loop(16, 1, MLAV_DTYPE_BF16, 0, &lim);
 }
 
 static void test_steps_graph_h8_page64_f16(void **state)
@@ -248,14 +261,24 @@ static void test_steps_graph_h8_page64_f16(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 80, .max_q_len = 40,
                              .max_kv_len = 2500};
-    graph_loop(8, 64, MLAV_DTYPE_F16, &lim);
+    graph_loop(8, 64, MLAV_DTYPE_F16, 0, &lim);
 }
 
 static void test_steps_graph_h64_page16_f32(void **state)
 {
     (void)state;
     const mlav_limits lim = {.max_batch = 3, .max_tokens = 12, .max_q_len = 9, .max_kv_len = 600};
-    graph_loop(64, 16, MLAV_DTYPE_F32, &lim);
+    graph_loop(64, 16, MLAV_DTYPE_F32, 0, &lim);
+}
+
+/* The production mix: BF16 q, an FP8 cache (one layer's scale a captured host value, the
+ * other's a device tensor redrawn every step), pages of 64, a tree per request. */
+static void test_steps_graph_h16_page64_bf16_fp8(void **state)
+{
+    (void)state;
+    const mlav_limits lim = {.max_batch = 6, .max_tokens = 48, .max_q_len = 16,
+                             .max_kv_len = 3000};
+    graph_loop(16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim);
 }
 
 /* Plans for limits on cuda-naive: refused with a sentence; an AUTO context falls back. */
@@ -280,6 +303,7 @@ int main(void)
         cmocka_unit_test(test_steps_graph_h16_page1_bf16),
         cmocka_unit_test(test_steps_graph_h8_page64_f16),
         cmocka_unit_test(test_steps_graph_h64_page16_f32),
+        cmocka_unit_test(test_steps_graph_h16_page64_bf16_fp8),
         cmocka_unit_test(test_steps_naive_refused),
     };
     return tu_no_device_skip(cmocka_run_group_tests(tests, NULL, NULL));

@@ -92,11 +92,14 @@ int tu_guards_ok(const tu_problem *p)
 }
 
 /* Store KV value v as element i of the cache: divided by the scale and quantized for FP8 (the
- * way an engine's quantizer fills it), else rounded to the dtype. NaN stays NaN (0x7f). */
+ * way an engine's quantizer fills it), else rounded to the dtype. NaN is NaN (0x7f in FP8). */
 static void kv_store(const tu_problem *p, size_t i, float v)
 {
     const int fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
-    mlav_store_from_f32(p->kv, (int)p->kv_dtype, i, fp8 ? v / p->kv_scale : v);
+    if (fp8 && isnan(v))
+        ((uint8_t *)p->kv)[i] = 0x7f;
+    else
+        mlav_store_from_f32(p->kv, (int)p->kv_dtype, i, fp8 ? v / p->kv_scale : v);
 }
 
 tu_problem *tu_make(const tu_case *c)

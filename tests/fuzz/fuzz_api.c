@@ -1,7 +1,8 @@
 /* libFuzzer target for the API surface: random problem descriptors, lengths, page tables, masks,
- * values (NaN/Inf included), workspaces, residency and alignment thrown at plan + run / verify on
- * the cpu and reference backends with small dims, plus the tree helpers, merge_states and names,
- * and plans for limits (any limits, then steps of any lengths, updated and run).
+ * values (NaN/Inf included), FP8 caches with their scales (values and kv_scale_ptr, bad ones
+ * too), workspaces, residency and alignment thrown at plan + run / verify on the cpu and
+ * reference backends with small dims, plus the tree helpers, merge_states and names, and plans
+ * for limits (any limits, then steps of any lengths, updated and run).
  * Every call must give a status and a sentence, never write outside out/lse, never touch an
  * input; a run that succeeds writes every out/lse element and agrees with the fp64 oracle. */
 #include <float.h>
@@ -98,6 +99,19 @@ static uint64_t mix(uint64_t *x)
 static float uniform(uint64_t *x)
 {
     return (float)((double)(mix(x) >> 40) / 8388608.0 - 1.0);
+}
+
+/* FP8 scales an engine may have, and ones the library must refuse */
+static const float good_kv_scales[8] = {0x1p-6f, 0.0173f, 0.25f, 1.0f,
+                                        3.5f,    4.0f,    0x1p-20f, 100.0f};
+static const float bad_kv_scales[4] = {0.0f, -1.0f, NAN, INFINITY};
+
+/* Store KV value v as element k: divided by the scale and quantized for FP8 (as an engine's
+ * quantizer fills its cache), else rounded to the dtype. */
+static void store_kv(void *kv, mlav_dtype kv_dtype, size_t k, float v, float kv_scale)
+{
+    const int fp8 = kv_dtype == MLAV_DTYPE_FP8_E4M3;
+    mlav_store_from_f32(kv, (int)kv_dtype, k, fp8 ? v / kv_scale : v);
 }
 
 /* ---- guarded buffers ------------------------------------------------------------------------ */
@@ -216,6 +230,24 @@ static void fuzz_problem(rd *r, int lying)
     };
     uint32_t sc = u8(r);
     p.softmax_scale = (sc & 1) ? 0.0625f * (float)(1 + sc % 16) : -0.5f;
+    /* An FP8 cache: sc's high bit (its low four make the softmax scale), then a byte of its own:
+     * bits 0-2 the scale, bit 3 through kv_scale_ptr, bits 4-7 a liar's choices below */
+    uint32_t k8 = 0;
+    if (sc & 0x80) {
+        k8 = u8(r);
+        p.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+    }
+    float kv_scale = good_kv_scales[k8 % 8];
+    const int scale_by_ptr = (k8 >> 3) & 1;
+    int bad_scale = 0;
+    if (lying && (sc & 0x80)) {
+        switch ((k8 >> 4) & 3) {
+        case 1: bad_scale = 1; kv_scale = bad_kv_scales[(k8 >> 6) & 3]; break;
+        case 2: p.kv_dtype = (mlav_dtype)((k8 >> 6) & 3); break; /* F32, BF16, F16 or FP8 */
+        case 3: p.dtype = (k8 & 0x40) ? MLAV_DTYPE_FP8_E4M3 : p.dtype; break;
+        default: break;
+        }
+    }
     qi[0] = 0;
     int64_t need_pages = 1;
     for (int32_t b = 0; b < B; b++) {
@@ -254,10 +286,11 @@ static void fuzz_problem(rd *r, int lying)
     mlav_plan *plan = NULL;
     mlav_status s = mlav_plan_create(ctx, &p, &plan);
     if (verbose) /* FUZZ_VERBOSE=1: what an input asks for, to triage a finding */
-        fprintf(stderr, "fuzz_api: %s H=%d dims=%d+%d dtype=%d page=%d B=%d max_pages=%d "
-                        "scale=%g lying=%d: plan %s\n",
+        fprintf(stderr, "fuzz_api: %s H=%d dims=%d+%d dtype=%d kv_dtype=%d page=%d B=%d "
+                        "max_pages=%d scale=%g kv_scale=%g%s lying=%d: plan %s\n",
                 ctx == ctx_cpu ? "cpu" : "reference", p.num_heads, p.d_latent, p.d_rope,
-                (int)p.dtype, p.page_size, p.batch, p.max_pages, (double)p.softmax_scale, lying,
+                (int)p.dtype, (int)p.kv_dtype, p.page_size, p.batch, p.max_pages,
+                (double)p.softmax_scale, (double)kv_scale, scale_by_ptr ? " (ptr)" : "", lying,
                 mlav_status_string(s));
     if (s != MLAV_OK) {
         FUZZ_REQUIRE(plan == NULL, "a failed plan_create returned a plan");
@@ -269,6 +302,10 @@ static void fuzz_problem(rd *r, int lying)
     const int32_t H = p.num_heads, Dl = p.d_latent, W = p.d_latent + p.d_rope, PS = p.page_size;
     const int32_t Bv = p.batch, T = qi[Bv];
     const size_t esz = mlav_dtype_size(p.dtype);
+    /* the cache's dtype as the plan took it: 0 (F32) is the q dtype */
+    const mlav_dtype kdt = p.kv_dtype == MLAV_DTYPE_F32 ? p.dtype : p.kv_dtype;
+    const int fp8 = kdt == MLAV_DTYPE_FP8_E4M3;
+    const size_t kv_esz = mlav_dtype_size(kdt);
     int32_t max_q = 0;
     int64_t used_pages = 0;
     double work = 0.0;
@@ -295,7 +332,7 @@ static void fuzz_problem(rd *r, int lying)
 
     uint64_t rng = ((uint64_t)u32(r) << 32) | u32(r);
     /* +8: room for a pointer moved off its alignment */
-    unsigned char *q = malloc(nq * esz + 8), *kv = malloc(nkv * esz + 8);
+    unsigned char *q = malloc(nq * esz + 8), *kv = malloc(nkv * kv_esz + 8);
     int32_t *pt = malloc(sizeof(int32_t) * npt + 8);
     uint32_t *mask = malloc(sizeof(uint32_t) * (nmask ? nmask : 1) + 8);
     FUZZ_REQUIRE(q && kv && pt && mask, "out of memory");
@@ -303,7 +340,7 @@ static void fuzz_problem(rd *r, int lying)
     for (size_t k = 0; k < nq; k++)
         mlav_store_from_f32(q, (int)p.dtype, k, amp * uniform(&rng));
     for (size_t k = 0; k < nkv; k++)
-        mlav_store_from_f32(kv, (int)p.dtype, k, amp * uniform(&rng));
+        store_kv(kv, kdt, k, amp * uniform(&rng), kv_scale);
     int poisoned = 0;
     if (g & 0x04) {
         static const float bad[6] = {NAN, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, FLT_MIN};
@@ -312,8 +349,8 @@ static void fuzz_problem(rd *r, int lying)
             float v = bad[u8(r) % 6];
             if ((which & 1) && nq)
                 mlav_store_from_f32(q, (int)p.dtype, u32(r) % nq, v);
-            else if (nkv)
-                mlav_store_from_f32(kv, (int)p.dtype, u32(r) % nkv, v);
+            else if (nkv) /* in FP8, NaN is 0x7f and the infinities saturate to +-448 */
+                mlav_store_from_f32(kv, (int)kdt, u32(r) % nkv, v);
             poisoned = 1;
         }
     }
@@ -376,19 +413,36 @@ static void fuzz_problem(rd *r, int lying)
         .out = out.p,
         .lse = (g & 0x40) ? NULL : lse.p,
     };
+    /* the FP8 scale: the host value, or through kv_scale_ptr with a bad value beside it (which
+     * must then be ignored); room past it for a pointer moved off its alignment */
+    float scale_store[3] = {kv_scale, 0.0f, 0.0f}, scale0[3];
+    if (sc & 0x80) {
+        t.kv_scale = scale_by_ptr ? -1.0f : kv_scale;
+        t.kv_scale_ptr = scale_by_ptr ? scale_store : NULL;
+        if (bad_scale && fp8)
+            lied_tensors = 1;
+    }
+    memcpy(scale0, scale_store, sizeof scale0);
     if (f & 0x08) { /* residency a CPU context cannot serve, or no residency at all */
         t.memory = (mlav_memory)(int32_t)(1 + u8(r) % 3);
         lied_tensors = 1;
     }
     if ((f & 0x10) && (nq || nkv || nout)) {
-        /* a pointer one byte off its element alignment (the buffers have room for it) */
-        switch (u8(r) % 6) {
+        /* a pointer one byte off its element alignment (the buffers have room for it); for an FP8
+         * cache, a kv_cache one byte off is aligned */
+        switch (u8(r) % 7) {
         case 0: t.q = q + 1; break;
         case 1: t.kv_cache = kv + 1; break;
         case 2: t.page_table = (const int32_t *)(const void *)((const char *)pt + 2); break;
         case 3: t.tree_mask = (const uint32_t *)(const void *)((const char *)mask + 1); break;
         case 4: t.out = (char *)out.p + 1; break;
-        default: t.lse = (float *)(void *)((char *)lse.p + 2); break;
+        case 5: t.lse = (float *)(void *)((char *)lse.p + 2); break;
+        default: /* kv_scale_ptr where there is one, else lse */
+            if (t.kv_scale_ptr)
+                t.kv_scale_ptr = (const float *)(const void *)((const char *)scale_store + 1);
+            else
+                t.lse = (float *)(void *)((char *)lse.p + 2);
+            break;
         }
         lied_tensors = 1;
     }
@@ -411,7 +465,7 @@ static void fuzz_problem(rd *r, int lying)
         lied_tensors = 1;
     }
 
-    void *q0 = dup_bytes(q, nq * esz + 8), *kv0 = dup_bytes(kv, nkv * esz + 8);
+    void *q0 = dup_bytes(q, nq * esz + 8), *kv0 = dup_bytes(kv, nkv * kv_esz + 8);
     void *pt0 = dup_bytes(pt, sizeof(int32_t) * npt + 8);
     void *mask0 = dup_bytes(mask, sizeof(uint32_t) * (nmask ? nmask : 1) + 8);
 
@@ -453,10 +507,13 @@ static void fuzz_problem(rd *r, int lying)
                 mlav_status_string(s), s == MLAV_OK ? "" : mlav_last_error(NULL));
     FUZZ_REQUIRE(guarded_ok(&out) && guarded_ok(&lse), "a write outside out/lse (%s)",
                  mlav_status_string(s));
-    FUZZ_REQUIRE(memcmp(q, q0, nq * esz + 8) == 0 && memcmp(kv, kv0, nkv * esz + 8) == 0 &&
+    FUZZ_REQUIRE(memcmp(q, q0, nq * esz + 8) == 0 && memcmp(kv, kv0, nkv * kv_esz + 8) == 0 &&
+                     memcmp(scale_store, scale0, sizeof scale0) == 0 &&
                      memcmp(pt, pt0, sizeof(int32_t) * npt + 8) == 0 &&
                      memcmp(mask, mask0, sizeof(uint32_t) * (nmask ? nmask : 1) + 8) == 0,
                  "an input tensor was written (%s)", mlav_status_string(s));
+    FUZZ_REQUIRE(s != MLAV_OK || !(bad_scale && fp8), "kv_scale %g was taken",
+                 (double)kv_scale);
     if (s != MLAV_OK) {
         require_failure(s, "run");
         FUZZ_REQUIRE(all_poison(out.p, nout, esz) && all_poison(lse.p, nlse, sizeof(float)),
@@ -663,10 +720,17 @@ static void fuzz_names(rd *r)
 
 static void fuzz_steps(rd *r)
 {
-    const mlav_problem shape = {
+    mlav_problem shape = {
         .num_heads = 1 + (int32_t)(u8(r) % 4), .d_latent = 1 + (int32_t)(u8(r) % 16),
         .d_rope = (int32_t)(u8(r) % 8), .softmax_scale = 0.25f, .dtype = (mlav_dtype)(u8(r) % 3),
         .page_size = 1 + (int32_t)(u8(r) % 8), .max_pages = u8(r) & 1 ? lie(r) : 1 + (int32_t)(u8(r) % 16)};
+    /* an FP8 cache: bit 7 of a byte of its own; bits 0-2 the scale, bit 3 through kv_scale_ptr */
+    const uint32_t k8 = u8(r);
+    if (k8 & 0x80)
+        shape.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+    float kv_scale = good_kv_scales[k8 % 8];
+    const mlav_dtype kdt = k8 & 0x80 ? MLAV_DTYPE_FP8_E4M3 : shape.dtype;
+    const size_t kv_esz = mlav_dtype_size(kdt);
     mlav_limits lim;
     if (u8(r) & 1) { /* anything */
         lim = (mlav_limits){lie(r), lie(r), lie(r), lie(r)};
@@ -698,14 +762,14 @@ static void fuzz_steps(rd *r)
     FUZZ_REQUIRE(posix_memalign(&ws, 256, wsb ? wsb : 256) == 0, "out of memory");
     memset(ws, 0xff, wsb); /* NaN poison */
     uint64_t x = u32(r);
-    void *q = malloc(q_elems * esz), *kv = malloc((size_t)pool_rows * W * esz);
+    void *q = malloc(q_elems * esz), *kv = malloc((size_t)pool_rows * W * kv_esz);
     int32_t *pt = malloc(sizeof(int32_t) * (size_t)lim.max_batch * P);
     uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)lim.max_tokens * words);
     FUZZ_REQUIRE(q && kv && pt && mask, "out of memory");
     for (size_t k = 0; k < q_elems; k++)
         mlav_store_from_f32(q, (int)shape.dtype, k, uniform(&x));
     for (size_t k = 0; k < (size_t)pool_rows * W; k++)
-        mlav_store_from_f32(kv, (int)shape.dtype, k, uniform(&x));
+        store_kv(kv, kdt, k, uniform(&x), kv_scale);
     for (size_t k = 0; k < (size_t)lim.max_batch * P; k++)
         pt[k] = u8(r) & 7 ? (int32_t)(mix(&x) % (uint64_t)(pool_rows / shape.page_size)) : lie(r);
     memset(mask, 0, sizeof(uint32_t) * (size_t)lim.max_tokens * words);
@@ -736,7 +800,9 @@ static void fuzz_steps(rd *r)
             mask[(size_t)t * words] = 1u;
         mlav_tensors t = {.memory = MLAV_MEM_HOST, .q = q, .kv_cache = kv,
                           .num_pages = pool_rows / shape.page_size, .page_table = pt,
-                          .tree_mask = u8(r) & 1 ? mask : NULL, .out = out.p, .lse = lse.p};
+                          .tree_mask = u8(r) & 1 ? mask : NULL, .out = out.p, .lse = lse.p,
+                          .kv_scale = (k8 & 8) ? 0.0f : kv_scale,
+                          .kv_scale_ptr = (k8 & 8) ? &kv_scale : NULL};
         s = mlav_run(plan, &t, ws, wsb, NULL);
         FUZZ_REQUIRE(guarded_ok(&out) && guarded_ok(&lse), "a run of a plan for limits wrote "
                                                            "past out or lse");
