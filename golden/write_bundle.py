@@ -22,7 +22,9 @@ or from the shell with an .npz holding arrays of those names:
     python3 write_bundle.py --npz capture.npz --d-latent 512 --dtype bf16 inputs.safetensors
 
 numpy has no bfloat16: give BF16 tensors as float32 values (rounded here, to nearest even) or
-as uint16 arrays of raw BF16 bits (from torch: t.view(torch.uint16).cpu().numpy()).
+as uint16 arrays of raw BF16 bits (from torch: t.view(torch.uint16).cpu().numpy()). Nor has it
+an fp8 type: an FP8 (E4M3) cache is uint8 e4m3 bytes (from torch: t.view(torch.uint8)) with
+kv_dtype="fp8_e4m3" and its kv_scale (shell: --kv-dtype fp8 and an array kv_scale in the .npz).
 """
 import os
 import sys
@@ -31,10 +33,11 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
 from mlaverify.bundle import (FORMAT, VERSION, bf16_bits, bf16_to_f32, demo,  # noqa: E402
-                              main, read_bundle, write_bundle, write_safetensors)
+                              e4m3_bits, e4m3_to_f32, main, read_bundle, write_bundle,
+                              write_safetensors)
 
-__all__ = ["FORMAT", "VERSION", "bf16_bits", "bf16_to_f32", "demo", "main", "read_bundle",
-           "write_bundle", "write_safetensors"]
+__all__ = ["FORMAT", "VERSION", "bf16_bits", "bf16_to_f32", "demo", "e4m3_bits", "e4m3_to_f32",
+           "main", "read_bundle", "write_bundle", "write_safetensors"]
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], prog="write_bundle.py"))

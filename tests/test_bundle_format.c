@@ -20,6 +20,7 @@
 #include "../src/bundle/gen.h"
 #include "../src/bundle/readout.h"
 #include "../src/bundle/safetensors.h"
+#include "../src/common/dtype.h"
 #include "../src/cpu/oracle.h"
 #include "../src/dispatch/validate.h"
 #include "test_util.h"
@@ -32,25 +33,44 @@ static void path_in_dir(char *buf, size_t len, const char *name)
     snprintf(buf, len, "%s/%s", dir, name);
 }
 
-/* A tiny bundle from gen's own argument parser: 2 heads, dims 16+8, two requests. */
-static void make_bundle(const char *path, const char *dtype, mlav_bundle *out)
+/* A tiny bundle from gen's own argument parser: 2 heads, dims 16+8, two requests; `kv` (may be
+ * NULL) adds "--kv-dtype fp8" and `kv_scale` (may be NULL) its scale. */
+static void make_bundle_kv(const char *path, const char *dtype, const char *kv,
+                           const char *kv_scale, mlav_bundle *out)
 {
-    char *argv[] = {"--seed",      "7",        "--heads",   "2",         "--d-latent",
-                    "16",          "--d-rope", "8",         "--dtype",   (char *)dtype,
-                    "--page-size", "4",        "--vocab",   "16",        "--req",
-                    "3:5:bushy",   "--req",    "4:0:chain", (char *)path};
+    char *argv[24] = {"--seed",      "7",        "--heads",   "2",         "--d-latent",
+                      "16",          "--d-rope", "8",         "--dtype",   (char *)dtype,
+                      "--page-size", "4",        "--vocab",   "16",        "--req",
+                      "3:5:bushy",   "--req",    "4:0:chain"};
+    int argc = 18;
+    if (kv) {
+        argv[argc++] = "--kv-dtype";
+        argv[argc++] = (char *)kv;
+    }
+    if (kv_scale) {
+        argv[argc++] = "--kv-scale";
+        argv[argc++] = (char *)kv_scale;
+    }
+    argv[argc++] = (char *)path;
     mlav_gen_params p;
     const char *o;
-    assert_int_equal(mlav_gen_parse_args((int)(sizeof argv / sizeof argv[0]), argv, &p, &o),
-                     MLAV_OK);
+    assert_int_equal(mlav_gen_parse_args(argc, argv, &p, &o), MLAV_OK);
     assert_string_equal(o, path);
     mlav_gen_stats st;
     mlav_bundle b;
-    assert_int_equal(mlav_gen_run(&p, path, &st, &b), MLAV_OK);
+    mlav_status s = mlav_gen_run(&p, path, &st, &b);
+    if (s != MLAV_OK)
+        fail_msg("gen %s%s: %s: %s", dtype, kv ? " --kv-dtype fp8" : "", mlav_status_string(s),
+                 mlav_last_error(NULL));
     if (out)
         *out = b;
     else
         mlav_bundle_free(&b);
+}
+
+static void make_bundle(const char *path, const char *dtype, mlav_bundle *out)
+{
+    make_bundle_kv(path, dtype, NULL, NULL, out);
 }
 
 static unsigned char *slurp(const char *path, size_t *n)
@@ -100,7 +120,8 @@ static int teardown(void **state)
 {
     (void)state;
     static const char *names[] = {"base.safetensors", "mut.safetensors", "again.safetensors",
-                                  "f32.safetensors",  "f16.safetensors", "bf16.safetensors"};
+                                  "f32.safetensors",  "f16.safetensors", "bf16.safetensors",
+                                  "fp8.safetensors",  "fp8_again.safetensors"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char p[300];
         path_in_dir(p, sizeof p, names[i]);
@@ -255,6 +276,8 @@ static void bundles_equal(const mlav_bundle *a, const mlav_bundle *b)
     assert_true(a->readout_seed == b->readout_seed);
     assert_string_equal(a->source, b->source);
     assert_int_equal(a->dtype, b->dtype);
+    assert_int_equal(mlav_bundle_kv_dtype(a), mlav_bundle_kv_dtype(b));
+    assert_memory_equal(&a->kv_scale, &b->kv_scale, sizeof(float));
     assert_int_equal(a->T, b->T);
     assert_int_equal(a->B, b->B);
     assert_int_equal(a->page_size, b->page_size);
@@ -263,9 +286,10 @@ static void bundles_equal(const mlav_bundle *a, const mlav_bundle *b)
     assert_int_equal(a->max_q_len, b->max_q_len);
     assert_memory_equal(&a->softmax_scale, &b->softmax_scale, sizeof(float));
     size_t esz = mlav_dtype_size(a->dtype), T = (size_t)a->T, H = (size_t)a->H;
+    size_t kv_esz = mlav_dtype_size(mlav_bundle_kv_dtype(a));
     assert_memory_equal(a->q, b->q, T * H * (size_t)a->W * esz);
     assert_memory_equal(a->kv_cache, b->kv_cache,
-                        (size_t)a->num_pages * (size_t)a->page_size * (size_t)a->W * esz);
+                        (size_t)a->num_pages * (size_t)a->page_size * (size_t)a->W * kv_esz);
     assert_memory_equal(a->page_table, b->page_table, 4 * (size_t)a->B * (size_t)a->max_pages);
     assert_memory_equal(a->q_indptr, b->q_indptr, 4 * ((size_t)a->B + 1));
     assert_memory_equal(a->kv_lens, b->kv_lens, 4 * (size_t)a->B);
@@ -310,11 +334,10 @@ static void test_bundle_format_roundtrip(void **state)
 
 /* The stored expectations are the fp64 oracle over the stored inputs, bit for bit (rows whose
  * query gen redrew included), and the tokens and margins its readout. */
-static void test_bundle_format_expectations_are_the_oracle(void **state)
+static void expectations_are_the_oracle(const char *path)
 {
-    (void)state;
     mlav_bundle b;
-    assert_int_equal(mlav_bundle_read(base_path, MLAV_BUNDLE_FULL, &b), MLAV_OK);
+    assert_int_equal(mlav_bundle_read(path, MLAV_BUNDLE_FULL, &b), MLAV_OK);
     mlav_problem p = mlav_bundle_problem(&b);
     mlav_problem_info info;
     assert_int_equal(mlav_problem_validate(&p, &info), MLAV_OK);
@@ -322,12 +345,7 @@ static void test_bundle_format_expectations_are_the_oracle(void **state)
     assert_int_equal(mlav_bundle_tree_mask(&b, &mask), MLAV_OK);
     const size_t rows = (size_t)b.T * (size_t)b.H;
     double *o = calloc(rows * (size_t)b.Dl, sizeof(double)), *l = calloc(rows, sizeof(double));
-    mlav_tensors t = {.memory = MLAV_MEM_HOST,
-                      .q = b.q,
-                      .kv_cache = b.kv_cache,
-                      .num_pages = b.num_pages,
-                      .page_table = b.page_table,
-                      .tree_mask = mask};
+    mlav_tensors t = mlav_bundle_tensors(&b, mask, NULL, NULL);
     assert_int_equal(mlav_oracle_compute(&info, &t, o, l), MLAV_OK);
     for (size_t k = 0; k < rows * (size_t)b.Dl; k++)
         if ((float)o[k] != b.expect_out[k])
@@ -355,6 +373,12 @@ static void test_bundle_format_expectations_are_the_oracle(void **state)
     free(tok);
     free(mg);
     mlav_bundle_free(&b);
+}
+
+static void test_bundle_format_expectations_are_the_oracle(void **state)
+{
+    (void)state;
+    expectations_are_the_oracle(base_path);
 }
 
 /* The counter-based R of the readout is the sequential splitmix64 stream of the format. */
@@ -1172,6 +1196,361 @@ static void test_bundle_format_many_metadata_keys(void **state)
     free(r.bytes);
 }
 
+/* ---- FP8 (E4M3) caches --------------------------------------------------------------------- */
+
+/* The scale of the FP8 bundles made by surgery below: 1/224, gen's default. */
+#define SURGERY_KV_SCALE (1.0f / 224.0f)
+
+/* The base bundle with its BF16 cache quantized to F8_E4M3 bytes (e4m3(v / scale), NaN poison
+ * becoming 0x7f) and a kv_scale beside it: a well-formed FP8 bundle made without running gen
+ * (its expectations are the BF16 cache's, which the reader does not judge). */
+static void st_fp8_base(mlav_st_file *f)
+{
+    st_base(f);
+    mlav_st_tensor *kv = mlav_st_find(f, "kv_cache");
+    int64_t shape[3] = {kv->shape[0], kv->shape[1], kv->shape[2]};
+    size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
+    uint8_t *bytes = malloc(n);
+    assert_non_null(bytes);
+    for (size_t k = 0; k < n; k++)
+        bytes[k] = mlav_f32_to_e4m3(mlav_bf16_to_f32(((const uint16_t *)kv->data)[k]) /
+                                    SURGERY_KV_SCALE);
+    st_remove(f, "kv_cache");
+    assert_int_equal(mlav_st_add_tensor(f, "kv_cache", "F8_E4M3", 3, shape, bytes), MLAV_OK);
+    float *scale = malloc(sizeof(float));
+    assert_non_null(scale);
+    *scale = SURGERY_KV_SCALE;
+    assert_int_equal(mlav_st_add_tensor(f, "kv_scale", "F32", 1, (int64_t[]){1}, scale), MLAV_OK);
+}
+
+static void st_set_kv_scale(mlav_st_file *f, float v)
+{
+    mlav_st_tensor *t = mlav_st_find(f, "kv_scale");
+    assert_non_null(t);
+    memcpy(t->data, &v, sizeof v);
+}
+
+/* An F8_E4M3 cache reads with its kv_scale, writes back byte for byte, and runs as the
+ * problem's FP8 cache; a missing, extra or bad kv_scale, or a cache of another dtype or byte
+ * count, is MLAV_ERR_FORMAT with a sentence. The reader only: no backend runs here. */
+static void test_bundle_format_fp8_reader(void **state)
+{
+    (void)state;
+    mlav_st_file f;
+    mlav_bundle b, again;
+    char fp8[300], fp8_again[300];
+    path_in_dir(fp8, sizeof fp8, "fp8.safetensors");
+    path_in_dir(fp8_again, sizeof fp8_again, "fp8_again.safetensors");
+
+    st_fp8_base(&f);
+    st_save(&f);
+    assert_int_equal(mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b), MLAV_OK);
+    assert_int_equal(b.kv_dtype, MLAV_DTYPE_FP8_E4M3);
+    assert_int_equal(mlav_bundle_kv_dtype(&b), MLAV_DTYPE_FP8_E4M3);
+    assert_true(b.kv_scale == SURGERY_KV_SCALE);
+    assert_int_equal(b.dtype, MLAV_DTYPE_BF16); /* q keeps its dtype */
+    mlav_problem p = mlav_bundle_problem(&b);
+    assert_int_equal(p.kv_dtype, MLAV_DTYPE_FP8_E4M3);
+    mlav_tensors t = mlav_bundle_tensors(&b, NULL, NULL, NULL);
+    assert_true(t.kv_scale == SURGERY_KV_SCALE && t.kv_scale_ptr == NULL);
+    assert_ptr_equal(t.kv_cache, b.kv_cache);
+    char text[200];
+    mlav_bundle_describe(&b, text, sizeof text);
+    assert_non_null(strstr(text, "h=2 bf16 kv=fp8_e4m3*0.00446429 page=4 B=2"));
+    /* the poison is the NaN byte 0x7f, and every used element is finite */
+    size_t n_nan = 0, n = (size_t)b.num_pages * (size_t)b.page_size * (size_t)b.W;
+    for (size_t k = 0; k < n; k++)
+        n_nan += ((const uint8_t *)b.kv_cache)[k] == 0x7f;
+    assert_true(n_nan > 0);
+    /* written and read back: the same bundle; written again: the same bytes */
+    fresh(fp8);
+    assert_int_equal(mlav_bundle_write(fp8, &b), MLAV_OK);
+    assert_int_equal(mlav_bundle_read(fp8, MLAV_BUNDLE_FULL, &again), MLAV_OK);
+    bundles_equal(&b, &again);
+    fresh(fp8_again);
+    assert_int_equal(mlav_bundle_write(fp8_again, &again), MLAV_OK);
+    size_t n1, n2;
+    unsigned char *b1 = slurp(fp8, &n1), *b2 = slurp(fp8_again, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    free(b1);
+    free(b2);
+    raw r = load_raw(fp8);
+    assert_int_equal((8 + r.hlen) % 8, 0);
+    cJSON *h = header_of(&r);
+    assert_string_equal(
+        cJSON_GetObjectItemCaseSensitive(entry(h, "kv_cache"), "dtype")->valuestring, "F8_E4M3");
+    assert_string_equal(
+        cJSON_GetObjectItemCaseSensitive(entry(h, "kv_scale"), "dtype")->valuestring, "F32");
+    /* one byte an element */
+    assert_true(offset_of(h, "kv_cache", 1) - offset_of(h, "kv_cache", 0) == (uint64_t)n);
+    cJSON_Delete(h);
+    free(r.bytes);
+    mlav_bundle_free(&again);
+    mlav_bundle_free(&b);
+
+    /* an inputs bundle of an FP8 cache reads too (what gen --expect-from completes) */
+    st_fp8_base(&f);
+    static const char *drop[] = {"expect_out",    "expect_lse",    "expect_tokens",
+                                 "expect_accept", "expect_margin", "draft_tokens"};
+    for (size_t i = 0; i < 6; i++)
+        st_remove(&f, drop[i]);
+    st_save(&f);
+    assert_int_equal(mlav_bundle_read(mut_path, MLAV_BUNDLE_INPUTS, &b), MLAV_OK);
+    assert_int_equal(b.kv_dtype, MLAV_DTYPE_FP8_E4M3);
+    mlav_bundle_free(&b);
+
+    /* no kv_scale beside an FP8 cache */
+    st_fp8_base(&f);
+    st_remove(&f, "kv_scale");
+    st_save(&f);
+    expect_format_error("FP8 without kv_scale", "'kv_cache' is F8_E4M3",
+                        "no tensor 'kv_scale'", NULL);
+
+    /* a kv_scale beside a 16-bit cache */
+    st_base(&f);
+    assert_int_equal(mlav_st_add_tensor(&f, "kv_scale", "F32", 1, (int64_t[]){1}, NULL), MLAV_OK);
+    st_set_kv_scale(&f, 0.5f);
+    st_save(&f);
+    expect_format_error("kv_scale with BF16", "'kv_scale' is only for an F8_E4M3 kv_cache",
+                        "this one is BF16", NULL);
+
+    /* scales that are not finite and > 0 */
+    const float bad[] = {0.0f, -0.0f, -1.0f, NAN, INFINITY, -INFINITY};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        st_fp8_base(&f);
+        st_set_kv_scale(&f, bad[k]);
+        st_save(&f);
+        char what[64];
+        snprintf(what, sizeof what, "kv_scale %g", (double)bad[k]);
+        expect_format_error(what, "kv_scale = ", "must be finite and > 0", NULL);
+    }
+
+    /* a kv_scale of the wrong dtype or shape */
+    st_fp8_base(&f);
+    st_remove(&f, "kv_scale");
+    assert_int_equal(mlav_st_add_tensor(&f, "kv_scale", "F32", 1, (int64_t[]){2}, NULL), MLAV_OK);
+    st_save(&f);
+    expect_format_error("kv_scale [2]", "'kv_scale' must be one F32 value of shape [1]", NULL);
+    st_fp8_base(&f);
+    st_remove(&f, "kv_scale");
+    assert_int_equal(mlav_st_add_tensor(&f, "kv_scale", "F16", 1, (int64_t[]){1}, NULL), MLAV_OK);
+    st_save(&f);
+    expect_format_error("kv_scale F16", "'kv_scale' must be one F32 value of shape [1]", NULL);
+    /* a 0-dim F32 (an engine's scalar scale tensor, saved as it is) reads */
+    st_fp8_base(&f);
+    st_remove(&f, "kv_scale");
+    {
+        float *v = malloc(sizeof(float));
+        assert_non_null(v);
+        *v = 0.25f;
+        assert_int_equal(mlav_st_add_tensor(&f, "kv_scale", "F32", 0, NULL, v), MLAV_OK);
+    }
+    st_save(&f);
+    assert_int_equal(mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b), MLAV_OK);
+    assert_true(b.kv_scale == 0.25f);
+    mlav_bundle_free(&b);
+
+    /* a cache of another 8-bit float, and FP8 q */
+    st_fp8_base(&f);
+    {
+        mlav_st_tensor *kv = mlav_st_find(&f, "kv_cache");
+        snprintf(kv->dtype, sizeof kv->dtype, "F8_E5M2");
+    }
+    st_save(&f);
+    expect_format_error("E5M2 cache", "'kv_cache' has dtype F8_E5M2 but q has BF16",
+                        "share one dtype, or the cache is F8_E4M3", NULL);
+    st_fp8_base(&f);
+    {
+        mlav_st_tensor *q = mlav_st_find(&f, "q");
+        int64_t shape[3] = {q->shape[0], q->shape[1], q->shape[2]};
+        st_remove(&f, "q");
+        assert_int_equal(mlav_st_add_tensor(&f, "q", "F8_E4M3", 3, shape, NULL), MLAV_OK);
+    }
+    st_save(&f);
+    expect_format_error("FP8 q", "'q' has dtype F8_E4M3", "expected BF16, F16 or F32", NULL);
+
+    /* the wrong byte count: the header says F8_E4M3 over a 2-byte-an-element cache */
+    r = load_raw(base_path);
+    h = header_of(&r);
+    cJSON_ReplaceItemInObject(entry(h, "kv_cache"), "dtype", cJSON_CreateString("F8_E4M3"));
+    write_with(&r, h, 0);
+    expect_format_error("FP8 byte count", "tensor 'kv_cache': dtype F8_E4M3 and shape",
+                        "data_offsets", NULL);
+    cJSON_Delete(h);
+    free(r.bytes);
+}
+
+/* gen's FP8 options: what they parse to, what they refuse, what the source records. */
+static void test_bundle_format_fp8_gen_args(void **state)
+{
+    (void)state;
+    mlav_gen_params p;
+    const char *o;
+    char *fp8[] = {"--kv-dtype", "fp8", "x.safetensors"};
+    assert_int_equal(mlav_gen_parse_args(3, fp8, &p, &o), MLAV_OK);
+    assert_int_equal(p.kv_dtype, MLAV_DTYPE_FP8_E4M3);
+    assert_true(p.kv_scale == MLAV_GEN_KV_SCALE);
+    assert_string_equal(p.source, "mlaverify gen --kv-dtype fp8");
+    char *alias[] = {"--kv-scale", "0.5", "--kv-dtype", "fp8_e4m3", "--dtype", "f32", "x"};
+    assert_int_equal(mlav_gen_parse_args(7, alias, &p, &o), MLAV_OK);
+    assert_int_equal(p.kv_dtype, MLAV_DTYPE_FP8_E4M3);
+    assert_int_equal(p.dtype, MLAV_DTYPE_F32);
+    assert_true(p.kv_scale == 0.5f);
+    /* the default is the q dtype, whichever --dtype says, in any order */
+    char *plain[] = {"--dtype", "f16", "x"};
+    assert_int_equal(mlav_gen_parse_args(3, plain, &p, &o), MLAV_OK);
+    assert_int_equal(p.kv_dtype, MLAV_DTYPE_F16);
+    char *same[] = {"--kv-dtype", "f32", "--dtype", "f32", "x"};
+    assert_int_equal(mlav_gen_parse_args(5, same, &p, &o), MLAV_OK);
+    assert_int_equal(p.kv_dtype, MLAV_DTYPE_F32);
+    char *mix[] = {"--kv-dtype", "bf16", "--dtype", "f32", "x"};
+    assert_int_equal(mlav_gen_parse_args(5, mix, &p, &o), MLAV_ERR_INVALID_ARG);
+    assert_non_null(strstr(mlav_last_error(NULL), "the cache has the q dtype or is fp8"));
+    char *lone_scale[] = {"--kv-scale", "0.5", "x"};
+    assert_int_equal(mlav_gen_parse_args(3, lone_scale, &p, &o), MLAV_ERR_INVALID_ARG);
+    assert_non_null(strstr(mlav_last_error(NULL), "goes with --kv-dtype fp8"));
+    static const char *bad_scales[] = {"0", "-1", "nan", "inf", "1e-50", "1e50", "0.5x", ""};
+    for (size_t k = 0; k < sizeof bad_scales / sizeof bad_scales[0]; k++) {
+        char *argv[] = {"--kv-dtype", "fp8", "--kv-scale", (char *)bad_scales[k], "x"};
+        assert_int_equal(mlav_gen_parse_args(5, argv, &p, &o), MLAV_ERR_INVALID_ARG);
+        assert_non_null(strstr(mlav_last_error(NULL), "for --kv-scale"));
+    }
+    char *e5m2[] = {"--kv-dtype", "fp8_e5m2", "x"};
+    assert_int_equal(mlav_gen_parse_args(3, e5m2, &p, &o), MLAV_ERR_INVALID_ARG);
+    char *with_from[] = {"--expect-from", "in.safetensors", "--kv-dtype", "fp8", "x"};
+    assert_int_equal(mlav_gen_parse_args(5, with_from, &p, &o), MLAV_ERR_INVALID_ARG);
+    /* parameters set field by field: an FP8 q is refused, a bad scale too */
+    mlav_gen_defaults(&p);
+    assert_int_equal(p.kv_dtype, MLAV_DTYPE_F32); /* 0: the q dtype */
+    mlav_bundle b;
+    mlav_gen_stats st;
+    p.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+    p.kv_scale = -2.0f;
+    assert_int_equal(mlav_gen_bundle(&p, &b, &st), MLAV_ERR_INVALID_ARG);
+    assert_non_null(strstr(mlav_last_error(NULL), "kv scale -2 must be finite and > 0"));
+    p.dtype = MLAV_DTYPE_FP8_E4M3;
+    assert_int_equal(mlav_gen_bundle(&p, &b, &st), MLAV_ERR_INVALID_ARG);
+}
+
+/* The F32 copy of a bundle's FP8 problem: q widened (exact), KV dequantized in float
+ * (e4m3 x kv_scale: exact when the scale has at most 20 significant bits, as a power of two
+ * does), for the oracle to run as a plain F32 problem. */
+static void dequantized_oracle(const mlav_bundle *b, const uint32_t *mask, double *o,
+                               double *l)
+{
+    const size_t nq = (size_t)b->T * (size_t)b->H * (size_t)b->W;
+    const size_t nkv = (size_t)b->num_pages * (size_t)b->page_size * (size_t)b->W;
+    float *q32 = malloc(sizeof(float) * nq), *kv32 = malloc(sizeof(float) * nkv);
+    assert_true(q32 && kv32);
+    for (size_t k = 0; k < nq; k++)
+        q32[k] = mlav_load_as_f32(b->q, (int)b->dtype, k);
+    for (size_t k = 0; k < nkv; k++)
+        kv32[k] = mlav_e4m3_to_f32(((const uint8_t *)b->kv_cache)[k]) * b->kv_scale;
+    mlav_problem p = mlav_bundle_problem(b);
+    p.dtype = MLAV_DTYPE_F32;
+    p.kv_dtype = MLAV_DTYPE_F32;
+    mlav_problem_info info;
+    assert_int_equal(mlav_problem_validate(&p, &info), MLAV_OK);
+    mlav_tensors t = {.memory = MLAV_MEM_HOST,
+                      .q = q32,
+                      .kv_cache = kv32,
+                      .num_pages = b->num_pages,
+                      .page_table = b->page_table,
+                      .tree_mask = mask};
+    assert_int_equal(mlav_oracle_compute(&info, &t, o, l), MLAV_OK);
+    mlav_problem_info_free(&info);
+    free(q32);
+    free(kv32);
+}
+
+/* gen --kv-dtype fp8: the cache holds e4m3(v / scale) of the drawn values (at most 224 with
+ * the default scale), the poison is 0x7f, the run is deterministic, and the expectations are
+ * the oracle on e4m3 x kv_scale: bit for bit the F32 oracle on the dequantized cache when that
+ * is exact (a power-of-two scale), within float rounding of the values otherwise.
+ * Needs the reference backend's FP8 oracle (gen's expectations come from it). */
+static void test_bundle_format_fp8_gen(void **state)
+{
+    (void)state;
+    static const char *scales[] = {NULL, "0.0078125"}; /* the default 1/224, and 2^-7 */
+    char fp8[300], fp8_again[300];
+    path_in_dir(fp8, sizeof fp8, "fp8.safetensors");
+    path_in_dir(fp8_again, sizeof fp8_again, "fp8_again.safetensors");
+    for (size_t c = 0; c < 2; c++) {
+        mlav_bundle made, read;
+        make_bundle_kv(fp8, "bf16", "fp8", scales[c], &made);
+        const float scale = c == 0 ? MLAV_GEN_KV_SCALE : 0.0078125f;
+        assert_int_equal(made.kv_dtype, MLAV_DTYPE_FP8_E4M3);
+        assert_true(made.kv_scale == scale);
+        assert_int_equal(mlav_bundle_read(fp8, MLAV_BUNDLE_FULL, &read), MLAV_OK);
+        bundles_equal(&made, &read);
+        /* seeded: the same command makes the same bytes */
+        make_bundle_kv(fp8_again, "bf16", "fp8", scales[c], NULL);
+        size_t n1, n2;
+        unsigned char *b1 = slurp(fp8, &n1), *b2 = slurp(fp8_again, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(b1, b2, n1);
+        free(b1);
+        free(b2);
+        /* rows the requests use are finite, at most e4m3(1 / scale) (the values are in
+         * [-1, 1)); every other byte is the poison 0x7f */
+        const float top = mlav_e4m3_to_f32(mlav_f32_to_e4m3(1.0f / scale));
+        const uint8_t *kv = read.kv_cache;
+        const size_t W = (size_t)read.W, rows = (size_t)read.num_pages * read.page_size;
+        char *used = calloc(rows, 1);
+        assert_non_null(used);
+        for (int32_t r = 0; r < read.B; r++)
+            for (int32_t j = 0; j < read.kv_lens[r]; j++) {
+                const int32_t *row = read.page_table + (size_t)r * (size_t)read.max_pages;
+                used[(size_t)row[j / read.page_size] * (size_t)read.page_size +
+                     (size_t)(j % read.page_size)] = 1;
+            }
+        for (size_t row = 0; row < rows; row++)
+            for (size_t d = 0; d < W; d++) {
+                uint8_t x = kv[row * W + d];
+                if (!used[row])
+                    assert_int_equal(x, 0x7f);
+                else
+                    assert_true(fabsf(mlav_e4m3_to_f32(x)) <= top);
+            }
+        free(used);
+        /* the stored expectations are the oracle over the FP8 tensors, bit for bit */
+        expectations_are_the_oracle(fp8);
+        /* and that oracle is over e4m3 x kv_scale */
+        uint32_t *mask;
+        assert_int_equal(mlav_bundle_tree_mask(&read, &mask), MLAV_OK);
+        const size_t orows = (size_t)read.T * (size_t)read.H;
+        double *o = calloc(orows * (size_t)read.Dl, sizeof(double));
+        double *l = calloc(orows, sizeof(double));
+        assert_true(o && l);
+        dequantized_oracle(&read, mask, o, l);
+        double num = 0.0, den = 0.0, lse_err = 0.0;
+        for (size_t k = 0; k < orows * (size_t)read.Dl; k++) {
+            num += (o[k] - read.expect_out[k]) * (o[k] - read.expect_out[k]);
+            den += o[k] * o[k];
+            if (c == 1 && (float)o[k] != read.expect_out[k])
+                fail_msg("scale 2^-7: expect_out[%zu] = %.9g, the F32 oracle on the dequantized "
+                         "cache says %.9g",
+                         k, (double)read.expect_out[k], o[k]);
+        }
+        for (size_t k = 0; k < orows; k++) {
+            double e = fabs(l[k] - read.expect_lse[k]);
+            lse_err = e > lse_err ? e : lse_err;
+            if (c == 1)
+                assert_true((float)l[k] == read.expect_lse[k]);
+        }
+        print_message("  fp8 scale %g: expectations vs the F32 oracle on the dequantized cache: "
+                      "out rel-L2 %.2e, lse %.2e\n",
+                      (double)scale, sqrt(num / den), lse_err);
+        assert_true(sqrt(num / den) <= 1e-6 && lse_err <= 1e-6);
+        free(mask);
+        free(o);
+        free(l);
+        mlav_bundle_free(&made);
+        mlav_bundle_free(&read);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1189,6 +1568,10 @@ int main(void)
         cmocka_unit_test(test_bundle_format_q_len_bound),
         cmocka_unit_test(test_bundle_format_no_token_only_for_nan_rows),
         cmocka_unit_test(test_bundle_format_gen_unsatisfiable),
+        cmocka_unit_test(test_bundle_format_fp8_reader),
+        cmocka_unit_test(test_bundle_format_fp8_gen_args),
+        /* needs the reference backend's FP8 oracle (gen's expectations come from it) */
+        cmocka_unit_test(test_bundle_format_fp8_gen),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

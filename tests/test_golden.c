@@ -27,8 +27,10 @@
 #error "MLAV_GOLDEN_DIR comes from the mlav_bundle target"
 #endif
 
-/* the bundle the regeneration test rebuilds: small, so the test stays fast */
+/* the bundles the regeneration test rebuilds: small, so the test stays fast; the FP8 one
+ * also pins the oracle's FP8 dequantization (e4m3 x kv_scale, exact in double) bit for bit */
 #define REGEN_BUNDLE "small_h8_f16_page16.safetensors"
+#define REGEN_BUNDLE_FP8 "fp8_deep_h8_f32_page16.safetensors"
 /* the bundle the must-fail tests damage */
 #define VICTIM_BUNDLE "small_h8_f16_page16.safetensors"
 
@@ -173,6 +175,10 @@ static void test_golden_coverage(void **state)
     int q1 = 0, q9 = 0, q33 = 0, q64 = 0, chain = 0, bushy = 0, deep = 0;
     int p1 = 0, p16 = 0, p64 = 0, h8 = 0, h16 = 0, h64 = 0, h128 = 0, bf16 = 0, f32 = 0;
     int batch = 0, prefix0 = 0, prefix8k = 0, acc_none = 0, acc_partial = 0, acc_full = 0;
+    /* FP8 caches (issue 25): chain and tree, pages 1 and 64, H 8 and 64, a mixed batch, BF16
+     * and F32 q */
+    int f8_chain = 0, f8_tree = 0, f8_p1 = 0, f8_p64 = 0, f8_h8 = 0, f8_h64 = 0, f8_batch = 0;
+    int f8_bf16 = 0, f8_f32 = 0;
     for (int i = 0; i < n; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", MLAV_GOLDEN_DIR, names[i]);
@@ -188,11 +194,38 @@ static void test_golden_coverage(void **state)
         bf16 |= b.dtype == MLAV_DTYPE_BF16;
         f32 |= b.dtype == MLAV_DTYPE_F32;
         int shuffled = 0, nan_pool = 0;
+        const int fp8 = mlav_bundle_kv_dtype(&b) == MLAV_DTYPE_FP8_E4M3;
         size_t kv_elems = (size_t)b.num_pages * (size_t)b.page_size * (size_t)b.W;
         for (size_t k = 0; k < kv_elems && !nan_pool; k++)
-            nan_pool = isnan(mlav_load_as_f32(b.kv_cache, (int)b.dtype, k));
+            nan_pool = isnan(mlav_load_as_f32(b.kv_cache, (int)mlav_bundle_kv_dtype(&b), k));
         if (!nan_pool)
             fail_msg("%s has no NaN-poisoned pages", names[i]);
+        if (fp8) {
+            /* FORMAT.md: an FP8 cache's poison is the byte 0x7f, on every row no request
+             * uses */
+            char *used = calloc((size_t)b.num_pages * (size_t)b.page_size, 1);
+            for (int32_t r = 0; r < b.B; r++)
+                for (int32_t j = 0; j < b.kv_lens[r]; j++) {
+                    const int32_t *row = b.page_table + (size_t)r * (size_t)b.max_pages;
+                    used[(size_t)row[j / b.page_size] * (size_t)b.page_size +
+                         (size_t)(j % b.page_size)] = 1;
+                }
+            for (size_t k = 0; k < kv_elems; k++) {
+                uint8_t x = ((const uint8_t *)b.kv_cache)[k];
+                if (!used[k / (size_t)b.W] && x != 0x7f)
+                    fail_msg("%s: unused KV byte %zu is 0x%02x, not the poison 0x7f", names[i],
+                             k, x);
+                if (used[k / (size_t)b.W] && isnan(mlav_e4m3_to_f32(x)))
+                    fail_msg("%s: KV byte %zu of a used row is NaN", names[i], k);
+            }
+            free(used);
+            f8_p1 |= b.page_size == 1;
+            f8_p64 |= b.page_size == 64;
+            f8_h8 |= b.H == 8;
+            f8_h64 |= b.H == 64;
+            f8_bf16 |= b.dtype == MLAV_DTYPE_BF16;
+            f8_f32 |= b.dtype == MLAV_DTYPE_F32;
+        }
         for (int32_t r = 0; r < b.B; r++) {
             int32_t q_len = mlav_bundle_q_len(&b, r), prefix = b.kv_lens[r] - q_len;
             const int32_t *par = b.tree_parents + b.q_indptr[r];
@@ -216,6 +249,8 @@ static void test_golden_coverage(void **state)
             chain |= is_chain && q_len >= 9;
             bushy |= widest >= 3;
             deep |= !is_chain && maxd >= 4;
+            f8_chain |= fp8 && is_chain && q_len >= 9;
+            f8_tree |= fp8 && !is_chain && q_len >= 5;
             int32_t acc = 0;
             const int32_t *row = b.expect_accept + (size_t)r * (size_t)b.max_q_len;
             while (acc < b.max_q_len && row[acc] >= 0)
@@ -237,6 +272,12 @@ static void test_golden_coverage(void **state)
                             b.page_table[(size_t)(r - 1) * (size_t)b.max_pages] + 1;
         if (!shuffled)
             fail_msg("%s: page ids are not shuffled", names[i]);
+        if (fp8 && b.B >= 3) {
+            int mixed = 0;
+            for (int32_t r = 1; r < b.B; r++)
+                mixed |= mlav_bundle_q_len(&b, r) != mlav_bundle_q_len(&b, 0);
+            f8_batch |= mixed;
+        }
         mlav_bundle_free(&b);
         free(names[i]);
     }
@@ -248,6 +289,8 @@ static void test_golden_coverage(void **state)
     assert_true(bf16 && f32);
     assert_true(batch && prefix0 && prefix8k);
     assert_true(acc_none && acc_partial && acc_full);
+    assert_true(f8_chain && f8_tree && f8_p1 && f8_p64 && f8_h8 && f8_h64 && f8_batch);
+    assert_true(f8_bf16 && f8_f32);
 }
 
 /* Tokens of golden/regen.sh's line that makes `name`, after "gen" (output excluded). */
@@ -269,13 +312,12 @@ static int regen_args(const char *name, char **argv, int max, char *line_buf, si
     return argc;
 }
 
-/* One committed bundle rebuilt from its regen.sh command is the same file, byte for byte. */
-static void test_golden_regen_bytes(void **state)
+/* A committed bundle rebuilt from its regen.sh command is the same file, byte for byte. */
+static void regen_bytes(const char *name)
 {
-    (void)state;
     char line[2048], out[512], committed[1024];
     char *argv[64];
-    int argc = regen_args(REGEN_BUNDLE, argv, 63, line, sizeof line);
+    int argc = regen_args(name, argv, 63, line, sizeof line);
     assert_true(argc > 0);
     tmp_path(out, sizeof out, "regen.safetensors");
     argv[argc++] = out;
@@ -286,7 +328,7 @@ static void test_golden_regen_bytes(void **state)
     mlav_status s = mlav_gen_run(&p, o, &st, NULL);
     if (s != MLAV_OK)
         fail_msg("gen: %s", mlav_last_error(NULL));
-    snprintf(committed, sizeof committed, "%s/%s", MLAV_GOLDEN_DIR, REGEN_BUNDLE);
+    snprintf(committed, sizeof committed, "%s/%s", MLAV_GOLDEN_DIR, name);
     size_t n1, n2;
     char *a = slurp(committed, &n1), *b = slurp(out, &n2);
     assert_non_null(a);
@@ -296,10 +338,23 @@ static void test_golden_regen_bytes(void **state)
     while (first < n1 && a[first] == b[first])
         first++;
     if (first < n1)
-        fail_msg("%s regenerated differs from the committed file at byte %zu", REGEN_BUNDLE, first);
+        fail_msg("%s regenerated differs from the committed file at byte %zu", name, first);
     free(a);
     free(b);
     unlink(out);
+}
+
+static void test_golden_regen_bytes(void **state)
+{
+    (void)state;
+    regen_bytes(REGEN_BUNDLE);
+}
+
+/* Needs the reference backend's FP8 oracle (gen's expectations come from it). */
+static void test_golden_regen_bytes_fp8(void **state)
+{
+    (void)state;
+    regen_bytes(REGEN_BUNDLE_FP8);
 }
 
 /* ---- checks that must fail ------------------------------------------------------------------ */
@@ -377,6 +432,30 @@ static void test_golden_check_fails(void **state)
     assert_non_null(strstr(r.reason, "'kv_cache'"));
     assert_non_null(strstr(r.reason, "truncated"));
     unlink(cut);
+}
+
+/* An FP8 bundle's kv_scale is part of its values: checked with another scale, the intact
+ * bundle's own expectations must fail (the run reads the scale), and the check's line names
+ * the scale. Needs the reference backend's FP8 oracle. */
+static void test_golden_check_fails_fp8_scale(void **state)
+{
+    (void)state;
+    char victim[1024];
+    snprintf(victim, sizeof victim, "%s/%s", MLAV_GOLDEN_DIR, REGEN_BUNDLE_FP8);
+    mlav_bundle b;
+    mlav_check_result r;
+    assert_int_equal(mlav_bundle_read(victim, MLAV_BUNDLE_FULL, &b), MLAV_OK);
+    assert_int_equal(b.kv_dtype, MLAV_DTYPE_FP8_E4M3);
+    check_on_reference(NULL, &b, &r);
+    assert_int_equal(r.verdict, MLAV_VERDICT_PASS);
+    assert_non_null(strstr(r.shape, "kv=fp8_e4m3*0.0123 "));
+    const float scale = b.kv_scale;
+    b.kv_scale = scale * 1.01f; /* 1% off: far outside the F32 tolerance */
+    check_on_reference(NULL, &b, &r);
+    assert_int_equal(r.verdict, MLAV_VERDICT_FAIL);
+    assert_non_null(strstr(r.reason, "rel-L2"));
+    b.kv_scale = scale;
+    mlav_bundle_free(&b);
 }
 
 /* ---- the command line ----------------------------------------------------------------------- */
@@ -478,7 +557,7 @@ int main(void)
     }
     char **names;
     int n = list_bundles(&names);
-    const int fixed = 6;
+    const int fixed = 8;
     struct CMUnitTest *tests = calloc((size_t)(n * 4 + fixed), sizeof *tests);
     golden_case *cases = calloc((size_t)(n * 4 + 1), sizeof *cases);
     int k = 0, c = 0;
@@ -496,7 +575,9 @@ int main(void)
             tests[k++] = (struct CMUnitTest){gc->name, test_golden_bundle, NULL, NULL, gc};
         }
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_golden_regen_bytes);
+    tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_golden_regen_bytes_fp8);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_golden_check_fails);
+    tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_golden_check_fails_fp8_scale);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_golden_cli_exit_status);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_golden_python_writer);
     int failed = _cmocka_run_group_tests("test_golden", tests, (size_t)k, NULL, NULL);

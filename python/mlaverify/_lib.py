@@ -24,7 +24,7 @@ import threading
 
 #: The header version this binding was written for (MLAV_VERSION_NUMBER): the loaded library
 #: must have the same major and at least this minor.
-EXPECTED_VERSION = (0, 2, 0)
+EXPECTED_VERSION = (0, 3, 0)
 
 _SONAMES = ("libmlaverify.so", "libmlaverify.so.0", "libmlaverify.dylib", "mlaverify.dll")
 
@@ -46,7 +46,8 @@ class MlavProblem(ctypes.Structure):
         ("q_indptr", ctypes.c_void_p),      # const int32_t * [B+1], host
         ("kv_lens", ctypes.c_void_p),       # const int32_t * [B], host
         ("max_pages", ctypes.c_int32),
-    ]
+        ("kv_dtype", ctypes.c_int),         # mlav_dtype of kv_cache: 3 (FP8 E4M3) or dtype
+    ]                                       # (0 also means dtype)
 
 
 class MlavTensors(ctypes.Structure):
@@ -60,6 +61,8 @@ class MlavTensors(ctypes.Structure):
         ("tree_mask", ctypes.c_void_p),
         ("out", ctypes.c_void_p),
         ("lse", ctypes.c_void_p),
+        ("kv_scale", ctypes.c_float),       # FP8 caches: the scale as a value, used when
+        ("kv_scale_ptr", ctypes.c_void_p),  # kv_scale_ptr (const float * [1] in `memory`) is NULL
     ]
 
 

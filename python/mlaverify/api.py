@@ -7,6 +7,9 @@
 
 Tensors are numpy arrays (host memory) or torch tensors (CPU: host memory; CUDA: device memory
 of their device). BF16 from numpy is a uint16 array of raw bits; the plan's dtype says "bf16".
+An FP8 (E4M3) KV cache: ``kv_dtype="fp8_e4m3"`` on the plan, the cache as torch.float8_e4m3fn
+or uint8 bytes (numpy has no fp8 dtype), and ``kv_scale=`` on the run (a KV element's value is
+e4m3(byte) x kv_scale).
 """
 import ctypes
 import threading
@@ -23,14 +26,18 @@ MEM_DEVICE = 1
 BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2, "cuda-naive": 3, "reference": 4}
 _BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
 
-DTYPES = {"f32": 0, "bf16": 1, "f16": 2}
+#: mlav_dtype values. "fp8_e4m3" is a KV cache dtype only (Problem's kv_dtype), never q's.
+DTYPES = {"f32": 0, "bf16": 1, "f16": 2, "fp8_e4m3": 3}
 _DTYPE_ALIASES = {
     "f32": "f32", "fp32": "f32", "float32": "f32", "float": "f32",
     "bf16": "bf16", "bfloat16": "bf16",
     "f16": "f16", "fp16": "f16", "float16": "f16", "half": "f16",
 }
-# element dtypes (numpy / torch names) a tensor of each plan dtype may have
-_ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16")}
+_FP8_ALIASES = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn", "f8_e4m3")
+# element dtypes (numpy / torch names) a tensor of each dtype may have; numpy has neither
+# bfloat16 nor an fp8 type, so raw bits (uint16) and bytes (uint8) stand in for them
+_ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
+             "fp8_e4m3": ("float8_e4m3fn", "uint8")}
 _ALIGN = 256
 
 
@@ -39,12 +46,18 @@ def dtype_name(dtype):
     mlav_dtype value, a numpy dtype (float32, float16) or a torch dtype."""
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         for k, v in DTYPES.items():
-            if v == int(dtype):
+            if v == int(dtype) and k != "fp8_e4m3":
                 return k
+        if int(dtype) == DTYPES["fp8_e4m3"]:
+            raise invalid("dtype = 3 (fp8_e4m3) is not one of f32, bf16, f16: only the KV "
+                          "cache may be FP8 (kv_dtype='fp8_e4m3')")
         raise invalid("dtype = %d is not a mlav_dtype (0 f32, 1 bf16, 2 f16)" % dtype)
     key = str(dtype).replace("torch.", "").lower()
     if key in _DTYPE_ALIASES:
         return _DTYPE_ALIASES[key]
+    if key in _FP8_ALIASES:
+        raise invalid("dtype %r is not one of f32, bf16, f16: only the KV cache may be FP8 "
+                      "(kv_dtype='fp8_e4m3')" % (dtype,))
     try:
         key = np.dtype(dtype).name
     except TypeError:
@@ -54,6 +67,67 @@ def dtype_name(dtype):
     if key == "uint16":
         raise invalid("dtype uint16 is ambiguous: say dtype='bf16' for raw BF16 bits")
     raise invalid("dtype %r is not one of f32, bf16, f16" % (dtype,))
+
+
+def kv_dtype_name(kv_dtype, dtype):
+    """Canonical KV cache dtype: "fp8_e4m3" for an FP8 name ("fp8", "fp8_e4m3", "e4m3",
+    "float8_e4m3fn", torch.float8_e4m3fn, 3), else the q dtype `dtype` itself (None, 0 as in
+    mlav_problem, or a name of that same dtype). A 16/32-bit cache of another dtype than q is
+    not a supported mix."""
+    if kv_dtype is None:
+        return dtype_name(dtype)
+    if isinstance(kv_dtype, (int, np.integer)) and not isinstance(kv_dtype, bool):
+        if int(kv_dtype) == DTYPES["fp8_e4m3"]:
+            return "fp8_e4m3"
+        if int(kv_dtype) == 0:  # as in mlav_problem: a zero field means the q dtype
+            return dtype_name(dtype)
+    elif str(kv_dtype).replace("torch.", "").lower() in _FP8_ALIASES:
+        return "fp8_e4m3"
+    kv = dtype_name(kv_dtype)
+    if kv != dtype_name(dtype):
+        raise invalid("kv_dtype %r with dtype %s: the cache has the q dtype or is fp8_e4m3"
+                      % (kv_dtype, dtype_name(dtype)))
+    return kv
+
+
+def kv_scale_arg(kv_scale, device, kv_dtype="fp8_e4m3"):
+    """(value, pointer) for mlav_tensors.kv_scale / kv_scale_ptr from a run's `kv_scale`:
+
+    a float                       -> (value, None): read now (a captured graph keeps it)
+    a 1-element float32 numpy array or CPU tensor, with host tensors (device None)
+                                  -> (0.0, its address): read by the run
+    a 1-element float32 CUDA tensor on the tensors' device
+                                  -> (0.0, its address): read by the run on the device, so a
+                                     captured graph follows the tensor's value
+
+    `device` is where the run's tensors are (None: host, else the CUDA index). For a cache
+    that is not FP8 (`kv_dtype`), kv_scale must be None: a scale there would mean nothing.
+    The value itself (finite and > 0) is the library's to check. The caller keeps the array
+    alive for the run."""
+    if kv_dtype != "fp8_e4m3":
+        if kv_scale is not None:
+            raise invalid("kv_scale is the scale of an FP8 cache; this plan's cache is %s "
+                          "(say kv_dtype='fp8_e4m3' on the plan for an FP8 cache)" % kv_dtype)
+        return 0.0, None
+    if kv_scale is None:
+        raise invalid("an FP8 cache needs kv_scale (a KV element's value is e4m3(byte) x "
+                      "kv_scale): a float, or a 1-element float32 array or tensor")
+    if isinstance(kv_scale, (bool, np.bool_)):
+        raise invalid("kv_scale must be a number or a float32 tensor, not a bool")
+    if isinstance(kv_scale, (int, float, np.integer, np.floating)):
+        return float(kv_scale), None
+    a = wrap("kv_scale", kv_scale)
+    n = 1
+    for d in a.shape:
+        n *= d
+    if a.dtype != "float32" or n != 1:
+        raise invalid("kv_scale is %s; a scale tensor is one float32 value (shape [1] or [])"
+                      % a.describe())
+    if a.device != device:
+        raise invalid("kv_scale is in %s but the tensors are in %s: a scale tensor lives with "
+                      "them (or pass a float, read now)"
+                      % (a.where, "host memory" if device is None else "cuda:%d" % device))
+    return 0.0, a.ptr
 
 
 def infer_dtype(q):
@@ -147,16 +221,18 @@ class Problem:
     kv_lens        [B] ints: prefix + draft nodes of each request (its draft rows included)
     softmax_scale  float
     d_latent, d_rope   512, 64 (DeepSeek-V3 / Kimi K2)
-    dtype          "bf16" | "f16" | "f32" (of q, kv_cache and out)
+    dtype          "bf16" | "f16" | "f32" (of q and out, and of kv_cache by default)
     page_size      1 (SGLang's token pool) .. 64 (FlashMLA / vLLM) or any >= 1
     max_pages      page_table row stride; default ceil(max(kv_lens) / page_size)
+    kv_dtype       None (the cache has `dtype`) or "fp8_e4m3" (alias "fp8"): an E4M3 cache,
+                   whose runs take kv_scale
 
     Lists, numpy arrays or torch tensors are accepted for the lengths (a CUDA tensor is copied
     to the host, which synchronizes: pass host copies, e.g. SGLang's seq_lens_cpu).
     """
 
     def __init__(self, *, num_heads, q_indptr, kv_lens, softmax_scale, d_latent=512,
-                 d_rope=64, dtype="bf16", page_size=1, max_pages=None):
+                 d_rope=64, dtype="bf16", page_size=1, max_pages=None, kv_dtype=None):
         self.kv_lens = host_int32("kv_lens", kv_lens)
         if self.kv_lens.ndim != 1:
             raise invalid("kv_lens must be 1-D [B], not %s" % list(self.kv_lens.shape))
@@ -167,6 +243,7 @@ class Problem:
         self.d_rope = c_int("d_rope", d_rope)
         self.softmax_scale = float(softmax_scale)
         self.dtype = dtype_name(dtype)
+        self.kv_dtype = kv_dtype_name(kv_dtype, self.dtype)
         self.page_size = c_int("page_size", page_size)
         if max_pages is None:
             longest = int(self.kv_lens.max()) if self.batch else 0
@@ -191,11 +268,13 @@ class Problem:
             num_heads=self.num_heads, d_latent=self.d_latent, d_rope=self.d_rope,
             softmax_scale=self.softmax_scale, dtype=DTYPES[self.dtype],
             page_size=self.page_size, batch=self.batch, q_indptr=self.q_indptr.ctypes.data,
-            kv_lens=self.kv_lens.ctypes.data, max_pages=self.max_pages)
+            kv_lens=self.kv_lens.ctypes.data, max_pages=self.max_pages,
+            kv_dtype=DTYPES[self.kv_dtype])
 
     def __repr__(self):
-        return ("Problem(H=%d, Dl=%d, Dr=%d, %s, page_size=%d, B=%d, T=%d, max_q_len=%d, "
-                "max_pages=%d)" % (self.num_heads, self.d_latent, self.d_rope, self.dtype,
+        kv = "" if self.kv_dtype == self.dtype else ", kv_dtype=%s" % self.kv_dtype
+        return ("Problem(H=%d, Dl=%d, Dr=%d, %s%s, page_size=%d, B=%d, T=%d, max_q_len=%d, "
+                "max_pages=%d)" % (self.num_heads, self.d_latent, self.d_rope, self.dtype, kv,
                                    self.page_size, self.batch, self.num_tokens,
                                    self.max_q_len, self.max_pages))
 
@@ -339,14 +418,11 @@ class Plan:
             raise invalid("tensors are in different places: " +
                           ", ".join("%s on %s" % (a.name, a.where) for a in args) +
                           " (all host memory, or all on one CUDA device)")
-        elems = _ELEMENTS[p.dtype]
-        for a in (a_q, a_kv, a_out):
-            if a is not None and a.dtype not in elems:
-                raise invalid("%s has dtype %s; the plan's dtype %s needs %s" % (
-                    a.name, a.dtype, p.dtype,
-                    " or ".join(("torch.bfloat16" if e == "bfloat16" else
-                                 "uint16 (raw BF16 bits)" if e == "uint16" else e)
-                                for e in elems)))
+        for a, dt in ((a_q, p.dtype), (a_kv, p.kv_dtype), (a_out, p.dtype)):
+            if a is not None and a.dtype not in _ELEMENTS[dt]:
+                raise invalid("%s has dtype %s; the plan's %s %s needs %s" % (
+                    a.name, a.dtype, "kv_dtype" if a is a_kv else "dtype", dt,
+                    " or ".join(_ELEMENT_DOC.get(e, e) for e in _ELEMENTS[dt])))
         if a_out is not None and a_out.dtype != a_q.dtype:
             raise invalid("out has dtype %s but q has %s" % (a_out.dtype, a_q.dtype))
         if a_pt.dtype != "int32":
@@ -369,12 +445,14 @@ class Plan:
                           % (list(a_kv.shape), p.page_size, W))
         return a_q, a_kv, a_pt, a_mask, a_out, a_lse
 
-    def run(self, q, kv_cache, page_table, tree_mask=None, out=None, lse=None, stream=None):
+    def run(self, q, kv_cache, page_table, tree_mask=None, out=None, lse=None, stream=None,
+            kv_scale=None):
         """Run the plan; returns (out, lse).
 
         q           [T, H, Dl+Dr]                dtype (torch.bfloat16 / numpy uint16 bits for
                                                  bf16, float16, float32)
-        kv_cache    [num_pages, page_size, Dl+Dr]  same dtype
+        kv_cache    [num_pages, page_size, Dl+Dr]  same dtype; with kv_dtype "fp8_e4m3":
+                                                 torch.float8_e4m3fn, or uint8 e4m3 bytes
         page_table  [B, max_pages]               int32
         tree_mask   [T, words] uint32 or int32   packed draft-visibility bits, or None for a
                                                  causal chain (DFlash, top-1 EAGLE)
@@ -382,6 +460,9 @@ class Plan:
         lse         [T, H] float32, None (allocated) or False (not computed)
         stream      CUDA tensors only: torch.cuda.Stream or cudaStream_t handle; default the
                     current torch stream. Ignored for host tensors.
+        kv_scale    FP8 caches only (else None): a float, or a 1-element float32 array / tensor
+                    where the tensors are (numpy or CPU torch for host tensors, a CUDA tensor
+                    on their device), read by the run itself (see kv_scale_arg)
 
         All numpy / CPU torch (host memory) or all torch CUDA tensors on the plan's device.
         With CUDA tensors on a CUDA plan the call is asynchronous on the stream, allocates
@@ -394,6 +475,7 @@ class Plan:
             q, kv_cache, page_table, tree_mask, out, lse)
         p = self.problem
         device = a_q.device
+        scale_value, scale_ptr = kv_scale_arg(kv_scale, device, p.kv_dtype)
         if device is not None and self._device is not None and device != self._device and \
                 self.workspace_memory == "device":
             raise invalid("the tensors are on cuda:%d but the plan was made on cuda:%d"
@@ -412,7 +494,8 @@ class Plan:
             memory=MEM_HOST if device is None else MEM_DEVICE, q=a_q.ptr, kv_cache=a_kv.ptr,
             num_pages=c_int("num_pages", a_kv.shape[0], 64), page_table=a_pt.ptr,
             tree_mask=a_mask.ptr if a_mask is not None else None, out=a_out.ptr,
-            lse=a_lse.ptr if a_lse is not None else None)
+            lse=a_lse.ptr if a_lse is not None else None, kv_scale=scale_value,
+            kv_scale_ptr=scale_ptr)
         if lse is False:
             lse = None
         lib = _lib.load()
@@ -503,6 +586,9 @@ class Plan:
             self.problem, self.backend, self.workspace_bytes, self.workspace_memory)
 
 
+_ELEMENT_DOC = {"bfloat16": "torch.bfloat16", "uint16": "uint16 (raw BF16 bits)",
+                "float8_e4m3fn": "torch.float8_e4m3fn", "uint8": "uint8 (e4m3 bytes)"}
+
 _SHAPE_DOC = {
     "q": "[T, H, d_latent + d_rope]",
     "page_table": "[B, max_pages]",
@@ -514,11 +600,13 @@ _SHAPE_DOC = {
 
 def verify(q, kv_cache, page_table, tree_mask=None, *, q_indptr, kv_lens, softmax_scale,
            d_latent=512, dtype=None, out=None, lse=None, backend="auto", context=None,
-           stream=None):
+           stream=None, kv_dtype=None, kv_scale=None):
     """One shot: plan, run, free. Shapes come from the tensors (H and W from q, page_size from
     kv_cache, max_pages from page_table); d_rope = W - d_latent; dtype is inferred from q
     (float32, float16, torch.bfloat16) unless given (numpy uint16 BF16 bits need
-    dtype="bf16"). Convenient, not fast: an engine plans once and runs many times.
+    dtype="bf16"); kv_dtype is "fp8_e4m3" for a torch.float8_e4m3fn cache, else q's unless
+    given (uint8 e4m3 bytes need kv_dtype="fp8_e4m3"), and an FP8 cache needs kv_scale (see
+    Plan.run). Convenient, not fast: an engine plans once and runs many times.
     Returns (out, lse)."""
     a_q, a_kv, a_pt = wrap("q", q), wrap("kv_cache", kv_cache), wrap("page_table", page_table)
     if len(a_q.shape) != 3:
@@ -530,10 +618,15 @@ def verify(q, kv_cache, page_table, tree_mask=None, *, q_indptr, kv_lens, softma
         raise invalid("page_table has shape %s, expected [B, max_pages]" % list(a_pt.shape))
     W = a_q.shape[2]
     dtype = dtype_name(dtype) if dtype is not None else infer_dtype(q)
+    if kv_dtype is None and a_kv.dtype == "float8_e4m3fn":
+        kv_dtype = "fp8_e4m3"
+    elif kv_dtype is None and a_kv.dtype == "uint8":
+        raise invalid("kv_cache is uint8: pass kv_dtype='fp8_e4m3' if it holds e4m3 bytes")
     device = a_q.device
     with Plan(num_heads=a_q.shape[1], d_latent=d_latent, d_rope=W - d_latent,
               softmax_scale=softmax_scale, dtype=dtype, page_size=a_kv.shape[1],
               q_indptr=q_indptr, kv_lens=kv_lens, max_pages=a_pt.shape[1],
-              backend=backend, context=context,
+              kv_dtype=kv_dtype, backend=backend, context=context,
               device=device if (device is not None and is_torch(q)) else None) as plan:
-        return plan.run(q, kv_cache, page_table, tree_mask, out=out, lse=lse, stream=stream)
+        return plan.run(q, kv_cache, page_table, tree_mask, out=out, lse=lse, stream=stream,
+                        kv_scale=kv_scale)

@@ -23,6 +23,45 @@ import numpy as np
 FORMAT = "mlaverify-bundle"
 VERSION = "1"
 _DTYPES = {"bf16": "BF16", "f16": "F16", "f32": "F32"}
+_FP8 = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn")
+
+
+def _e4m3_table():
+    """The value of each of the 256 float8 e4m3fn bytes (bias 7, 3 mantissa bits, no
+    infinities, 0x7f / 0xff NaN), as float32: every one is exact there."""
+    b = np.arange(256)
+    e, m = (b >> 3) & 0xF, b & 7
+    mag = np.where(e == 0, m * 2.0 ** -9, (1.0 + m / 8.0) * 2.0 ** (e - 7.0))
+    v = np.where(b & 0x80, -mag, mag)
+    v[(b & 0x7F) == 0x7F] = np.nan
+    return v.astype(np.float32)
+
+
+#: value of every e4m3 byte (the one decode of the format here; e4m3_bits rounds to it)
+E4M3_VALUES = _e4m3_table()
+
+
+def e4m3_to_f32(b):
+    """e4m3 bytes (uint8) -> their float32 values (exact; 0x7f and 0xff are NaN). The value of
+    a KV element is this times kv_scale."""
+    return E4M3_VALUES[np.asarray(b, dtype=np.uint8)]
+
+
+def e4m3_bits(x):
+    """float -> e4m3 bytes (uint8): round to the nearest e4m3 value, ties to the even byte
+    (even mantissa), saturating at +-448 (infinities too), NaN -> 0x7f / 0xff: the rule of the
+    library's mlav_f32_to_e4m3, as a search of E4M3_VALUES."""
+    x = np.asarray(x, dtype=np.float32)
+    a = np.abs(x.astype(np.float64)).ravel()
+    finite = E4M3_VALUES[:0x7F].astype(np.float64)  # bytes 0..0x7e, increasing
+    lo = np.clip(np.searchsorted(finite, a, side="right") - 1, 0, 0x7E)
+    hi = np.minimum(lo + 1, 0x7E)
+    d_lo, d_hi = a - finite[lo], finite[hi] - a
+    code = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (lo % 2 == 1)), hi, lo)
+    code = np.where(a >= 448.0, 0x7E, code)
+    code = np.where(np.isnan(a), 0x7F, code)
+    code = code | np.where(np.signbit(x.ravel()), 0x80, 0)
+    return code.astype(np.uint8).reshape(x.shape)
 
 
 def bf16_bits(x):
@@ -84,13 +123,31 @@ def write_safetensors(path, tensors, metadata):
             f.write(data)
 
 
+def _kv_scale_value(kv_scale):
+    """A kv_scale given as a number, a 1-element numpy array or a torch tensor, as a float."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(kv_scale, torch.Tensor):
+        kv_scale = kv_scale.detach().cpu().numpy()
+    a = np.asarray(kv_scale, dtype=np.float64)
+    if a.size != 1:
+        raise ValueError("kv_scale must be one value, not an array of shape %s" % list(a.shape))
+    v = float(a.reshape(-1)[0])
+    if not (np.isfinite(v) and v > 0 and np.isfinite(np.float32(v)) and np.float32(v) > 0):
+        raise ValueError("kv_scale = %r must be finite and > 0 (an FP8 element's value is "
+                         "e4m3(byte) x kv_scale)" % v)
+    return v
+
+
 def write_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, tree_parents,
                  softmax_scale, d_latent, dtype=None, draft_tokens=None, vocab=256,
-                 readout_seed=1, source="golden/write_bundle.py", extra_metadata=None):
+                 readout_seed=1, source="golden/write_bundle.py", extra_metadata=None,
+                 kv_dtype=None, kv_scale=None):
     """Write an inputs-only bundle (numpy arrays).
 
     q            [T, H, d_latent + d_rope]        float32 / float16 / uint16 (BF16 bits)
-    kv_cache     [num_pages, page_size, d_latent + d_rope]   same dtype as q
+    kv_cache     [num_pages, page_size, d_latent + d_rope]   same dtype as q; with kv_dtype
+                                                 "fp8_e4m3": uint8 e4m3 bytes, or float values
+                                                 stored as e4m3_bits(value / kv_scale)
     page_table   [B, max_pages] int              KV row j of request b: page
                                                  page_table[b][j // page_size]
     q_indptr     [B + 1] int                     request b owns q rows q_indptr[b]:q_indptr[b+1]
@@ -98,6 +155,9 @@ def write_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, tree_paren
     tree_parents [T] int                         local parent of each node, -1 for each root
     draft_tokens [T] int or None                 None: `gen --expect-from` picks them
     dtype        "bf16" | "f16" | "f32"; None infers f32 / f16 from q (uint16 needs "bf16")
+    kv_dtype     None (the cache has q's dtype) or "fp8_e4m3" (alias "fp8"): an F8_E4M3 cache
+    kv_scale     the FP8 cache's scale (a KV element's value is e4m3(byte) x kv_scale),
+                 written as the kv_scale tensor; required with an FP8 cache, refused otherwise
     extra_metadata  dict of further string metadata (a capture's provenance); readers ignore it
     """
     q = np.asarray(q)
@@ -109,6 +169,15 @@ def write_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, tree_paren
         dtype = inferred[q.dtype]
     if dtype not in _DTYPES:
         raise ValueError("dtype must be bf16, f16 or f32")
+    fp8 = kv_dtype is not None and str(kv_dtype).lower() in _FP8
+    if kv_dtype is not None and not fp8 and kv_dtype != dtype:
+        raise ValueError("kv_dtype %r with dtype %s: the cache has q's dtype or is fp8_e4m3"
+                         % (kv_dtype, dtype))
+    if fp8 and kv_scale is None:
+        raise ValueError("an fp8_e4m3 cache needs its kv_scale (a KV element's value is "
+                         "e4m3(byte) x kv_scale)")
+    if not fp8 and kv_scale is not None:
+        raise ValueError("kv_scale goes with an fp8_e4m3 cache (kv_dtype='fp8_e4m3') only")
     if q.ndim != 3 or kv_cache.ndim != 3 or q.shape[2] != kv_cache.shape[2]:
         raise ValueError("q must be [T, H, W] and kv_cache [num_pages, page_size, W]")
     T, H, W = q.shape
@@ -123,8 +192,21 @@ def write_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, tree_paren
     if q_indptr.shape != (B + 1,) or kv_lens.shape != (B,) or tree_parents.shape != (T,):
         raise ValueError("q_indptr must be [B+1], kv_lens [B], tree_parents [T]")
     st = _DTYPES[dtype]
-    tensors = [
-        ("softmax_scale", "F32", [1], np.array([softmax_scale], dtype="<f4")),
+    tensors = [("softmax_scale", "F32", [1], np.array([softmax_scale], dtype="<f4"))]
+    if fp8:  # the 4-byte tensors first, in the order mlaverify gen writes them
+        kv_scale = _kv_scale_value(kv_scale)
+        tensors.append(("kv_scale", "F32", [1], np.array([kv_scale], dtype="<f4")))
+        kv_st = "F8_E4M3"
+        if kv_cache.dtype == np.uint8:
+            kv_data = np.ascontiguousarray(kv_cache)
+        elif np.issubdtype(kv_cache.dtype, np.floating):
+            kv_data = e4m3_bits(kv_cache.astype(np.float64) / np.float32(kv_scale))
+        else:
+            raise ValueError("an fp8_e4m3 kv_cache is uint8 e4m3 bytes or float values, not %s"
+                             % kv_cache.dtype)
+    else:
+        kv_st, kv_data = st, _storage(kv_cache, dtype)
+    tensors += [
         ("q_indptr", "I32", q_indptr.shape, q_indptr),
         ("kv_lens", "I32", kv_lens.shape, kv_lens),
         ("page_table", "I32", page_table.shape, page_table),
@@ -136,7 +218,7 @@ def write_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, tree_paren
             raise ValueError("draft_tokens must be [T]")
         tensors.append(("draft_tokens", "I32", draft_tokens.shape, draft_tokens))
     tensors += [("q", st, q.shape, _storage(q, dtype)),
-                ("kv_cache", st, kv_cache.shape, _storage(kv_cache, dtype))]
+                ("kv_cache", kv_st, kv_cache.shape, kv_data)]
     metadata = {"format": FORMAT, "version": VERSION, "num_heads": H, "d_latent": d_latent,
                 "d_rope": W - d_latent, "vocab": vocab, "readout_seed": readout_seed,
                 "source": source}
@@ -146,12 +228,14 @@ def write_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, tree_paren
 
 
 _NP = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "I32": "<i4", "F64": "<f8", "I64": "<i8",
-       "U8": "u1", "I8": "i1", "U16": "<u2", "I16": "<i2", "U32": "<u4", "BOOL": "u1"}
+       "U8": "u1", "I8": "i1", "U16": "<u2", "I16": "<i2", "U32": "<u4", "BOOL": "u1",
+       "F8_E4M3": "u1"}
 
 
 def read_bundle(path):
     """(tensors, metadata) of any bundle; BF16 tensors come back as uint16 bits (bf16_to_f32
-    turns them into float32)."""
+    turns them into float32), an F8_E4M3 kv_cache as uint8 bytes (its values:
+    e4m3_to_f32(bytes) * tensors["kv_scale"][0])."""
     with open(path, "rb") as f:
         raw = f.read()
     (n,) = struct.unpack("<Q", raw[:8])
@@ -169,12 +253,14 @@ def read_bundle(path):
 
 def _to_host(name, x):
     """numpy array and dtype name of a numpy array or a (CPU or CUDA) torch tensor; BF16
-    tensors come back as uint16 bits."""
+    tensors come back as uint16 bits, torch.float8_e4m3fn ones as uint8 bytes."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         x = x.detach()
         if x.dtype == torch.bfloat16:
             return x.contiguous().view(torch.int16).cpu().numpy().view(np.uint16), "bfloat16"
+        if x.dtype == getattr(torch, "float8_e4m3fn", None):
+            return x.contiguous().view(torch.uint8).cpu().numpy(), "float8_e4m3fn"
         return x.contiguous().cpu().numpy(), str(x.dtype).replace("torch.", "")
     a = np.asarray(x)
     return a, a.dtype.name
@@ -191,7 +277,8 @@ def _chain_parents(q_indptr):
 def capture_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, softmax_scale,
                    tree_parents=None, tree_mask=None, d_latent=512, dtype=None,
                    draft_tokens=None, vocab=256, readout_seed=1, compact=True,
-                   source="mlaverify.capture_bundle", metadata=None):
+                   source="mlaverify.capture_bundle", metadata=None, kv_dtype=None,
+                   kv_scale=None):
     """Write the inputs of one verify step, taken from live tensors, as an inputs-only bundle.
 
     Tensors may be numpy arrays or torch tensors (CPU or CUDA; they are copied to the host, so
@@ -204,6 +291,10 @@ def capture_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, softmax_
     compact        keep only the KV pages the requests use (renumbered in order of first use),
                    so that a capture from a pool of millions of rows stays small
     dtype          None infers from q (torch.bfloat16 -> bf16); numpy uint16 needs "bf16"
+    kv_dtype       None infers from kv_cache: torch.float8_e4m3fn -> "fp8_e4m3" (SGLang's and
+                   vLLM's fp8_e4m3 caches); a uint8 cache of e4m3 bytes needs "fp8_e4m3"
+    kv_scale       an FP8 cache's scale: a float or a 1-element tensor (SGLang: the layer's
+                   k_scale; vLLM: layer._k_scale), required with an FP8 cache
     metadata       dict of extra provenance strings (model, step, engine version...)
 
     Then `complete_bundle(path, out_path)` adds the fp64 oracle's expectations.
@@ -224,6 +315,12 @@ def capture_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, softmax_
         parents = _chain_parents(qi)
     torch = sys.modules.get("torch")
     is_torch_kv = torch is not None and isinstance(kv_cache, torch.Tensor)
+    if is_torch_kv and kv_cache.dtype == getattr(torch, "float8_e4m3fn", None):
+        # bytes from here on (index_select and the copy need no fp8 kernels)
+        kv_cache = kv_cache.view(torch.uint8)
+        kv_dtype = "fp8_e4m3" if kv_dtype is None else kv_dtype
+        if str(kv_dtype).lower() not in _FP8:
+            raise ValueError("kv_cache is torch.float8_e4m3fn but kv_dtype is %r" % (kv_dtype,))
     if len(kv_cache.shape) != 3:
         raise ValueError("kv_cache must be [num_pages, page_size, W]")
     page_size = int(kv_cache.shape[1])
@@ -262,7 +359,13 @@ def capture_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, softmax_
             raise ValueError("say dtype='bf16' (or 'f16'/'f32') for q of dtype %s" % q_dt)
     elif dtype in ("bfloat16",):
         dtype = "bf16"
-    if q_dt != kv_dt:
+    fp8 = kv_dtype is not None and str(kv_dtype).lower() in _FP8
+    if fp8 and kv_dt not in ("uint8", "float8_e4m3fn"):
+        raise ValueError("kv_dtype fp8_e4m3 takes a torch.float8_e4m3fn or uint8 kv_cache, "
+                         "not %s" % kv_dt)
+    if not fp8 and kv_dt == "uint8":
+        raise ValueError("kv_cache is uint8: say kv_dtype='fp8_e4m3' if it holds e4m3 bytes")
+    if not fp8 and q_dt != kv_dt:
         raise ValueError("q is %s but kv_cache is %s" % (q_dt, kv_dt))
     meta = {"capture_pool_pages": str(kept)}
     meta.update({str(k): str(v) for k, v in (metadata or {}).items()})
@@ -271,7 +374,8 @@ def capture_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, softmax_
                  dtype=dtype,
                  draft_tokens=None if draft_tokens is None else
                  _to_host("draft_tokens", draft_tokens)[0],
-                 vocab=vocab, readout_seed=readout_seed, source=source, extra_metadata=meta)
+                 vocab=vocab, readout_seed=readout_seed, source=source, extra_metadata=meta,
+                 kv_dtype="fp8_e4m3" if fp8 else None, kv_scale=kv_scale)
     return {"T": int(qi[-1]), "B": int(pt.shape[0]), "pages": kept}
 
 
@@ -364,10 +468,14 @@ def main(argv, prog=None):
                                "cache / page table captured from a live engine can be checked.")
     ap.add_argument("out", help="the inputs bundle to write (.safetensors)")
     ap.add_argument("--npz", help="arrays q, kv_cache, page_table, q_indptr, kv_lens, "
-                                  "tree_parents, softmax_scale [, draft_tokens]")
+                                  "tree_parents, softmax_scale [, draft_tokens] [, kv_scale "
+                                  "with --kv-dtype fp8]")
     ap.add_argument("--demo", action="store_true", help="write a tiny random case instead")
     ap.add_argument("--d-latent", type=int, default=512)
     ap.add_argument("--dtype", choices=sorted(_DTYPES), default=None)
+    ap.add_argument("--kv-dtype", choices=["fp8_e4m3", "fp8"], default=None,
+                    help="an FP8 (E4M3) cache: kv_cache in the npz is uint8 e4m3 bytes (or "
+                         "float values to quantize) and the npz holds kv_scale")
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--readout-seed", type=int, default=1)
     args = ap.parse_args(argv)
@@ -383,7 +491,8 @@ def main(argv, prog=None):
                  d_latent=args.d_latent, dtype=args.dtype,
                  draft_tokens=z["draft_tokens"] if "draft_tokens" in z else None,
                  vocab=args.vocab, readout_seed=args.readout_seed,
-                 source="golden/write_bundle.py --npz " + args.npz)
+                 source="golden/write_bundle.py --npz " + args.npz,
+                 kv_dtype=args.kv_dtype, kv_scale=z["kv_scale"] if "kv_scale" in z else None)
     return 0
 
 

@@ -9,7 +9,7 @@ import random
 import numpy as np
 
 import mlaverify as mv
-from mlaverify.bundle import bf16_bits, bf16_to_f32
+from mlaverify.bundle import bf16_bits, bf16_to_f32, e4m3_bits, e4m3_to_f32
 
 TOL_OUT = {"f32": 1e-5, "bf16": 5e-3, "f16": 5e-3}
 TOL_LSE = {"f32": 1e-5, "bf16": 1e-3, "f16": 1e-3}
@@ -36,13 +36,19 @@ def make_parents(rng, n, kind):
     return par
 
 
+#: the scale of FP8 test caches: gen's default (the values, in [-1, 1), reach e4m3 224)
+FP8_SCALE = float(np.float32(1.0 / 224.0))
+
+
 def make_case(rng, *, H, Dl=512, Dr=64, dtype="f32", page_size=1, reqs, spare_pages=2,
-              poison=True, causal=False):
+              poison=True, causal=False, kv_dtype=None, kv_scale=FP8_SCALE):
     """A random verify problem. reqs: list of (q_len, prefix_len, tree kind). The pool is NaN
     outside the rows the requests use (so reading past the page table shows), page ids are
     shuffled, unused page-table columns point at a spare page. Returns a dict with the
-    library inputs (q, kv_cache in the dtype's storage: uint16 bits for bf16), the float64
-    values they hold, and the lengths."""
+    library inputs (q, kv_cache in the dtype's storage: uint16 bits for bf16; uint8 e4m3 bytes
+    e4m3(v / kv_scale) for kv_dtype "fp8_e4m3", whose NaN poison is the byte 0x7f), the
+    float64 values they hold (an FP8 cache's: e4m3 x kv_scale, exact in float64), and the
+    lengths."""
     W = Dl + Dr
     q_lens = np.array([r[0] for r in reqs], dtype=np.int32)
     prefixes = np.array([r[1] for r in reqs], dtype=np.int32)
@@ -75,18 +81,47 @@ def make_case(rng, *, H, Dl=512, Dr=64, dtype="f32", page_size=1, reqs, spare_pa
         q_val, kv_val = q_st.astype(np.float32), kv_st.astype(np.float32)
     else:
         q_st, kv_st, q_val, kv_val = q, pool, q, pool
+    kv_val = kv_val.astype(np.float64)
+    fp8 = kv_dtype is not None and mv.api.kv_dtype_name(kv_dtype, dtype) == "fp8_e4m3"
+    if fp8:
+        kv_st = e4m3_bits(pool.astype(np.float64) / np.float32(kv_scale))
+        kv_val = e4m3_to_f32(kv_st).astype(np.float64) * float(np.float32(kv_scale))
     return dict(H=H, Dl=Dl, Dr=Dr, dtype=dtype, page_size=page_size, q=q_st, kv_cache=kv_st,
-                q_val=q_val.astype(np.float64), kv_val=kv_val.astype(np.float64),
+                q_val=q_val.astype(np.float64), kv_val=kv_val,
                 page_table=page_table, tree_mask=mask, parents=parents, q_indptr=q_indptr,
-                kv_lens=kv_lens, scale=1.0 / np.sqrt(Dl / 4 + Dr), T=T)
+                kv_lens=kv_lens, scale=1.0 / np.sqrt(Dl / 4 + Dr), T=T,
+                kv_dtype="fp8_e4m3" if fp8 else dtype,
+                kv_scale=float(np.float32(kv_scale)) if fp8 else None)
 
 
 def plan_for(case, backend, **kw):
+    """A Plan for a make_case problem (kv_dtype included: an FP8 case's runs take
+    kv_scale=case["kv_scale"])."""
     return mv.Plan(num_heads=case["H"], d_latent=case["Dl"], d_rope=case["Dr"],
                    softmax_scale=case["scale"], dtype=case["dtype"],
                    page_size=case["page_size"], q_indptr=case["q_indptr"],
                    kv_lens=case["kv_lens"], max_pages=case["page_table"].shape[1],
-                   backend=backend, **kw)
+                   kv_dtype=case.get("kv_dtype"), backend=backend, **kw)
+
+
+def fp8_runs(backend):
+    """Whether `backend` computes an FP8 cache (e4m3 x kv_scale) right: one key of one
+    request, whose out is that key's first Dl values exactly. A library whose backend does not
+    run FP8 yet may misread the bytes as the q dtype: the pool has four pages so that such a
+    read (4 bytes an element of page 0, for f32 q) stays inside it."""
+    W, Dl, scale = 8, 4, 0.375
+    kv = np.zeros((4, 1, W), dtype=np.uint8)
+    kv[0, 0] = [0x38, 0x40, 0xB8, 0x01, 0x7E, 0x30, 0x44, 0x3C]  # 1, 2, -1, 2^-9, 448, ...
+    q = np.ones((1, 1, W), dtype=np.float32)
+    try:
+        with mv.Plan(num_heads=1, d_latent=Dl, d_rope=W - Dl, softmax_scale=0.125,
+                     dtype="f32", page_size=1, q_indptr=[0, 1], kv_lens=[1], max_pages=1,
+                     kv_dtype="fp8_e4m3", backend=backend) as plan:
+            out, _ = plan.run(q, kv, np.zeros((1, 1), np.int32), kv_scale=scale)
+    except mv.MlavError:
+        return False
+    want = e4m3_to_f32(kv[0, 0, :Dl]).astype(np.float64) * scale
+    return bool(np.array_equal(out[0, 0].astype(np.float64), want))
 
 
 def visible(case, b):
@@ -127,6 +162,16 @@ def oracle(case):
             out[lo:hi] = np.where(l[:, :, None] > 0, o, 0.0)
             lse[lo:hi] = np.where(l > 0, m[:, :, 0] + np.log(l), -np.inf)
     return out, lse
+
+
+def round_to_dtype(x, dtype):
+    """float64 values (an oracle's out) stored in a dtype as the library stores out: BF16 bits,
+    float16 or float32, round to nearest even."""
+    if dtype == "bf16":
+        return bf16_bits(x.astype(np.float32))
+    if dtype == "f16":
+        return x.astype(np.float16)
+    return x.astype(np.float32)
 
 
 def as_f64(x, dtype):

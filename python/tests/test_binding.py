@@ -58,10 +58,11 @@ int main(void) {
     F(mlav_problem, num_heads); F(mlav_problem, d_latent); F(mlav_problem, d_rope);
     F(mlav_problem, softmax_scale); F(mlav_problem, dtype); F(mlav_problem, page_size);
     F(mlav_problem, batch); F(mlav_problem, q_indptr); F(mlav_problem, kv_lens);
-    F(mlav_problem, max_pages);
+    F(mlav_problem, max_pages); F(mlav_problem, kv_dtype);
     F(mlav_tensors, memory); F(mlav_tensors, q); F(mlav_tensors, kv_cache);
     F(mlav_tensors, num_pages); F(mlav_tensors, page_table); F(mlav_tensors, tree_mask);
-    F(mlav_tensors, out); F(mlav_tensors, lse);
+    F(mlav_tensors, out); F(mlav_tensors, lse); F(mlav_tensors, kv_scale);
+    F(mlav_tensors, kv_scale_ptr);
     F(mlav_limits, max_batch); F(mlav_limits, max_tokens); F(mlav_limits, max_q_len);
     F(mlav_limits, max_kv_len);
     F(mlav_lengths, memory); F(mlav_lengths, batch); F(mlav_lengths, q_indptr);
@@ -122,6 +123,8 @@ def _plan_error(st):
     ("batch", 0, "batch = 0"),
     ("max_pages", 0, "max_pages = 0"),
     ("max_pages", 2, "exceeds max_pages * page_size = 4"),
+    ("kv_dtype", 7, "kv_dtype = 7"),
+    ("kv_dtype", 1, "kv_dtype = 1 (bf16) with dtype f32"),
 ])
 def test_binding_problem_field_roundtrip(field, value, expect):
     """Each field reaches the library at its offset: a bad value comes back named."""
@@ -147,6 +150,32 @@ def test_binding_problem_pointer_roundtrip():
     # and the good one plans: the ints after the pointers are read where they are
     with mv.Plan(p, backend="cpu") as plan:
         assert plan.backend == "cpu"
+
+
+def test_binding_kv_scale_fields_roundtrip():
+    """kv_scale and kv_scale_ptr reach the library at their offsets: a bad host scale comes
+    back named (validation, before any backend runs), and kv_dtype is read from its field."""
+    p = mv.Problem(num_heads=2, d_latent=8, d_rope=4, softmax_scale=0.5, dtype="f32",
+                   page_size=2, q_indptr=[0, 2, 3], kv_lens=[5, 1], max_pages=3,
+                   kv_dtype="fp8_e4m3")
+    assert p._struct().kv_dtype == 3
+    q, _, pt, mask, out, lse = _inputs(_problem())
+    kv = np.full((4, 2, 12), 0x38, dtype=np.uint8)  # e4m3 1.0
+    bad = np.array([-2.0], dtype=np.float32)
+    with mv.Plan(p, backend="cpu") as plan:
+        t = _lib.MlavTensors(memory=0, q=q.ctypes.data, kv_cache=kv.ctypes.data, num_pages=4,
+                             page_table=pt.ctypes.data, tree_mask=mask.ctypes.data,
+                             out=out.ctypes.data, lse=lse.ctypes.data, kv_scale=float("nan"))
+        ws = plan._host_ws.ctypes.data if plan._host_ws is not None else None
+        with pytest.raises(mv.InvalidArgumentError) as e:
+            check(_lib.load().mlav_run(plan._h, ctypes.byref(t), ws, plan.workspace_bytes,
+                                       None))
+        assert "tensors.kv_scale = nan" in e.value.sentence, e.value.sentence
+        t.kv_scale_ptr = bad.ctypes.data  # overrides the value
+        with pytest.raises(mv.InvalidArgumentError) as e:
+            check(_lib.load().mlav_run(plan._h, ctypes.byref(t), ws, plan.workspace_bytes,
+                                       None))
+        assert "*tensors.kv_scale_ptr = -2" in e.value.sentence, e.value.sentence
 
 
 def _inputs(p):

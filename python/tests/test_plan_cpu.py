@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mlaverify as mv
-from mlav_testutil import compare, make_case, oracle, plan_for
+from mlav_testutil import compare, make_case, oracle, plan_for, round_to_dtype
 
 # (name, H, Dl, Dr, dtype, page_size, requests (q_len, prefix, tree), causal)
 CASES = [
@@ -43,18 +43,10 @@ def test_plan_cpu_matches_reference_and_oracle(case_spec, seed):
     compare(case, out, lse, ref_out, ref_lse, name + " cpu vs reference", seed)
     o64, l64 = oracle(case)
     # the reference backend is the fp64 oracle rounded to the dtype: the same numbers as numpy's
-    compare(case, ref_out, ref_lse, o64.astype(np.float32) if dtype == "f32" else
-            _round(o64, dtype), l64, name + " reference vs numpy oracle", seed, tol_scale=0.5)
-    compare(case, out, lse, _round(o64, dtype), l64, name + " cpu vs numpy oracle", seed)
+    compare(case, ref_out, ref_lse, round_to_dtype(o64, dtype), l64,
+            name + " reference vs numpy oracle", seed, tol_scale=0.5)
+    compare(case, out, lse, round_to_dtype(o64, dtype), l64, name + " cpu vs numpy oracle", seed)
 
-
-def _round(x, dtype):
-    from mlaverify.bundle import bf16_bits
-    if dtype == "bf16":
-        return bf16_bits(x.astype(np.float32))
-    if dtype == "f16":
-        return x.astype(np.float16)
-    return x.astype(np.float32)
 
 
 def test_plan_reuse_and_one_shot_verify(seed):

@@ -24,6 +24,7 @@ static const char *const tensor_names[] = {
     "tree_parents",
     "draft_tokens",
     "softmax_scale",
+    "kv_scale",
     "expect_out",
     "expect_lse",
     "expect_tokens",
@@ -63,6 +64,13 @@ void mlav_bundle_free(mlav_bundle *b)
     free(b->expect_accept);
     free(b->expect_margin);
     memset(b, 0, sizeof *b);
+}
+
+mlav_status mlav_bundle_wrap_error(mlav_status s, const char *prefix)
+{
+    char why[1024];
+    snprintf(why, sizeof why, "%s", mlav_get_error());
+    return mlav_set_error(s, "%s: %s", prefix, why);
 }
 
 /* ---- metadata ----------------------------------------------------------------------------- */
@@ -196,9 +204,9 @@ static mlav_status from_container(mlav_st_file *f, mlav_bundle_mode mode, mlav_b
         if (!known)
             return mlav_set_error(MLAV_ERR_FORMAT,
                                   "unknown tensor '%.64s' (a bundle holds q, kv_cache, page_table, "
-                                  "q_indptr, kv_lens, tree_parents, draft_tokens, softmax_scale "
-                                  "and expect_out, expect_lse, expect_tokens, expect_accept, "
-                                  "expect_margin)",
+                                  "q_indptr, kv_lens, tree_parents, draft_tokens, softmax_scale, "
+                                  "kv_scale (FP8 caches) and expect_out, expect_lse, "
+                                  "expect_tokens, expect_accept, expect_margin)",
                                   f->tensors[i].name);
     }
     static const char *const required[] = {"q",       "kv_cache",     "page_table",   "q_indptr",
@@ -244,13 +252,36 @@ static mlav_status from_container(mlav_st_file *f, mlav_bundle_mode mode, mlav_b
                               (long long)q->shape[0], INT32_MAX);
     b->T = (int32_t)q->shape[0];
 
-    mlav_st_tensor *kv = mlav_st_find(f, "kv_cache");
-    if (strcmp(kv->dtype, dt) != 0)
+    /* the cache has q's dtype, or is FP8 with its scale beside it (and only then) */
+    mlav_st_tensor *kv = mlav_st_find(f, "kv_cache"), *ks = mlav_st_find(f, "kv_scale");
+    if (!strcmp(kv->dtype, "F8_E4M3"))
+        b->kv_dtype = MLAV_DTYPE_FP8_E4M3;
+    else if (!strcmp(kv->dtype, dt))
+        b->kv_dtype = b->dtype;
+    else
         return mlav_set_error(MLAV_ERR_FORMAT,
-                              "tensor 'kv_cache' has dtype %s but q has %s: they share one dtype",
+                              "tensor 'kv_cache' has dtype %s but q has %s: they share one dtype, "
+                              "or the cache is F8_E4M3 (with a kv_scale tensor)",
                               kv->dtype, dt);
+    if (b->kv_dtype == MLAV_DTYPE_FP8_E4M3 && !ks)
+        return mlav_set_error(MLAV_ERR_FORMAT,
+                              "tensor 'kv_cache' is F8_E4M3 but there is no tensor 'kv_scale': an "
+                              "FP8 element's value is e4m3(byte) x kv_scale, so the bundle "
+                              "carries its scale (F32 [1])");
+    if (b->kv_dtype != MLAV_DTYPE_FP8_E4M3 && ks)
+        return mlav_set_error(MLAV_ERR_FORMAT,
+                              "tensor 'kv_scale' is only for an F8_E4M3 kv_cache; this one is %s",
+                              kv->dtype);
+    if (ks) {
+        if (strcmp(ks->dtype, "F32") != 0 ||
+            !(ks->rank == 0 || (ks->rank == 1 && ks->shape[0] == 1)))
+            return mlav_set_error(MLAV_ERR_FORMAT,
+                                  "tensor 'kv_scale' must be one F32 value of shape [1]");
+        memcpy(&b->kv_scale, ks->data, sizeof(float));
+    }
     int64_t wkv[3] = {-1, -1, b->W};
-    if ((s = expect_tensor(kv, dt, 3, wkv, "[num_pages, page_size, d_latent + d_rope]")) != MLAV_OK)
+    if ((s = expect_tensor(kv, kv->dtype, 3, wkv, "[num_pages, page_size, d_latent + d_rope]")) !=
+        MLAV_OK)
         return s;
     if (kv->shape[0] < 1 || kv->shape[1] < 1 || kv->shape[1] > INT32_MAX)
         return mlav_set_error(MLAV_ERR_FORMAT,
@@ -349,6 +380,12 @@ mlav_status mlav_bundle_validate(const mlav_bundle *b, mlav_bundle_mode mode)
     if (!isfinite(b->softmax_scale))
         return mlav_set_error(MLAV_ERR_FORMAT, "softmax_scale = %g is not finite",
                               (double)b->softmax_scale);
+    if (mlav_bundle_kv_dtype(b) == MLAV_DTYPE_FP8_E4M3 &&
+        !(isfinite(b->kv_scale) && b->kv_scale > 0.0f))
+        return mlav_set_error(MLAV_ERR_FORMAT,
+                              "kv_scale = %g must be finite and > 0 (an FP8 element's value is "
+                              "e4m3(byte) x kv_scale)",
+                              (double)b->kv_scale);
     int64_t capacity = (int64_t)b->max_pages * b->page_size;
     for (int32_t r = 0; r < b->B; r++) {
         int32_t q_len = mlav_bundle_q_len(b, r), kv = b->kv_lens[r];
@@ -453,7 +490,7 @@ mlav_status mlav_bundle_read(const char *path, mlav_bundle_mode mode, mlav_bundl
         s = mlav_problem_validate(&p, &info);
         mlav_problem_info_free(&info);
         if (s != MLAV_OK)
-            s = mlav_set_error(MLAV_ERR_FORMAT, "not a valid verify problem: %s", mlav_get_error());
+            s = mlav_bundle_wrap_error(MLAV_ERR_FORMAT, "not a valid verify problem");
     }
     if (s != MLAV_OK)
         mlav_bundle_free(b);
@@ -495,16 +532,20 @@ mlav_status mlav_bundle_write(const char *path, const mlav_bundle *b)
         s = mlav_st_add_meta(&f, "source", b->source ? b->source : "");
 
     const size_t T = (size_t)b->T, B = (size_t)b->B, H = (size_t)b->H;
-    const size_t esz = mlav_dtype_size(b->dtype);
+    const mlav_dtype kv_dtype = mlav_bundle_kv_dtype(b);
+    const size_t esz = mlav_dtype_size(b->dtype), kv_esz = mlav_dtype_size(kv_dtype);
     const char *dt = mlav_bundle_dtype_name(b->dtype);
+    const int fp8 = kv_dtype == MLAV_DTYPE_FP8_E4M3;
     int64_t one[1] = {1}, sB1[1] = {b->B + 1}, sB[1] = {b->B}, sT[1] = {b->T};
     int64_t spt[2] = {b->B, b->max_pages}, sacc[2] = {b->B, b->max_q_len};
     int64_t slse[2] = {b->T, b->H}, sout[3] = {b->T, b->H, b->Dl};
     int64_t sq[3] = {b->T, b->H, b->W}, skv[3] = {b->num_pages, b->page_size, b->W};
-    /* 4-byte tensors first, the 2-byte q and kv_cache last: every tensor then starts aligned
-     * to its element size without the gaps safetensors forbids */
+    /* 4-byte tensors first, then q, then kv_cache (2 or 1 bytes an element): every tensor
+     * then starts aligned to its element size without the gaps safetensors forbids */
     if (s == MLAV_OK)
         s = add_copy(&f, "softmax_scale", "F32", 1, one, &b->softmax_scale, 4);
+    if (s == MLAV_OK && fp8)
+        s = add_copy(&f, "kv_scale", "F32", 1, one, &b->kv_scale, 4);
     if (s == MLAV_OK)
         s = add_copy(&f, "q_indptr", "I32", 1, sB1, b->q_indptr, 4 * (B + 1));
     if (s == MLAV_OK)
@@ -531,8 +572,8 @@ mlav_status mlav_bundle_write(const char *path, const mlav_bundle *b)
     if (s == MLAV_OK)
         s = add_copy(&f, "q", dt, 3, sq, b->q, esz * T * H * (size_t)b->W);
     if (s == MLAV_OK)
-        s = add_copy(&f, "kv_cache", dt, 3, skv, b->kv_cache,
-                     esz * (size_t)b->num_pages * (size_t)b->page_size * (size_t)b->W);
+        s = add_copy(&f, "kv_cache", mlav_bundle_dtype_name(kv_dtype), 3, skv, b->kv_cache,
+                     kv_esz * (size_t)b->num_pages * (size_t)b->page_size * (size_t)b->W);
     if (s == MLAV_OK)
         s = mlav_st_write(path, &f);
     mlav_st_free(&f);
@@ -554,6 +595,29 @@ mlav_problem mlav_bundle_problem(const mlav_bundle *b)
         .q_indptr = b->q_indptr,
         .kv_lens = b->kv_lens,
         .max_pages = b->max_pages,
+        .kv_dtype = b->kv_dtype,
+    };
+}
+
+mlav_dtype mlav_bundle_kv_dtype(const mlav_bundle *b)
+{
+    const mlav_problem p = mlav_bundle_problem(b);
+    return mlav_problem_kv_dtype(&p);
+}
+
+mlav_tensors mlav_bundle_tensors(const mlav_bundle *b, const uint32_t *mask, void *out,
+                                 float *lse)
+{
+    return (mlav_tensors){
+        .memory = MLAV_MEM_HOST,
+        .q = b->q,
+        .kv_cache = b->kv_cache,
+        .num_pages = b->num_pages,
+        .page_table = b->page_table,
+        .tree_mask = mask,
+        .out = out,
+        .lse = lse,
+        .kv_scale = b->kv_scale,
     };
 }
 
@@ -570,7 +634,9 @@ mlav_status mlav_bundle_tree_mask(const mlav_bundle *b, uint32_t **mask)
         if (s != MLAV_OK) {
             free(*mask);
             *mask = NULL;
-            return mlav_set_error(MLAV_ERR_FORMAT, "request %d: %s", r, mlav_get_error());
+            char where[32];
+            snprintf(where, sizeof where, "request %d", r);
+            return mlav_bundle_wrap_error(MLAV_ERR_FORMAT, where);
         }
     }
     return MLAV_OK;
@@ -580,8 +646,12 @@ void mlav_bundle_describe(const mlav_bundle *b, char *buf, size_t len)
 {
     /* long batches are cut after a few requests: the line must stay readable */
     const int32_t shown = b->B < 6 ? b->B : 6;
-    size_t n = (size_t)snprintf(buf, len, "h=%d %s page=%d B=%d q=", b->H,
-                                mlav_dtype_name(b->dtype), b->page_size, b->B);
+    size_t n = (size_t)snprintf(buf, len, "h=%d %s ", b->H, mlav_dtype_name(b->dtype));
+    if (mlav_bundle_kv_dtype(b) == MLAV_DTYPE_FP8_E4M3 && n < len)
+        n += (size_t)snprintf(buf + n, len - n, "kv=%s*%g ", mlav_dtype_name(b->kv_dtype),
+                              (double)b->kv_scale);
+    if (n < len)
+        n += (size_t)snprintf(buf + n, len - n, "page=%d B=%d q=", b->page_size, b->B);
     for (int32_t r = 0; r < shown && n < len; r++)
         n += (size_t)snprintf(buf + n, len - n, "%s%d", r ? "+" : "", mlav_bundle_q_len(b, r));
     if (b->B > shown && n < len)

@@ -33,7 +33,13 @@ typedef struct mlav_bundle {
     uint64_t readout_seed; /* splitmix64 start of the readout matrix R */
     char *source;          /* how it was made; owned, never NULL after a read */
     /* sizes taken from the tensors' shapes */
-    mlav_dtype dtype;             /* of q, kv_cache (and of a backend's out) */
+    mlav_dtype dtype;             /* of q (and of a backend's out) */
+    mlav_dtype kv_dtype;          /* of kv_cache: MLAV_DTYPE_FP8_E4M3, or dtype (0, F32, also
+                                     means dtype, as in mlav_problem: a bundle built field by
+                                     field has a q-dtype cache); a read sets it to one of the
+                                     two, mlav_bundle_kv_dtype resolves it */
+    float kv_scale;               /* FP8 only: a KV element's value is e4m3(byte) x kv_scale
+                                     (the kv_scale tensor); 0 for a 16/32-bit cache */
     int32_t T, B;                 /* query tokens (tree nodes), requests */
     int32_t page_size, max_pages; /* kv_cache dim 1, page_table dim 1 */
     int64_t num_pages;            /* kv_cache dim 0 */
@@ -41,7 +47,7 @@ typedef struct mlav_bundle {
     float softmax_scale;
     /* inputs */
     void *q;               /* [T, H, W] dtype */
-    void *kv_cache;        /* [num_pages, page_size, W] dtype */
+    void *kv_cache;        /* [num_pages, page_size, W] kv_dtype */
     int32_t *page_table;   /* [B, max_pages] */
     int32_t *q_indptr;     /* [B+1] */
     int32_t *kv_lens;      /* [B] */
@@ -69,6 +75,10 @@ mlav_status mlav_bundle_write(const char *path, const mlav_bundle *b);
 
 void mlav_bundle_free(mlav_bundle *b);
 
+/* Set this thread's error sentence to "<prefix>: <the current sentence>" and return `s` (the
+ * current sentence cannot be an argument of mlav_set_error, which writes over it). */
+mlav_status mlav_bundle_wrap_error(mlav_status s, const char *prefix);
+
 static inline int32_t mlav_bundle_q_len(const mlav_bundle *b, int32_t r)
 {
     return b->q_indptr[r + 1] - b->q_indptr[r];
@@ -77,13 +87,22 @@ static inline int32_t mlav_bundle_q_len(const mlav_bundle *b, int32_t r)
 /* The verify problem of a bundle (points into b's arrays). */
 mlav_problem mlav_bundle_problem(const mlav_bundle *b);
 
+/* The dtype of the bundle's kv_cache (kv_dtype resolved). */
+mlav_dtype mlav_bundle_kv_dtype(const mlav_bundle *b);
+
+/* The host tensors of a bundle's run (q, kv_cache, page table and, for an FP8 cache,
+ * kv_scale), with the given mask (NULL: a causal chain), out and lse (may be NULL). */
+mlav_tensors mlav_bundle_tensors(const mlav_bundle *b, const uint32_t *mask, void *out,
+                                 float *lse);
+
 /* The packed tree mask [T, mlav_tree_mask_words(max_q_len)] from tree_parents (malloc'd). */
 mlav_status mlav_bundle_tree_mask(const mlav_bundle *b, uint32_t **mask);
 
-/* "h=8 bf16 page=16 B=3 q=1+9+33 prefix=0+100+700" */
+/* "h=8 bf16 page=16 B=3 q=1+9+33 prefix=0+100+700"; an FP8 cache adds its scale after the
+ * dtype: "h=8 bf16 kv=fp8_e4m3*0.00446429 page=64 ..." */
 void mlav_bundle_describe(const mlav_bundle *b, char *buf, size_t len);
 
-/* The safetensors dtype name of a mlav_dtype ("F32", "BF16", "F16"). */
+/* The safetensors dtype name of a mlav_dtype ("F32", "BF16", "F16", "F8_E4M3"). */
 const char *mlav_bundle_dtype_name(mlav_dtype d);
 
 #endif

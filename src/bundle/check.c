@@ -252,16 +252,8 @@ void mlav_check_bundle(mlav_context *ctx, const mlav_bundle *b, mlav_check_resul
         mlav_store_from_f32(out, (int)b->dtype, k, NAN);
     for (size_t k = 0; k < rows; k++)
         lse[k] = NAN;
-    mlav_tensors t = {
-        .memory = MLAV_MEM_HOST,
-        .q = b->q,
-        .kv_cache = b->kv_cache,
-        .num_pages = b->num_pages,
-        .page_table = b->page_table,
-        .tree_mask = mask,
-        .out = out,
-        .lse = lse,
-    };
+    /* an FP8 cache's scale goes with it: the expectations are over e4m3(byte) x kv_scale */
+    mlav_tensors t = mlav_bundle_tensors(b, mask, out, lse);
     s = mlav_verify(ctx, &p, &t);
     if (s == MLAV_ERR_UNSUPPORTED) {
         r->verdict = MLAV_VERDICT_UNSUPPORTED;

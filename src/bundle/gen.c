@@ -31,6 +31,8 @@ void mlav_gen_defaults(mlav_gen_params *p)
     p->Dl = 512;
     p->Dr = 64;
     p->dtype = MLAV_DTYPE_BF16;
+    p->kv_dtype = MLAV_DTYPE_F32; /* the q dtype */
+    p->kv_scale = MLAV_GEN_KV_SCALE;
     p->page_size = 16;
     p->vocab = 256;
     p->readout_seed = 1;
@@ -43,6 +45,12 @@ void mlav_gen_defaults(mlav_gen_params *p)
     snprintf(p->source, sizeof p->source, "mlaverify gen");
 }
 
+/* The cache dtype the parameters ask for (kv_dtype resolved as mlav_problem's is). */
+static mlav_dtype gen_kv_dtype(const mlav_gen_params *p)
+{
+    return mlav_problem_kv_dtype(&(mlav_problem){.dtype = p->dtype, .kv_dtype = p->kv_dtype});
+}
+
 static mlav_status check_params(const mlav_gen_params *p)
 {
     if (p->H < 1 || p->H > 4096 || p->Dl < 1 || p->Dl > 16384 || p->Dr < 0 || p->Dr > 16384)
@@ -50,8 +58,17 @@ static mlav_status check_params(const mlav_gen_params *p)
                               "heads %d, d_latent %d, d_rope %d: expected [1, 4096], [1, 16384], "
                               "[0, 16384]",
                               p->H, p->Dl, p->Dr);
-    if (mlav_dtype_size(p->dtype) == 0)
-        return mlav_set_error(MLAV_ERR_INVALID_ARG, "unknown dtype %d", (int)p->dtype);
+    if (mlav_dtype_size(p->dtype) == 0 || p->dtype == MLAV_DTYPE_FP8_E4M3)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "dtype %d is not f32, bf16 or f16",
+                              (int)p->dtype);
+    const mlav_dtype kv_dtype = gen_kv_dtype(p);
+    if (kv_dtype != p->dtype && kv_dtype != MLAV_DTYPE_FP8_E4M3)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "kv dtype %s with dtype %s: the cache has the q dtype or is fp8",
+                              mlav_dtype_name(kv_dtype), mlav_dtype_name(p->dtype));
+    if (kv_dtype == MLAV_DTYPE_FP8_E4M3 && !(isfinite(p->kv_scale) && p->kv_scale > 0.0f))
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "kv scale %g must be finite and > 0",
+                              (double)p->kv_scale);
     if (p->page_size < 1 || p->page_size > (1 << 20))
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "page size %d is outside [1, 2^20]",
                               p->page_size);
@@ -135,6 +152,15 @@ static void mark_descendants(const mlav_bundle *b, const uint32_t *mask, int32_t
             marks[c] = 1;
 }
 
+/* Store KV value v as element i of the pool: an FP8 cache holds e4m3(v / kv_scale), whose
+ * value e4m3 x kv_scale is what the oracle and every backend then see. */
+static void store_kv(mlav_bundle *b, size_t i, double v)
+{
+    if (b->kv_dtype == MLAV_DTYPE_FP8_E4M3)
+        v /= (double)b->kv_scale;
+    mlav_store_from_f32(b->kv_cache, (int)b->kv_dtype, i, (float)v);
+}
+
 /* Draw node t's own KV row (its draft row, after the prefix) again. */
 static void draw_kv_row(const mlav_gen_params *p, mlav_bundle *b, int32_t t, int32_t draw)
 {
@@ -146,8 +172,7 @@ static void draw_kv_row(const mlav_gen_params *p, mlav_bundle *b, int32_t t, int
         (size_t)(j % b->page_size);
     uint64_t rng = mlav_gen_stream(p->seed, STREAM_KV_REDRAW, (uint64_t)t, (uint64_t)draw);
     for (int32_t d = 0; d < b->W; d++)
-        mlav_store_from_f32(b->kv_cache, (int)b->dtype, row * (size_t)b->W + (size_t)d,
-                            (float)mlav_gen_uniform(&rng));
+        store_kv(b, row * (size_t)b->W + (size_t)d, mlav_gen_uniform(&rng));
 }
 
 /* ---- generation ---------------------------------------------------------------------------- */
@@ -164,6 +189,8 @@ static mlav_status layout(const mlav_gen_params *p, mlav_bundle *b)
     b->vocab = p->vocab;
     b->readout_seed = p->readout_seed;
     b->dtype = p->dtype;
+    b->kv_dtype = gen_kv_dtype(p);
+    b->kv_scale = b->kv_dtype == MLAV_DTYPE_FP8_E4M3 ? p->kv_scale : 0.0f;
     b->page_size = ps;
     b->softmax_scale = p->softmax_scale;
     b->B = B;
@@ -227,14 +254,14 @@ static mlav_status fill(const mlav_gen_params *p, mlav_bundle *b)
 {
     mlav_status s = MLAV_OK;
     const int32_t ps = b->page_size;
-    const size_t esz = mlav_dtype_size(b->dtype);
     const size_t kv_elems = (size_t)b->num_pages * (size_t)ps * (size_t)b->W;
-    b->kv_cache = mlav_gen_alloc(kv_elems, esz, &s);
-    b->q = mlav_gen_alloc((size_t)b->T * (size_t)b->H * (size_t)b->W, esz, &s);
+    b->kv_cache = mlav_gen_alloc(kv_elems, mlav_dtype_size(b->kv_dtype), &s);
+    b->q = mlav_gen_alloc((size_t)b->T * (size_t)b->H * (size_t)b->W,
+                          mlav_dtype_size(b->dtype), &s);
     if (s != MLAV_OK)
         return s;
-    for (size_t k = 0; k < kv_elems; k++)
-        mlav_store_from_f32(b->kv_cache, (int)b->dtype, k, NAN);
+    for (size_t k = 0; k < kv_elems; k++) /* NaN poison: an FP8 cache's is the byte 0x7f */
+        store_kv(b, k, NAN);
     for (int32_t r = 0; r < b->B; r++) {
         uint64_t rng = mlav_gen_stream(p->seed, STREAM_KV, (uint64_t)r, 0);
         for (int32_t j = 0; j < b->kv_lens[r]; j++) {
@@ -243,8 +270,7 @@ static mlav_status fill(const mlav_gen_params *p, mlav_bundle *b)
                     (size_t)ps +
                 (size_t)(j % ps);
             for (int32_t d = 0; d < b->W; d++)
-                mlav_store_from_f32(b->kv_cache, (int)b->dtype, row * (size_t)b->W + (size_t)d,
-                                    (float)mlav_gen_uniform(&rng));
+                store_kv(b, row * (size_t)b->W + (size_t)d, mlav_gen_uniform(&rng));
         }
     }
     for (int32_t t = 0; t < b->T; t++)
@@ -266,12 +292,7 @@ static mlav_status make_decisive(const mlav_gen_params *p, mlav_bundle *b,
     char *redo = mlav_gen_alloc((size_t)b->T, 1, &s);
     float *row32 = mlav_gen_alloc((size_t)b->H * (size_t)b->Dl, sizeof(float), &s);
     if (s == MLAV_OK) {
-        mlav_tensors t = {.memory = MLAV_MEM_HOST,
-                          .q = b->q,
-                          .kv_cache = b->kv_cache,
-                          .num_pages = b->num_pages,
-                          .page_table = b->page_table,
-                          .tree_mask = mask};
+        mlav_tensors t = mlav_bundle_tensors(b, mask, NULL, NULL);
         s = mlav_oracle_compute(info, &t, out64, lse64);
     }
     if (s == MLAV_OK)
@@ -366,7 +387,7 @@ mlav_status mlav_gen_bundle(const mlav_gen_params *p, mlav_bundle *b, mlav_gen_s
     if (s == MLAV_OK)
         s = mlav_gen_store_expectations(b, out64, lse64, tokens, margins);
     if (s == MLAV_OK && mlav_bundle_validate(b, MLAV_BUNDLE_FULL) != MLAV_OK)
-        s = mlav_set_error(MLAV_ERR_INTERNAL, "generated an invalid bundle: %s", mlav_get_error());
+        s = mlav_bundle_wrap_error(MLAV_ERR_INTERNAL, "generated an invalid bundle");
     mlav_problem_info_free(&info);
     free(mask);
     free(out64);

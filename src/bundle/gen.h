@@ -12,6 +12,15 @@
 
 #define MLAV_GEN_MAX_REQUESTS 64
 
+/* The default scale of an FP8 cache (`--kv-scale`). The drawn KV values are uniform in [-1, 1),
+ * so their e4m3 bytes reach 224, half of e4m3's largest 448: nothing saturates, and only
+ * values below 2^-6 / 224 (about 7e-5: a few in 10^5) are e4m3 subnormals, so that decoding
+ * path is exercised without dominating. 1/224 is not a power of two, nor exact in BF16 or
+ * F16, so a backend that rounds the scale is not hidden by an exact product: rounded to BF16
+ * it fails the committed BF16 FP8 bundles' lse tolerance, rounded to F16 the F32 one's
+ * (golden/FORMAT.md, section 3). */
+#define MLAV_GEN_KV_SCALE (1.0f / 224.0f)
+
 typedef enum mlav_tree_kind {
     MLAV_TREE_CHAIN = 0, /* parents[i] = i - 1: a DFlash block or a top-1 EAGLE chain */
     MLAV_TREE_BUSHY = 1, /* parents among the first four nodes: wide and shallow (depth <= 3) */
@@ -35,7 +44,10 @@ typedef struct mlav_gen_request {
 typedef struct mlav_gen_params {
     uint64_t seed; /* everything is a function of the parameters and this */
     int32_t H, Dl, Dr;
-    mlav_dtype dtype;
+    mlav_dtype dtype;      /* of q (and out) */
+    mlav_dtype kv_dtype;   /* of the cache: MLAV_DTYPE_FP8_E4M3, or dtype (0, the default,
+                              also means dtype, as in mlav_problem) */
+    float kv_scale;        /* FP8 only: each value v is stored as e4m3(v / kv_scale) */
     int32_t page_size;
     int32_t vocab;
     uint64_t readout_seed; /* defaults to seed */

@@ -20,7 +20,11 @@ static const char usage_text[] =
     "  --heads H             query heads (default 8)\n"
     "  --d-latent N          Dl, the latent width (default 512)\n"
     "  --d-rope N            Dr, the rope width (default 64)\n"
-    "  --dtype T             bf16 | f16 | f32 (default bf16)\n"
+    "  --dtype T             bf16 | f16 | f32, of q (and out) (default bf16)\n"
+    "  --kv-dtype T          of the KV cache: fp8 (alias fp8_e4m3: float8 e4m3fn bytes, value\n"
+    "                        e4m3 x kv_scale) or the --dtype value (default)\n"
+    "  --kv-scale S          fp8 only: the cache's scale; each KV value v is stored as\n"
+    "                        e4m3(v / S) (default 1/224: the values, in [-1, 1), reach 224)\n"
     "  --page-size N         KV rows per page (default 16)\n"
     "  --req Q:P[:TREE[:ACC]]  a request of Q draft nodes after a P-row prefix. TREE: chain,\n"
     "                        bushy or deep (default deep). ACC, the accepted path: full, partial,\n"
@@ -122,7 +126,10 @@ mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const
 {
     mlav_gen_defaults(p);
     *out_path = NULL;
-    int nreq = 0, shaped = 0, seed_set = 0, readout_set = 0, out_at = -1;
+    int nreq = 0, shaped = 0, seed_set = 0, readout_set = 0, out_at = -1, kv_scale_set = 0;
+    /* --kv-dtype names fp8 or q's dtype, which --dtype may give later: resolved after the loop */
+    mlav_dtype kv_named = MLAV_DTYPE_F32;
+    const char *kv_name = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] != '-' || a[1] == '\0') {
@@ -159,6 +166,26 @@ mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const
                 p->dtype = MLAV_DTYPE_F32;
             else
                 ok = 0;
+        } else if (!strcmp(a, "--kv-dtype")) {
+            shaped = 1;
+            kv_name = v;
+            if (!strcmp(v, "fp8") || !strcmp(v, "fp8_e4m3"))
+                kv_named = MLAV_DTYPE_FP8_E4M3;
+            else if (!strcmp(v, "bf16"))
+                kv_named = MLAV_DTYPE_BF16;
+            else if (!strcmp(v, "f16"))
+                kv_named = MLAV_DTYPE_F16;
+            else if (!strcmp(v, "f32"))
+                kv_named = MLAV_DTYPE_F32;
+            else
+                ok = 0;
+        } else if (!strcmp(a, "--kv-scale")) {
+            char *end;
+            double x = strtod(v, &end);
+            ok = *v && !*end && isfinite(x) && x > 0.0 && isfinite((float)x) && (float)x > 0.0f;
+            p->kv_scale = (float)x;
+            kv_scale_set = 1;
+            shaped = 1;
         } else if (!strcmp(a, "--page-size")) {
             ok = parse_i32(v, 1, 1 << 20, &p->page_size);
             shaped = 1;
@@ -203,6 +230,15 @@ mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const
         return mlav_set_error(MLAV_ERR_INVALID_ARG,
                               "--expect-from takes every shape and seed from its input bundle; "
                               "only --readout-tries may go with it");
+    if (kv_name && kv_named != MLAV_DTYPE_FP8_E4M3 && kv_named != p->dtype)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "--kv-dtype %s with --dtype %s: the cache has the q dtype or is fp8",
+                              kv_name, mlav_dtype_name(p->dtype));
+    p->kv_dtype = kv_named == MLAV_DTYPE_FP8_E4M3 ? MLAV_DTYPE_FP8_E4M3 : p->dtype;
+    if (kv_scale_set && p->kv_dtype != MLAV_DTYPE_FP8_E4M3)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "--kv-scale is the scale of an FP8 cache: it goes with --kv-dtype "
+                              "fp8");
     if (nreq > 0)
         p->B = nreq;
     if (!readout_set)

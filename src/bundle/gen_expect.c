@@ -122,12 +122,7 @@ mlav_status mlav_gen_expect(const mlav_gen_params *p, mlav_bundle *b, mlav_gen_s
     if (s == MLAV_OK)
         s = mlav_bundle_tree_mask(b, &mask);
     if (s == MLAV_OK) {
-        mlav_tensors t = {.memory = MLAV_MEM_HOST,
-                          .q = b->q,
-                          .kv_cache = b->kv_cache,
-                          .num_pages = b->num_pages,
-                          .page_table = b->page_table,
-                          .tree_mask = mask};
+        mlav_tensors t = mlav_bundle_tensors(b, mask, NULL, NULL);
         s = mlav_oracle_compute(&info, &t, out64, lse64);
     }
     /* captured queries cannot be redrawn; the readout seed can: keep the first seed that
@@ -179,7 +174,7 @@ mlav_status mlav_gen_expect(const mlav_gen_params *p, mlav_bundle *b, mlav_gen_s
         }
     }
     if (s == MLAV_OK && mlav_bundle_validate(b, MLAV_BUNDLE_FULL) != MLAV_OK)
-        s = mlav_set_error(MLAV_ERR_INTERNAL, "completed an invalid bundle: %s", mlav_get_error());
+        s = mlav_bundle_wrap_error(MLAV_ERR_INTERNAL, "completed an invalid bundle");
     mlav_problem_info_free(&info);
     free(mask);
     free(out64);

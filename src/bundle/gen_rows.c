@@ -87,6 +87,7 @@ mlav_status mlav_gen_oracle_rows(const mlav_bundle *b, const mlav_problem_info *
         .q_indptr = indptr,
         .kv_lens = kv,
         .max_pages = maxvis,
+        .kv_dtype = b->kv_dtype,
     };
     mlav_problem_info sinfo;
     if ((s = mlav_problem_validate(&sub, &sinfo)) != MLAV_OK)
@@ -98,6 +99,7 @@ mlav_status mlav_gen_oracle_rows(const mlav_bundle *b, const mlav_problem_info *
         .num_pages = b->num_pages * b->page_size,
         .page_table = pt,
         .tree_mask = NULL,
+        .kv_scale = b->kv_scale,
     };
     s = mlav_oracle_compute(&sinfo, &t, o, l);
     mlav_problem_info_free(&sinfo);

@@ -14,7 +14,8 @@ static const char usage[] =
     "usage: mlaverify check [--backend auto|cpu|cuda|cuda-naive|reference] FILE|DIR...\n"
     "\n"
     "Check golden bundles (a directory means its *.safetensors files, in name order). One line\n"
-    "per bundle: backend, shape, out rel-L2, lse max abs error, tokens and accepted paths\n"
+    "per bundle: backend, shape (an FP8 cache with the kv_scale the run is given:\n"
+    "kv=fp8_e4m3*S), out rel-L2, lse max abs error, tokens and accepted paths\n"
     "reproduced, PASS / FAIL / UNSUPPORTED. Exit status 0 only when every bundle passes; 2 for\n"
     "a usage error, including a directory with no *.safetensors file in it.\n"
     "AUTO honours MLAV_BACKEND.\n";

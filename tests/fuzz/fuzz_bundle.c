@@ -1,6 +1,6 @@
 /* libFuzzer target for the golden-bundle reader: any bytes give MLAV_OK or MLAV_ERR_FORMAT with a
- * sentence; what is accepted survives describe, mask, write + re-read, and a check on the cpu and
- * reference backends. */
+ * sentence; what is accepted (FP8 caches with their kv_scale included) survives describe, mask,
+ * write + re-read, and a check on the cpu and reference backends. */
 #define _GNU_SOURCE /* memfd_create: the input becomes a file without touching the disk */
 #include <stddef.h>
 #include <stdint.h>
@@ -107,7 +107,9 @@ static void exercise(const mlav_bundle *b, mlav_bundle_mode mode)
     FUZZ_REQUIRE(s == MLAV_OK, "a rewritten bundle is refused: %s", mlav_last_error(NULL));
     FUZZ_REQUIRE(again.T == b->T && again.B == b->B && again.H == b->H && again.W == b->W &&
                      again.num_pages == b->num_pages && again.page_size == b->page_size &&
-                     again.vocab == b->vocab && again.readout_seed == b->readout_seed,
+                     again.vocab == b->vocab && again.readout_seed == b->readout_seed &&
+                     mlav_bundle_kv_dtype(&again) == mlav_bundle_kv_dtype(b) &&
+                     memcmp(&again.kv_scale, &b->kv_scale, sizeof b->kv_scale) == 0,
                  "the rewritten bundle differs");
     FUZZ_REQUIRE(memcmp(again.q_indptr, b->q_indptr, sizeof(int32_t) * ((size_t)b->B + 1)) == 0 &&
                      memcmp(again.kv_lens, b->kv_lens, sizeof(int32_t) * (size_t)b->B) == 0 &&
