@@ -104,26 +104,6 @@ def plan_for(case, backend, **kw):
                    kv_dtype=case.get("kv_dtype"), backend=backend, **kw)
 
 
-def fp8_runs(backend):
-    """Whether `backend` computes an FP8 cache (e4m3 x kv_scale) right: one key of one
-    request, whose out is that key's first Dl values exactly. A library whose backend does not
-    run FP8 yet may misread the bytes as the q dtype: the pool has four pages so that such a
-    read (4 bytes an element of page 0, for f32 q) stays inside it."""
-    W, Dl, scale = 8, 4, 0.375
-    kv = np.zeros((4, 1, W), dtype=np.uint8)
-    kv[0, 0] = [0x38, 0x40, 0xB8, 0x01, 0x7E, 0x30, 0x44, 0x3C]  # 1, 2, -1, 2^-9, 448, ...
-    q = np.ones((1, 1, W), dtype=np.float32)
-    try:
-        with mv.Plan(num_heads=1, d_latent=Dl, d_rope=W - Dl, softmax_scale=0.125,
-                     dtype="f32", page_size=1, q_indptr=[0, 1], kv_lens=[1], max_pages=1,
-                     kv_dtype="fp8_e4m3", backend=backend) as plan:
-            out, _ = plan.run(q, kv, np.zeros((1, 1), np.int32), kv_scale=scale)
-    except mv.MlavError:
-        return False
-    want = e4m3_to_f32(kv[0, 0, :Dl]).astype(np.float64) * scale
-    return bool(np.array_equal(out[0, 0].astype(np.float64), want))
-
-
 def visible(case, b):
     """[q_len, kv_len] bool visibility of request b."""
     lo, hi = int(case["q_indptr"][b]), int(case["q_indptr"][b + 1])

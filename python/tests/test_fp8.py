@@ -1,10 +1,8 @@
 """FP8 (E4M3) KV caches from Python: the e4m3 decode and rounding, kv_dtype / kv_scale through
 Problem, Plan.run and verify, runs against the numpy fp64 oracle, bundles with an F8_E4M3 cache
 (write, read, capture, check), and the committed FP8 golden bundles' expectations recomputed in
-numpy from e4m3 x kv_scale.
-
-The runs need a backend that computes FP8 caches: where the library's does not yet, those tests
-skip saying so (fp8_runs)."""
+numpy from e4m3 x kv_scale. Every backend computes FP8 caches: a run that breaks fails here,
+it never skips (only torch without float8_e4m3fn, before 2.1, skips the torch cache test)."""
 import glob
 import os
 import subprocess
@@ -17,7 +15,7 @@ import mlaverify as mv
 from mlaverify import bundle
 from mlaverify.api import kv_scale_arg
 from mlaverify.bundle import bf16_to_f32, e4m3_bits, e4m3_to_f32
-from mlav_testutil import (FP8_SCALE, compare, fp8_runs, make_case, oracle, plan_for,
+from mlav_testutil import (FP8_SCALE, compare, make_case, oracle, plan_for,
                            round_to_dtype)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,12 +28,6 @@ except ImportError:  # pragma: no cover - Debian's python3-torch is there in CI
 HAS_TORCH_FP8 = torch is not None and hasattr(torch, "float8_e4m3fn")
 NO_TORCH_FP8 = "torch %s has no float8_e4m3fn (2.1 and later do)" % (
     torch.__version__ if torch is not None else "(absent)")
-
-
-def _needs_fp8(backend):
-    if not fp8_runs(backend):
-        pytest.skip("the %s backend does not compute FP8 caches in this library yet (cpu FP8 "
-                    "backend lands separately)" % backend)
 
 
 # ---- e4m3 ----------------------------------------------------------------------------------
@@ -162,7 +154,6 @@ def test_fp8_run_argument_errors():
 @pytest.mark.parametrize("backend", ["cpu", "reference"])
 @pytest.mark.parametrize("dtype,page_size", [("bf16", 1), ("f32", 16), ("f16", 64)])
 def test_fp8_run_matches_numpy_oracle(seed, backend, dtype, page_size):
-    _needs_fp8(backend)
     rng = np.random.default_rng(seed)
     case = make_case(rng, H=8, Dl=512, Dr=64, dtype=dtype, page_size=page_size,
                      reqs=[(9, 300, "random"), (1, 0, "chain"), (5, 40, "bushy")],
@@ -191,7 +182,6 @@ def test_fp8_run_matches_numpy_oracle(seed, backend, dtype, page_size):
 
 @pytest.mark.skipif(not HAS_TORCH_FP8, reason=NO_TORCH_FP8)
 def test_fp8_torch_float8_cache(seed):
-    _needs_fp8("cpu")
     case = make_case(np.random.default_rng(seed), H=4, Dl=64, Dr=16, dtype="f32", page_size=2,
                      reqs=[(5, 30, "bushy")], kv_dtype="fp8")
     kv = torch.from_numpy(case["kv_cache"]).view(torch.float8_e4m3fn)
@@ -287,8 +277,6 @@ def test_fp8_bundle_capture(tmp_path, seed):
 def test_fp8_bundle_complete_and_check(tmp_path, cli, seed):
     """capture -> gen --expect-from (the fp64 oracle on e4m3 x kv_scale) -> check on cpu and
     reference; the expectations agree with the numpy oracle."""
-    _needs_fp8("reference")
-    _needs_fp8("cpu")
     for dtype in ("bf16", "f32"):
         case = _fp8_bundle_case(seed, dtype)
         inputs, out = str(tmp_path / "in.safetensors"), str(tmp_path / "b.safetensors")
