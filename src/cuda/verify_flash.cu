@@ -32,8 +32,6 @@
  * bound residency at one block (8 warps) per SM. */
 #include <math.h>
 
-#include <type_traits>
-
 #include "../common/merge.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
@@ -60,7 +58,6 @@ enum flash_barrier : int {
     BAR_GROUP0 = 1,                          /* group g: BAR_GROUP0 + g (bar_group) */
     BAR_FULL0 = BAR_GROUP0 + GROUPS,         /* group g, buffer b: bar_full(g, b) */
     BAR_START = BAR_FULL0 + GROUPS * STAGES, /* the staggered start */
-    BAR_EMPTY0 = BAR_START + 1,              /* FP8: group g, 16-bit buffer b: bar_empty(g, b) */
 };
 static_assert(BAR_START <= 15, "named barrier ids 1..15");
 constexpr int bar_group(int grp)
@@ -71,11 +68,6 @@ constexpr int bar_full(int grp, int buf)
 {
     return BAR_FULL0 + grp * STAGES + buf;
 }
-constexpr int bar_empty(int grp, int buf)
-{
-    return BAR_EMPTY0 + grp * 2 + buf;
-}
-static_assert(BAR_EMPTY0 + GROUPS * 2 - 1 <= 15, "named barrier ids 1..15");
 constexpr int QUARTERS = 4;                /* warps per group */
 constexpr int GROUP_ROWS = BM / GROUPS;    /* 32 */
 constexpr int GROUP_THREADS = 32 * QUARTERS;
@@ -120,19 +112,18 @@ static_assert(QL_CHUNKS % NT == 0 && BM * QSS * 2 <= (STAGES - 1) * SKV_ELEMS * 
               "latent Q staging fits in KV buffers 1-3 and the exchange area");
 
 /* An FP8 cache (the FP8 instances, docs/DESIGN.md#fp8-kv): each thread gathers its chunks of a
- * tile (8 e4m3 bytes each, half the bytes) by cp.async into a raw ring, FP8_AHEAD tiles ahead,
- * and in the middle of the tile before converts its own chunks into the 16-bit tile the loop
- * reads, then arrives at the tile's "full" barrier. A thread reads only the raw bytes it copied
- * itself, so the raw ring needs no barrier. The loop is latency-bound, not bandwidth-bound, at the
- * memory-bound shapes (two 16-bit tiles in flight per SM: docs/PERFORMANCE.md#fp8-kv), so half the
- * bytes only pay with twice the tiles in flight: four raw tiles. That fits sm_120's limit with two
- * 16-bit buffers, which the conversion may overwrite only once the other group is done with the
- * tile before: it arrives at an "empty" barrier after its P V. Tile 0 comes through registers in
+ * tile (8 e4m3 bytes each, half the bytes) by cp.async into a raw ring, and in the middle of the
+ * tile before converts its own chunks into the 16-bit tile the loop reads, then arrives at the
+ * tile's "full" barrier. A thread reads only the raw bytes it copied itself, so the raw ring
+ * needs no barrier and two buffers (tile t + 1 converted while tile t + 2 lands). The converted
+ * tile t + 1 is written while this group is in tile t and the other group may still be in tile
+ * t - 1 (it is never further behind: see the loop's full barriers), so three 16-bit buffers
+ * suffice, which pays for the raw ring within sm_120's limit. Tile 0 comes through registers in
  * the prologue (the raw ring lies in the latent Q staging area). */
-constexpr int FP8_TBUF = 2;        /* 16-bit KV tile buffers of the FP8 instances */
-constexpr int FP8_AHEAD = 4;       /* raw e4m3 tiles gathered ahead of the one in use */
-constexpr int FP8_RAW_STAGES = FP8_AHEAD;
+constexpr int FP8_TBUF = 3;        /* 16-bit KV tile buffers of the FP8 instances */
+constexpr int FP8_RAW_STAGES = 2;  /* raw e4m3 tiles in flight */
 constexpr int RAW_TILE_BYTES = BN * W; /* one raw tile: 16 rows x 576 bytes, rows unpadded */
+static_assert(AHEAD == FP8_RAW_STAGES, "the raw ring holds the tiles in flight");
 
 /* The split kernel's dynamic shared memory, region by region: byte offsets from the base, in
  * this order (each region's size is a multiple of 16 bytes, so every one stays 16-byte aligned
@@ -164,10 +155,10 @@ template <bool FP8> struct flash_smem_layout {
      * the exchange area, which follow each other and are unused until tile 1's gather and the
      * first exchange */
     static constexpr size_t Q_STAGE = KV + (size_t)SKV_ELEMS * 2;
-    /* the epilogue's output staging: a group's 4 warps take one KV buffer (STAGES), or (FP8)
-     * both groups the raw ring, free after the loop (see the epilogue) */
-    static_assert(!FP8 || 2 * QUARTERS * STAGE_WARP_BYTES <= RAW_BYTES,
-                  "the raw ring stages both groups' output");
+    /* the epilogue's output staging: a group's 4 warps take one KV buffer (STAGES), or both
+     * groups share one (FP8, whose ring has one buffer fewer; see the epilogue) */
+    static_assert(!FP8 || 2 * QUARTERS * STAGE_WARP_BYTES <= SKV_ELEMS * 2,
+                  "one KV buffer stages both groups' output");
     static_assert(Q_STAGE + (size_t)BM * QSS * 2 <= P, "latent Q staging ends before the P tiles");
     static_assert(TOTAL <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
     static_assert(RAW % 16 == 0 && X % 16 == 0, "alignment");
@@ -348,67 +339,6 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
     }
 }
 
-/* BF16 q over an FP8 cache: the block's Q (the latent A fragments in `qf`, this thread's rope
- * chunks in `sQ`) from BF16 to F16, scaled by 2^-shift so that its largest |value| is below 2^15
- * (F16's range ends at 65504, BF16's at 3.4e38); returns 2^shift, the factor the scores take
- * back. Exact for every element within 2^-28 of the block's largest (F16's 11 bits hold BF16's 8;
- * smaller ones round as F16 subnormals, far below BF16's own rounding of the dot product). A
- * block whose Q holds Inf or NaN is not shifted: they convert as themselves. `red` is 8 words of
- * shared scratch (the vote's row maxima, unused yet); one __syncthreads. */
-__device__ __forceinline__ float q_to_f16(uint32_t (&qf)[MT][KSTEPS][4], __half *sQ, uint32_t *red,
-                                       int tid, int warp, int lane)
-{
-    const auto absmax2 = [](uint32_t m, uint32_t w) {
-        return max(m, max(w & 0x7fffu, (w >> 16) & 0x7fffu)); /* |x| orders like its bits */
-    };
-    uint32_t mb = 0;
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; kk++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                mb = absmax2(mb, qf[i][kk][r]);
-#pragma unroll
-    for (int c = 0; c < QPE_CHUNKS / NT; c++) {
-        const int idx = tid + c * NT, r = idx / (DR / 8), ch = idx % (DR / 8);
-        const uint4 v = *reinterpret_cast<const uint4 *>(sQ + r * QPS + ch * 8);
-        mb = absmax2(absmax2(mb, v.x), v.y);
-        mb = absmax2(absmax2(mb, v.z), v.w);
-    }
-    mb = __reduce_max_sync(0xffffffffu, mb);
-    if (lane == 0)
-        red[warp] = mb;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < NT / 32; w++)
-        mb = max(mb, red[w]);
-    /* |x| < 2^(e - 126) for BF16 biased exponent e: shift by e - 141 brings it below 2^15 */
-    const int e = (int)(mb >> 7);
-    const int shift = mb >= 0x7f80u ? 0 : max(0, e - 141);
-    const float down = __uint_as_float((uint32_t)(127 - shift) << 23);
-    const auto cvt = [down](uint32_t w) { /* two BF16 to two F16, times 2^-shift */
-        const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down,
-                                            __uint_as_float(w & 0xffff0000u) * down);
-        return *reinterpret_cast<const uint32_t *>(&h);
-    };
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; kk++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                qf[i][kk][r] = cvt(qf[i][kk][r]);
-#pragma unroll
-    for (int c = 0; c < QPE_CHUNKS / NT; c++) { /* this thread's own rope chunks, in place */
-        const int idx = tid + c * NT, r = idx / (DR / 8), ch = idx % (DR / 8);
-        uint4 *q = reinterpret_cast<uint4 *>(sQ + r * QPS + ch * 8);
-        const uint4 v = *q;
-        *q = make_uint4(cvt(v.x), cvt(v.y), cvt(v.z), cvt(v.w));
-    }
-    return __uint_as_float((uint32_t)(127 + shift) << 23);
-}
-
 /* ALL_GROUPS: a group whose 32 rows lie past the request's (H x q_len not a multiple of 64)
  * still runs the loop's MMAs, on the zero Q rows the prologue loaded, and writes nothing. With
  * `active` a compile-time true the loop has no branches around S, the exchange, the softmax and
@@ -424,26 +354,21 @@ __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[MT][KSTEPS][4], __half 
  * identical run 592 instead of the whole loop, bench/diag/sass_identity.py on sm_90), so plans
  * for one problem keep the code they were measured with. */
 /* FP8: the instance of an FP8 E4M3 cache (the gather through a raw ring, the scale; see
- * FP8_TBUF). The products run in MmaT: T, except for BF16 q over an FP8 cache, which computes in
- * F16 (see q_to_f16): e4m3 -> f16 is one instruction per pair, e4m3 -> bf16 four, and the
- * conversion is per tile and block. */
+ * FP8_TBUF); q, P and the MMAs stay T. */
 template <typename T, bool FP8, bool ALL_GROUPS, bool STEP>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
-    using MmaT = std::conditional_t<FP8, __half, T>; /* the MMA operands' type */
-    using MTY = mlav::mma_type<MmaT>;
-    using OTY = mlav::mma_type<T>; /* the output's packing */
+    using MTY = mlav::mma_type<T>;
     if (STEP && (int32_t)blockIdx.x >=
                     __ldg(&(reinterpret_cast<const mlav_step_header *>(p.items) - 1)->n_items))
         return; /* the step header sits just before the items (schedule_step.h) */
     extern __shared__ __align__(16) unsigned char smem[];
     using SL = flash_smem_layout<FP8>;
-    constexpr int AH = FP8 ? FP8_AHEAD : AHEAD; /* tiles gathered ahead */
-    MmaT *sKV = reinterpret_cast<MmaT *>(smem + SL::KV);
+    T *sKV = reinterpret_cast<T *>(smem + SL::KV);
     uint8_t *sRaw = smem + SL::RAW; /* FP8 only */
     float *sX = reinterpret_cast<float *>(smem + SL::X);
-    MmaT *sP = reinterpret_cast<MmaT *>(smem + SL::P);
-    MmaT *sQ = reinterpret_cast<MmaT *>(smem + SL::Q); /* rope part of Q: [BM][QPS] */
+    T *sP = reinterpret_cast<T *>(smem + SL::P);
+    T *sQ = reinterpret_cast<T *>(smem + SL::Q); /* rope part of Q: [BM][QPS] */
     float *sMax = reinterpret_cast<float *>(smem + SL::MAX);
     float *sL = reinterpret_cast<float *>(smem + SL::L);
 
@@ -471,7 +396,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     /* FP8: the scale multiplies the scores (with softmax_scale) and the output (through inv in
      * the epilogue), in fp32 outside the products */
     const float fp8_scale = FP8 ? kv_scale_of(p) : 1.0f;
-    float fp8_scale_log2 = FP8 ? p.scale_log2 * fp8_scale : 0.0f; /* and q_to_f16's unscale */
+    const float fp8_scale_log2 = FP8 ? p.scale_log2 * fp8_scale : 0.0f;
     const T *qg = static_cast<const T *>(p.q) + (size_t)q_start * p.H * W;
     const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
     /* a group past the request's rows skips the MMAs unless ALL_GROUPS; its warps still gather
@@ -483,11 +408,11 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
 
     /* The prologue's page-id lookups are issued first; the loop keeps one a tile ahead. */
     const int g_row = tid / GATHER_TPR, g_part = tid % GATHER_TPR;
-    int32_t pg_first[AH];
+    int32_t pg_first[AHEAD];
 #pragma unroll
-    for (int s = 0; s < AH; s++)
+    for (int s = 0; s < AHEAD; s++)
         pg_first[s] = lookup_page(ptab, kv_begin + s * BN + g_row, kv_end, p);
-    int32_t pg_next = lookup_page(ptab, kv_begin + AH * BN + g_row, kv_end, p);
+    int32_t pg_next = lookup_page(ptab, kv_begin + AHEAD * BN + g_row, kv_end, p);
 
     /* Rope Q of the block's 64 rows into shared memory (rows past the request zero-filled), in
      * the first cp.async group. Q rows of a request are contiguous: (token, head) folds to row
@@ -496,8 +421,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     for (int c = 0; c < QPE_CHUNKS / NT; c++) {
         const int idx = tid + c * NT, r = idx / (DR / 8), ch = idx % (DR / 8);
         const bool ok = m0 + r < M;
-        mlav::cp_async16(reinterpret_cast<T *>(sQ) + r * QPS + ch * 8,
-                         qg + (ok ? (size_t)(m0 + r) * W + DL + ch * 8 : 0), ok ? 16 : 0);
+        mlav::cp_async16(sQ + r * QPS + ch * 8, qg + (ok ? (size_t)(m0 + r) * W + DL + ch * 8 : 0),
+                         ok ? 16 : 0);
     }
 
     /* Latent Q (64 rows x 512) is staged in shared memory by cp.async, 16 coalesced 16-byte
@@ -545,25 +470,15 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             }
         }
     }
-    if constexpr (!std::is_same<MmaT, T>::value)
-        fp8_scale_log2 *= q_to_f16(qf, sQ, reinterpret_cast<uint32_t *>(sMax), tid, warp, lane);
     __syncthreads(); /* the staging area is free again */
-    if constexpr (FP8) {
-        /* tiles 1 .. AH - 1, a cp.async group each; only tiles of the split, so that no copy is
-         * in flight into the raw ring once the loop is done (the epilogue stages there) */
-#pragma unroll
-        for (int s = 1; s < AH; s++) {
-            if (s < n_tiles)
-                gather_kv_row_fp8(sRaw + s * RAW_TILE_BYTES, kv8, pg_first[s],
-                                  kv_begin + s * BN + g_row, kv_end, p, g_row, g_part);
-            mlav::cp_async_commit();
-        }
-    } else {
+    if constexpr (FP8)
+        gather_kv_row_fp8(sRaw + RAW_TILE_BYTES, kv8, pg_first[1], kv_begin + BN + g_row, kv_end,
+                          p, g_row, g_part);
+    else
         gather_kv_row(sKV + SKV_ELEMS, kv, pg_first[1], kv_begin + BN + g_row, kv_end, p, g_row,
                       g_part);
-        mlav::cp_async_commit(); /* tile 1 */
-        static_assert(AHEAD == 2, "the prologue gathers tiles 0 and 1");
-    }
+    mlav::cp_async_commit(); /* tile 1 */
+    static_assert(AHEAD == 2, "the prologue gathers tiles 0 and 1");
 
     /* This thread's output rows: o[i][n][2 rr + (0, 1)] is row g + 8 rr of m-tile i ^ own_m,
      * k = 2 i + rr in ref_max; k = 0, 1 are the rows of the S block the warp finishes. */
@@ -582,8 +497,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     const int k_off = (((lane & 7) + ((lane >> 4) << 3)) ^ (own_n << 3)) * RS + ((lane >> 3) & 1) * 8;
     const int v_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + dq * COLS_Q + (lane >> 4) * 8;
     float *xg = sX + grp * (QUARTERS * (QUARTERS - 1) * 32 * 4);
-    MmaT *pg = sP + grp * GROUP_ROWS * PS;
-    MmaT *p_mine = pg + (own_m * 16 + g) * PS + own_n * 8 + qd * 2;
+    T *pg = sP + grp * GROUP_ROWS * PS;
+    T *p_mine = pg + (own_m * 16 + g) * PS + own_n * 8 + qd * 2;
     /* A fragments from shared memory (P, rope Q): lanes 0-15 rows, lanes 16-31 the k + 8 half */
     const int a_row = lane & 15, a_col = (lane >> 4) * 8;
 
@@ -596,7 +511,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * bound makes the buffer reuse safe without an "empty" barrier: a gather at tile t writes the
      * buffer of tile t + AHEAD - STAGES = t - 2, and the other group is then past the middle of
      * tile t - 1. Barrier ids: flash_barrier. */
-    mlav::cp_async_wait<AH - 1>(); /* this thread's part of tile 0 (and of rope Q) landed */
+    mlav::cp_async_wait<AHEAD - 1>(); /* this thread's part of tile 0 (and of rope Q) landed */
     if constexpr (FP8)
         store_prologue_row(sKV, tile0, g_row, g_part);
     mlav::named_barrier_arrive(bar_full(grp ^ 1, 0), NT);
@@ -608,7 +523,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         mlav::named_barrier(BAR_START, NT);
     for (int t = 0; t < n_tiles; t++) {
         mlav::named_barrier(bar_full(grp, t % STAGES), NT); /* tile t visible to this group */
-        const MmaT *sK = sKV + (t % SL::TBUF) * SKV_ELEMS;
+        const T *sK = sKV + (t % SL::TBUF) * SKV_ELEMS;
         const int j_base = kv_begin + t * BN;
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
 
@@ -624,7 +539,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
 #pragma unroll
                 for (int n = 0; n < NTS; n++)
                     s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.0f;
-            const MmaT *kbase = sK + k_off + dq * COLS_Q;
+            const T *kbase = sK + k_off + dq * COLS_Q;
             constexpr int K_AHEAD = 2;
             uint32_t bk[K_AHEAD + 1][4];
             {
@@ -659,16 +574,16 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
          * under them. Issued before S, they filled the memory pipe, and the S ldmatrix address
          * code, which ptxas rebuilds from the thread index (S2R) every tile, waited behind them
          * (session 5, docs/PERFORMANCE.md#decisions). */
-        if (t + AH < n_tiles) {
-            const int j_row = kv_begin + (t + AH) * BN + g_row;
+        if (t + AHEAD < n_tiles) {
+            const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
             if constexpr (FP8)
-                gather_kv_row_fp8(sRaw + ((t + AH) % FP8_RAW_STAGES) * RAW_TILE_BYTES, kv8,
+                gather_kv_row_fp8(sRaw + ((t + AHEAD) % FP8_RAW_STAGES) * RAW_TILE_BYTES, kv8,
                                   pg_next, j_row, kv_end, p, g_row, g_part);
             else
-                gather_kv_row(sKV + ((t + AH) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
+                gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
                               kv_end, p, g_row, g_part);
         }
-        pg_next = lookup_page(ptab, kv_begin + (t + AH + 1) * BN + g_row, kv_end, p);
+        pg_next = lookup_page(ptab, kv_begin + (t + AHEAD + 1) * BN + g_row, kv_end, p);
         mlav::cp_async_commit();
         if (active) {
             /* reduce-scatter: block x = 2 i + j (x = 1..3) belongs to warp dq ^ x and goes to
@@ -781,17 +696,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
 
         /* this thread's part of tile t + 1 has landed (FP8: converted into its buffer): tell the
          * other group */
-        mlav::cp_async_wait<AH - 1>();
+        mlav::cp_async_wait<AHEAD - 1>();
         if constexpr (FP8) {
-            if (t + 1 < n_tiles) {
-                /* the buffer held tile t - 1: wait for the other group's P V of it (this group's
-                 * warps are past theirs: they met at this tile's exchange) */
-                if (t >= 1)
-                    mlav::named_barrier(bar_empty(grp, (t + 1) % FP8_TBUF), NT);
+            if (t + 1 < n_tiles)
                 convert_own_chunks(sKV + ((t + 1) % FP8_TBUF) * SKV_ELEMS,
                                    sRaw + ((t + 1) % FP8_RAW_STAGES) * RAW_TILE_BYTES, g_row,
                                    g_part);
-            }
         }
         if (t + 1 < n_tiles)
             mlav::named_barrier_arrive(bar_full(grp ^ 1, (t + 1) % STAGES), NT);
@@ -809,7 +719,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
              * (with three in flight in both instances, long prefixes ran 2-3% slower on the
              * H200, session 4) */
             constexpr int PV_STEPS = COLS_Q / 16, PV_AHEAD = 1;
-            const MmaT *vbase = sK + v_off;
+            const T *vbase = sK + v_off;
             if constexpr (!decltype(sanitize)::value) {
                 /* the common tile: V fragments in pairs, two loads then eight MMAs, so the
                  * second load's latency hides under the first fragment's MMAs (written as a
@@ -839,7 +749,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
 #pragma unroll
                 for (int st = 0; st < PV_STEPS; st++) {
                     const int slot = st % PV_AHEAD;
-                    zero_nonfinite_fragment<MmaT>(bv[slot]);
+                    zero_nonfinite_fragment<T>(bv[slot]);
 #pragma unroll
                     for (int i = 0; i < MT; i++) {
                         MTY::mma(o[i][2 * st], pa[i], bv[slot][0], bv[slot][1]);
@@ -855,12 +765,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                 pv_tile(mlav::bool_constant<false>());
             else
                 pv_tile(mlav::bool_constant<true>());
-        }
-        if constexpr (FP8) {
-            /* this group is done with tile t's buffer: the other group converts tile t + 2
-             * into it in the middle of its tile t + 1 */
-            if (t + 2 < n_tiles)
-                mlav::named_barrier_arrive(bar_empty(grp ^ 1, t % FP8_TBUF), NT);
         }
     }
     mlav::cp_async_wait<0>();
@@ -907,15 +811,15 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * n_tiles - 1, is past its S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and
      * n_tiles - 4 are free, and with fewer tiles buffers 2 and 3 were never gathered into (the
      * prologue fills 0 and 1). */
-    /* FP8: the raw ring, both groups side by side. The other group, synced with this one on the
-     * full barrier of tile n_tiles - 1, had its own copies of every tile of the split landed and
-     * converted by then (the prologue and the loop gather only tiles of the split), and this
-     * group's warps met at the barrier above. */
-    const int free_buf = grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
-                                  : (n_tiles >= 4 ? n_tiles % STAGES : 3);
-    unsigned char *stage =
-        FP8 ? sRaw + grp * QUARTERS * STAGE_WARP_BYTES + dq * STAGE_WARP_BYTES
-            : reinterpret_cast<unsigned char *>(sKV + free_buf * SKV_ELEMS) + dq * STAGE_WARP_BYTES;
+    /* FP8 (three buffers): both groups are past tile n_tiles - 3 (the other group synced on the
+     * full barrier of tile n_tiles - 1 is past its S of n_tiles - 2), whose buffer n_tiles % 3
+     * takes both groups' staging, one after the other; with fewer tiles buffer 2 was never
+     * written (tiles 0 and 1 only). */
+    const int free_buf = FP8 ? (n_tiles >= 3 ? n_tiles % FP8_TBUF : 2)
+                         : grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
+                                    : (n_tiles >= 4 ? n_tiles % STAGES : 3);
+    unsigned char *stage = reinterpret_cast<unsigned char *>(sKV + free_buf * SKV_ELEMS) +
+                           (FP8 ? grp * QUARTERS * STAGE_WARP_BYTES : 0) + dq * STAGE_WARP_BYTES;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int i = k >> 1, e0 = 2 * (k & 1);
@@ -928,7 +832,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             uint32_t *st = reinterpret_cast<uint32_t *>(stage) + g * (STAGE_T_STRIDE / 2) + qd;
 #pragma unroll
             for (int n = 0; n < COLS_Q / 8; n++)
-                st[n * 4] = OTY::pack(o[i][n][e0] * inv[k], o[i][n][e0 + 1] * inv[k]);
+                st[n * 4] = MTY::pack(o[i][n][e0] * inv[k], o[i][n][e0 + 1] * inv[k]);
             __syncwarp();
             /* a row is 128 T = 16 lanes x 16 bytes: two rows per instruction */
             T *out = static_cast<T *>(p.out) + ((size_t)q_start * p.H + row0) * DL + dq * COLS_Q;
