@@ -20,12 +20,14 @@ imports with numpy and torch only.
 
 Per step (once, not per layer) the metadata hooks write into fixed buffers, with torch ops on
 the current stream and no host synchronization: the page table
-``req_to_token[req_pool_indices, :max_pages]`` (page_size 1), ``q_indptr = arange * n``,
-``kv_lens = seq_lens + n`` (SGLang's seq_lens in target verify exclude the n draft tokens), and
-the packed tree mask from ``spec_info.custom_mask`` (FULL_MASK, QLEN_ONLY,
+``req_to_token[req_pool_indices, :max_pages]`` (page_size 1), ``kv_lens = seq_lens + n``
+(SGLang's seq_lens in target verify exclude the n draft tokens; ``q_indptr = arange * n`` is
+written once), and the packed tree mask from ``spec_info.custom_mask`` (FULL_MASK, QLEN_ONLY,
 QLEN_ONLY_BITPACKING, or the library's own packed words); then ``StepPlan.update`` with those
 device lengths. Each layer's forward then only packs q into a fixed buffer (when it is not
-already one) and calls ``StepPlan.run``.
+already one) and runs the plan: on a layer's own prebuilt mlav_tensors when q and the pool pass
+their checks (a few microseconds over a bare mlav_run; ``python -m mlaverify.overhead``), else
+through ``StepPlan.run`` and its full checks.
 
 On CPU tensors (tests, CI) the same code runs with a CPU StepPlan; its update then reads the
 lengths on the host.
