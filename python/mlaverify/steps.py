@@ -31,10 +31,58 @@ from . import _lib
 from ._arrays import host_int32, is_torch, torch_module, wrap
 from .api import (_BACKEND_NAMES, _ELEMENTS, DTYPES, MEM_DEVICE, MEM_HOST, Context,
                   _cuda_index, dtype_name, tree_mask_words)
-from .errors import check, invalid
+from .errors import ERR_UNSUPPORTED, UnsupportedError, check, invalid
 
 _ALIGN = 256
 _I32_MIN, _I32_MAX = -2**31, 2**31 - 1
+
+#: mlav_dtype of an FP8 (E4M3) KV cache (MLAV_DTYPE_FP8_E4M3, the KV cache only)
+FP8_E4M3 = 3
+_FP8_NAMES = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn", "float8_e4m3")
+# element dtypes an FP8 KV cache may have (numpy / torch names): raw bytes or torch's float8
+_FP8_ELEMENTS = ("uint8", "float8_e4m3fn")
+_NP_ELEMENT = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
+               "bf16": np.dtype(np.uint16), "fp8_e4m3": np.dtype(np.uint8)}
+_NP_I32, _NP_U32, _NP_F32 = np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)
+_from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def _np_ptr(a):
+    """The data pointer of a C-contiguous numpy array: through the buffer protocol (a third of
+    a.ctypes.data's time) when it is writable and not empty, else a.ctypes.data."""
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
+
+
+def _kv_dtype_arg(kv_dtype):
+    """(name, mlav_dtype value) of a StepPlan's kv_dtype: "fp8_e4m3" (also "fp8", "e4m3",
+    torch.float8_e4m3fn, 3) or a plan dtype name (the library checks the combination)."""
+    if isinstance(kv_dtype, (int, np.integer)) and not isinstance(kv_dtype, bool) and \
+            int(kv_dtype) == FP8_E4M3:
+        return "fp8_e4m3", FP8_E4M3
+    if str(kv_dtype).replace("torch.", "").lower() in _FP8_NAMES:
+        return "fp8_e4m3", FP8_E4M3
+    name = dtype_name(kv_dtype)
+    return name, DTYPES[name]
+
+
+_FIELDS = {}
+
+
+def _set_field(struct, name, value):
+    """struct.name = value for a field the ctypes mirror (mlaverify._lib) must have: a ctypes
+    Structure would take an unknown name as a plain attribute and the library never see it."""
+    cls = type(struct)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(f for f, _ in cls._fields_)
+    if name not in names:
+        raise UnsupportedError(ERR_UNSUPPORTED, "%s.%s is not in this binding's ctypes mirror "
+                               "(mlaverify/_lib.py predates FP8 KV caches): update the binding"
+                               % (type(struct).__name__, name))
+    setattr(struct, name, value)
 
 
 def int32_arg(name, value, lo=_I32_MIN, hi=_I32_MAX):
@@ -52,11 +100,46 @@ def int32_arg(name, value, lo=_I32_MIN, hi=_I32_MAX):
 
 
 def _host_lengths(name, x):
-    """A host int32 array of lengths: an int32 C-contiguous numpy array as it is (nothing to
-    check: every value fits), anything else through host_int32 (range-checked, converted)."""
-    if type(x) is np.ndarray and x.dtype == np.int32 and x.flags.c_contiguous:
-        return x
-    return host_int32(name, x)
+    """(object to keep alive, pointer, shape) of host int32 lengths: an int32 C-contiguous numpy
+    array or CPU torch tensor as it is (nothing to check: every value fits), anything else
+    through host_int32 (range-checked, converted)."""
+    if type(x) is np.ndarray:
+        if x.dtype is _NP_I32 and x.flags.c_contiguous and x.flags.aligned:
+            return x, _np_ptr(x), x.shape
+    elif is_torch(x):
+        torch = torch_module()
+        if x.dtype is torch.int32 and x.layout is torch.strided and x.is_contiguous() and \
+                x.device.type == "cpu":
+            return x, x.data_ptr(), tuple(x.shape)
+    a = host_int32(name, x)
+    return a, a.ctypes.data, a.shape
+
+
+def set_kv_scale(t, kv_scale, device):
+    """Set mlav_tensors.kv_scale / kv_scale_ptr of the MlavTensors t: a float, or a 1-element
+    float32 tensor (numpy / torch) in `device`'s memory (None: host); None clears both.
+    Returns whether a scale is set."""
+    if kv_scale is None:
+        _set_field(t, "kv_scale", 0.0)
+        _set_field(t, "kv_scale_ptr", None)
+        return False
+    if isinstance(kv_scale, np.ndarray) or is_torch(kv_scale):
+        a = wrap("kv_scale", kv_scale)
+        if a.dtype != "float32" or int(np.prod(a.shape)) != 1:
+            raise invalid("kv_scale is %s; a scale tensor is 1 float32 element" % a.describe())
+        if a.device != device:
+            raise invalid("kv_scale is on %s but the plan's tensors are on %s"
+                          % (a.where, "host" if device is None else "cuda:%d" % device))
+        value, ptr = 0.0, a.ptr
+    else:
+        try:
+            value, ptr = float(kv_scale), None
+        except (TypeError, ValueError):
+            raise invalid("kv_scale = %r must be a float or a 1-element float32 tensor"
+                          % (kv_scale,)) from None
+    _set_field(t, "kv_scale", value)
+    _set_field(t, "kv_scale_ptr", ptr)
+    return True
 
 
 # plan ids for the torch custom op (torch_ops.py): id -> StepPlan, weakly held
@@ -78,6 +161,8 @@ class StepPlan:
     num_heads, softmax_scale, dtype ("bf16", "f16", "f32"), page_size, max_pages (the page
     table's row stride), d_latent (512), d_rope (64): the shape, as in Problem.
     max_batch, max_tokens, max_q_len, max_kv_len: the limits (struct mlav_limits).
+    kv_dtype  None (the cache has `dtype`) or "fp8_e4m3": an FP8 E4M3 KV cache (raw bytes:
+              numpy / torch uint8, or torch.float8_e4m3fn) whose runs take kv_scale
     backend   "auto", "cpu", "cuda", "reference" (cuda-naive has no plan for limits);
               ignored when `context` is given
     device    the CUDA device of a CUDA plan (int, "cuda:1", torch.device); default torch's
@@ -89,7 +174,7 @@ class StepPlan:
 
     def __init__(self, num_heads, softmax_scale, dtype, page_size, max_pages, max_batch,
                  max_tokens, max_q_len, max_kv_len, d_latent=512, d_rope=64, context=None,
-                 backend="auto", device=None):
+                 backend="auto", device=None, kv_dtype=None):
         self.num_heads = int32_arg("num_heads", num_heads)
         self.d_latent = int32_arg("d_latent", d_latent)
         self.d_rope = int32_arg("d_rope", d_rope)
@@ -98,6 +183,8 @@ class StepPlan:
         self.softmax_scale = float(softmax_scale)
         self.dtype = dtype_name(dtype)
         self.width = self.d_latent + self.d_rope
+        kv_name, kv_value = (self.dtype, None) if kv_dtype is None else _kv_dtype_arg(kv_dtype)
+        self.kv_dtype = kv_name
         lim = _lib.MlavLimits(
             max_batch=int32_arg("max_batch", max_batch),
             max_tokens=int32_arg("max_tokens", max_tokens),
@@ -112,6 +199,9 @@ class StepPlan:
             softmax_scale=self.softmax_scale, dtype=DTYPES[self.dtype],
             page_size=self.page_size, batch=0, q_indptr=None, kv_lens=None,
             max_pages=self.max_pages)
+        if kv_value is not None and kv_name != self.dtype:
+            # set only for another cache dtype: 0 (the zeroed field) already means `dtype`
+            _set_field(shape, "kv_dtype", kv_value)
         lib = _lib.load()
         torch = torch_module()
         self._device = _cuda_index(device) if device is not None else None
@@ -160,6 +250,27 @@ class StepPlan:
         _PLANS[self.id] = self
         # the last update's lengths struct (kept so the pointers outlive the call)
         self._lengths = _lib.MlavLengths()
+        self._lengths_ref = ctypes.byref(self._lengths)
+        # per call: the bound C functions, one tensors struct (filled under the lock), the
+        # shapes and dtypes the fast paths compare by identity; the full checks in _checked run
+        # only when a fast check fails, and raise the sentences
+        self._run_fn, self._update_fn = lib.mlav_run, lib.mlav_plan_update
+        self._t = _lib.MlavTensors(memory=MEM_HOST if self._device is None else MEM_DEVICE)
+        self._t_ref = ctypes.byref(self._t)
+        self._scaled = False
+        T, B = self._limits["max_tokens"], self._limits["max_batch"]
+        self._shapes = ((T, self.num_heads, self.width), (B, self.max_pages),
+                        (T, self.mask_words), (T, self.num_heads, self.d_latent),
+                        (T, self.num_heads))
+        self._np = (_NP_ELEMENT[self.dtype], _NP_ELEMENT.get(self.kv_dtype))
+        self._tf = None      # torch's objects for the fast path, made at the first torch call
+        self._fbufs = {}     # q's dtype object (numpy or torch) -> the plan's own out, lse
+        if self._device is not None:
+            C = torch._C
+            self._get_device = getattr(C, "_cuda_getDevice", None) or torch.cuda.current_device
+            raw = getattr(C, "_cuda_getCurrentRawStream", None)
+            self._raw_stream = raw if raw is not None else (
+                lambda d: torch.cuda.current_stream(d).cuda_stream)
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -181,7 +292,21 @@ class StepPlan:
     def _stream(self):
         if self._device is None:
             return None
-        return torch_module().cuda.current_stream(self._device).cuda_stream
+        return self._raw_stream(self._device)
+
+    def _call(self, fn, ref):
+        """fn(plan, ref, workspace, bytes, stream): on a CUDA plan on its device (switched only
+        when it is not current) and torch's current stream there."""
+        h = self._h
+        if h is None:
+            raise invalid("the StepPlan is closed")
+        d = self._device
+        if d is None:
+            return fn(h, ref, self._ws_ptr, self.workspace_bytes, None)
+        if self._get_device() == d:
+            return fn(h, ref, self._ws_ptr, self.workspace_bytes, self._raw_stream(d))
+        with torch_module().cuda.device(d):
+            return fn(h, ref, self._ws_ptr, self.workspace_bytes, self._raw_stream(d))
 
     # -- update --------------------------------------------------------------------------------
 
@@ -198,55 +323,76 @@ class StepPlan:
         batch     requests in the step (a host int; a captured graph keeps it); default
                   len(kv_lens). Pad with q_len 0 requests.
         """
-        lib = _lib.load()
         L = self._lengths
-        if is_torch(kv_lens) and kv_lens.device.type == "cuda" or \
-                is_torch(q_indptr) and q_indptr.device.type == "cuda":
-            a_qi, a_kv = wrap("q_indptr", q_indptr), wrap("kv_lens", kv_lens)
-            for a in (a_qi, a_kv):
-                if a.device is None:
-                    raise invalid("q_indptr is on %s and kv_lens on %s: give both as CUDA "
-                                  "tensors or both on the host" % (a_qi.where, a_kv.where))
-                if a.dtype != "int32":
-                    raise invalid("%s has dtype %s; device lengths must be int32"
-                                  % (a.name, a.dtype))
-                if len(a.shape) != 1:
-                    raise invalid("%s must be 1-D, not %s" % (a.name, list(a.shape)))
-            if self._device is not None and (a_qi.device != self._device or
-                                             a_kv.device != self._device):
-                raise invalid("the lengths are on %s / %s but the plan is on cuda:%d"
-                              % (a_qi.where, a_kv.where, self._device))
-            n = a_kv.shape[0] if batch is None else batch
-            n = int32_arg("batch", n, 0, self._limits["max_batch"])
-            if a_qi.shape[0] < n + 1 or a_kv.shape[0] < n:
-                raise invalid("batch = %d needs q_indptr [>= %d] and kv_lens [>= %d], not %s "
-                              "and %s" % (n, n + 1, n, list(a_qi.shape), list(a_kv.shape)))
-            L.memory, L.batch, L.q_indptr, L.kv_lens = MEM_DEVICE, n, a_qi.ptr, a_kv.ptr
+        if type(kv_lens) is not np.ndarray and is_torch(kv_lens) and kv_lens.is_cuda or \
+                type(q_indptr) is not np.ndarray and is_torch(q_indptr) and q_indptr.is_cuda:
+            ptrs = self._fast_device_lengths(q_indptr, kv_lens, batch)
+            if ptrs is None:
+                ptrs = self._device_lengths(q_indptr, kv_lens, batch)
+            L.memory, L.batch, L.q_indptr, L.kv_lens = MEM_DEVICE, ptrs[0], ptrs[1], ptrs[2]
             self._keep = (q_indptr, kv_lens)
-            dev = self._device if self._device is not None else a_kv.device
-            with torch_module().cuda.device(dev):
-                check(lib.mlav_plan_update(self._handle(), ctypes.byref(L), self._ws_ptr,
-                                           self.workspace_bytes, self._stream()))
+            st = self._call(self._update_fn, self._lengths_ref)
+            if st:
+                check(st)
             return
-        qi = _host_lengths("q_indptr", q_indptr)
-        kv = _host_lengths("kv_lens", kv_lens)
-        if qi.ndim != 1 or kv.ndim != 1:
+        qi, qi_ptr, qi_shape = _host_lengths("q_indptr", q_indptr)
+        kv, kv_ptr, kv_shape = _host_lengths("kv_lens", kv_lens)
+        if len(qi_shape) != 1 or len(kv_shape) != 1:
             raise invalid("q_indptr and kv_lens must be 1-D, not %s and %s"
-                          % (list(qi.shape), list(kv.shape)))
-        n = kv.shape[0] if batch is None else batch
-        n = int32_arg("batch", n, 0, self._limits["max_batch"])
-        if qi.shape[0] < n + 1 or kv.shape[0] < n:
+                          % (list(qi_shape), list(kv_shape)))
+        n = kv_shape[0] if batch is None else batch
+        if type(n) is not int or n < 0 or n > self._limits["max_batch"]:
+            n = int32_arg("batch", n, 0, self._limits["max_batch"])
+        if qi_shape[0] < n + 1 or kv_shape[0] < n:
             raise invalid("batch = %d needs q_indptr [>= %d] and kv_lens [>= %d], not %s and "
-                          "%s" % (n, n + 1, n, list(qi.shape), list(kv.shape)))
-        L.memory, L.batch, L.q_indptr, L.kv_lens = MEM_HOST, n, qi.ctypes.data, kv.ctypes.data
+                          "%s" % (n, n + 1, n, list(qi_shape), list(kv_shape)))
+        L.memory, L.batch, L.q_indptr, L.kv_lens = MEM_HOST, n, qi_ptr, kv_ptr
         self._keep = (qi, kv)
-        if self._device is not None:
-            with torch_module().cuda.device(self._device):
-                check(lib.mlav_plan_update(self._handle(), ctypes.byref(L), self._ws_ptr,
-                                           self.workspace_bytes, self._stream()))
-        else:
-            check(lib.mlav_plan_update(self._handle(), ctypes.byref(L), self._ws_ptr,
-                                       self.workspace_bytes, None))
+        st = self._call(self._update_fn, self._lengths_ref)
+        if st:
+            check(st)
+
+    def _fast_device_lengths(self, q_indptr, kv_lens, batch):
+        """(batch, q_indptr pointer, kv_lens pointer) of int32 contiguous 1-D CUDA tensors on
+        the plan's device, or None: then _device_lengths says what is wrong."""
+        torch = torch_module()
+        dev = self._tdevice()
+        i32 = torch.int32
+        if not (isinstance(q_indptr, torch.Tensor) and isinstance(kv_lens, torch.Tensor) and
+                q_indptr.dtype is i32 and kv_lens.dtype is i32 and
+                q_indptr.device == dev and kv_lens.device == dev and
+                q_indptr.layout is torch.strided and kv_lens.layout is torch.strided and
+                q_indptr.dim() == 1 and kv_lens.dim() == 1 and
+                q_indptr.is_contiguous() and kv_lens.is_contiguous()):
+            return None
+        nq, nk = q_indptr.shape[0], kv_lens.shape[0]
+        n = nk if batch is None else batch
+        if type(n) is not int or n < 0 or n > self._limits["max_batch"] or nq < n + 1 or nk < n:
+            return None
+        return n, q_indptr.data_ptr(), kv_lens.data_ptr()
+
+    def _device_lengths(self, q_indptr, kv_lens, batch):
+        """The full checks of device lengths; raises what is wrong."""
+        a_qi, a_kv = wrap("q_indptr", q_indptr), wrap("kv_lens", kv_lens)
+        for a in (a_qi, a_kv):
+            if a.device is None:
+                raise invalid("q_indptr is on %s and kv_lens on %s: give both as CUDA "
+                              "tensors or both on the host" % (a_qi.where, a_kv.where))
+            if a.dtype != "int32":
+                raise invalid("%s has dtype %s; device lengths must be int32"
+                              % (a.name, a.dtype))
+            if len(a.shape) != 1:
+                raise invalid("%s must be 1-D, not %s" % (a.name, list(a.shape)))
+        if self._device is not None and (a_qi.device != self._device or
+                                         a_kv.device != self._device):
+            raise invalid("the lengths are on %s / %s but the plan is on cuda:%d"
+                          % (a_qi.where, a_kv.where, self._device))
+        n = a_kv.shape[0] if batch is None else batch
+        n = int32_arg("batch", n, 0, self._limits["max_batch"])
+        if a_qi.shape[0] < n + 1 or a_kv.shape[0] < n:
+            raise invalid("batch = %d needs q_indptr [>= %d] and kv_lens [>= %d], not %s "
+                          "and %s" % (n, n + 1, n, list(a_qi.shape), list(a_kv.shape)))
+        return n, a_qi.ptr, a_kv.ptr
 
     def step_status(self):
         """-1 when the last update took every request; raises InvalidArgumentError with the
@@ -287,21 +433,160 @@ class StepPlan:
                 b = (np.empty((T, H, self.d_latent), dtype=np.dtype(a.dtype)),
                      np.empty((T, H), dtype=np.float32))
             self._bufs[key] = b
+        if a.device == self._device:
+            self._fbufs[a.obj.dtype] = b
         return b
 
-    def run(self, q, kv_cache, page_table, tree_mask=None, out=None, lse=None):
+    # -- run -----------------------------------------------------------------------------------
+
+    def _tdevice(self):
+        """The plan's place as a torch.device (cpu, or cuda:i), made once."""
+        d = self.__dict__.get("_tdev")
+        if d is None:
+            torch = torch_module()
+            d = self._tdev = torch.device("cpu") if self._device is None else \
+                torch.device("cuda", self._device)
+        return d
+
+    def _torch_fast(self):
+        """torch's objects the fast path compares by identity (made at the first torch run)."""
+        torch = torch_module()
+        t = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.dtype]
+        if self.kv_dtype == "fp8_e4m3":
+            kv = (torch.uint8, getattr(torch, "float8_e4m3fn", torch.uint8))
+        else:
+            kv = (t, t)
+        u32 = getattr(torch, "uint32", torch.int32)
+        self._tf = (torch.Tensor, torch.strided, self._tdevice(), t, kv[0], kv[1], torch.int32,
+                    u32, torch.float32)
+        return self._tf
+
+    def _fast_torch(self, q, kv, pt, m, out, lse):
+        """The pointers of torch tensors that pass every check of _checked (dtype, place,
+        layout, contiguity, shape, writable outputs), compared by identity; None when one does
+        not (then _checked says which). q is a torch.Tensor."""
+        Tensor, strided, dev, dt, kdt, kdt2, i32, u32, f32 = self._tf or self._torch_fast()
+        sq, spt, sm, so, sl = self._shapes
+        if not (isinstance(kv, Tensor) and isinstance(pt, Tensor) and isinstance(out, Tensor)
+                and isinstance(lse, Tensor)):
+            return None
+        kd = kv.dtype
+        if q.dtype is not dt or out.dtype is not dt or pt.dtype is not i32 or \
+                lse.dtype is not f32 or (kd is not kdt and kd is not kdt2):
+            return None
+        if q.device != dev or kv.device != dev or pt.device != dev or out.device != dev or \
+                lse.device != dev:
+            return None
+        if q.layout is not strided or kv.layout is not strided or pt.layout is not strided or \
+                out.layout is not strided or lse.layout is not strided:
+            return None
+        if not (q.is_contiguous() and kv.is_contiguous() and pt.is_contiguous() and
+                out.is_contiguous() and lse.is_contiguous()):
+            return None
+        if out.requires_grad or lse.requires_grad:
+            return None
+        ks = kv.shape
+        if q.shape != sq or pt.shape != spt or out.shape != so or lse.shape != sl or \
+                len(ks) != 3 or ks[1] != self.page_size or ks[2] != self.width:
+            return None
+        if m is None:
+            mp = None
+        elif isinstance(m, Tensor) and (m.dtype is i32 or m.dtype is u32) and \
+                m.device == dev and m.layout is strided and m.is_contiguous() and m.shape == sm:
+            mp = m.data_ptr()
+        else:
+            return None
+        return (q.data_ptr(), kv.data_ptr(), ks[0], pt.data_ptr(), mp, out.data_ptr(),
+                lse.data_ptr())
+
+    def _fast_numpy(self, q, kv, pt, m, out, lse):
+        """As _fast_torch for numpy arrays on a CPU plan (q is an ndarray)."""
+        nd = np.ndarray
+        if self._device is not None or type(kv) is not nd or type(pt) is not nd or \
+                type(out) is not nd or type(lse) is not nd or (m is not None and type(m) is not nd):
+            return None
+        dt, kdt = self._np
+        if q.dtype is not dt or out.dtype is not dt or kv.dtype is not (kdt or dt) or \
+                pt.dtype is not _NP_I32 or lse.dtype is not _NP_F32:
+            return None
+        sq, spt, sm, so, sl = self._shapes
+        ks = kv.shape
+        if q.shape != sq or pt.shape != spt or out.shape != so or lse.shape != sl or \
+                len(ks) != 3 or ks[1] != self.page_size or ks[2] != self.width:
+            return None
+        fq, fkv, fpt, fo, fl = q.flags, kv.flags, pt.flags, out.flags, lse.flags
+        if not (fq.c_contiguous and fkv.c_contiguous and fpt.c_contiguous and fo.c_contiguous
+                and fl.c_contiguous and fq.aligned and fkv.aligned and fpt.aligned and
+                fo.aligned and fl.aligned and fo.writeable and fl.writeable):
+            return None
+        if m is None:
+            mp = None
+        elif (m.dtype is _NP_U32 or m.dtype is _NP_I32) and m.shape == sm and \
+                m.flags.c_contiguous and m.flags.aligned:
+            mp = _np_ptr(m)
+        else:
+            return None
+        return (_np_ptr(q), _np_ptr(kv), ks[0], _np_ptr(pt), mp, _np_ptr(out), _np_ptr(lse))
+
+    def run(self, q, kv_cache, page_table, tree_mask=None, out=None, lse=None, kv_scale=None):
         """Run the last update's step on one layer's tensors; returns (out, lse).
 
         q          [max_tokens, H, Dl+Dr] in the plan's dtype (numpy uint16 bits for bf16)
-        kv_cache   [num_pages, page_size, Dl+Dr]
+        kv_cache   [num_pages, page_size, Dl+Dr] (kv_dtype "fp8_e4m3": uint8 bytes, or torch
+                   float8_e4m3fn)
         page_table [max_batch, max_pages] int32
         tree_mask  [max_tokens, words] uint32/int32, or None (a causal chain)
         out, lse   [max_tokens, H, Dl] / [max_tokens, H] float32, or None: the StepPlan's own
                    buffers (allocated once per kind of tensor, reused by every run: copy what
                    you keep). Rows past the step's tokens are left as they were.
+        kv_scale   an FP8 cache's per-tensor scale: a float, or a 1-element float32 tensor in
+                   the tensors' memory (read by the run itself: capturable, no host read);
+                   None leaves the library's fields unset
         All host (numpy / CPU torch) for a CPU plan, all CUDA on the plan's device for a CUDA
         plan (asynchronous on the current torch stream, capturable once out/lse exist).
         """
+        ptrs = None
+        numpy = type(q) is np.ndarray
+        if numpy or is_torch(q):
+            o, l = out, lse
+            if o is None or l is None:  # the plan's own buffers, once made (by _checked)
+                b = self._fbufs.get(q.dtype)
+                if b is not None:
+                    o = b[0] if o is None else o
+                    l = b[1] if l is None else l
+            if o is not None and l is not None:
+                ptrs = (self._fast_numpy if numpy else self._fast_torch)(
+                    q, kv_cache, page_table, tree_mask, o, l)
+                if ptrs is not None:
+                    out, lse = o, l
+        if ptrs is None:
+            out, lse, ptrs = self._checked(q, kv_cache, page_table, tree_mask, out, lse)
+        t = self._t
+        with self._lock:
+            t.q, t.kv_cache, t.num_pages, t.page_table, t.tree_mask, t.out, t.lse = ptrs
+            if kv_scale is not None or self._scaled:
+                self._kv_scale(t, kv_scale)
+            st = self._call(self._run_fn, self._t_ref)
+        if st:
+            check(st)
+        return out, lse
+
+    def _kv_scale(self, t, kv_scale):
+        """Set (or, for None after a run that set them, clear) mlav_tensors.kv_scale and
+        kv_scale_ptr in t."""
+        self._scaled = set_kv_scale(t, kv_scale, self._device)
+
+    def _run_ref(self, ref):
+        """mlav_run on a prebuilt struct (byref of an MlavTensors whose pointers the caller
+        checked against this plan's limits): the SGLang backend's per-layer path."""
+        with self._lock:
+            st = self._call(self._run_fn, ref)
+        if st:
+            check(st)
+
+    def _checked(self, q, kv_cache, page_table, tree_mask, out, lse):
+        """Every check of a run's tensors, raising InvalidArgumentError with what is wrong;
+        returns (out, lse, pointers) where out/lse None are the plan's own buffers."""
         T, H, W, Dl = self._limits["max_tokens"], self.num_heads, self.width, self.d_latent
         a_q = wrap("q", q)
         a_kv = wrap("kv_cache", kv_cache)
@@ -324,10 +609,12 @@ class StepPlan:
                 self.backend, "host" if self._device is None else "cuda:%d" % self._device,
                 a_q.where))
         elems = _ELEMENTS[self.dtype]
-        for a in (a_q, a_kv, a_out):
-            if a.dtype not in elems:
+        kv_elems = _FP8_ELEMENTS if self.kv_dtype == "fp8_e4m3" else _ELEMENTS[self.kv_dtype]
+        for a, want, dt in ((a_q, elems, self.dtype), (a_kv, kv_elems, self.kv_dtype),
+                            (a_out, elems, self.dtype)):
+            if a.dtype not in want:
                 raise invalid("%s has dtype %s; the plan's dtype %s needs %s"
-                              % (a.name, a.dtype, self.dtype, " or ".join(elems)))
+                              % (a.name, a.dtype, dt, " or ".join(want)))
         if a_pt.dtype != "int32":
             raise invalid("page_table has dtype %s; it must be int32" % a_pt.dtype)
         if a_m is not None and a_m.dtype not in ("uint32", "int32"):
@@ -342,20 +629,8 @@ class StepPlan:
         if len(a_kv.shape) != 3 or a_kv.shape[1:] != (self.page_size, W):
             raise invalid("kv_cache has shape %s, expected [num_pages, %d, %d]"
                           % (list(a_kv.shape), self.page_size, W))
-        t = _lib.MlavTensors(
-            memory=MEM_HOST if dev is None else MEM_DEVICE, q=a_q.ptr, kv_cache=a_kv.ptr,
-            num_pages=a_kv.shape[0], page_table=a_pt.ptr,
-            tree_mask=a_m.ptr if a_m is not None else None, out=a_out.ptr, lse=a_lse.ptr)
-        lib = _lib.load()
-        if dev is None:
-            with self._lock:
-                check(lib.mlav_run(self._handle(), ctypes.byref(t), self._ws_ptr,
-                                   self.workspace_bytes, None))
-        else:
-            with torch_module().cuda.device(dev):
-                check(lib.mlav_run(self._handle(), ctypes.byref(t), self._ws_ptr,
-                                   self.workspace_bytes, self._stream()))
-        return out, lse
+        return out, lse, (a_q.ptr, a_kv.ptr, a_kv.shape[0], a_pt.ptr,
+                          a_m.ptr if a_m is not None else None, a_out.ptr, a_lse.ptr)
 
     # -- lifetime ------------------------------------------------------------------------------
 
@@ -366,6 +641,7 @@ class StepPlan:
         if h is not None and _lib._lib is not None:
             _lib._lib.mlav_plan_free(h)
         self._bufs = {}
+        self._fbufs = {}
 
     __del__ = close
 

@@ -240,6 +240,144 @@ def test_steps_run_checks_shapes_and_places():
         plan.update([0, 1], [1])
 
 
+def test_steps_run_torch_checks_shapes_and_places(seed):
+    """CPU torch tensors take the fast path (checks by identity); every input it does not
+    take raises the same sentence as the full checks, and its results are the numpy path's."""
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not importable")
+    rng = np.random.default_rng(seed)
+    plan = _small_plan()
+    plan.update(torch.tensor([0, 2, 5], dtype=torch.int32), torch.tensor([5, 9], dtype=torch.int32))
+    qn = rng.uniform(-1, 1, (16, H, W)).astype(np.float32)
+    pooln = rng.uniform(-1, 1, (40, 1, W)).astype(np.float32)
+    ptn = rng.integers(0, 40, (4, 32)).astype(np.int32)
+    mn = np.zeros((16, 1), np.uint32)
+    mn[:5] = mv.tree_mask_from_parents([-1, 0, -1, 0, 1], [0, 2, 5])
+    want_o, want_l = (x.copy() for x in plan.run(qn, pooln, ptn, mn))
+    q, pool, pt = torch.from_numpy(qn), torch.from_numpy(pooln), torch.from_numpy(ptn)
+    mask = torch.from_numpy(mn.view(np.int32))
+    out, lse = torch.zeros((16, H, DL)), torch.zeros((16, H))
+    o, l = plan.run(q, pool, pt, mask, out=out, lse=lse)
+    assert o is out and l is lse
+    assert np.array_equal(o[:5].numpy(), want_o[:5]) and np.array_equal(l[:5].numpy(), want_l[:5])
+    o2, l2 = plan.run(q, pool, pt, mask)  # the plan's own torch buffers, made once
+    assert plan.run(q, pool, pt, mask)[0] is o2 and torch.equal(o2[:5], o[:5])
+    bad = [
+        (dict(q=q[:8]), "q has shape"),
+        (dict(q=q.double()), "q has dtype float64"),
+        (dict(q=q.transpose(0, 1).contiguous().transpose(0, 1)), "not contiguous"),
+        (dict(pool=pool.view(20, 2, W)), "kv_cache has shape"),
+        (dict(pool=pool.half()), "kv_cache has dtype float16"),
+        (dict(pt=pt[:2]), "page_table has shape"),
+        (dict(pt=pt.long()), "page_table has dtype int64"),
+        (dict(mask=mask[:, :0]), "tree_mask has shape"),
+        (dict(mask=mask.to(torch.int16)), "tree_mask has dtype int16"),
+        (dict(out=out[:8]), "out has shape"),
+        (dict(out=out.double()), "out has dtype float64"),
+        (dict(out=torch.zeros((16, H, DL), requires_grad=True)), "requires grad"),
+        (dict(lse=lse.double()), "lse has dtype float64"),
+        (dict(lse=np.zeros((16, H), np.float32)), ""),  # numpy beside torch: fine, both host
+        (dict(q=q.to("meta")), "meta"),
+        (dict(pt=[[0] * 32] * 4), "must be a numpy array or a torch tensor"),
+        (dict(pt=pt + 100), "page_table[0]"),  # the library's page check, through the fast path
+    ]
+    for change, words in bad:
+        args = dict(q=q, pool=pool, pt=pt, mask=mask, out=out, lse=lse)
+        args.update(change)
+        if not words:
+            plan.run(args["q"], args["pool"], args["pt"], args["mask"], out=args["out"],
+                     lse=args["lse"])
+            continue
+        with pytest.raises(mv.InvalidArgumentError) as e:
+            plan.run(args["q"], args["pool"], args["pt"], args["mask"], out=args["out"],
+                     lse=args["lse"])
+        assert words in str(e.value), (change, str(e.value))
+    plan.close()
+    with pytest.raises(mv.InvalidArgumentError, match="closed"):
+        plan.run(q, pool, pt, mask, out=out, lse=lse)
+
+
+def test_steps_update_takes_any_host_lengths():
+    """int32 numpy / CPU torch lengths are used in place; other ints are converted (checked)."""
+    torch = _torch()
+    plan = _small_plan()
+    q = np.zeros((16, H, W), np.float32)
+    pool = np.ones((40, 1, W), np.float32)
+    pt = np.zeros((4, 32), np.int32)
+    kinds = [([0, 2, 5], [5, 9]), (np.array([0, 2, 5], np.int64), np.array([5, 9], np.int16)),
+             (np.array([0, 9, 2, 9, 5])[::2], np.array([5, 9]))]
+    if torch is not None:
+        kinds += [(torch.tensor([0, 2, 5], dtype=torch.int32), torch.tensor([5, 9])),
+                  (torch.tensor([0, 9, 2, 9, 5], dtype=torch.int32)[::2],
+                   torch.tensor([5, 9], dtype=torch.int32))]
+    for qi, kv in kinds:
+        plan.update(qi, kv)
+        assert plan.step_status() == -1
+        out, _ = plan.run(q, pool, pt)
+        assert np.allclose(out[:5], 1.0)
+    with pytest.raises(mv.InvalidArgumentError, match="less than q_len"):
+        plan.update(np.array([0, 2, 5], np.int32), np.array([1, 9], np.int32))
+    if torch is not None:
+        with pytest.raises(mv.InvalidArgumentError, match="1-D"):
+            plan.update(torch.zeros((1, 3), dtype=torch.int32), torch.zeros(2, dtype=torch.int32))
+
+
+def test_steps_fp8_kv_arguments():
+    """kv_dtype / kv_scale reach mlav_problem.kv_dtype and mlav_tensors.kv_scale(_ptr) when the
+    ctypes mirror has those fields; without them they raise a sentence, never pass silently."""
+    from mlaverify import steps
+    assert steps._kv_dtype_arg("fp8_e4m3") == ("fp8_e4m3", 3)
+    assert steps._kv_dtype_arg("float8_e4m3fn") == ("fp8_e4m3", 3)
+    assert steps._kv_dtype_arg(3) == ("fp8_e4m3", 3)
+    assert steps._kv_dtype_arg("bfloat16") == ("bf16", 1)
+    with pytest.raises(mv.InvalidArgumentError):
+        steps._kv_dtype_arg("int4")
+    problem_has = "kv_dtype" in [f for f, _ in mv._lib.MlavProblem._fields_]
+    tensors_has = "kv_scale" in [f for f, _ in mv._lib.MlavTensors._fields_]
+    plan = _small_plan(kv_dtype="float32")  # the q dtype said again: nothing to set
+    assert plan.kv_dtype == "f32"
+    q = np.zeros((16, H, W), np.float32)
+    pool = np.ones((40, 1, W), np.float32)
+    pt = np.zeros((4, 32), np.int32)
+    plan.update([0, 2], [5])
+    for scale in (0.5, np.array([0.5], np.float32)):
+        if tensors_has:  # a cache of the q dtype ignores the scale
+            assert np.allclose(plan.run(q, pool, pt, kv_scale=scale)[0][:2], 1.0)
+        else:
+            with pytest.raises(mv.UnsupportedError, match="kv_scale"):
+                plan.run(q, pool, pt, kv_scale=scale)
+    with pytest.raises(mv.InvalidArgumentError if tensors_has else mv.UnsupportedError,
+                       match="kv_scale"):
+        plan.run(q, pool, pt, kv_scale=np.array([0.5, 1.0], np.float32) if tensors_has
+                 else 1.0)
+    plan.run(q, pool, pt)  # None after a scale: cleared (or nothing to clear)
+    if problem_has:
+        try:
+            fp8 = _small_plan(kv_dtype="fp8_e4m3")
+        except mv.MlavError as e:  # a library whose backends do not run FP8 yet says so
+            assert "_lib.py" not in str(e), str(e)
+        else:
+            assert fp8.kv_dtype == "fp8_e4m3"
+            with pytest.raises(mv.InvalidArgumentError, match="kv_cache has dtype float32"):
+                fp8.update([0, 2], [5])
+                fp8.run(q, pool, pt, kv_scale=1.0)
+    else:
+        with pytest.raises(mv.UnsupportedError, match="kv_dtype"):
+            _small_plan(kv_dtype="fp8_e4m3")
+
+
+def test_steps_overhead_tool_runs():
+    """python -m mlaverify.overhead (few calls: that it runs and reports every path)."""
+    from mlaverify import overhead
+    res = overhead.measure(calls=3, repeats=2)
+    assert res["bare"] > 0 and res["steps_numpy"] > 0
+    if _torch() is not None:
+        assert {"steps_torch", "sglang", "sglang_metadata_qlen"} <= set(res)
+    lines = overhead.report(res)
+    assert lines[0].startswith("per layer") and any("per step" in x for x in lines)
+
+
 def test_steps_torch_op_cpu(seed):
     torch = _torch()
     if torch is None:
@@ -438,6 +576,65 @@ def test_sglang_backend_refuses_other_modes():
     with pytest.raises(ValueError, match="max_kv_len"):
         MlaVerifyAttnBackend(H, SCALE, 2, torch.zeros((2, 8), dtype=torch.int32),
                              max_kv_len=9, device="cpu")
+
+
+def test_sglang_backend_fast_path_matches_the_full_path(seed):
+    """forward's per-layer fast path (q and the pool checked by identity, a prebuilt struct per
+    layer, cached output views) gives what the full path (StepPlan.run) gives, for 3-D and 2-D
+    pools, full and padded batches, q of another dtype (copied into the q buffer, as before);
+    inputs it does not take still raise the sentence."""
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not importable")
+    from mlaverify.sglang_backend import MlaVerifyAttnBackend
+    rng = np.random.default_rng(seed)
+    n, max_bs, ctx_len, rows = 3, 4, 24, 200
+    perm = rng.permutation(rows)[:max_bs * ctx_len].reshape(max_bs, ctx_len).astype(np.int32)
+    pool3 = torch.from_numpy(rng.uniform(-1, 1, (rows, 1, W)).astype(np.float32))
+    be = MlaVerifyAttnBackend(H, SCALE, n, torch.from_numpy(perm), d_latent=DL, d_rope=DR,
+                              dtype="f32", device="cpu", mask_mode="packed")
+    be.init_cuda_graph_state(max_bs, max_bs * n)
+    layer = Obj(layer_id=0, tp_q_head_num=H)
+    for bs in (max_bs, 2, max_bs):
+        seq = torch.from_numpy(rng.integers(0, ctx_len - n + 1, bs))
+        parents = [make_parents(rng, n, "random") for _ in range(bs)]
+        qi = np.arange(bs + 1, dtype=np.int32) * n
+        mask = torch.from_numpy(mv.tree_mask_from_parents(np.concatenate(parents), qi)
+                                .view(np.int32))
+        rpi = torch.arange(bs)
+        fb = Obj(forward_mode=FakeMode("target_verify"), batch_size=bs, req_pool_indices=rpi,
+                 seq_lens=seq, out_cache_loc=None, spec_info=Obj(custom_mask=mask))
+        be.init_forward_metadata(fb)
+        T = bs * n
+        qx = torch.from_numpy(rng.uniform(-2, 2, (T, H * W)).astype(np.float32))
+        want, _ = mv.verify(qx.numpy().reshape(T, H, W), pool3.numpy(),
+                            np.ascontiguousarray(perm[:bs]), mask.numpy().view(np.uint32),
+                            q_indptr=qi, kv_lens=(seq.numpy() + n).astype(np.int32),
+                            softmax_scale=SCALE, d_latent=DL, dtype="f32", backend="reference")
+        for pool in (pool3, pool3.view(rows, W)):
+            fb.token_to_kv_pool = FakePool([pool])
+            o = be.forward(qx, None, None, layer, fb, save_kv_cache=False)
+            assert o.shape == (T, H * DL)
+            assert o.data_ptr() == be.out.data_ptr()  # a view of the shared buffer
+            assert rel_l2(o.numpy().reshape(T, H, DL), want) <= TOL, (bs, pool.dim())
+            o.unsqueeze_(0)  # a caller that changes the view in place gets a fresh one next
+        fb.token_to_kv_pool = FakePool([pool3])
+        o = be.forward(qx.double(), None, None, layer, fb, save_kv_cache=False)  # copied in
+        assert rel_l2(o.numpy().reshape(T, H, DL), want) <= TOL
+        for bad, words in ((pool3[:, :, :DL], "not contiguous"),
+                           (pool3[:, :, :DL].contiguous(), "kv_cache has shape"),
+                           (pool3.half(), "kv_cache has dtype float16")):
+            fb.token_to_kv_pool = FakePool([bad])
+            with pytest.raises(mv.InvalidArgumentError, match=words):
+                be.forward(qx, None, None, layer, fb, save_kv_cache=False)
+        fb.token_to_kv_pool = FakePool([pool3])
+    with pytest.raises(mv.InvalidArgumentError, match="layer has 5 heads"):
+        be.forward(qx, None, None, Obj(layer_id=1, tp_q_head_num=5), fb)
+    with pytest.raises(mv.UnsupportedError, match="no decode"):
+        be.forward(qx, None, None, layer, Obj(forward_mode=FakeMode("decode")))
+    with pytest.raises(mv.UnsupportedError, match="target verify"):
+        be.forward_extend(qx, None, None, layer, Obj(forward_mode=FakeMode("extend")))
+    be.close()
 
 
 # -- CUDA: one graph of update (device lengths) + runs, replayed every step -----------------------
