@@ -149,7 +149,8 @@ fi
 # ---- tests ---------------------------------------------------------------------------------------
 if ok build; then
   # test_steps_gpu runs in its own step below (graph-steps)
-  step ctest 200 "$OUT/ctest.log" "cd '$build' && ctest --output-on-failure -E test_steps_gpu"
+  # in parallel (CTEST_JOBS, 8): the CPU tests' fp64 oracle is what takes the time
+  step ctest 200 "$OUT/ctest.log" "cd '$build' && ctest -j ${CTEST_JOBS:-8} --output-on-failure -E test_steps_gpu"
 else
   skip ctest "no build"
 fi
@@ -157,7 +158,8 @@ fi
 # ---- engine steps: one CUDA graph replayed for 200 steps of changing lengths (test_steps_gpu) -----
 steps_test=$build/tests/test_steps_gpu
 if ok build && [ -x "$steps_test" ]; then
-  step graph-steps 120 "$OUT/ctest.log" "'$steps_test'"
+  # four configurations x 200 steps, each checked against the fp64 oracle: ~35 s each
+  step graph-steps 200 "$OUT/ctest.log" "'$steps_test'"
 else
   skip graph-steps "no $steps_test"
 fi
@@ -269,6 +271,11 @@ else
   if [ -x "$steps_test" ]; then
     step memcheck-steps 120 "$OUT/sanitizer.log" \
       "MLAV_TEST_STEPS=25 compute-sanitizer --tool memcheck --error-exitcode 99 '$steps_test'"
+  fi
+  # the FP8 cache's kernels (flash and naive: NaN bytes, a bad device scale, misaligned caches)
+  if [ -x "$build/tests/test_fp8" ]; then
+    step memcheck-fp8 60 "$OUT/sanitizer.log" \
+      "compute-sanitizer --tool memcheck --error-exitcode 99 '$build/tests/test_fp8'"
   fi
   step racecheck 150 "$OUT/sanitizer.log" "san racecheck"
   step synccheck 60 "$OUT/sanitizer.log" "san synccheck streams"
