@@ -5,10 +5,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
 #include "../src/common/schedule.h"
+#include "../src/common/schedule_step.h"
 #include "../src/dispatch/validate.h"
 #include "test_util.h"
 
@@ -370,6 +372,379 @@ static void test_schedule_short_request_not_oversplit(void **state)
     mlav_problem_info_free(&info);
 }
 
+/* ---- the engine step's rule against its reference -------------------------------------------
+ * mlav_step_schedule_build (src/common/schedule_step.c) finds the rule's chunks by probes that
+ * narrow every search at once; the rule itself is the plain search below, kept here as it was
+ * written before (5837fdc): a bisection per wave count (the host's), or with `exhaustive` the
+ * definition both the bisection and the device scheduler's search must meet, the smallest
+ * passing chunk over the whole range, found by trying each. The two paths must write the same
+ * bytes (the device scheduler writes these too, and a GPU test compares it with the host). */
+
+typedef struct {
+    int32_t batch;
+    const int64_t *tiles;
+    const int32_t *kv_lens;
+    const mlav_schedule_params *sp;
+} ref_ctx;
+
+static mlav_step_eval ref_eval_at(const ref_ctx *c, int64_t chunk)
+{
+    mlav_step_eval e = {0, 0, 0};
+    for (int32_t b = 0; b < c->batch; b++)
+        mlav_step_eval_add(&e, c->tiles[b], c->kv_lens[b], chunk, c->sp->key_align,
+                           c->sp->max_splits);
+    return e;
+}
+
+/* The smallest k in [lo, hi) with blocks(k ka) <= cap, else hi. */
+static int64_t ref_smallest(const ref_ctx *c, int64_t lo, int64_t hi, int64_t cap, int exhaustive)
+{
+    const int64_t ka = c->sp->key_align;
+    if (exhaustive) {
+        for (int64_t k = lo; k < hi; k++)
+            if (ref_eval_at(c, k * ka).blocks <= cap)
+                return k;
+        return hi;
+    }
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (ref_eval_at(c, mid * ka).blocks <= cap)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+static int64_t ref_chunk_for_cap(const ref_ctx *c, int64_t max_kv, int64_t cap, int64_t *top,
+                                 int exhaustive)
+{
+    const int64_t ka = c->sp->key_align;
+    int64_t lo = mlav_step_ceil_div(c->sp->min_chunk, ka), hi = mlav_step_ceil_div(max_kv, ka);
+    if (hi < lo)
+        hi = lo;
+    if (!exhaustive && *top >= lo && *top < hi)
+        hi = *top; /* the host's narrowing: a larger cap's answer is never above */
+    *top = ref_smallest(c, lo, hi, cap, exhaustive);
+    int64_t chunk = *top * ka;
+    if (chunk > INT32_MAX)
+        chunk = (INT32_MAX / ka) * ka;
+    return chunk;
+}
+
+static void ref_step_schedule_build(int32_t batch, const int32_t *q_indptr,
+                                    const int32_t *kv_lens, int32_t H, const mlav_limits *lim,
+                                    const mlav_schedule_params *sp, const mlav_step_bounds *bd,
+                                    mlav_step_header *hdr, mlav_split_item *items,
+                                    mlav_combine_item *combine, int exhaustive)
+{
+    memset(hdr, 0, sizeof *hdr);
+    hdr->bad = INT32_MAX;
+    hdr->batch = batch;
+    int global_ok = batch == 0 || (q_indptr[0] == 0 && q_indptr[batch] <= lim->max_tokens);
+    for (int32_t b = 0; b < batch && global_ok; b++)
+        global_ok = q_indptr[b + 1] >= q_indptr[b];
+    if (!global_ok)
+        hdr->bad = batch;
+    static int64_t tiles[MLAV_STEP_MAX_BATCH];
+    int64_t max_kv = 1, work = 0, all_tiles = 0;
+    for (int32_t b = 0; b < batch; b++) {
+        tiles[b] = 0;
+        if (!global_ok)
+            continue;
+        const int64_t q = (int64_t)q_indptr[b + 1] - q_indptr[b];
+        if (!mlav_step_request_ok(q, kv_lens[b], lim->max_q_len, lim->max_kv_len)) {
+            if (b < hdr->bad)
+                hdr->bad = b;
+            continue;
+        }
+        tiles[b] = mlav_step_tiles(q, H, sp->rows_per_tile);
+        if (tiles[b] > 0 && kv_lens[b] > max_kv)
+            max_kv = kv_lens[b];
+        work += tiles[b] * kv_lens[b];
+        all_tiles += tiles[b];
+    }
+    const ref_ctx c = {batch, tiles, kv_lens, sp};
+    int64_t best_chunk = 0;
+    if (all_tiles > 0) {
+        const int64_t S = sp->target_blocks;
+        const int64_t cap0 = mlav_step_ceil_div(all_tiles, S) * S;
+        int64_t top = -1;
+        const int64_t chunk0 = ref_chunk_for_cap(&c, max_kv, cap0, &top, exhaustive);
+        int64_t cands[2 + 1 + 64], n = 0, last = chunk0;
+        cands[n++] = chunk0;
+        for (int k = 1; k <= 2; k++)
+            if ((chunk0 << k) <= INT32_MAX)
+                cands[n++] = chunk0 << k;
+        for (int32_t k = 1; k <= sp->more_waves && k <= 64; k++) {
+            const int64_t ch = ref_chunk_for_cap(&c, max_kv, cap0 + k * S, &top, exhaustive);
+            if (ch >= last)
+                continue;
+            last = ch;
+            cands[n++] = ch;
+        }
+        int64_t best = -1;
+        for (int64_t i = 0; i < n; i++) {
+            const mlav_step_eval e = ref_eval_at(&c, cands[i]);
+            const int64_t t = mlav_step_model(&e, work, sp->target_blocks, sp->block_cost_keys,
+                                              sp->split_cost_keys);
+            if (best < 0 || t < best) {
+                best = t;
+                best_chunk = cands[i];
+            }
+        }
+    }
+    int32_t it = 0, ci = 0, slot = 0;
+    for (int32_t b = 0; b < batch && best_chunk > 0; b++) {
+        if (tiles[b] == 0)
+            continue;
+        int64_t per;
+        const int32_t s = (int32_t)mlav_schedule_splits(kv_lens[b], best_chunk, sp->key_align,
+                                                        sp->max_splits, &per);
+        const int32_t mt = (int32_t)tiles[b];
+        const int32_t q = q_indptr[b + 1] - q_indptr[b];
+        for (int32_t k = 0; k < s; k++) {
+            const int64_t begin = k * per;
+            const int64_t end = begin + per < kv_lens[b] ? begin + per : kv_lens[b];
+            for (int32_t m = 0; m < mt; m++)
+                items[it++] = (mlav_split_item){
+                    .b = b, .mtile = m, .kv_begin = (int32_t)begin, .kv_end = (int32_t)end,
+                    .slot = s > 1 ? slot + k * mt + m : -1, .q_start = q_indptr[b],
+                    .q_len = q, .prefix = kv_lens[b] - q};
+        }
+        if (s > 1) {
+            for (int32_t m = 0; m < mt; m++)
+                combine[ci++] = (mlav_combine_item){
+                    .b = b, .mtile = m, .nsplit = s, .slot0 = slot + m, .slot_stride = mt,
+                    .q_start = q_indptr[b], .rows = q * H};
+            slot += s * mt;
+        }
+    }
+    hdr->n_items = it;
+    hdr->n_combine = ci;
+    hdr->n_slots = slot;
+    hdr->chunk_keys = (int32_t)best_chunk;
+    for (int32_t i = it; i < bd->max_items; i++)
+        items[i] = (mlav_split_item){.b = -1};
+    for (int32_t i = ci; i < bd->max_combine; i++)
+        combine[i] = (mlav_combine_item){.b = -1};
+}
+
+/* One engine-like step: lengths, limits and the flash plan's parameters drawn from `rng`. */
+typedef struct {
+    int32_t batch, H;
+    int32_t q_indptr[MLAV_STEP_MAX_BATCH + 1], kv_lens[MLAV_STEP_MAX_BATCH];
+    mlav_limits lim;
+    mlav_schedule_params sp;
+} step_case;
+
+static uint64_t pick(uint64_t *rng, uint64_t n)
+{
+    return tu_next(rng) % n;
+}
+
+static void draw_step(uint64_t *rng, step_case *c)
+{
+    static const int32_t sms[] = {132, 170, 188}, heads[] = {8, 16, 32, 64, 128};
+    const uint64_t r = pick(rng, 10);
+    c->batch = r < 4   ? 1 + (int32_t)pick(rng, 16)
+               : r < 7 ? 17 + (int32_t)pick(rng, 48)
+               : r < 9 ? 65 + (int32_t)pick(rng, 448)
+                       : 513 + (int32_t)pick(rng, MLAV_STEP_MAX_BATCH - 512);
+    c->H = pick(rng, 4) ? heads[pick(rng, 5)] : 8 + (int32_t)pick(rng, 121);
+    const int32_t max_q = 1 + (int32_t)(pick(rng, 3) ? pick(rng, 16) : pick(rng, 64));
+    /* prefixes: short, long (131072+), or spread over a decade; some batches all alike (ties) */
+    static const int32_t spans[] = {4096, 32768, 140000, 1 << 20};
+    const int32_t span = spans[pick(rng, 4)], same = pick(rng, 6) == 0;
+    const int32_t common = (int32_t)pick(rng, (uint64_t)span);
+    int32_t t = 0, most_q = 1, most_kv = 1;
+    c->q_indptr[0] = 0;
+    for (int32_t b = 0; b < c->batch; b++) {
+        int32_t q = 1 + (int32_t)pick(rng, (uint64_t)max_q);
+        if (pick(rng, 10) == 0)
+            q = 0; /* padding */
+        if (same)
+            q = max_q;
+        const int32_t prefix = same ? common : (int32_t)pick(rng, (uint64_t)span);
+        c->kv_lens[b] = prefix + q;
+        c->q_indptr[b + 1] = (t += q);
+        most_q = q > most_q ? q : most_q;
+        most_kv = c->kv_lens[b] > most_kv ? c->kv_lens[b] : most_kv;
+    }
+    /* limits at or past the lengths; now and then too tight, so requests are refused */
+    c->lim = (mlav_limits){.max_batch = c->batch + (int32_t)pick(rng, (uint64_t)c->batch + 1),
+                           .max_tokens = (t > 0 ? t : 1) + (int32_t)pick(rng, 64),
+                           .max_q_len = most_q + (int32_t)pick(rng, 4),
+                           .max_kv_len = most_kv + (int32_t)pick(rng, 1000)};
+    if (c->lim.max_batch > MLAV_STEP_MAX_BATCH)
+        c->lim.max_batch = MLAV_STEP_MAX_BATCH;
+    if (pick(rng, 12) == 0)
+        c->lim.max_kv_len = most_kv / 2 > most_q ? most_kv / 2 : most_q;
+    if (pick(rng, 12) == 0 && most_q > 1)
+        c->lim.max_q_len = most_q - 1;
+    if (pick(rng, 40) == 0)
+        c->lim.max_tokens = t > 1 ? t - 1 : 1; /* q_indptr refused: nothing runs */
+    /* the flash plan's parameters (src/cuda/flash.h) on 132-, 170- and 188-SM devices, and
+     * others now and then: another tile, alignment, smallest chunk, split cap, costs */
+    mlav_schedule_params base = {.rows_per_tile = 64, .key_align = 32, .min_chunk = 32,
+                                 .max_splits = 256, .target_blocks = sms[pick(rng, 3)],
+                                 .block_cost_keys = 128, .split_cost_keys = 1};
+    if (pick(rng, 3) == 0) {
+        static const int32_t rows[] = {32, 64, 128}, aligns[] = {16, 32, 48, 64},
+                             splits[] = {1, 2, 8, 64, 255, 256, 257, 512};
+        base.rows_per_tile = rows[pick(rng, 3)];
+        base.key_align = aligns[pick(rng, 4)];
+        base.min_chunk = pick(rng, 2) ? base.key_align : 1 + (int32_t)pick(rng, 4096);
+        base.max_splits = splits[pick(rng, 8)];
+        base.target_blocks *= 1 + (int32_t)pick(rng, 2);
+        base.block_cost_keys = pick(rng, 4) ? 128 : (int32_t)pick(rng, 1000);
+        base.split_cost_keys = (int32_t)pick(rng, 4);
+    }
+    c->sp = mlav_step_params(c->H, &c->lim, base);
+    if (pick(rng, 8) == 0)
+        c->sp.more_waves = (int32_t)pick(rng, 9);
+}
+
+/* Build c's step both ways into guarded buffers and compare every byte. */
+static void check_step_case(const step_case *c, int exhaustive, uint64_t seed, int n,
+                            mlav_split_item *items[2], mlav_combine_item *combine[2])
+{
+    const mlav_step_bounds bd = mlav_step_bounds_of(c->H, &c->lim, &c->sp);
+    const size_t ni = (size_t)bd.max_items + 1, nc = (size_t)bd.max_combine + 1;
+    mlav_step_header h[2];
+    for (int w = 0; w < 2; w++) { /* different garbage, a canary past the end */
+        memset(h + w, 0x5a + w, sizeof h[w]);
+        memset(items[w], 0xa5 + w, ni * sizeof(mlav_split_item));
+        memset(combine[w], 0xa5 + w, nc * sizeof(mlav_combine_item));
+    }
+    mlav_step_schedule_build(c->batch, c->q_indptr, c->kv_lens, c->H, &c->lim, &c->sp, &bd, &h[0],
+                             items[0], combine[0]);
+    ref_step_schedule_build(c->batch, c->q_indptr, c->kv_lens, c->H, &c->lim, &c->sp, &bd, &h[1],
+                            items[1], combine[1], exhaustive);
+    const size_t bi = (ni - 1) * sizeof(mlav_split_item), bc = (nc - 1) * sizeof(mlav_combine_item);
+    if (memcmp(&h[0], &h[1], sizeof h[0]) != 0 || memcmp(items[0], items[1], bi) != 0 ||
+        memcmp(combine[0], combine[1], bc) != 0)
+        fail_msg("seed 0x%llx case %d (B=%d, H=%d, max_q=%d, max_kv=%d, rows=%d, ka=%d, "
+                 "min_chunk=%d, max_splits=%d, S=%d, costs %d/%d, mw=%d%s): chunk %d vs %d, "
+                 "%d vs %d items, %d vs %d combine, bad %d vs %d",
+                 (unsigned long long)seed, n, c->batch, c->H, c->lim.max_q_len,
+                 c->lim.max_kv_len, c->sp.rows_per_tile, c->sp.key_align, c->sp.min_chunk,
+                 c->sp.max_splits, c->sp.target_blocks, c->sp.block_cost_keys,
+                 c->sp.split_cost_keys, c->sp.more_waves, exhaustive ? ", exhaustive" : "",
+                 h[0].chunk_keys, h[1].chunk_keys, h[0].n_items, h[1].n_items, h[0].n_combine,
+                 h[1].n_combine, h[0].bad, h[1].bad);
+    /* the canaries past the bounds are untouched */
+    const unsigned char *ci = (const unsigned char *)(items[0] + ni - 1),
+                        *cc = (const unsigned char *)(combine[0] + nc - 1);
+    for (size_t k = 0; k < sizeof(mlav_split_item); k++)
+        if (ci[k] != 0xa5 || cc[k] != 0xa5)
+            fail_msg("seed 0x%llx case %d: written past the bounds", (unsigned long long)seed, n);
+}
+
+/* The step rule's probes against the plain searches, on random engine-like steps (B 1-2048,
+ * q_len 0-64, prefixes to 2^20, H 8-128, limits at or past the lengths and sometimes refusing,
+ * 132, 170 and 188 SMs, the flash plan's parameters and others); where the whole range is cheap
+ * to try, also against the exhaustive search. Then edge cases: a KV length near 2^31 with a
+ * key_align that does not divide it (the chunk clamp), min_chunk past every length, no rows. */
+static void test_schedule_step_rule_matches_reference(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_seed();
+    printf("seed 0x%llx (MLAV_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    uint64_t rng = seed;
+    enum { CAP = 1 << 20 };
+    mlav_split_item *items[2];
+    mlav_combine_item *combine[2];
+    step_case *c = malloc(sizeof *c);
+    assert_non_null(c);
+    for (int w = 0; w < 2; w++) {
+        items[w] = malloc(CAP * sizeof(mlav_split_item));
+        combine[w] = malloc(CAP * sizeof(mlav_combine_item));
+        assert_true(items[w] && combine[w]);
+    }
+    int cases = 0, exhaustive = 0;
+    for (int n = 0; n < 2500; n++) {
+        draw_step(&rng, c);
+        const mlav_step_bounds bd = mlav_step_bounds_of(c->H, &c->lim, &c->sp);
+        if (bd.max_items >= CAP || bd.max_combine >= CAP)
+            continue;
+        /* the exhaustive search tries every chunk below each answer: where that is cheap */
+        int64_t most_kv = 1;
+        for (int32_t b = 0; b < c->batch; b++)
+            most_kv = c->kv_lens[b] > most_kv ? c->kv_lens[b] : most_kv;
+        const int ex = (most_kv / c->sp.key_align + 1) * c->batch * (c->sp.more_waves + 1) <
+                       4000000;
+        check_step_case(c, 0, seed, n, items, combine);
+        if (ex)
+            check_step_case(c, 1, seed, n, items, combine);
+        cases++;
+        exhaustive += ex;
+    }
+    /* edge cases, each against both searches */
+    static const struct {
+        int32_t batch, q, kv, ka, min_chunk, max_splits;
+    } edge[] = {
+        {1, 1, INT32_MAX, 48, 48, 256},   {3, 9, INT32_MAX - 7, 48, 48, 256},
+        {1, 64, INT32_MAX, 32, 32, 1},    {4, 2, 1000, 32, 1 << 20, 256},
+        {8, 1, 33, 32, 32, 256},          {16, 1, 1, 32, 32, 256},
+        {2, 16, 131072 + 16, 32, 32, 257}, {1, 1, 65, 64, 1, 512},
+    };
+    for (size_t e = 0; e < sizeof edge / sizeof edge[0]; e++) {
+        c->batch = edge[e].batch;
+        c->H = 16;
+        c->q_indptr[0] = 0;
+        for (int32_t b = 0; b < c->batch; b++) {
+            c->q_indptr[b + 1] = c->q_indptr[b] + edge[e].q;
+            c->kv_lens[b] = edge[e].kv - b; /* near-ties */
+        }
+        c->lim = (mlav_limits){c->batch, c->q_indptr[c->batch], edge[e].q, edge[e].kv};
+        c->sp = (mlav_schedule_params){.rows_per_tile = 64, .key_align = edge[e].ka,
+                                       .min_chunk = edge[e].min_chunk,
+                                       .max_splits = edge[e].max_splits, .target_blocks = 132,
+                                       .block_cost_keys = 128, .split_cost_keys = 1,
+                                       .more_waves = 4};
+        check_step_case(c, 0, seed, -1 - (int)e, items, combine);
+        if ((int64_t)edge[e].kv / edge[e].ka * c->batch < 4000000)
+            check_step_case(c, 1, seed, -1 - (int)e, items, combine);
+    }
+    /* one to three requests of one row tile on wide devices: splits around the cap (the
+     * inverses' table ends at 256 splits) and short requests split to the smallest chunks */
+    static const int32_t wide[] = {132, 264, 376, 512}, caps[] = {128, 255, 256, 257, 512};
+    for (int w = 0; w < 4; w++)
+        for (int m = 0; m < 5; m++)
+            for (int32_t kv = 700; kv < 300000; kv = kv * 3 / 2 + 17) {
+                c->batch = 1 + (kv % 3);
+                c->H = 16;
+                c->q_indptr[0] = 0;
+                for (int32_t b = 0; b < c->batch; b++) {
+                    c->q_indptr[b + 1] = b + 1;
+                    c->kv_lens[b] = kv + b * (kv % 5);
+                }
+                c->lim = (mlav_limits){c->batch, c->batch, 1, kv + 2 * 4};
+                c->sp = (mlav_schedule_params){.rows_per_tile = 64, .key_align = 16 << (kv % 3),
+                                               .min_chunk = 1, .max_splits = caps[m],
+                                               .target_blocks = wide[w],
+                                               .block_cost_keys = 128, .split_cost_keys = 1,
+                                               .more_waves = 4};
+                check_step_case(c, 0, seed, -200 - kv, items, combine);
+                check_step_case(c, 1, seed, -200 - kv, items, combine);
+            }
+    /* no request with rows, and an empty step */
+    c->batch = 5;
+    for (int32_t b = 0; b <= c->batch; b++)
+        c->q_indptr[b] = 0;
+    check_step_case(c, 0, seed, -100, items, combine);
+    c->batch = 0;
+    check_step_case(c, 0, seed, -101, items, combine);
+    printf("%d steps matched the bisection, %d of them also the exhaustive search\n", cases,
+           exhaustive);
+    for (int w = 0; w < 2; w++) {
+        free(items[w]);
+        free(combine[w]);
+    }
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -381,6 +756,7 @@ int main(void)
         cmocka_unit_test(test_schedule_waves_h200),
         cmocka_unit_test(test_schedule_more_waves_never_longer),
         cmocka_unit_test(test_schedule_q1_fills_sm120),
+        cmocka_unit_test(test_schedule_step_rule_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,17 +4,20 @@
  * 1-9, prefixes 1024-32767 drawn per request), each MW's mean modelled time against the first
  * MW's, and the mean host time of one mlav_schedule_build. The H200's parameters (132 SMs, one
  * block per SM) and the flash plan's constants (src/cuda/flash.h) unless changed below. Last,
- * the engine step's rule against the plan at the production preset's points, and its host time.
+ * the engine step's rule against the plan at the production preset's points, and its host time
+ * at B = 1, 16, 32, 64 and 2048.
  * docs/PERFORMANCE.md#schedule, session 13: the model's ratios at the batched points matched the H200 within
  * ~1% (0.914 measured at 16 x (H 64, q_len 9), prefix 8192, against 0.913 modelled).
  *   cc -O2 -std=c11 -Iinclude -o schedule_choices bench/diag/schedule_choices.c \
  *      src/common/schedule.c src/common/schedule_step.c src/core/error.c -lm
- *   ./schedule_choices [MW ...]            (default: 2 8; 2 is the plan before session 13) */
+ *   ./schedule_choices [MW ...]            (default: 2 8; 2 is the plan before session 13)
+ *   ./schedule_choices --step-times        (only the host step times) */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #endif
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <math.h>
@@ -25,6 +28,7 @@
 enum { SMS = 132, MAX_B = 64, MAX_MW = 8, BATCHES = 2000 };
 
 static void steps(void);
+static void step_times(void);
 
 static uint64_t xorshift(uint64_t *x)
 {
@@ -94,7 +98,7 @@ static int32_t spread_prefix(int64_t prefix, double spread, int b)
 
 /* Engine steps (src/common/schedule_step.h): the step rule's schedule for a plan for limits 1.5
  * times the lengths, against the plan's own (8 more waves), both timed by the plan's dispatch
- * model; then the host time of one step schedule at B = 64. */
+ * model; then the host time of one step schedule at several batch sizes (step_times). */
 static void steps(void)
 {
     static const int32_t pts[][5] = {/* B, H, q_len, prefix, spread in % */
@@ -149,32 +153,72 @@ static void steps(void)
         }
         printf("\n");
     }
-    /* host time of one step schedule: B = 64, H = 16, up to 16 tokens, prefixes 1000-61000 */
-    int32_t q_indptr[65] = {0}, kv_lens[64];
-    uint64_t x = 12345;
-    for (int b = 0; b < 64; b++) {
-        const int32_t q = 1 + (int32_t)(xorshift(&x) % 16);
-        q_indptr[b + 1] = q_indptr[b] + q;
-        kv_lens[b] = 1000 + (int32_t)(xorshift(&x) % 60000) + q;
+    step_times();
+}
+
+/* Host time of one step schedule (mlav_step_schedule_build: the rule and the item lists, the CPU
+ * side of a CUDA host update) at B = 1, 16, 32, 64 and 2048: H = 16, 1-16 tokens, prefixes
+ * 1000-61000 per request, limits {B, 16 B, 16, 100000}; the median (and range) over 51 runs of
+ * the mean of many builds. */
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void step_times(void)
+{
+    enum { MAXB = 2048, RUNS = 51 };
+    static const int32_t Bs[] = {1, 16, 32, 64, 2048};
+    static int32_t q_indptr[MAXB + 1], kv_lens[MAXB];
+    static mlav_split_item items[1 << 14];
+    static mlav_combine_item combine[1 << 14];
+    printf("\nhost step schedule (mlav_step_schedule_build), H = 16, q_len 1-16, prefixes "
+           "1000-61000, median of %d runs:\n", RUNS);
+    for (size_t i = 0; i < sizeof Bs / sizeof Bs[0]; i++) {
+        const int32_t B = Bs[i];
+        uint64_t x = 12345; /* at B = 64, the batch the figures before this table came from */
+        for (int32_t b = 0; b < B; b++) {
+            const int32_t q = 1 + (int32_t)(xorshift(&x) % 16);
+            q_indptr[b + 1] = q_indptr[b] + q;
+            kv_lens[b] = 1000 + (int32_t)(xorshift(&x) % 60000) + q;
+        }
+        const mlav_limits lim = {B, B * 16, 16, 100000};
+        const mlav_schedule_params sp = mlav_step_params(16, &lim, params(0));
+        const mlav_step_bounds bd = mlav_step_bounds_of(16, &lim, &sp);
+        if (bd.max_items > (int32_t)(sizeof items / sizeof items[0]) ||
+            bd.max_combine > (int32_t)(sizeof combine / sizeof combine[0])) {
+            printf("  B = %4d: too many blocks\n", B);
+            continue;
+        }
+        mlav_step_header h;
+        const int n = B >= 1024 ? 20 : 2000; /* builds per run */
+        double us[RUNS];
+        for (int r = -1; r < RUNS; r++) { /* run -1 warms up */
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (int k = 0; k < n; k++)
+                mlav_step_schedule_build(B, q_indptr, kv_lens, 16, &lim, &sp, &bd, &h, items,
+                                         combine);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (r >= 0)
+                us[r] = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 +
+                         (double)(t1.tv_nsec - t0.tv_nsec)) / n / 1e3;
+        }
+        qsort(us, RUNS, sizeof us[0], cmp_double);
+        printf("  B = %4d (mw %d, %5d blocks of %5d, chunk %6d): %8.2f us (%.2f-%.2f)\n", B,
+               sp.more_waves, h.n_items, bd.max_items, h.chunk_keys, us[RUNS / 2], us[0],
+               us[RUNS - 1]);
     }
-    const mlav_limits lim = {64, 64 * 16, 16, 100000};
-    const mlav_schedule_params sp = mlav_step_params(16, &lim, params(0));
-    const mlav_step_bounds bd = mlav_step_bounds_of(16, &lim, &sp);
-    mlav_step_header h;
-    struct timespec t0, t1;
-    const int n = 2000;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < n; i++)
-        mlav_step_schedule_build(64, q_indptr, kv_lens, 16, &lim, &sp, &bd, &h, items, combine);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("host step schedule at B = 64, H = 16 (mw %d, %d blocks): %.1f us\n", sp.more_waves,
-           h.n_items,
-           ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / n / 1e3);
 }
 
 int main(int argc, char **argv)
 {
     int mw[MAX_MW] = {2, 8}, nmw = 2;
+    if (argc == 2 && strcmp(argv[1], "--step-times") == 0) {
+        step_times(); /* only the host step times */
+        return 0;
+    }
     if (argc > 1) {
         nmw = 0;
         for (int i = 1; i < argc && nmw < MAX_MW; i++)
