@@ -194,7 +194,20 @@ __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int k
  * the source address is then row 0 of the pool, never read); a page id outside the pool reads
  * the plan's NaN row, never out of bounds. Branch-free 32-bit index arithmetic, one 64-bit
  * product: the gather runs every tile for every thread, and its address code was 58
- * instructions per warp and tile (session 4, docs/PERFORMANCE.md#decisions). */
+ * instructions per warp and tile (session 4, docs/PERFORMANCE.md#decisions). kv_row_src is that
+ * address rule, for the 16-bit gather and the FP8 one (elements E: T, or e4m3 bytes), where
+ * page_elems and W count elements either way. */
+template <typename E>
+__device__ __forceinline__ const E *kv_row_src(const E *kv, int32_t page, int j, bool live,
+                                               const mlav_flash_params &p)
+{
+    const uint32_t pg = (uint32_t)page, uj = (uint32_t)j;
+    const uint32_t slot = uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
+    const E *base = live && pg >= p.page_limit ? static_cast<const E *>(p.nan_row) : kv;
+    const size_t off = live && pg < p.page_limit ? (size_t)pg * p.page_elems + slot * W : 0;
+    return base + off;
+}
+
 template <typename T>
 __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page, int j,
                                               int kv_end, const mlav_flash_params &p, int row,
@@ -202,11 +215,7 @@ __device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page,
 {
     T *d = dst + row * RS + part * 8;
     const bool live = j < kv_end;
-    const uint32_t pg = (uint32_t)page, uj = (uint32_t)j;
-    const uint32_t slot = uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
-    const T *base = live && pg >= p.page_limit ? static_cast<const T *>(p.nan_row) : kv;
-    const size_t off = live && pg < p.page_limit ? (size_t)pg * p.page_elems + slot * W : 0;
-    const T *src = base + off + part * 8;
+    const T *src = kv_row_src(kv, page, j, live, p) + part * 8;
     const int bytes = live ? 16 : 0;
 #pragma unroll
     for (int k = 0; k < GATHER_STEPS; k++)
@@ -223,11 +232,7 @@ __device__ __forceinline__ void gather_kv_row_fp8(uint8_t *raw, const uint8_t *k
 {
     uint8_t *d = raw + row * W + part * 8;
     const bool live = j < kv_end;
-    const uint32_t pg = (uint32_t)page, uj = (uint32_t)j;
-    const uint32_t slot = uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
-    const uint8_t *base = live && pg >= p.page_limit ? static_cast<const uint8_t *>(p.nan_row) : kv;
-    const size_t off = live && pg < p.page_limit ? (size_t)pg * p.page_elems + slot * W : 0;
-    const uint8_t *src = base + off + part * 8;
+    const uint8_t *src = kv_row_src(kv, page, j, live, p) + part * 8;
     const int bytes = live ? 8 : 0;
 #pragma unroll
     for (int k = 0; k < GATHER_STEPS; k++)
@@ -273,11 +278,7 @@ __device__ __forceinline__ fp8_row_regs load_kv_row_fp8(const uint8_t *kv, int32
 {
     fp8_row_regs r;
     const bool live = j < kv_end;
-    const uint32_t pg = (uint32_t)page, uj = (uint32_t)j;
-    const uint32_t slot = uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
-    const uint8_t *base = live && pg >= p.page_limit ? static_cast<const uint8_t *>(p.nan_row) : kv;
-    const size_t off = live && pg < p.page_limit ? (size_t)pg * p.page_elems + slot * W : 0;
-    const uint8_t *src = base + off + part * 8;
+    const uint8_t *src = kv_row_src(kv, page, j, live, p) + part * 8;
 #pragma unroll
     for (int k = 0; k < GATHER_STEPS; k++)
         r.v[k] = live && part + k * GATHER_TPR < CHUNKS
