@@ -617,8 +617,13 @@ static void check_step_case(const step_case *c, int exhaustive, uint64_t seed, i
         memset(items[w], 0xa5 + w, ni * sizeof(mlav_split_item));
         memset(combine[w], 0xa5 + w, nc * sizeof(mlav_combine_item));
     }
+    /* the rule's scratch holds garbage: a build must not read what an earlier one left */
+    mlav_step_scratch *scratch = malloc(mlav_step_scratch_bytes());
+    assert_non_null(scratch);
+    memset(scratch, 0x5a ^ (n & 0xff), mlav_step_scratch_bytes());
     mlav_step_schedule_build(c->batch, c->q_indptr, c->kv_lens, c->H, &c->lim, &c->sp, &bd, &h[0],
-                             items[0], combine[0]);
+                             items[0], combine[0], scratch);
+    free(scratch);
     ref_step_schedule_build(c->batch, c->q_indptr, c->kv_lens, c->H, &c->lim, &c->sp, &bd, &h[1],
                             items[1], combine[1], exhaustive);
     const size_t bi = (ni - 1) * sizeof(mlav_split_item), bc = (nc - 1) * sizeof(mlav_combine_item);

@@ -234,7 +234,9 @@ static void test_steps_schedule_rule(void **state)
     mlav_split_item *items = malloc(sizeof *items * 200000);
     mlav_combine_item *comb = malloc(sizeof *comb * 200000);
     uint8_t *seen = malloc(200000);
+    mlav_step_scratch *scratch = malloc(mlav_step_scratch_bytes());
     assert_non_null(items);
+    assert_non_null(scratch);
     for (int round = 0; round < 300; round++) {
         const int H = Hs[tu_next(&rng) % 4];
         const mlav_schedule_params *sp = &sps[tu_next(&rng) % 3];
@@ -256,7 +258,7 @@ static void test_steps_schedule_rule(void **state)
             qi[b + 1] = (t += q);
         }
         mlav_step_header h;
-        mlav_step_schedule_build(batch, qi, kv, H, &lim, sp, &bd, &h, items, comb);
+        mlav_step_schedule_build(batch, qi, kv, H, &lim, sp, &bd, &h, items, comb, scratch);
         assert_true(h.n_items <= bd.max_items && h.n_combine <= bd.max_combine);
         assert_true(h.n_slots <= bd.max_slots);
         assert_int_equal(h.batch, batch);
@@ -316,6 +318,7 @@ static void test_steps_schedule_rule(void **state)
     free(items);
     free(comb);
     free(seen);
+    free(scratch);
 }
 
 int main(void)

@@ -25,6 +25,17 @@
 #include "../../src/common/schedule.h"
 #include "../../src/common/schedule_step.h"
 
+/* The step rule's scratch, one for the whole run (a plan for limits keeps one likewise). */
+static mlav_step_scratch *rule_scratch(void)
+{
+    static mlav_step_scratch *s;
+    if (!s && !(s = malloc(mlav_step_scratch_bytes()))) {
+        fprintf(stderr, "schedule_choices: out of memory\n");
+        exit(1);
+    }
+    return s;
+}
+
 enum { SMS = 132, MAX_B = 64, MAX_MW = 8, BATCHES = 2000 };
 
 static void steps(void);
@@ -143,7 +154,7 @@ static void steps(void)
             }
             mlav_step_header h;
             mlav_step_schedule_build(B, q_indptr, kv_lens, H, &lim, &spm, &bd, &h, items,
-                                     combine);
+                                     combine, rule_scratch());
             const mlav_schedule st = {.n_items = h.n_items, .n_combine = h.n_combine,
                                       .n_slots = h.n_slots, .items = items, .combine = combine};
             const mlav_schedule_params model_sp = params(8);
@@ -199,7 +210,7 @@ static void step_times(void)
             clock_gettime(CLOCK_MONOTONIC, &t0);
             for (int k = 0; k < n; k++)
                 mlav_step_schedule_build(B, q_indptr, kv_lens, 16, &lim, &sp, &bd, &h, items,
-                                         combine);
+                                         combine, rule_scratch());
             clock_gettime(CLOCK_MONOTONIC, &t1);
             if (r >= 0)
                 us[r] = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 +

@@ -45,14 +45,20 @@ mlav_step_bounds mlav_step_bounds_of(int32_t H, const mlav_limits *lim,
 }
 
 /* The accepted requests of a step (row tiles > 0), packed: the chunk searches and the model
- * read only these. */
-typedef struct {
+ * read only these. The caller's scratch (mlav_step_scratch, schedule_step.h). */
+struct mlav_step_scratch {
     int32_t n;
     uint32_t kv[MLAV_STEP_MAX_BATCH];
     double x[MLAV_STEP_MAX_BATCH]; /* kk - 1/2, kk = ceil(kv / key_align) (see floor_div) */
     int32_t tiles[MLAV_STEP_MAX_BATCH];
     int32_t b[MLAV_STEP_MAX_BATCH]; /* the request */
-} step_reqs;
+};
+typedef struct mlav_step_scratch step_reqs;
+
+size_t mlav_step_scratch_bytes(void)
+{
+    return sizeof(step_reqs);
+}
 
 /* One evaluation of the rule at a chunk of k key_align units, and the range [left, right] of k
  * around it over which every request keeps its splits, so that the evaluation holds there too. */
@@ -330,7 +336,8 @@ static mlav_step_eval eval_at(const step_reqs *r, int64_t chunk, const mlav_sche
 void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int32_t *kv_lens,
                               int32_t H, const mlav_limits *lim, const mlav_schedule_params *sp,
                               const mlav_step_bounds *bd, mlav_step_header *hdr,
-                              mlav_split_item *items, mlav_combine_item *combine)
+                              mlav_split_item *items, mlav_combine_item *combine,
+                              mlav_step_scratch *scratch)
 {
     memset(hdr, 0, sizeof *hdr);
     hdr->bad = INT32_MAX;
@@ -341,9 +348,9 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
     if (!global_ok)
         hdr->bad = batch;
 
-    /* the accepted requests, packed, on the stack: batch <= 2048 */
-    step_reqs r;
-    r.n = 0;
+    /* the accepted requests, packed into the caller's scratch: batch <= 2048 */
+    step_reqs *const r = scratch;
+    r->n = 0;
     const mlav_fastdiv fka = mlav_fastdiv_make((uint32_t)sp->key_align);
     int64_t max_kv = 1, work = 0, all_tiles = 0;
     for (int32_t b = 0; b < batch && global_ok; b++) {
@@ -360,10 +367,10 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
             max_kv = kv_lens[b];
         work += t * kv_lens[b];
         all_tiles += t;
-        r.kv[r.n] = (uint32_t)kv_lens[b];
-        r.x[r.n] = (double)(mlav_fastdiv_div((uint32_t)kv_lens[b] - 1, fka) + 1) - 0.5;
-        r.tiles[r.n] = (int32_t)t;
-        r.b[r.n++] = b;
+        r->kv[r->n] = (uint32_t)kv_lens[b];
+        r->x[r->n] = (double)(mlav_fastdiv_div((uint32_t)kv_lens[b] - 1, fka) + 1) - 0.5;
+        r->tiles[r->n] = (int32_t)t;
+        r->b[r->n++] = b;
     }
 
     int64_t best_chunk = 0;
@@ -378,7 +385,7 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
         int64_t ans[STEP_SEARCHES];
         mlav_step_eval found[STEP_SEARCHES];
         int has[STEP_SEARCHES];
-        chunk_searches(&r, work, all_tiles, lo, hi, cap0, n_s, sp, ans, found, has);
+        chunk_searches(r, work, all_tiles, lo, hi, cap0, n_s, sp, ans, found, has);
         /* the candidates in the rule's order; each with the fewest waves and most blocks it can
          * have (0: unknown), for a lower bound of its model (candidate_bound) */
         int64_t cands[2 + 1 + 64], wmin[2 + 1 + 64], bmax[2 + 1 + 64], n = 0, last = 0;
@@ -413,7 +420,7 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
             if (from[i] < 0 && best >= 0 && bmax[i] > 0 &&
                 candidate_bound(max_kv, work, wmin[i], bmax[i], cands[i], sp) >= best)
                 continue; /* cannot be shorter than the best so far: it would not be taken */
-            const mlav_step_eval e = from[i] >= 0 ? found[from[i]] : eval_at(&r, cands[i], sp);
+            const mlav_step_eval e = from[i] >= 0 ? found[from[i]] : eval_at(r, cands[i], sp);
             const int64_t t =
                 mlav_step_model(&e, work, sp->target_blocks, sp->block_cost_keys,
                                 sp->split_cost_keys);
@@ -427,10 +434,10 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
     /* the blocks in the exact plan's order: request-major, split, m-tile fastest */
     int32_t it = 0, ci = 0, slot = 0;
     const double ibest = best_chunk > 0 ? 1.0 / (double)(best_chunk / sp->key_align) : 0.0;
-    for (int32_t i = 0; i < r.n && best_chunk > 0; i++) {
-        const int32_t b = r.b[i], kv = (int32_t)r.kv[i], mt = r.tiles[i];
+    for (int32_t i = 0; i < r->n && best_chunk > 0; i++) {
+        const int32_t b = r->b[i], kv = (int32_t)r->kv[i], mt = r->tiles[i];
         uint32_t s0, q0;
-        const int32_t s = (int32_t)splits_of(r.kv[i], r.x[i], ibest, (uint32_t)sp->key_align,
+        const int32_t s = (int32_t)splits_of(r->kv[i], r->x[i], ibest, (uint32_t)sp->key_align,
                                              (uint32_t)sp->max_splits, &s0, &q0);
         const int64_t per = (int64_t)q0 * sp->key_align;
         const int32_t q = q_indptr[b + 1] - q_indptr[b];

@@ -119,6 +119,12 @@ MLAV_HD int64_t mlav_step_tiles(int64_t q_len, int32_t H, int32_t rows_per_tile)
 mlav_schedule_params mlav_step_params(int32_t H, const mlav_limits *lim,
                                       mlav_schedule_params base);
 
+/* The host rule's scratch: a step's accepted requests, packed, for up to MLAV_STEP_MAX_BATCH
+ * (~40 KB). The caller owns it (a plan for limits keeps one and uses it under its lock), so that
+ * a host update takes neither an allocation nor that much of the caller's stack. */
+typedef struct mlav_step_scratch mlav_step_scratch;
+size_t mlav_step_scratch_bytes(void);
+
 /* The bounds of every step within `lim` for H heads under `sp` (host). */
 mlav_step_bounds mlav_step_bounds_of(int32_t H, const mlav_limits *lim,
                                      const mlav_schedule_params *sp);
@@ -128,11 +134,13 @@ mlav_step_bounds mlav_step_bounds_of(int32_t H, const mlav_limits *lim,
  * and combine [max_combine] (past n_combine: nsplit = 0, which the combine skips). Requests whose
  * lengths break the limits are skipped and the first is recorded in header->bad; a q_indptr not
  * starting at 0, decreasing or past max_tokens leaves the schedule empty. The device scheduler
- * writes the same bytes. */
+ * writes the same bytes. `scratch` (mlav_step_scratch_bytes, any alignment malloc gives) is the
+ * caller's, used by one build at a time. */
 void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int32_t *kv_lens,
                               int32_t H, const mlav_limits *lim, const mlav_schedule_params *sp,
                               const mlav_step_bounds *bd, mlav_step_header *hdr,
-                              mlav_split_item *items, mlav_combine_item *combine);
+                              mlav_split_item *items, mlav_combine_item *combine,
+                              mlav_step_scratch *scratch);
 
 #ifdef __cplusplus
 }

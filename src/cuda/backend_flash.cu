@@ -285,6 +285,7 @@ struct flash_step_state {
     pthread_mutex_t mu;
     int mu_made;
     char *staging;                /* [STAGING_RING][region_bytes] pinned */
+    mlav_step_scratch *scratch;   /* the host rule's scratch, used under mu */
     cudaEvent_t ev[STAGING_RING];
     int ev_made[STAGING_RING], ev_used[STAGING_RING];
     int next;
@@ -312,6 +313,7 @@ void step_free(void *state)
             cudaEventDestroy(st->ev[i]);
     if (st->staging)
         cudaFreeHost(st->staging);
+    free(st->scratch);
     if (st->d_nan_row)
         cudaFree(st->d_nan_row);
     if (st->mu_made)
@@ -350,6 +352,9 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
         MLAV_CUDA_TRY(cudaEventCreateWithFlags(&st->ev[i], cudaEventDisableTiming));
         st->ev_made[i] = 1;
     }
+    st->scratch = static_cast<mlav_step_scratch *>(malloc(mlav_step_scratch_bytes()));
+    if (!st->scratch)
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
     if (pthread_mutex_init(&st->mu, NULL) != 0)
         return mlav_set_error(MLAV_ERR_INTERNAL, "pthread_mutex_init failed");
     st->mu_made = 1;
@@ -397,7 +402,7 @@ mlav_status step_update_host(flash_step_state *st, const mlav_lengths *len, void
         void *slot = st->staging + (size_t)k * st->region_bytes;
         mlav_step_schedule_build(len->batch, len->q_indptr, len->kv_lens, st->H, &st->lim, &st->cfg.sp, &st->bd,
                                  static_cast<mlav_step_header *>(slot), region_items(slot),
-                                 region_combine(slot, &st->bd));
+                                 region_combine(slot, &st->bd), st->scratch);
         e = cudaMemcpyAsync(ws, slot, st->region_bytes, cudaMemcpyHostToDevice, stream);
         if (e == cudaSuccess)
             e = cudaEventRecord(st->ev[k], stream);
