@@ -154,7 +154,7 @@ static void dbuf_alloc(dbuf *d, const tu_problem *p)
     const size_t esz = mlav_dtype_size(p->c.dtype);
     memset(d, 0, sizeof *d);
     d->q_bytes = p->q_elems * esz;
-    d->kv_bytes = p->kv_elems * esz;
+    d->kv_bytes = p->kv_elems * p->kv_esz; /* an FP8 cache: one byte per element */
     d->pt_bytes = pt_bytes_of(p);
     d->mask_bytes = p->tree_mask ? (size_t)p->q_indptr[p->c.B] *
                                        (size_t)mlav_tree_mask_words(problem_max_q(p)) *
@@ -221,6 +221,7 @@ static mlav_tensors dbuf_tensors(const dbuf *d, const tu_problem *p)
         .tree_mask = d->mask,
         .out = d->out,
         .lse = d->lse,
+        .kv_scale = p->kv_scale, /* an FP8 cache's (1 and ignored otherwise) */
     };
 }
 
@@ -636,11 +637,12 @@ static void test_cuda_bad_inputs(void **state)
 
 /* A device-resident page table with ids outside [0, num_pages): the rows that would read them
  * are NaN, other requests' rows are right, and nothing is read out of bounds. */
-static void test_cuda_bad_device_page_id(void **state)
+static void bad_device_page_id(mlav_dtype dtype, mlav_dtype kv_dtype)
 {
-    (void)state;
     require_device();
     tu_case c = CASE(8, 512, 64, 16, F32, TU_BUSHY, 3, QS(9, 9, 9), PS(40, 300, 40));
+    c.dtype = dtype;
+    c.kv_dtype = kv_dtype;
     c.seed = tu_seed();
     tu_problem *p = tu_make(&c);
     tu_reference(p);
@@ -697,6 +699,17 @@ static void test_cuda_bad_device_page_id(void **state)
     tu_free(p);
     if (!ran)
         skip();
+}
+
+/* A device page id outside the pool reads the plan's NaN row, in the cache's dtype: F32, and an
+ * FP8 cache (0x7f bytes) under BF16 and F32 q, whose gathers (the raw e4m3 ring, the prologue's
+ * register load, the F32 path's byte decode) each take that row. */
+static void test_cuda_bad_device_page_id(void **state)
+{
+    (void)state;
+    bad_device_page_id(MLAV_DTYPE_F32, MLAV_DTYPE_F32);
+    bad_device_page_id(MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3);
+    bad_device_page_id(MLAV_DTYPE_F32, MLAV_DTYPE_FP8_E4M3);
 }
 
 /* Run p (its oracle already computed) on every GPU backend that plans it, with device tensors

@@ -159,10 +159,10 @@ static int setup_shared(shared *s, mlav_backend backend, const tu_case *c)
     s->out_bytes = p->out_elems * esz;
     s->lse_bytes = p->lse_elems * sizeof(float);
     CK(cudaMalloc(&s->q, p->q_elems * esz));
-    CK(cudaMalloc(&s->kv, p->kv_elems * esz));
+    CK(cudaMalloc(&s->kv, p->kv_elems * p->kv_esz));
     CK(cudaMalloc((void **)&s->pt, pt_bytes));
     CK(cudaMemcpy(s->q, p->q, p->q_elems * esz, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(s->kv, p->kv, p->kv_elems * esz, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(s->kv, p->kv, p->kv_elems * p->kv_esz, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(s->pt, p->page_table, pt_bytes, cudaMemcpyHostToDevice));
     if (mask_bytes) {
         CK(cudaMalloc((void **)&s->mask, mask_bytes));
