@@ -1,7 +1,7 @@
 /* The FP8 KV scale of a run as the host sees it: one rule for every backend that reads it on the
  * host (dispatch's validation, the CPU backends, the CUDA offload path). */
-#include <math.h>
 
+#include "../common/dtype.h"
 #include "problem.h"
 
 mlav_status mlav_kv_scale_host(const mlav_problem_info *p, const mlav_tensors *t, float *scale)
@@ -14,7 +14,7 @@ mlav_status mlav_kv_scale_host(const mlav_problem_info *p, const mlav_tensors *t
         return mlav_set_error(MLAV_ERR_INTERNAL, "kv_scale_ptr is device memory: it is the "
                                                  "kernels' to read");
     const float v = from_ptr ? *t->kv_scale_ptr : t->kv_scale;
-    if (!(v > 0.0f) || !isfinite(v))
+    if (!MLAV_KV_SCALE_OK(v))
         return mlav_set_error(MLAV_ERR_INVALID_ARG,
                               "%s = %g: the FP8 KV scale must be finite and > 0 (a KV element "
                               "is e4m3(byte) x kv_scale)",

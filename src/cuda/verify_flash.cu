@@ -32,6 +32,7 @@
  * bound residency at one block (8 warps) per SM. */
 #include <math.h>
 
+#include "../common/dtype.h"
 #include "../common/merge.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
@@ -304,7 +305,7 @@ __device__ __forceinline__ void store_prologue_row(T *dst, const fp8_row_regs &r
 __device__ __forceinline__ float kv_scale_of(const mlav_flash_params &p)
 {
     const float v = p.kv_scale_ptr ? __ldg(p.kv_scale_ptr) : p.kv_scale;
-    return v > 0.0f && v <= 3.402823466e38f ? v : __int_as_float(0x7fc00000);
+    return MLAV_KV_SCALE_OK(v) ? v : __int_as_float(0x7fc00000);
 }
 
 /* Zero the Inf and NaN elements of one V fragment (four registers of two elements each), on

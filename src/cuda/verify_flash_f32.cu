@@ -41,7 +41,7 @@ __device__ __forceinline__ float kv_elem(const uint8_t *row, int k)
 __device__ __forceinline__ float f32_kv_scale_of(const mlav_flash_params &p)
 {
     const float v = p.kv_scale_ptr ? __ldg(p.kv_scale_ptr) : p.kv_scale;
-    return v > 0.0f && v <= 3.402823466e38f ? v : __int_as_float(0x7fc00000);
+    return MLAV_KV_SCALE_OK(v) ? v : __int_as_float(0x7fc00000);
 }
 
 template <typename KV>

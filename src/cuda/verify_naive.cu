@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
     float kv_scale = 1.0f;
     if constexpr (kFp8) {
         kv_scale = a.kv_scale_ptr ? __ldg(a.kv_scale_ptr) : a.kv_scale;
-        if (!(kv_scale > 0.0f && isfinite(kv_scale)))
+        if (!MLAV_KV_SCALE_OK(kv_scale))
             kv_scale = NAN;
     }
 
