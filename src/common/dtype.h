@@ -126,13 +126,6 @@ static MLAV_HD uint8_t mlav_f32_to_e4m3(float f)
     return (uint8_t)(sign | bits);
 }
 
-/* Whether an FP8 cache's kv_scale is usable: finite and > 0 (NaN fails both comparisons). The
- * rule of the host check (mlav_kv_scale_host) and of the kernels that read a device scale, which
- * turn a bad one into NaN. */
-#define MLAV_KV_SCALE_OK(v) ((v) > 0.0f && (v) <= 3.402823466e38f)
-/* (A macro, not an inline function: as a function returning int it changed three instructions
- * of the flash kernel's FP8 instances, whose measured code this keeps byte for byte.) */
-
 /* Element `i` of a dtype-typed buffer as float (dtype: 0 f32, 1 bf16, 2 f16, 3 e4m3 =
  * mlav_dtype; e4m3 unscaled: the caller multiplies by kv_scale). */
 static MLAV_HD float mlav_load_as_f32(const void *p, int dtype, size_t i)

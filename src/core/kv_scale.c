@@ -1,7 +1,6 @@
 /* The FP8 KV scale of a run as the host sees it: one rule for every backend that reads it on the
  * host (dispatch's validation, the CPU backends, the CUDA offload path). */
 
-#include "../common/dtype.h"
 #include "problem.h"
 
 mlav_status mlav_kv_scale_host(const mlav_problem_info *p, const mlav_tensors *t, float *scale)

@@ -45,6 +45,13 @@ mlav_status mlav_set_error(mlav_status s, const char *fmt, ...)
 /* The current thread's error sentence. */
 const char *mlav_get_error(void);
 
+/* Whether an FP8 cache's kv_scale is usable: finite and > 0 (NaN fails both comparisons). The
+ * rule of the host check (mlav_kv_scale_host below) and of the kernels that read a device scale,
+ * which turn a bad one into NaN. */
+#define MLAV_KV_SCALE_OK(v) ((v) > 0.0f && (v) <= 3.402823466e38f)
+/* (A macro, not an inline function: as a function returning int it changed three instructions
+ * of the flash kernel's FP8 instances, whose measured code this keeps byte for byte.) */
+
 /* The FP8 KV scale of a run whose scale the host can read (tensors.kv_scale, or a host
  * kv_scale_ptr), checked: finite and > 0, else MLAV_ERR_INVALID_ARG with a sentence. 1 for a
  * 16/32-bit cache. A device kv_scale_ptr is the kernels' to read (MLAV_ERR_INTERNAL here). */

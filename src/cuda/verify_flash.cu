@@ -32,7 +32,6 @@
  * bound residency at one block (8 warps) per SM. */
 #include <math.h>
 
-#include "../common/dtype.h"
 #include "../common/merge.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
