@@ -167,9 +167,9 @@ typedef struct mlav_tensors {
                                     a key (loud, never a silent wrong answer). */
 } mlav_tensors;
 /* Aliasing: none between outputs and inputs. out and lse may not share a byte with q, kv_cache,
- * page_table, tree_mask or kv_scale_ptr, nor with each other (the byte ranges their shapes above give);
- * mlav_run refuses an overlap with MLAV_ERR_INVALID_ARG, for host and device pointers alike
- * (checked by address arithmetic, nothing is read). Inputs may alias each other freely. */
+ * page_table, tree_mask or kv_scale_ptr, nor with each other (the byte ranges their shapes above
+ * give); mlav_run refuses an overlap with MLAV_ERR_INVALID_ARG, for host and device pointers
+ * alike (checked by address arithmetic, nothing is read). Inputs may alias each other freely. */
 
 /* ------------------------------------------------------------------------------------------- */
 /* Contexts and plans                                                                           */
@@ -285,8 +285,8 @@ typedef struct mlav_lengths {
 } mlav_lengths;
 
 /** Make a plan for limits. `shape` gives num_heads, d_latent, d_rope, softmax_scale, dtype,
- *  kv_dtype, page_size and max_pages (the page_table row stride); its batch, q_indptr and kv_lens are
- *  ignored. The workspace bound (mlav_plan_workspace_bytes) covers every step within the limits.
+ *  kv_dtype, page_size and max_pages (the page_table row stride); its batch, q_indptr and
+ *  kv_lens are ignored. The workspace bound (mlav_plan_workspace_bytes) covers every step within the limits.
  *  On CUDA the plan's runs take MLAV_MEM_DEVICE tensors only. On an AUTO context whose CUDA
  *  backend cannot run the shape, the plan falls back to the CPU as mlav_plan_create does.
  *  cuda-naive has no plan for limits (MLAV_ERR_UNSUPPORTED).
