@@ -286,7 +286,8 @@ typedef struct mlav_lengths {
 
 /** Make a plan for limits. `shape` gives num_heads, d_latent, d_rope, softmax_scale, dtype,
  *  kv_dtype, page_size and max_pages (the page_table row stride); its batch, q_indptr and
- *  kv_lens are ignored. The workspace bound (mlav_plan_workspace_bytes) covers every step within the limits.
+ *  kv_lens are ignored. The workspace bound (mlav_plan_workspace_bytes) covers every step
+ *  within the limits.
  *  On CUDA the plan's runs take MLAV_MEM_DEVICE tensors only. On an AUTO context whose CUDA
  *  backend cannot run the shape, the plan falls back to the CPU as mlav_plan_create does.
  *  cuda-naive has no plan for limits (MLAV_ERR_UNSUPPORTED).

@@ -400,9 +400,9 @@ mlav_status step_update_host(flash_step_state *st, const mlav_lengths *len, void
         s = mlav_cuda_error(e, "cudaEventSynchronize", __FILE__, __LINE__);
     if (s == MLAV_OK) {
         void *slot = st->staging + (size_t)k * st->region_bytes;
-        mlav_step_schedule_build(len->batch, len->q_indptr, len->kv_lens, st->H, &st->lim, &st->cfg.sp, &st->bd,
-                                 static_cast<mlav_step_header *>(slot), region_items(slot),
-                                 region_combine(slot, &st->bd), st->scratch);
+        mlav_step_schedule_build(len->batch, len->q_indptr, len->kv_lens, st->H, &st->lim,
+                                 &st->cfg.sp, &st->bd, static_cast<mlav_step_header *>(slot),
+                                 region_items(slot), region_combine(slot, &st->bd), st->scratch);
         e = cudaMemcpyAsync(ws, slot, st->region_bytes, cudaMemcpyHostToDevice, stream);
         if (e == cudaSuccess)
             e = cudaEventRecord(st->ev[k], stream);
