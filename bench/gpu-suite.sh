@@ -160,7 +160,7 @@ fi
 steps_test=$build/tests/test_steps_gpu
 if ok build && [ -x "$steps_test" ]; then
   # four configurations x 200 steps, each checked against the fp64 oracle on the host: the first
-  # three took ~100 s together (d901763, e87c298)
+  # three took 102 s together (2e230bd)
   step graph-steps 240 "$OUT/ctest.log" "'$steps_test'"
 else
   skip graph-steps "no $steps_test"

@@ -91,6 +91,25 @@ int tu_guards_ok(const tu_problem *p)
     return 1;
 }
 
+int tu_untouched(const tu_problem *p, char *msg, size_t msg_len)
+{
+    if (!tu_guards_ok(p)) {
+        snprintf(msg, msg_len, "a guard canary around out or lse was overwritten");
+        return 0;
+    }
+    for (size_t k = 0; k < p->out_elems; k++)
+        if (!isnan(mlav_load_as_f32(p->out, (int)p->c.dtype, k))) {
+            snprintf(msg, msg_len, "out[%zu] was written", k);
+            return 0;
+        }
+    for (size_t k = 0; k < p->lse_elems; k++)
+        if (!isnan(p->lse[k])) {
+            snprintf(msg, msg_len, "lse[%zu] was written", k);
+            return 0;
+        }
+    return 1;
+}
+
 /* Store KV value v as element i of the cache: divided by the scale and quantized for FP8 (the
  * way an engine's quantizer fills it), else rounded to the dtype. NaN is NaN (0x7f in FP8). */
 static void kv_store(const tu_problem *p, size_t i, float v)

@@ -102,6 +102,10 @@ int tu_compare(const tu_problem *p, double out_tol, double lse_tol, char *msg, s
 /* Guards around out and lse intact? */
 int tu_guards_ok(const tu_problem *p);
 
+/* Nothing written: guards intact and every out and lse element still the NaN poison (tu_poison).
+ * Returns 1, or 0 with what was written in `msg`. */
+int tu_untouched(const tu_problem *p, char *msg, size_t msg_len);
+
 /* A GPU test's exit status: a passing run on a machine without a CUDA device of cc >= 8.0 (or
  * a build without CUDA), where every case skipped inside cmocka, becomes 77, which ctest reads
  * as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt) instead of Passed. */

@@ -208,36 +208,27 @@ __device__ __forceinline__ const E *kv_row_src(const E *kv, int32_t page, int j,
     return base + off;
 }
 
-template <typename T>
-__device__ __forceinline__ void gather_kv_row(T *dst, const T *kv, int32_t page, int j,
+/* An FP8 cache (E = uint8_t) goes the same way, the same chunks of 8 elements (8 e4m3 bytes), into
+ * its raw tile, rows W bytes apart, by 8-byte cp.async (cp.async.cg takes 16 bytes only); a page
+ * id outside the pool reads the plan's NaN row (0x7f bytes). */
+template <typename E>
+__device__ __forceinline__ void gather_kv_row(E *dst, const E *kv, int32_t page, int j,
                                               int kv_end, const mlav_flash_params &p, int row,
                                               int part)
 {
-    T *d = dst + row * RS + part * 8;
+    constexpr bool RAW = sizeof(E) == 1;
+    E *d = dst + row * (RAW ? W : RS) + part * 8;
     const bool live = j < kv_end;
-    const T *src = kv_row_src(kv, page, j, live, p) + part * 8;
-    const int bytes = live ? 16 : 0;
+    const E *src = kv_row_src(kv, page, j, live, p) + part * 8;
+    const int bytes = live ? 8 * (int)sizeof(E) : 0;
 #pragma unroll
     for (int k = 0; k < GATHER_STEPS; k++)
-        if (part + k * GATHER_TPR < CHUNKS)
-            mlav::cp_async16(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
-}
-
-/* The FP8 gather: this thread's chunks of KV row j, 8 e4m3 bytes each (the same chunks, part,
- * part + 16, ..., as gather_kv_row), into the raw tile `raw` at row * W + chunk * 8; rows past
- * kv_end zero-filled, a page id outside the pool reads the plan's NaN row (0x7f bytes). */
-__device__ __forceinline__ void gather_kv_row_fp8(uint8_t *raw, const uint8_t *kv, int32_t page,
-                                                  int j, int kv_end, const mlav_flash_params &p,
-                                                  int row, int part)
-{
-    uint8_t *d = raw + row * W + part * 8;
-    const bool live = j < kv_end;
-    const uint8_t *src = kv_row_src(kv, page, j, live, p) + part * 8;
-    const int bytes = live ? 8 : 0;
-#pragma unroll
-    for (int k = 0; k < GATHER_STEPS; k++)
-        if (part + k * GATHER_TPR < CHUNKS)
-            mlav::cp_async8(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
+        if (part + k * GATHER_TPR < CHUNKS) {
+            if constexpr (RAW)
+                mlav::cp_async8(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
+            else
+                mlav::cp_async16(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
+        }
 }
 
 /* Eight e4m3 bytes (two words) as eight T, stored as one 16-byte chunk at `dst`. */
@@ -473,7 +464,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     }
     __syncthreads(); /* the staging area is free again */
     if constexpr (FP8)
-        gather_kv_row_fp8(sRaw + RAW_TILE_BYTES, kv8, pg_first[1], kv_begin + BN + g_row, kv_end,
+        gather_kv_row(sRaw + RAW_TILE_BYTES, kv8, pg_first[1], kv_begin + BN + g_row, kv_end,
                           p, g_row, g_part);
     else
         gather_kv_row(sKV + SKV_ELEMS, kv, pg_first[1], kv_begin + BN + g_row, kv_end, p, g_row,
@@ -578,7 +569,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         if (t + AHEAD < n_tiles) {
             const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
             if constexpr (FP8)
-                gather_kv_row_fp8(sRaw + ((t + AHEAD) % FP8_RAW_STAGES) * RAW_TILE_BYTES, kv8,
+                gather_kv_row(sRaw + ((t + AHEAD) % FP8_RAW_STAGES) * RAW_TILE_BYTES, kv8,
                                   pg_next, j_row, kv_end, p, g_row, g_part);
             else
                 gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,

@@ -116,9 +116,8 @@ __device__ __forceinline__ void load_chunk(const __nv_fp8_e4m3 *p, float (&x)[8]
     const uint32_t w[2] = {v.x, v.y};
 #pragma unroll
     for (int k = 0; k < 4; k++) { /* two bytes at a time: one cvt.f16x2.e4m3x2 on sm_89+, exact */
-        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-            (__nv_fp8x2_storage_t)(w[k >> 1] >> (16 * (k & 1))), __NV_E4M3);
-        const float2 f = __half22float2(__half2(h));
+        const float2 f = __half22float2(
+            __half2(mlav::e4m3x2_to_half2((uint16_t)(w[k >> 1] >> (16 * (k & 1))))));
         x[2 * k] = f.x, x[2 * k + 1] = f.y; /* .x is the lower byte: the earlier element */
     }
 }
