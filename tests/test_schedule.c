@@ -387,12 +387,22 @@ typedef struct {
     const mlav_schedule_params *sp;
 } ref_ctx;
 
+/* The rule's evaluation at a chunk by its definition: mlav_schedule_splits per request. */
 static mlav_step_eval ref_eval_at(const ref_ctx *c, int64_t chunk)
 {
     mlav_step_eval e = {0, 0, 0};
-    for (int32_t b = 0; b < c->batch; b++)
-        mlav_step_eval_add(&e, c->tiles[b], c->kv_lens[b], chunk, c->sp->key_align,
-                           c->sp->max_splits);
+    for (int32_t b = 0; b < c->batch; b++) {
+        if (c->tiles[b] == 0)
+            continue;
+        int64_t per;
+        const int64_t s = mlav_schedule_splits(c->kv_lens[b], chunk, c->sp->key_align,
+                                               c->sp->max_splits, &per);
+        const int64_t len = s > 1 ? per : c->kv_lens[b];
+        e.blocks += c->tiles[b] * s;
+        e.longest = len > e.longest ? len : e.longest;
+        if (s > 1 && s > e.most)
+            e.most = (int32_t)s;
+    }
     return e;
 }
 

@@ -56,27 +56,248 @@ MLAV_HD int64_t mlav_step_ceil_div(int64_t a, int64_t b)
     return (a + b - 1) / b;
 }
 
-/* Add one request of `tiles` row tiles and kv KV rows to an evaluation at `chunk`. */
-MLAV_HD void mlav_step_eval_add(mlav_step_eval *e, int64_t tiles, int64_t kv, int64_t chunk,
-                                int32_t key_align, int32_t max_splits)
+/* ---- one evaluation of the rule at a chunk, as the host and the device both make it ----------
+ * A chunk is k key_align units. The rule divides a request's kk = ceil(kv / ka) by k and twice
+ * by its splits at every chunk it weighs: as a multiply, floor((kk - 1) / d) = floor(x / d) for
+ * x = kk - 1/2, which is at least 1 / (2d) from every integer ((2 kk - 1) / (2d), an odd
+ * numerator), while x * fl(1 / d) is within x / d * 2^-52 < 2^-21 / d of x / d (x < 2^31): the
+ * truncation is exact, for every d < 2^31, with room for any double rounding. fl(1 / d) must be
+ * correctly rounded: for d <= MLAV_STEP_INV_MAX the caller's table (the host's compiler
+ * constants, the device's IEEE divisions into shared memory), above it a division. */
+#define MLAV_STEP_INV_MAX 256
+
+static MLAV_HD double mlav_step_inv(const double *inv, uint32_t d)
 {
-    if (tiles == 0)
-        return;
-    int64_t per;
-    const int64_t s = mlav_schedule_splits(kv, chunk, key_align, max_splits, &per);
-    const int64_t len = s > 1 ? per : kv;
-    e->blocks += tiles * s;
-    e->longest = len > e->longest ? len : e->longest;
-    if (s > 1 && s > e->most)
-        e->most = (int32_t)s;
+    return d <= MLAV_STEP_INV_MAX ? inv[d] : 1.0 / (double)d;
 }
 
-/* Merge two evaluations (the device scheduler's reductions). */
-MLAV_HD void mlav_step_eval_merge(mlav_step_eval *e, const mlav_step_eval *o)
+/* floor((kk - 1) / d) for x = kk - 1/2 and inv = fl(1 / d). */
+static MLAV_HD uint32_t mlav_step_floor_div(double x, double inv)
 {
-    e->blocks += o->blocks;
-    e->longest = o->longest > e->longest ? o->longest : e->longest;
-    e->most = o->most > e->most ? o->most : e->most;
+    return (uint32_t)(x * inv);
+}
+
+/* mlav_schedule_splits' recount at s splits (before it) of a request of kv KV rows: the
+ * splits; *q_out = per / ka = ceil(kk / s). */
+static MLAV_HD uint32_t mlav_step_recount(uint32_t kv, double x, uint32_t s, uint32_t ka,
+                                          const double *inv, uint32_t *q_out)
+{
+    const uint32_t q = mlav_step_floor_div(x, mlav_step_inv(inv, s)) + 1;
+    *q_out = q;
+    if ((uint64_t)s * (s - 1) * ka > kv)
+        return (kv + q * ka - 1) / (q * ka);
+    return s;
+}
+
+/* mlav_schedule_splits of that request at the chunk k ka, ik = fl(1 / k): the splits; *s_out
+ * gets the splits before the recount, *q_out the split length in ka units. */
+static MLAV_HD uint32_t mlav_step_splits_of(uint32_t kv, double x, double ik, uint32_t ka,
+                                            uint32_t max_s, const double *inv, uint32_t *s_out,
+                                            uint32_t *q_out)
+{
+    uint32_t s = mlav_step_floor_div(x, ik) + 1;
+    s = s < max_s ? s : max_s;
+    *s_out = s;
+    return mlav_step_recount(kv, x, s, ka, inv, q_out);
+}
+
+/* An evaluation being summed over requests (mlav_step_probe_add), in any order and any split
+ * of the requests (mlav_step_probe_merge): the evaluation at k, the plateau of k around it over
+ * which every request keeps its splits, and the change of blocks just past each end. */
+typedef struct mlav_step_probe {
+    int64_t blocks;
+    int64_t below, above;   /* the change of blocks at left - 1 and right + 1 (the ties') */
+    uint32_t most, unsplit; /* most splits of a split request; longest unsplit request */
+    uint32_t split_q;       /* longest split, in ka units */
+    uint32_t left, right;   /* the plateau: the requests' bounds so far */
+} mlav_step_probe;
+
+/* The probe, finished: blocks(k) = e.blocks for every k in [left, right]; below (above) the
+ * blocks at left - 1 (right + 1), -1 where there is no such k. */
+typedef struct mlav_step_plateau {
+    mlav_step_eval e;
+    int64_t left, right;
+    int64_t below, above;
+} mlav_step_plateau;
+
+static MLAV_HD mlav_step_probe mlav_step_probe_start(void)
+{
+    mlav_step_probe p = {0, 0, 0, 0, 0, 0, 0, UINT32_MAX};
+    return p;
+}
+
+/* Add a request of `tiles` row tiles (> 0) and kv KV rows (x as above) at k, ik = fl(1 / k).
+ * - The splits s = min(ceil(kv / (k ka)), max_splits) = min(ceil(kk / k), max_splits);
+ * - mlav_schedule_splits' split length per = ceil(ceil(kv / s) / ka) ka = q ka, q = ceil(kk / s);
+ * - its recount ceil(kv / per) gives s back whenever s (s - 1) ka <= kv (per < kv / s + ka, so
+ *   (s - 1) per < kv); otherwise (short KV rows at many splits) it is divided out;
+ * - the plateau: s < max_splits stays for every k >= q, s > 1 for every k <= last =
+ *   ceil(kk / (s - 1)) - 1 (a request at max_splits stays below, one of 1 split above);
+ * - past its ends only the requests at the bound change (the tie: q = left, or last = right): at
+ *   k = left - 1 they take ceil(kk / (left - 1)) splits, s + 1 unless kk > (s + 1)(left - 1); at
+ *   right + 1, ceil(kk / (right + 1)), s - 1 unless kk <= (s - 2)(right + 1). A request that
+ *   meets the bound so far adds its change to the tie's; a new bound restarts it. */
+static MLAV_HD void mlav_step_probe_add(mlav_step_probe *p, uint32_t kv, double x, int64_t tiles,
+                                        double ik, uint32_t ka, uint32_t max_s,
+                                        const double *inv)
+{
+    uint32_t s, q, q2;
+    const uint32_t ns = mlav_step_splits_of(kv, x, ik, ka, max_s, inv, &s, &q);
+    p->blocks += tiles * ns;
+    if (ns > 1) {
+        p->most = ns > p->most ? ns : p->most;
+        p->split_q = q > p->split_q ? q : p->split_q;
+    } else {
+        p->unsplit = kv > p->unsplit ? kv : p->unsplit;
+    }
+    if (s < max_s && q >= p->left) {
+        int64_t d = 0;
+        if (q > 1) {
+            const uint32_t kk = (uint32_t)(x + 0.5);
+            uint32_t s1 =
+                (uint64_t)kk <= (uint64_t)(s + 1) * (q - 1) ? s + 1 : (kk - 1) / (q - 1) + 1;
+            s1 = s1 < max_s ? s1 : max_s;
+            d = tiles * ((int64_t)mlav_step_recount(kv, x, s1, ka, inv, &q2) - ns);
+        }
+        p->below = q > p->left ? d : p->below + d;
+        p->left = q;
+    }
+    if (s > 1) {
+        const uint32_t last = mlav_step_floor_div(x, mlav_step_inv(inv, s - 1));
+        if (last <= p->right) {
+            const uint32_t kk = (uint32_t)(x + 0.5);
+            const uint32_t s2 = (uint64_t)kk > (uint64_t)(s - 2) * (last + 1)
+                                    ? s - 1
+                                    : (kk - 1) / (last + 1) + 1;
+            const int64_t d = tiles * ((int64_t)mlav_step_recount(kv, x, s2, ka, inv, &q2) - ns);
+            p->above = last < p->right ? d : p->above + d;
+            p->right = last;
+        }
+    }
+}
+
+/* Merge the probe of other requests at the same k (the device scheduler's warp reductions). */
+static MLAV_HD void mlav_step_probe_merge(mlav_step_probe *p, const mlav_step_probe *o)
+{
+    p->blocks += o->blocks;
+    p->most = o->most > p->most ? o->most : p->most;
+    p->unsplit = o->unsplit > p->unsplit ? o->unsplit : p->unsplit;
+    p->split_q = o->split_q > p->split_q ? o->split_q : p->split_q;
+    if (o->left >= p->left) {
+        p->below = o->left > p->left ? o->below : p->below + o->below;
+        p->left = o->left;
+    }
+    if (o->right <= p->right) {
+        p->above = o->right < p->right ? o->above : p->above + o->above;
+        p->right = o->right;
+    }
+}
+
+static MLAV_HD mlav_step_plateau mlav_step_probe_finish(const mlav_step_probe *p, uint32_t ka)
+{
+    mlav_step_plateau r;
+    const int64_t split_len = (int64_t)p->split_q * ka;
+    r.e.blocks = p->blocks;
+    r.e.longest = split_len > (int64_t)p->unsplit ? split_len : (int64_t)p->unsplit;
+    r.e.most = (int32_t)p->most;
+    r.left = p->left;
+    r.right = p->right == UINT32_MAX ? INT64_MAX : p->right;
+    r.below = p->left > 1 ? p->blocks + p->below : -1;
+    r.above = p->right < UINT32_MAX ? p->blocks + p->above : -1;
+    return r;
+}
+
+/* ---- one chunk search of the rule ------------------------------------------------------------
+ * The smallest k in [lo, hi) with blocks(k ka) <= cap, else hi (blocks never grows with k, so
+ * the answer is one, however it is searched for). The range [L, R] holds the answer: L - 1
+ * fails (when hasL) and R passes or is hi. Each probe's plateau narrows it
+ * (mlav_step_range_learn), and the next probe is guessed (mlav_step_range_guess). The guesses
+ * only choose where to probe; the answer is the probes' verdicts. */
+typedef struct mlav_step_range {
+    int64_t L, R, fL, fR; /* fL: blocks at L - 1; fR: at R */
+    int hasL;             /* a failing k is known */
+    int has;              /* found is the evaluation at R */
+    mlav_step_eval found;
+} mlav_step_range;
+
+static MLAV_HD mlav_step_range mlav_step_range_start(int64_t lo, int64_t hi, int64_t all_tiles)
+{
+    mlav_step_range q;
+    q.L = lo;
+    q.R = hi;
+    q.fL = 0;
+    q.fR = all_tiles; /* at hi every request is one split */
+    q.hasL = 0;
+    q.has = 0;
+    q.found.blocks = 0;
+    q.found.longest = 0;
+    q.found.most = 0;
+    return q;
+}
+
+/* blocks(k) = v for every k in [k0, k1]; e: the evaluation there, when known. */
+static MLAV_HD void mlav_step_range_learn(mlav_step_range *q, int64_t cap, int64_t k0,
+                                          int64_t k1, int64_t v, const mlav_step_eval *e)
+{
+    if (v <= cap) { /* passes: the answer is at most k0 */
+        const int64_t nr = k0 > q->L ? k0 : q->L;
+        if (nr < q->R) {
+            q->R = nr;
+            q->fR = v;
+            q->has = e != 0 && nr <= k1; /* nr > k1: lo, past the fact */
+            if (q->has)
+                q->found = *e;
+        }
+    } else { /* fails: the answer is past k1 */
+        const int64_t nl = k1 < q->R ? k1 + 1 : q->R;
+        if (nl > q->L) {
+            q->L = nl;
+            q->fL = v;
+            q->hasL = 1;
+        }
+    }
+}
+
+/* Learn a probe's plateau and the k just past both its ends. */
+static MLAV_HD void mlav_step_range_learn_plateau(mlav_step_range *q, int64_t cap,
+                                                  const mlav_step_plateau *pr)
+{
+    mlav_step_range_learn(q, cap, pr->left, pr->right, pr->e.blocks, &pr->e);
+    if (pr->below >= 0)
+        mlav_step_range_learn(q, cap, pr->left - 1, pr->left - 1, pr->below, 0);
+    if (pr->above >= 0)
+        mlav_step_range_learn(q, cap, pr->right + 1, pr->right + 1, pr->above, 0);
+}
+
+/* The next k to probe (L <= k < R; the range is open, L < R), at the step-th guess of a search
+ * whose range was w0 wide: a secant in 1 / k (blocks is near a + b / k) through the range's
+ * ends; one-sided, through R and (pk, pf), a probe past R with fewer blocks (pk < 0: none: every
+ * row tile split at the mean rows of loop work). Safeguards: a bisection when a two-sided range
+ * has not shrunk to a quarter after two guesses; steps doubling away from R when one-sided. */
+static MLAV_HD int64_t mlav_step_range_guess(const mlav_step_range *q, int64_t cap, int step,
+                                             int64_t w0, int64_t pk, int64_t pf, int64_t work,
+                                             int64_t all_tiles, int64_t ka)
+{
+    double k;
+    const double uR = 1.0 / (double)q->R, target = (double)cap + 0.5;
+    if (q->hasL) {
+        const double uL = 1.0 / (double)(q->L - 1);
+        k = 1.0 / (uR + (target - (double)q->fR) * (uL - uR) / (double)(q->fL - q->fR));
+    } else if (pk >= 0) {
+        k = 1.0 / (uR + (target - (double)q->fR) * (uR - 1.0 / (double)pk) /
+                            (double)(q->fR - pf));
+    } else {
+        k = (double)work / (double)ka / ((double)cap - 0.5 * (double)all_tiles);
+    }
+    if (step > 2 && q->hasL && (q->R - q->L) * 4 > w0)
+        k = (double)(q->L + (q->R - q->L) / 2);
+    else if (step > 2 && !q->hasL && step < 62 && k > (double)(q->R - ((int64_t)1 << step)))
+        k = (double)(q->R - ((int64_t)1 << step));
+    if (!(k < (double)(q->R - 1)))
+        return q->R - 1;
+    if (!(k > (double)q->L))
+        return q->L;
+    return (int64_t)(k + 0.5);
 }
 
 /* The step model's time in KV rows of loop work (see the top of this file); `work` is the KV

@@ -348,6 +348,9 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
         return s;
     MLAV_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&st->staging),
                                  st->region_bytes * STAGING_RING));
+    /* the slots' tails past the combine items are never written: zero, as the device
+     * scheduler writes them, so both updates copy the same region */
+    memset(st->staging, 0, st->region_bytes * STAGING_RING);
     for (int i = 0; i < STAGING_RING; i++) {
         MLAV_CUDA_TRY(cudaEventCreateWithFlags(&st->ev[i], cudaEventDisableTiming));
         st->ev_made[i] = 1;
@@ -446,6 +449,8 @@ mlav_status step_update(const mlav_problem_info *shape, const void *state,
     sp.hdr = static_cast<mlav_step_header *>(ws);
     sp.items = region_items(ws);
     sp.combine = region_combine(ws, &st->bd);
+    sp.ka_div = mlav_fastdiv_make((uint32_t)st->cfg.sp.key_align);
+    sp.region_bytes = st->region_bytes;
     return mlav_step_schedule_launch(&sp, stream);
 }
 

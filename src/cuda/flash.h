@@ -55,6 +55,8 @@ typedef struct mlav_step_sched_params {
     mlav_step_header *hdr;       /* the workspace's step region */
     mlav_split_item *items;      /* [bd.max_items] */
     mlav_combine_item *combine;  /* [bd.max_combine] */
+    mlav_fastdiv ka_div;         /* division by sp.key_align */
+    size_t region_bytes;         /* the step region, zero past the combine items */
 } mlav_step_sched_params;
 
 /* Launch the device scheduler (one block) on `stream`. */

@@ -1,0 +1,246 @@
+/* The engine step's own costs on a GPU host, from C (no binding in between), for a CUDA plan
+ * for limits of 64 requests, H 16, q_len <= 16, kv_len <= 49152 (a production batch with
+ * prefixes spread 0.5), at B = 1, 16, 32, 64 and 2048-request limits at B = 2048:
+ *
+ *   host update:  mlav_plan_update with host lengths, per call (its checks, the step rule into a
+ *                 pinned staging slot, the copy and the event on the stream): 7 calls timed
+ *                 back to back, then the stream drained outside the timing, so the staging
+ *                 ring never waits; median over 300 groups. Beside it the CUDA calls it makes,
+ *                 alone, timed the same way (the floor of any update through a staging copy):
+ *                 all of them (a 64 KB copy), the copy alone, the device and capture queries,
+ *                 the slot's event (synchronize, record).
+ *   scheduler:    mlav_plan_update with device lengths captured in a CUDA graph, replayed with
+ *                 CUDA events around it, against a graph of one empty kernel timed the same way
+ *                 in the same run (the replay's own overhead); L2 flushed before each replay
+ *                 (a read of twice the L2) as the benchmark does. Median of 200 replays.
+ *
+ * The issue's budgets: 10 us for the host update at B = 64, 3 us for the scheduler. Run on the
+ * GPU host:  build/bench/diag/step_costs */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "mlaverify.h"
+
+#define CK(call)                                                                              \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
+                    cudaGetErrorString(e_));                                                  \
+            exit(2);                                                                          \
+        }                                                                                     \
+    } while (0)
+#define OK(call)                                                                              \
+    do {                                                                                      \
+        mlav_status s_ = (call);                                                              \
+        if (s_ != MLAV_OK) {                                                                  \
+            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,                 \
+                    mlav_status_string(s_), mlav_last_error(NULL));                           \
+            exit(2);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+__global__ void empty_kernel() {}
+
+__global__ void flush_kernel(const int4 *p, size_t n, int *sink)
+{
+    int acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        acc ^= p[i].x ^ p[i].w;
+    if (acc == 0x7fffffff)
+        *sink = acc;
+}
+
+static double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* us per call of f, 7 calls a group (below the staging ring of 8), the stream drained between
+ * groups outside the timing */
+template <typename F> static double host_us(F f, cudaStream_t st)
+{
+    std::vector<double> us;
+    for (int g = 0; g < 300; g++) {
+        CK(cudaStreamSynchronize(st));
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 7; i++)
+            f();
+        const auto t1 = std::chrono::steady_clock::now();
+        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 7);
+    }
+    CK(cudaStreamSynchronize(st));
+    return median(us);
+}
+
+struct flusher {
+    int4 *buf = nullptr;
+    size_t n = 0;
+    int *sink = nullptr;
+};
+
+/* event-timed replays of a graph, L2 flushed before each */
+static double replay_us(cudaGraphExec_t x, cudaStream_t st, const flusher &fl)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<double> us;
+    for (int i = 0; i < 203; i++) {
+        flush_kernel<<<264, 512, 0, st>>>(fl.buf, fl.n, fl.sink);
+        CK(cudaEventRecord(a, st));
+        CK(cudaGraphLaunch(x, st));
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (i >= 3)
+            us.push_back(1000.0 * ms);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return median(us);
+}
+
+int main(void)
+{
+    int dev_count = 0;
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+        fprintf(stderr, "step_costs: no CUDA device\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    flusher fl;
+    fl.n = 2 * (size_t)prop.l2CacheSize / sizeof(int4);
+    CK(cudaMalloc(&fl.buf, fl.n * sizeof(int4)));
+    CK(cudaMemset(fl.buf, 1, fl.n * sizeof(int4)));
+    CK(cudaMalloc(&fl.sink, sizeof(int)));
+
+    /* the replay's own overhead: one empty kernel in a graph */
+    cudaGraph_t g;
+    cudaGraphExec_t xe;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    empty_kernel<<<1, 32, 0, st>>>();
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&xe, g, 0));
+    const double empty = replay_us(xe, st, fl);
+    printf("# step_costs on %s: host update (host lengths) per call and the CUDA calls it makes;\n"
+           "# the device scheduler (device lengths) in a graph, L2 flushed, less an empty "
+           "kernel's graph (%.2f us)\n",
+           prop.name, empty);
+    printf("%5s %5s %12s %13s %9s %10s %10s %14s %13s %8s\n", "limB", "B", "host_upd_us",
+           "floor_calls_us", "copy_us", "query_us", "event_us", "sched_graph_us", "sched_own_us",
+           "chunk");
+
+    mlav_context *ctx;
+    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    srand(7);
+    const int cases[][2] = {{64, 1}, {64, 16}, {64, 32}, {64, 64}, {2048, 2048}};
+    for (const auto &c : cases) {
+        const int MB = c[0], B = c[1], H = 16, QL = 16, KV = 49152;
+        const mlav_limits lim = {MB, MB * QL, QL, KV};
+        mlav_problem shape = {};
+        shape.num_heads = H;
+        shape.d_latent = 512;
+        shape.d_rope = 64;
+        shape.softmax_scale = 0.07f;
+        shape.dtype = MLAV_DTYPE_BF16;
+        shape.page_size = 64;
+        shape.max_pages = KV / 64;
+        mlav_plan *plan;
+        OK(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan));
+        const size_t bytes = mlav_plan_workspace_bytes(plan);
+        void *ws;
+        CK(cudaMalloc(&ws, bytes));
+        std::vector<int32_t> qi(B + 1), kv(B);
+        qi[0] = 0;
+        for (int b = 0; b < B; b++) {
+            const int q = 1 + rand() % QL;
+            qi[b + 1] = qi[b] + q;
+            int k = (int)((0.5 + (double)rand() / RAND_MAX) * 32768);
+            kv[b] = std::min(std::max(k, q), KV);
+        }
+        int32_t *dqi, *dkv;
+        CK(cudaMalloc(&dqi, sizeof(int32_t) * (B + 1)));
+        CK(cudaMalloc(&dkv, sizeof(int32_t) * B));
+        CK(cudaMemcpy(dqi, qi.data(), sizeof(int32_t) * (B + 1), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dkv, kv.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice));
+        const mlav_lengths hl = {MLAV_MEM_HOST, B, qi.data(), kv.data()};
+        const mlav_lengths dl = {MLAV_MEM_DEVICE, B, dqi, dkv};
+
+        OK(mlav_plan_update(plan, &hl, ws, bytes, st));
+        const double hu = host_us([&]() { OK(mlav_plan_update(plan, &hl, ws, bytes, st)); }, st);
+        /* the floor: what the host path calls, alone (a staging copy of 64 KB) */
+        void *pin;
+        const size_t region = 64 << 10;
+        CK(cudaMallocHost(&pin, region));
+        cudaEvent_t ev;
+        CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        const double floor = host_us(
+            [&]() {
+                int d;
+                cudaStreamCaptureStatus cs;
+                CK(cudaGetDevice(&d));
+                CK(cudaStreamIsCapturing(st, &cs));
+                CK(cudaEventSynchronize(ev));
+                CK(cudaMemcpyAsync(ws, pin, region, cudaMemcpyHostToDevice, st));
+                CK(cudaEventRecord(ev, st));
+            },
+            st);
+        const double copy_only = host_us(
+            [&]() { CK(cudaMemcpyAsync(ws, pin, region, cudaMemcpyHostToDevice, st)); }, st);
+        const double query_only = host_us(
+            [&]() {
+                int d;
+                cudaStreamCaptureStatus cs;
+                CK(cudaGetDevice(&d));
+                CK(cudaStreamIsCapturing(st, &cs));
+            },
+            st);
+        const double event_only = host_us(
+            [&]() {
+                CK(cudaEventSynchronize(ev));
+                CK(cudaEventRecord(ev, st));
+            },
+            st);
+
+        /* the device scheduler in a graph */
+        cudaGraph_t gu;
+        cudaGraphExec_t xu;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        OK(mlav_plan_update(plan, &dl, ws, bytes, st));
+        CK(cudaStreamEndCapture(st, &gu));
+        CK(cudaGraphInstantiate(&xu, gu, 0));
+        const double sg = replay_us(xu, st, fl);
+        int32_t words[8];
+        CK(cudaMemcpy(words, ws, sizeof words, cudaMemcpyDeviceToHost));
+        printf("%5d %5d %12.2f %13.2f %9.2f %10.2f %10.2f %14.2f %13.2f %8d\n", MB, B, hu, floor,
+               copy_only, query_only, event_only, sg, sg - empty, words[5]);
+        CK(cudaGraphExecDestroy(xu));
+        CK(cudaGraphDestroy(gu));
+        CK(cudaEventDestroy(ev));
+        CK(cudaFreeHost(pin));
+        CK(cudaFree(dqi));
+        CK(cudaFree(dkv));
+        CK(cudaFree(ws));
+        mlav_plan_free(plan);
+    }
+    mlav_context_free(ctx);
+    CK(cudaGraphExecDestroy(xe));
+    CK(cudaGraphDestroy(g));
+    CK(cudaFree(fl.buf));
+    CK(cudaFree(fl.sink));
+    CK(cudaStreamDestroy(st));
+    return 0;
+}
