@@ -330,13 +330,12 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
                 q = q > 0 ? 1 : 0; /* single tokens */
             const int32_t top = short_kv ? (lim->max_kv_len < 700 ? lim->max_kv_len : 700)
                                          : lim->max_kv_len;
-            int32_t kv = q + (int32_t)below(rng, (uint32_t)(top - q) + 1);
-            if (below(rng, 97) == 0) {
-                kv = lim->max_kv_len + 1 + (int32_t)below(rng, 100); /* refused */
-                refused++;
-            }
             qi[b + 1] = qi[b] + q;
-            kvl[b] = kv;
+            kvl[b] = q + (int32_t)below(rng, (uint32_t)(top - q) + 1);
+        }
+        if (below(rng, 10) == 0) { /* one request past the limits */
+            kvl[below(rng, (uint32_t)batch)] = lim->max_kv_len + 1 + (int32_t)below(rng, 100);
+            refused++;
         }
         if (below(rng, 50) == 0) { /* q_indptr refused as a whole */
             qi[1 + below(rng, (uint32_t)batch)] -= 1 + (int32_t)below(rng, 5);
@@ -373,7 +372,7 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
         }
     }
     print_message("H=%d limits (%d, %d, %d, %d): %d of %d steps compared, alike (the others "
-                  "refused by the host: %d requests past the limits, %d broken q_indptr), seed "
+                  "refused by the host: %d with a request past the limits, %d with a broken q_indptr), seed "
                   "0x%llx\n",
                   H, lim->max_batch, lim->max_tokens, lim->max_q_len, lim->max_kv_len, compared,
                   steps, refused, broken, (unsigned long long)seed);
