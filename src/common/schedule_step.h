@@ -68,7 +68,25 @@ MLAV_HD int64_t mlav_step_ceil_div(int64_t a, int64_t b)
 
 static MLAV_HD double mlav_step_inv(const double *inv, uint32_t d)
 {
+#ifdef __CUDA_ARCH__
+    /* every d the rule divides by is a split count, at most max_splits, which the device
+     * scheduler requires to be at most MLAV_STEP_INV_MAX: no division in its code */
+    return inv[d];
+#else
     return d <= MLAV_STEP_INV_MAX ? inv[d] : 1.0 / (double)d;
+#endif
+}
+
+/* 1 / x for the searches' guesses, which choose only where to probe (never a verdict): on the
+ * device the approximate reciprocal (two instructions, where a rounded division is some forty
+ * with its slow path: the scheduler's time is its code's first fetch, docs/PERFORMANCE.md). */
+static MLAV_HD double mlav_step_guess_recip(double x)
+{
+#ifdef __CUDA_ARCH__
+    return (double)__fdividef(1.0f, (float)x);
+#else
+    return 1.0 / x;
+#endif
 }
 
 /* floor((kk - 1) / d) for x = kk - 1/2 and inv = fl(1 / d). */
@@ -279,15 +297,18 @@ static MLAV_HD int64_t mlav_step_range_guess(const mlav_step_range *q, int64_t c
                                              int64_t all_tiles, int64_t ka)
 {
     double k;
-    const double uR = 1.0 / (double)q->R, target = (double)cap + 0.5;
+    const double uR = mlav_step_guess_recip((double)q->R), target = (double)cap + 0.5;
     if (q->hasL) {
-        const double uL = 1.0 / (double)(q->L - 1);
-        k = 1.0 / (uR + (target - (double)q->fR) * (uL - uR) / (double)(q->fL - q->fR));
+        const double uL = mlav_step_guess_recip((double)(q->L - 1));
+        k = mlav_step_guess_recip(uR + (target - (double)q->fR) * (uL - uR) *
+                                           mlav_step_guess_recip((double)(q->fL - q->fR)));
     } else if (pk >= 0) {
-        k = 1.0 / (uR + (target - (double)q->fR) * (uR - 1.0 / (double)pk) /
-                            (double)(q->fR - pf));
+        k = mlav_step_guess_recip(uR + (target - (double)q->fR) *
+                                           (uR - mlav_step_guess_recip((double)pk)) *
+                                           mlav_step_guess_recip((double)(q->fR - pf)));
     } else {
-        k = (double)work / (double)ka / ((double)cap - 0.5 * (double)all_tiles);
+        k = (double)work * mlav_step_guess_recip((double)ka) *
+            mlav_step_guess_recip((double)cap - 0.5 * (double)all_tiles);
     }
     if (step > 2 && q->hasL && (q->R - q->L) * 4 > w0)
         k = (double)(q->L + (q->R - q->L) / 2);

@@ -16,48 +16,53 @@
 namespace {
 
 constexpr int NTH = 512, NWARPS = NTH / 32;
-constexpr int MAXB = MLAV_STEP_MAX_BATCH, PER = MAXB / NTH; /* requests per thread */
+constexpr int MAXB = MLAV_STEP_MAX_BATCH;
 constexpr int MAX_SEARCHES = 1 + MLAV_STEP_MORE_WAVES, MAX_CANDS = 3 + MLAV_STEP_MORE_WAVES;
-static_assert(MAXB % NTH == 0, "requests spread evenly over the threads");
+static_assert(MLAV_FLASH_MAX_SPLITS <= MLAV_STEP_INV_MAX, "1 / splits from the table alone");
 static_assert(MAX_SEARCHES <= NWARPS && MAX_CANDS <= NWARPS, "a warp per search, per candidate");
+
+/* The step's sums over its requests (one loop body for the warp reductions). */
+struct sums {
+    int64_t work, tiles;
+    int32_t max_kv, first_bad, flag;
+};
 
 struct sched_smem {
     int32_t tiles[MAXB]; /* row tiles of each accepted request, 0 when skipped */
     uint32_t kv[MAXB];
     int32_t blk[MAXB + 1], comb[MAXB + 1], slot[MAXB + 1]; /* exclusive prefix sums */
+    uint16_t splits[MAXB]; /* at the chosen chunk: splits - 1 before the recount, after << 8 */
     double inv[MLAV_STEP_INV_MAX + 1];                      /* fl(1 / d), schedule_step.h */
     mlav_step_range range[MAX_SEARCHES];
     int64_t cost[MAX_CANDS];
-    int64_t warp_work[NWARPS], warp_tiles[NWARPS];
-    int32_t warp_max_kv[NWARPS], warp_bad[NWARPS], warp_flag[NWARPS];
+    sums warp_sums[NWARPS];
     int32_t warp_part[3][NWARPS];
 };
 
 constexpr unsigned FULL = 0xffffffffu;
 
-template <typename V> __device__ V warp_sum(V v)
+__device__ sums warp_sums(sums x)
 {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL, v, o);
-    return v;
-}
-
-template <typename V> __device__ V warp_max(V v)
-{
-#pragma unroll
+#pragma unroll 1
     for (int o = 16; o > 0; o >>= 1) {
-        const V w = __shfl_xor_sync(FULL, v, o);
-        v = w > v ? w : v;
+        const int64_t w = __shfl_xor_sync(FULL, x.work, o), t = __shfl_xor_sync(FULL, x.tiles, o);
+        const int32_t m = __shfl_xor_sync(FULL, x.max_kv, o),
+                      b = __shfl_xor_sync(FULL, x.first_bad, o),
+                      f = __shfl_xor_sync(FULL, x.flag, o);
+        x.work += w;
+        x.tiles += t;
+        x.max_kv = m > x.max_kv ? m : x.max_kv;
+        x.first_bad = b < x.first_bad ? b : x.first_bad;
+        x.flag |= f;
     }
-    return v;
+    return x;
 }
 
 /* A probe summed over the warp's lanes: a butterfly of mlav_step_probe_merge (commutative), so
  * every lane holds the same result. */
 __device__ mlav_step_probe warp_probe(mlav_step_probe p)
 {
-#pragma unroll
+#pragma unroll 1
     for (int o = 16; o > 0; o >>= 1) {
         mlav_step_probe q;
         q.blocks = __shfl_xor_sync(FULL, p.blocks, o);
@@ -80,13 +85,14 @@ __device__ double step_x(uint32_t kv, mlav_fastdiv fka)
 }
 
 /* The rule at k over the step's accepted requests, by one warp. */
-__device__ mlav_step_plateau warp_probe_at(const sched_smem &s, int32_t batch, int64_t k,
+__device__ __noinline__ mlav_step_plateau warp_probe_at(const sched_smem &s, int32_t batch, int64_t k,
                                            const mlav_schedule_params &sp, mlav_fastdiv fka,
                                            int lane)
 {
     const uint32_t ka = (uint32_t)sp.key_align, max_s = (uint32_t)sp.max_splits;
     const double ik = 1.0 / (double)k;
     mlav_step_probe p = mlav_step_probe_start();
+#pragma unroll 1
     for (int32_t b = lane; b < batch; b += 32) {
         const int32_t t = s.tiles[b];
         if (t)
@@ -98,19 +104,21 @@ __device__ mlav_step_plateau warp_probe_at(const sched_smem &s, int32_t batch, i
 
 /* Candidate `which` of the rule's list (the host's order, schedule_step.c): its chunk, and the
  * search whose range holds its evaluation (-1: none); returns the list's length. */
-__device__ int candidate(const sched_smem &s, int searches, int64_t ka, int which, int64_t *chunk,
-                         int *from)
+__device__ __noinline__ int candidate(const sched_smem &s, int searches, int64_t ka,
+                                      int64_t top, int which, int64_t *chunk, int *from)
 {
     int n = 0;
     int64_t last = 0;
     *chunk = 0;
     *from = -1;
+#pragma unroll 1
     for (int j = 0; j < searches; j++) {
         int64_t c = s.range[j].L * ka;
         const int exact = c <= INT32_MAX;
         if (!exact)
-            c = (INT32_MAX / ka) * ka;
+            c = top; /* (INT32_MAX / ka) ka */
         if (j == 0) {
+#pragma unroll 1
             for (int k = 0; k <= 2; k++)
                 if ((c << k) <= INT32_MAX) {
                     if (n == which) {
@@ -133,56 +141,77 @@ __device__ int candidate(const sched_smem &s, int searches, int64_t ka, int whic
     return n;
 }
 
-/* Exclusive prefix sums over `n` entries of the three arrays at once, in place, with a[n] the
+/* Three int32 values scanned at once (block_scan3), in one loop body. */
+struct int3v {
+    int32_t v[3];
+};
+
+/* The inclusive scan of a warp's lanes. */
+__device__ int3v warp_scan3(int3v x, int lane)
+{
+#pragma unroll 1
+    for (int o = 1; o < 32; o <<= 1) {
+        int3v y;
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+            y.v[k] = __shfl_up_sync(FULL, x.v[k], o);
+            x.v[k] += lane >= o ? y.v[k] : 0;
+        }
+    }
+    return x;
+}
+
+/* Exclusive prefix sums over `n` entries of blk, comb and slot at once, in place, with a[n] the
  * total: each thread a run of consecutive entries, warp scans of the runs' sums, then one warp
  * over the warps' totals. */
 __device__ void block_scan3(sched_smem &s, int32_t n)
 {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int per = (n + NTH - 1) / NTH, first = tid * per;
-    int32_t *a[3] = {s.blk, s.comb, s.slot};
-    int32_t run[3];
+    int3v sum = {{0, 0, 0}};
+#pragma unroll 1
+    for (int i = first; i < first + per && i < n; i++) {
+        sum.v[0] += s.blk[i];
+        sum.v[1] += s.comb[i];
+        sum.v[2] += s.slot[i];
+    }
+    int3v inc = warp_scan3(sum, lane), run;
 #pragma unroll
     for (int k = 0; k < 3; k++) {
-        int32_t sum = 0;
-        for (int i = first; i < first + per && i < n; i++)
-            sum += a[k][i];
-        int32_t inc = sum; /* inclusive warp scan */
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int32_t v = __shfl_up_sync(FULL, inc, o);
-            inc += lane >= o ? v : 0;
-        }
         if (lane == 31)
-            s.warp_part[k][warp] = inc;
-        run[k] = inc - sum;
+            s.warp_part[k][warp] = inc.v[k];
+        run.v[k] = inc.v[k] - sum.v[k];
     }
     __syncthreads();
     if (warp == 0) {
+        int3v t;
 #pragma unroll
-        for (int k = 0; k < 3; k++) {
-            const int32_t t = lane < NWARPS ? s.warp_part[k][lane] : 0;
-            int32_t inc = t;
+        for (int k = 0; k < 3; k++)
+            t.v[k] = lane < NWARPS ? s.warp_part[k][lane] : 0;
+        const int3v w = warp_scan3(t, lane);
 #pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int32_t v = __shfl_up_sync(FULL, inc, o);
-                inc += lane >= o ? v : 0;
-            }
+        for (int k = 0; k < 3; k++)
             if (lane < NWARPS)
-                s.warp_part[k][lane] = inc - t; /* exclusive: the warps before */
-            if (lane == 31)
-                a[k][n] = inc;
+                s.warp_part[k][lane] = w.v[k] - t.v[k]; /* exclusive: the warps before */
+        if (lane == 31) {
+            s.blk[n] = w.v[0];
+            s.comb[n] = w.v[1];
+            s.slot[n] = w.v[2];
         }
     }
     __syncthreads();
 #pragma unroll
-    for (int k = 0; k < 3; k++) {
-        int32_t r = run[k] + s.warp_part[k][warp];
-        for (int i = first; i < first + per && i < n; i++) {
-            const int32_t v = a[k][i];
-            a[k][i] = r;
-            r += v;
-        }
+    for (int k = 0; k < 3; k++)
+        run.v[k] += s.warp_part[k][warp];
+#pragma unroll 1
+    for (int i = first; i < first + per && i < n; i++) {
+        const int32_t b = s.blk[i], c = s.comb[i], l = s.slot[i];
+        s.blk[i] = run.v[0];
+        s.comb[i] = run.v[1];
+        s.slot[i] = run.v[2];
+        run.v[0] += b;
+        run.v[1] += c;
+        run.v[2] += l;
     }
     __syncthreads();
 }
@@ -208,66 +237,52 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     const mlav_schedule_params sp = p.sp;
     const int32_t batch = p.batch;
 
-    /* the lengths, once, coalesced, while the threads fill the table of 1 / d */
-    int32_t qs[PER], kvs[PER];
-    int flag = 0; /* q_indptr refused as a whole: not from 0, decreasing or past max_tokens */
-#pragma unroll
-    for (int k = 0; k < PER; k++) {
-        const int32_t b = tid + k * NTH;
-        qs[k] = 0;
-        kvs[k] = 0;
-        if (b < batch) {
-            const int32_t q0 = p.q_indptr[b], q1 = p.q_indptr[b + 1];
-            const int64_t q = (int64_t)q1 - q0;
-            kvs[k] = p.kv_lens[b];
-            flag |= q < 0 || (b == 0 && q0 != 0) || (b == batch - 1 && q1 > p.lim.max_tokens);
-            qs[k] = q < 0 || q > INT32_MAX ? 0 : (int32_t)q; /* else q_indptr is refused */
-        }
-    }
+    /* the table of 1 / d, then the lengths: coalesced, one load of each per thread up to 512
+     * requests (the loop is not unrolled: the kernel's time is its code's first fetch) */
+#pragma unroll 1
     for (int i = tid; i <= MLAV_STEP_INV_MAX; i += NTH)
         s.inv[i] = i ? 1.0 / (double)i : 0.0; /* IEEE division: correctly rounded */
+    int flag = 0; /* q_indptr refused as a whole: not from 0, decreasing or past max_tokens */
     int64_t work = 0, all = 0;
     int32_t max_kv = 1, first_bad = INT32_MAX;
-#pragma unroll
-    for (int k = 0; k < PER; k++) {
-        const int32_t b = tid + k * NTH;
-        if (b >= batch)
-            break;
+    const uint32_t rows = (uint32_t)sp.rows_per_tile;
+#pragma unroll 1
+    for (int32_t b = tid; b < batch; b += NTH) {
+        const int32_t q0 = p.q_indptr[b], q1 = p.q_indptr[b + 1], kv = p.kv_lens[b];
+        const int64_t q = (int64_t)q1 - q0;
+        flag |= q < 0 || (b == 0 && q0 != 0) || (b == batch - 1 && q1 > p.lim.max_tokens);
         int32_t t = 0;
-        if (mlav_step_request_ok(qs[k], kvs[k], p.lim.max_q_len, p.lim.max_kv_len))
-            t = (int32_t)mlav_step_tiles(qs[k], p.H, sp.rows_per_tile);
+        if (q < 0 || q > INT32_MAX) /* q_indptr is refused */
+            t = 0;
+        else if (mlav_step_request_ok(q, kv, p.lim.max_q_len, p.lim.max_kv_len))
+            /* q <= max_q_len: q H rows fit 32 bits, as the plan's max_tokens H do */
+            t = (int32_t)(((uint32_t)q * (uint32_t)p.H + rows - 1) / rows);
         else if (b < first_bad)
             first_bad = b;
         s.tiles[b] = t;
-        s.kv[b] = (uint32_t)kvs[k];
+        s.kv[b] = (uint32_t)kv;
         if (t) {
-            max_kv = kvs[k] > max_kv ? kvs[k] : max_kv;
-            work += (int64_t)t * kvs[k];
+            max_kv = kv > max_kv ? kv : max_kv;
+            work += (int64_t)t * kv;
             all += t;
         }
     }
     /* block sums: a warp's, then every thread over the warps' (one barrier) */
-    work = warp_sum(work);
-    all = warp_sum(all);
-    max_kv = warp_max(max_kv);
-    first_bad = -warp_max(-first_bad);
-    flag = __any_sync(FULL, flag);
-    if (lane == 0) {
-        s.warp_work[warp] = work;
-        s.warp_tiles[warp] = all;
-        s.warp_max_kv[warp] = max_kv;
-        s.warp_bad[warp] = first_bad;
-        s.warp_flag[warp] = flag;
-    }
+    sums x = {work, all, max_kv, first_bad, flag};
+    x = warp_sums(x);
+    if (lane == 0)
+        s.warp_sums[warp] = x;
     __syncthreads();
-    {
-        const int w = lane < NWARPS;
-        work = warp_sum(w ? s.warp_work[lane] : 0);
-        all = warp_sum(w ? s.warp_tiles[lane] : 0);
-        max_kv = warp_max(w ? s.warp_max_kv[lane] : 1);
-        first_bad = -warp_max(w ? -s.warp_bad[lane] : -INT32_MAX);
-        flag = __any_sync(FULL, w && s.warp_flag[lane]);
-    }
+    if (lane < NWARPS)
+        x = s.warp_sums[lane];
+    else
+        x = sums{0, 0, 1, INT32_MAX, 0};
+    x = warp_sums(x);
+    work = x.work;
+    all = x.tiles;
+    max_kv = x.max_kv;
+    first_bad = x.first_bad;
+    flag = x.flag;
     /* a refused q_indptr: nothing runs, and the header says `batch` */
     const int32_t bad = flag ? batch : first_bad;
     const int64_t all_tiles = flag ? 0 : all;
@@ -287,6 +302,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             mlav_step_range q = mlav_step_range_start(lo, hi, all_tiles);
             const int64_t w0 = q.R - q.L;
             int64_t pk = -1, pf = 0; /* a probe past R with fewer blocks: the R given up last */
+#pragma unroll 1
             for (int step = 1; q.L < q.R; step++) {
                 const int64_t k =
                     mlav_step_range_guess(&q, cap, step, w0, q.hasL ? -1 : pk, pf, work,
@@ -306,67 +322,77 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         /* each candidate's model in its own warp, then every thread takes the first best */
         int64_t c;
         int from;
-        const int n_cands = candidate(s, searches, ka, warp, &c, &from);
+        const int64_t top = (int64_t)mlav_fastdiv_div((uint32_t)INT32_MAX, fka) * ka;
+        const int n_cands = candidate(s, searches, ka, top, warp, &c, &from);
         if (warp < n_cands) {
             const mlav_step_eval e =
-                from >= 0 ? s.range[from].found : warp_probe_at(s, batch, c / ka, sp, fka, lane).e;
+                from >= 0 ? s.range[from].found
+                          : warp_probe_at(s, batch, mlav_fastdiv_div((uint32_t)c, fka), sp, fka,
+                                          lane).e;
             if (lane == 0)
                 s.cost[warp] = mlav_step_model(&e, work, sp.target_blocks, sp.block_cost_keys,
                                                sp.split_cost_keys);
         }
         __syncthreads();
         int best = 0;
+#pragma unroll 1
         for (int i = 1; i < n_cands; i++)
             if (s.cost[i] < s.cost[best])
                 best = i;
-        candidate(s, searches, ka, best, &chunk, &from);
+        candidate(s, searches, ka, top, best, &chunk, &from);
     }
 
-    /* each request's blocks, combine items and slots at the chosen chunk, then their offsets */
+    /* each request's blocks, combine items and slots at the chosen chunk, then their offsets;
+     * its splits before and after the recount kept for the items */
     const uint32_t uka = (uint32_t)ka, max_s = (uint32_t)sp.max_splits;
-    const double ik = chunk > 0 ? 1.0 / (double)(chunk / ka) : 0.0;
+    const double ik = chunk > 0 ? 1.0 / (double)mlav_fastdiv_div((uint32_t)chunk, fka) : 0.0;
+#pragma unroll 1
     for (int32_t b = tid; b < batch; b += NTH) {
         int32_t nb = 0, nc = 0, ns = 0;
+        uint32_t packed = 0;
         if (s.tiles[b] && chunk > 0) {
             uint32_t s0, q0;
-            const int32_t sb =
-                (int32_t)mlav_step_splits_of(s.kv[b], step_x(s.kv[b], fka), ik, uka, max_s, s.inv,
-                                             &s0, &q0);
-            nb = s.tiles[b] * sb;
+            const uint32_t sb =
+                mlav_step_splits_of(s.kv[b], step_x(s.kv[b], fka), ik, uka, max_s, s.inv, &s0, &q0);
+            packed = (s0 - 1) | (sb - 1) << 8;
+            nb = s.tiles[b] * (int32_t)sb;
             nc = sb > 1 ? s.tiles[b] : 0;
             ns = sb > 1 ? nb : 0;
         }
         s.blk[b] = nb;
         s.comb[b] = nc;
         s.slot[b] = ns;
+        s.splits[b] = (uint16_t)packed;
     }
     __syncthreads();
     block_scan3(s, batch);
 
     const int32_t n_items = s.blk[batch], n_comb = s.comb[batch];
+#pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_items; i += NTH) {
         mlav_split_item it = {-1, 0, 0, 0, 0, 0, 0, 0};
         if (i < n_items) {
             const int32_t b = owner(s.blk, batch, i), mt = s.tiles[b], local = i - s.blk[b];
-            const int32_t k = local / mt, m = local % mt;
-            uint32_t s0, q0;
-            const int32_t ns = (int32_t)mlav_step_splits_of(s.kv[b], step_x(s.kv[b], fka), ik, uka,
-                                                            max_s, s.inv, &s0, &q0);
-            const int64_t per = (int64_t)q0 * ka, kv = s.kv[b];
+            const int32_t k = local / mt, m = local - k * mt;
+            const uint32_t kv = s.kv[b], s0 = (s.splits[b] & 255u) + 1, ns = (s.splits[b] >> 8) + 1;
+            /* mlav_schedule_splits' per: ceil(kk / s0) ka (the recount, schedule_step.h) */
+            const int64_t per =
+                (int64_t)(mlav_step_floor_div(step_x(kv, fka), s.inv[s0]) + 1) * ka;
             const int64_t begin = k * per;
             const int64_t end = begin + per < kv ? begin + per : kv;
-            const int32_t q0i = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0i;
+            const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
             it.b = b;
             it.mtile = m;
             it.kv_begin = (int32_t)begin;
             it.kv_end = (int32_t)end;
             it.slot = ns > 1 ? s.slot[b] + k * mt + m : -1;
-            it.q_start = q0i;
+            it.q_start = q0;
             it.q_len = qb;
             it.prefix = (int32_t)kv - qb;
         }
         p.items[i] = it;
     }
+#pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_combine; i += NTH) {
         mlav_combine_item c = {-1, 0, 0, 0, 0, 0, 0, 0};
         if (i < n_comb) {
@@ -374,7 +400,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
             c.b = b;
             c.mtile = m;
-            c.nsplit = (s.slot[b + 1] - s.slot[b]) / s.tiles[b];
+            c.nsplit = (s.splits[b] >> 8) + 1;
             c.slot0 = s.slot[b] + m;
             c.slot_stride = s.tiles[b];
             c.q_start = q0;
@@ -389,6 +415,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         const size_t used = sizeof(mlav_step_header) +
                             sizeof(mlav_split_item) * (size_t)p.bd.max_items +
                             sizeof(mlav_combine_item) * (size_t)p.bd.max_combine;
+#pragma unroll 1
         for (size_t i = used + tid; i < p.region_bytes; i += NTH)
             region[i] = 0;
     }
