@@ -13,6 +13,12 @@
 #include "../common/schedule_step.h"
 #include "flash.h"
 
+/* Phase timestamps for bench/diag/sched_stamps.cu, which compiles this file with its own
+ * definition; nothing in the library's build. */
+#ifndef MLAV_SCHED_STAMP
+#define MLAV_SCHED_STAMP(i)
+#endif
+
 namespace {
 
 constexpr int NTH = 512, NWARPS = NTH / 32;
@@ -237,6 +243,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     const mlav_schedule_params sp = p.sp;
     const int32_t batch = p.batch;
 
+    MLAV_SCHED_STAMP(0);
     /* the table of 1 / d, then the lengths: coalesced, one load of each per thread up to 512
      * requests (the loop is not unrolled: the kernel's time is its code's first fetch) */
 #pragma unroll 1
@@ -267,6 +274,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             all += t;
         }
     }
+    MLAV_SCHED_STAMP(1);
     /* block sums: a warp's, then every thread over the warps' (one barrier) */
     sums x = {work, all, max_kv, first_bad, flag};
     x = warp_sums(x);
@@ -278,6 +286,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     else
         x = sums{0, 0, 1, INT32_MAX, 0};
     x = warp_sums(x);
+    MLAV_SCHED_STAMP(2);
     work = x.work;
     all = x.tiles;
     max_kv = x.max_kv;
@@ -317,8 +326,10 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             }
             if (lane == 0)
                 s.range[warp] = q;
+            MLAV_SCHED_STAMP(3);
         }
         __syncthreads();
+        MLAV_SCHED_STAMP(4);
         /* each candidate's model in its own warp, then every thread takes the first best */
         int64_t c;
         int from;
@@ -333,7 +344,9 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
                 s.cost[warp] = mlav_step_model(&e, work, sp.target_blocks, sp.block_cost_keys,
                                                sp.split_cost_keys);
         }
+        MLAV_SCHED_STAMP(5);
         __syncthreads();
+        MLAV_SCHED_STAMP(6);
         int best = 0;
 #pragma unroll 1
         for (int i = 1; i < n_cands; i++)
@@ -364,9 +377,11 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         s.slot[b] = ns;
         s.splits[b] = (uint16_t)packed;
     }
+    MLAV_SCHED_STAMP(7);
     __syncthreads();
     block_scan3(s, batch);
 
+    MLAV_SCHED_STAMP(8);
     const int32_t n_items = s.blk[batch], n_comb = s.comb[batch];
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_items; i += NTH) {
@@ -392,6 +407,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         }
         p.items[i] = it;
     }
+    MLAV_SCHED_STAMP(9);
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_combine; i += NTH) {
         mlav_combine_item c = {-1, 0, 0, 0, 0, 0, 0, 0};
@@ -408,6 +424,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         }
         p.combine[i] = c;
     }
+    MLAV_SCHED_STAMP(10);
     /* the region's tail past the combine items, zero as in the host's staging slots, so that
      * both updates write the same region_bytes */
     {
@@ -429,6 +446,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         h.chunk_keys = (int32_t)chunk;
         *p.hdr = h;
     }
+    MLAV_SCHED_STAMP(11);
 }
 
 } // namespace
