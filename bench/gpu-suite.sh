@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU-host run in one command (Ubuntu 24.04, nvcc 13.0, no package registry, root):
 # install the carried debs, build with CUDA, record the machine, run every test, prove the
-# sm_120 SASS uses no Hopper-only instructions, replay the engine-step graphs (graph-steps), check
+# sm_120 SASS uses no Hopper-only instructions, replay the engine-step graphs (graph-steps), time
+# the engine step's host update and device scheduler (step-costs), check
 # every golden bundle under golden/ on both CUDA backends, benchmark the reference preset, then the
 # FP8 KV cache against the BF16 one on the production shapes (bench-fp8), then compute-sanitizer
 # (memcheck-steps: the engine-step graphs under memcheck). Each step is time-boxed against one
@@ -164,6 +165,14 @@ if ok build && [ -x "$steps_test" ]; then
   step graph-steps 240 "$OUT/ctest.log" "'$steps_test'"
 else
   skip graph-steps "no $steps_test"
+fi
+
+# ---- the engine step's own costs from C (bench/diag/step_costs): the host update with host lengths,
+# the CUDA calls under it, the device scheduler cold and warm; its table lands in suite.log ----------
+if ok build && [ -x "$build/bench/diag/step_costs" ]; then
+  step step-costs 60 /dev/null "'$build/bench/diag/step_costs'"
+else
+  skip step-costs "no step_costs"
 fi
 
 # ---- the Python binding on the GPU: torch CUDA tensors, graphs of StepPlan and the SGLang backend -
