@@ -119,9 +119,10 @@ static MLAV_HD uint32_t mlav_step_splits_of(uint32_t kv, double x, double ik, ui
     return mlav_step_recount(kv, x, s, ka, inv, q_out);
 }
 
-/* An evaluation being summed over requests (mlav_step_probe_add), in any order and any split
- * of the requests (mlav_step_probe_merge): the evaluation at k, the plateau of k around it over
- * which every request keeps its splits, and the change of blocks just past each end. */
+/* An evaluation being summed over requests (mlav_step_probe_add), in any order (the device
+ * scheduler sums its lanes' in a warp reduction of the same rule): the evaluation at k, the
+ * plateau of k around it over which every request keeps its splits, and the change of blocks
+ * just past each end. */
 typedef struct mlav_step_probe {
     int64_t blocks;
     int64_t below, above;   /* the change of blocks at left - 1 and right + 1 (the ties') */
@@ -191,23 +192,6 @@ static MLAV_HD void mlav_step_probe_add(mlav_step_probe *p, uint32_t kv, double 
             p->above = last < p->right ? d : p->above + d;
             p->right = last;
         }
-    }
-}
-
-/* Merge the probe of other requests at the same k (the device scheduler's warp reductions). */
-static MLAV_HD void mlav_step_probe_merge(mlav_step_probe *p, const mlav_step_probe *o)
-{
-    p->blocks += o->blocks;
-    p->most = o->most > p->most ? o->most : p->most;
-    p->unsplit = o->unsplit > p->unsplit ? o->unsplit : p->unsplit;
-    p->split_q = o->split_q > p->split_q ? o->split_q : p->split_q;
-    if (o->left >= p->left) {
-        p->below = o->left > p->left ? o->below : p->below + o->below;
-        p->left = o->left;
-    }
-    if (o->right <= p->right) {
-        p->above = o->right < p->right ? o->above : p->above + o->above;
-        p->right = o->right;
     }
 }
 
@@ -321,6 +305,24 @@ static MLAV_HD int64_t mlav_step_range_guess(const mlav_step_range *q, int64_t c
     return (int64_t)(k + 0.5);
 }
 
+/* a / b for a >= 0, b > 0: the model's divisions. On the device a double division and one
+ * correction where both are below 2^52 (exact: the quotient's error is below 1/2 before the
+ * truncation), in place of a 64-bit integer division's long subroutine. */
+MLAV_HD int64_t mlav_step_div(int64_t a, int64_t b)
+{
+#ifdef __CUDA_ARCH__
+    if (a < ((int64_t)1 << 52) && b < ((int64_t)1 << 52)) {
+        int64_t q = (int64_t)((double)a / (double)b);
+        if (q * b > a)
+            q--;
+        else if ((q + 1) * b <= a)
+            q++;
+        return q;
+    }
+#endif
+    return a / b;
+}
+
 /* The step model's time in KV rows of loop work (see the top of this file); `work` is the KV
  * rows of all row tiles, sum of tiles x kv, the same at every chunk. */
 MLAV_HD int64_t mlav_step_model(const mlav_step_eval *e, int64_t work, int32_t target_blocks,
@@ -328,10 +330,11 @@ MLAV_HD int64_t mlav_step_model(const mlav_step_eval *e, int64_t work, int32_t t
 {
     if (e->blocks == 0)
         return 0;
-    const int64_t waves = mlav_step_ceil_div(e->blocks, target_blocks);
+    const int64_t waves = mlav_step_div(e->blocks + target_blocks - 1, target_blocks);
     /* every wave but the last at the mean block, the last at the longest one (the dispatch
      * model's time when the blocks are of one length) */
-    const int64_t t = (waves - 1) * (block_cost + work / e->blocks) + block_cost + e->longest;
+    const int64_t t =
+        (waves - 1) * (block_cost + mlav_step_div(work, e->blocks)) + block_cost + e->longest;
     return t + (int64_t)split_cost * e->most;
 }
 

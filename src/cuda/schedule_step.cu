@@ -26,10 +26,13 @@ constexpr int MAXB = MLAV_STEP_MAX_BATCH;
 constexpr int MAX_SEARCHES = 1 + MLAV_STEP_MORE_WAVES, MAX_CANDS = 3 + MLAV_STEP_MORE_WAVES;
 static_assert(MLAV_FLASH_MAX_SPLITS <= MLAV_STEP_INV_MAX, "1 / splits from the table alone");
 static_assert(MAX_SEARCHES <= NWARPS && MAX_CANDS <= NWARPS, "a warp per search, per candidate");
+static_assert(sizeof(mlav_split_item) == 32 && sizeof(mlav_combine_item) == 32,
+              "items stored as two int4");
 
-/* The step's sums over its requests (one loop body for the warp reductions). */
+/* The step's sums over its requests. */
 struct sums {
-    int64_t work, tiles;
+    int64_t work;
+    uint32_t tiles; /* below 2^31 when q_indptr is taken (max_tiles); else unused */
     int32_t max_kv, first_bad, flag;
 };
 
@@ -40,46 +43,44 @@ struct sched_smem {
     uint16_t splits[MAXB]; /* at the chosen chunk: splits - 1 before the recount, after << 8 */
     double inv[MLAV_STEP_INV_MAX + 1];                      /* fl(1 / d), schedule_step.h */
     mlav_step_range range[MAX_SEARCHES];
-    int64_t cost[MAX_CANDS];
+    int64_t cost[MAX_CANDS], cand[MAX_CANDS];
     sums warp_sums[NWARPS];
     int32_t warp_part[3][NWARPS];
 };
 
 constexpr unsigned FULL = 0xffffffffu;
 
+/* A warp's sums: the 32-bit ones in one instruction each (redux), the 64-bit work by shuffles. */
 __device__ sums warp_sums(sums x)
 {
+    x.tiles = __reduce_add_sync(FULL, x.tiles);
+    x.max_kv = __reduce_max_sync(FULL, x.max_kv);
+    x.first_bad = __reduce_min_sync(FULL, x.first_bad);
+    x.flag = (int32_t)__reduce_or_sync(FULL, (unsigned)x.flag);
 #pragma unroll 1
-    for (int o = 16; o > 0; o >>= 1) {
-        const int64_t w = __shfl_xor_sync(FULL, x.work, o), t = __shfl_xor_sync(FULL, x.tiles, o);
-        const int32_t m = __shfl_xor_sync(FULL, x.max_kv, o),
-                      b = __shfl_xor_sync(FULL, x.first_bad, o),
-                      f = __shfl_xor_sync(FULL, x.flag, o);
-        x.work += w;
-        x.tiles += t;
-        x.max_kv = m > x.max_kv ? m : x.max_kv;
-        x.first_bad = b < x.first_bad ? b : x.first_bad;
-        x.flag |= f;
-    }
+    for (int o = 16; o > 0; o >>= 1)
+        x.work += __shfl_xor_sync(FULL, x.work, o);
     return x;
 }
 
-/* A probe summed over the warp's lanes: a butterfly of mlav_step_probe_merge (commutative), so
- * every lane holds the same result. */
+/* A probe summed over the warp's lanes, every lane getting the result: the maxima and minima
+ * in one instruction each (redux), then the sums, the ties' only from the lanes at the bounds
+ * (the order-free form of mlav_step_probe_add's "a new bound restarts the tie"). */
 __device__ mlav_step_probe warp_probe(mlav_step_probe p)
 {
+    const uint32_t left = __reduce_max_sync(FULL, p.left), right = __reduce_min_sync(FULL, p.right);
+    p.most = __reduce_max_sync(FULL, p.most);
+    p.unsplit = __reduce_max_sync(FULL, p.unsplit);
+    p.split_q = __reduce_max_sync(FULL, p.split_q);
+    p.below = p.left == left ? p.below : 0;
+    p.above = p.right == right ? p.above : 0;
+    p.left = left;
+    p.right = right;
 #pragma unroll 1
     for (int o = 16; o > 0; o >>= 1) {
-        mlav_step_probe q;
-        q.blocks = __shfl_xor_sync(FULL, p.blocks, o);
-        q.below = __shfl_xor_sync(FULL, p.below, o);
-        q.above = __shfl_xor_sync(FULL, p.above, o);
-        q.most = __shfl_xor_sync(FULL, p.most, o);
-        q.unsplit = __shfl_xor_sync(FULL, p.unsplit, o);
-        q.split_q = __shfl_xor_sync(FULL, p.split_q, o);
-        q.left = __shfl_xor_sync(FULL, p.left, o);
-        q.right = __shfl_xor_sync(FULL, p.right, o);
-        mlav_step_probe_merge(&p, &q);
+        p.blocks += __shfl_xor_sync(FULL, p.blocks, o);
+        p.below += __shfl_xor_sync(FULL, p.below, o);
+        p.above += __shfl_xor_sync(FULL, p.above, o);
     }
     return p;
 }
@@ -244,8 +245,14 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     const int32_t batch = p.batch;
 
     MLAV_SCHED_STAMP(0);
-    /* the table of 1 / d, then the lengths: coalesced, one load of each per thread up to 512
-     * requests (the loop is not unrolled: the kernel's time is its code's first fetch) */
+    /* the lengths, coalesced (one load of each per thread up to 512 requests), and while the
+     * first are in flight the table of 1 / d */
+    int32_t q0 = 0, q1 = 0, kv = 0;
+    if (tid < batch) {
+        q0 = p.q_indptr[tid];
+        q1 = p.q_indptr[tid + 1];
+        kv = p.kv_lens[tid];
+    }
 #pragma unroll 1
     for (int i = tid; i <= MLAV_STEP_INV_MAX; i += NTH)
         s.inv[i] = i ? 1.0 / (double)i : 0.0; /* IEEE division: correctly rounded */
@@ -255,7 +262,11 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     const uint32_t rows = (uint32_t)sp.rows_per_tile;
 #pragma unroll 1
     for (int32_t b = tid; b < batch; b += NTH) {
-        const int32_t q0 = p.q_indptr[b], q1 = p.q_indptr[b + 1], kv = p.kv_lens[b];
+        if (b != tid) {
+            q0 = p.q_indptr[b];
+            q1 = p.q_indptr[b + 1];
+            kv = p.kv_lens[b];
+        }
         const int64_t q = (int64_t)q1 - q0;
         flag |= q < 0 || (b == 0 && q0 != 0) || (b == batch - 1 && q1 > p.lim.max_tokens);
         int32_t t = 0;
@@ -276,7 +287,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     }
     MLAV_SCHED_STAMP(1);
     /* block sums: a warp's, then every thread over the warps' (one barrier) */
-    sums x = {work, all, max_kv, first_bad, flag};
+    sums x = {work, (uint32_t)all, max_kv, first_bad, flag};
     x = warp_sums(x);
     if (lane == 0)
         s.warp_sums[warp] = x;
@@ -284,7 +295,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     if (lane < NWARPS)
         x = s.warp_sums[lane];
     else
-        x = sums{0, 0, 1, INT32_MAX, 0};
+        x = sums{0, 0u, 1, INT32_MAX, 0};
     x = warp_sums(x);
     MLAV_SCHED_STAMP(2);
     work = x.work;
@@ -340,9 +351,11 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
                 from >= 0 ? s.range[from].found
                           : warp_probe_at(s, batch, mlav_fastdiv_div((uint32_t)c, fka), sp, fka,
                                           lane).e;
-            if (lane == 0)
+            if (lane == 0) {
                 s.cost[warp] = mlav_step_model(&e, work, sp.target_blocks, sp.block_cost_keys,
                                                sp.split_cost_keys);
+                s.cand[warp] = c;
+            }
         }
         MLAV_SCHED_STAMP(5);
         __syncthreads();
@@ -352,7 +365,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         for (int i = 1; i < n_cands; i++)
             if (s.cost[i] < s.cost[best])
                 best = i;
-        candidate(s, searches, ka, top, best, &chunk, &from);
+        chunk = s.cand[best];
     }
 
     /* each request's blocks, combine items and slots at the chosen chunk, then their offsets;
@@ -385,7 +398,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     const int32_t n_items = s.blk[batch], n_comb = s.comb[batch];
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_items; i += NTH) {
-        mlav_split_item it = {-1, 0, 0, 0, 0, 0, 0, 0};
+        int4 lo = make_int4(-1, 0, 0, 0), hi = make_int4(0, 0, 0, 0); /* mlav_split_item */
         if (i < n_items) {
             const int32_t b = owner(s.blk, batch, i), mt = s.tiles[b], local = i - s.blk[b];
             const int32_t k = local / mt, m = local - k * mt;
@@ -396,33 +409,27 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             const int64_t begin = k * per;
             const int64_t end = begin + per < kv ? begin + per : kv;
             const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
-            it.b = b;
-            it.mtile = m;
-            it.kv_begin = (int32_t)begin;
-            it.kv_end = (int32_t)end;
-            it.slot = ns > 1 ? s.slot[b] + k * mt + m : -1;
-            it.q_start = q0;
-            it.q_len = qb;
-            it.prefix = (int32_t)kv - qb;
+            lo = make_int4(b, m, (int32_t)begin, (int32_t)end);
+            hi = make_int4(ns > 1 ? s.slot[b] + k * mt + m : -1, q0, qb, (int32_t)kv - qb);
         }
-        p.items[i] = it;
+        /* two 16-byte stores, not eight of 4 (the region is 256-byte aligned, items 32) */
+        int4 *const dst = reinterpret_cast<int4 *>(p.items + i);
+        dst[0] = lo;
+        dst[1] = hi;
     }
     MLAV_SCHED_STAMP(9);
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_combine; i += NTH) {
-        mlav_combine_item c = {-1, 0, 0, 0, 0, 0, 0, 0};
+        int4 lo = make_int4(-1, 0, 0, 0), hi = make_int4(0, 0, 0, 0); /* mlav_combine_item */
         if (i < n_comb) {
             const int32_t b = owner(s.comb, batch, i), m = i - s.comb[b];
             const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
-            c.b = b;
-            c.mtile = m;
-            c.nsplit = (s.splits[b] >> 8) + 1;
-            c.slot0 = s.slot[b] + m;
-            c.slot_stride = s.tiles[b];
-            c.q_start = q0;
-            c.rows = qb * p.H;
+            lo = make_int4(b, m, (int32_t)(s.splits[b] >> 8) + 1, s.slot[b] + m);
+            hi = make_int4(s.tiles[b], q0, qb * p.H, 0);
         }
-        p.combine[i] = c;
+        int4 *const dst = reinterpret_cast<int4 *>(p.combine + i);
+        dst[0] = lo;
+        dst[1] = hi;
     }
     MLAV_SCHED_STAMP(10);
     /* the region's tail past the combine items, zero as in the host's staging slots, so that
