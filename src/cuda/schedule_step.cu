@@ -92,14 +92,14 @@ __device__ double step_x(uint32_t kv, mlav_fastdiv fka)
 }
 
 /* The rule at k over the step's accepted requests, by one warp. */
-__device__ __noinline__ mlav_step_plateau warp_probe_at(const sched_smem &s, int32_t batch, int64_t k,
+__device__ __forceinline__ mlav_step_plateau warp_probe_at(const sched_smem &s, int32_t batch, int64_t k,
                                            const mlav_schedule_params &sp, mlav_fastdiv fka,
                                            int lane)
 {
     const uint32_t ka = (uint32_t)sp.key_align, max_s = (uint32_t)sp.max_splits;
     const double ik = 1.0 / (double)k;
     mlav_step_probe p = mlav_step_probe_start();
-#pragma unroll 1
+#pragma unroll 2
     for (int32_t b = lane; b < batch; b += 32) {
         const int32_t t = s.tiles[b];
         if (t)
@@ -111,7 +111,7 @@ __device__ __noinline__ mlav_step_plateau warp_probe_at(const sched_smem &s, int
 
 /* Candidate `which` of the rule's list (the host's order, schedule_step.c): its chunk, and the
  * search whose range holds its evaluation (-1: none); returns the list's length. */
-__device__ __noinline__ int candidate(const sched_smem &s, int searches, int64_t ka,
+__device__ __forceinline__ int candidate(const sched_smem &s, int searches, int64_t ka,
                                       int64_t top, int which, int64_t *chunk, int *from)
 {
     int n = 0;
