@@ -324,8 +324,8 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
         const int short_kv = below(rng, 3) == 0;
         qi[0] = 0;
         for (int32_t b = 0; b < batch; b++) {
-            int32_t q = (int32_t)below(rng, (uint32_t)(per_q < lim->max_q_len ? per_q
-                                                                              : lim->max_q_len) + 1);
+            const int32_t top_q = per_q < lim->max_q_len ? per_q : lim->max_q_len;
+            int32_t q = (int32_t)below(rng, (uint32_t)top_q + 1);
             if (below(rng, 4) == 0)
                 q = q > 0 ? 1 : 0; /* single tokens */
             const int32_t top = short_kv ? (lim->max_kv_len < 700 ? lim->max_kv_len : 700)
@@ -372,8 +372,8 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
         }
     }
     print_message("H=%d limits (%d, %d, %d, %d): %d of %d steps compared, alike (the others "
-                  "refused by the host: %d with a request past the limits, %d with a broken q_indptr), seed "
-                  "0x%llx\n",
+                  "refused by the host: %d with a request past the limits, %d with a broken "
+                  "q_indptr), seed 0x%llx\n",
                   H, lim->max_batch, lim->max_tokens, lim->max_q_len, lim->max_kv_len, compared,
                   steps, refused, broken, (unsigned long long)seed);
     assert_true(compared > steps / 2); /* the comparison is the test: most steps must reach it */

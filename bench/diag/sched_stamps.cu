@@ -4,7 +4,8 @@
  * q_len <= 16, kv_len <= 49152, at B = 1, 32 and 64 (random batches, prefixes 16k-49k), L2
  * flushed before each launch; thread 0's cycles per phase, median of 50 launches. Thread 0 is
  * in warp 0: search 0 and candidate 0, so its phases 1-3 and 4-5 are one search's and one
- * candidate's, and the barriers after them wait for the longest. Run: build/bench/diag/sched_stamps */
+ * candidate's, and the barriers after them wait for the longest.
+ * Run: build/bench/diag/sched_stamps */
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -248,9 +248,9 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
     for (int32_t i = 0; i < r->n && best_chunk > 0; i++) {
         const int32_t b = r->b[i], kv = (int32_t)r->kv[i], mt = r->tiles[i];
         uint32_t s0, q0;
-        const int32_t s = (int32_t)mlav_step_splits_of(r->kv[i], r->x[i], ibest,
-                                                       (uint32_t)sp->key_align,
-                                                       (uint32_t)sp->max_splits, step_inv, &s0, &q0);
+        const int32_t s =
+            (int32_t)mlav_step_splits_of(r->kv[i], r->x[i], ibest, (uint32_t)sp->key_align,
+                                         (uint32_t)sp->max_splits, step_inv, &s0, &q0);
         const int64_t per = (int64_t)q0 * sp->key_align;
         const int32_t q = q_indptr[b + 1] - q_indptr[b];
         /* one item per (split, row tile), m-tile fastest: within a split only mtile and slot

@@ -79,7 +79,7 @@ static MLAV_HD double mlav_step_inv(const double *inv, uint32_t d)
 
 /* 1 / x for the searches' guesses, which choose only where to probe (never a verdict): on the
  * device the approximate reciprocal (two instructions, where a rounded division is some forty
- * with its slow path: the scheduler's time is its code's first fetch, docs/PERFORMANCE.md). */
+ * with its slow path, on the scheduler's serial chain: docs/PERFORMANCE.md#engine-steps). */
 static MLAV_HD double mlav_step_guess_recip(double x)
 {
 #ifdef __CUDA_ARCH__

@@ -1,14 +1,16 @@
 /* The device scheduler of plans for limits: one block builds a step's split schedule from
  * device-resident lengths, by the rule of src/common/schedule_step.h, into the workspace, writing
- * the same bytes as the host update (mlav_step_schedule_build). Launched by mlav_plan_update
- * with device lengths, so nothing is read on the host and the launch can be captured.
+ * the same bytes as the host update (mlav_step_schedule_build; test_steps_gpu compares them).
+ * Launched by mlav_plan_update with device lengths, so nothing is read on the host and the
+ * launch can be captured.
  *
- * It is one short chain: the lengths in one coalesced load, one barrier for the sums, then each
- * chunk search in its own warp (lanes over the requests, the rule's probes and plateaus of
- * schedule_step.h, warp shuffles only), one barrier, the candidates' models in a warp each, one
- * barrier, and the prefix sums and items. The version before (session 15) ran every search in
- * lock step across the block, two barriers a round and one warp's 64-bit range updates between
- * them: 17-24 us on the H200 (docs/PERFORMANCE.md#engine-steps). */
+ * Its time is one warp's dependent chain through the phases (bench/diag/sched_stamps): the
+ * lengths in one coalesced load, one barrier for the sums, each chunk search in its own warp
+ * (lanes over the requests, the rule's probes and plateaus, warp reductions only), one barrier,
+ * the candidates' models in a warp each, one barrier, the prefix sums and the items. 8.5-10.8 us
+ * of its own on the H200 at B = 1-64 (docs/PERFORMANCE.md#engine-steps, which says what each
+ * phase costs and what paid). Code size is not what costs: cut from 100 KB to 34 KB of sm_90
+ * code, and run warm, it measured the same. */
 #include "../common/fastdiv.h"
 #include "../common/schedule_step.h"
 #include "flash.h"
@@ -92,7 +94,8 @@ __device__ double step_x(uint32_t kv, mlav_fastdiv fka)
 }
 
 /* The rule at k over the step's accepted requests, by one warp. */
-__device__ __forceinline__ mlav_step_plateau warp_probe_at(const sched_smem &s, int32_t batch, int64_t k,
+__device__ __forceinline__ mlav_step_plateau warp_probe_at(const sched_smem &s, int32_t batch,
+                                                           int64_t k,
                                            const mlav_schedule_params &sp, mlav_fastdiv fka,
                                            int lane)
 {
