@@ -281,6 +281,7 @@ struct flash_step_state {
     mlav_step_bounds bd;
     void *d_nan_row;
     size_t region_bytes;          /* the step region at the start of the workspace */
+    mlav_fastdiv ka_div;          /* the device scheduler's division by key_align */
     /* host updates: pinned staging slots, each reusable once its copy has run */
     pthread_mutex_t mu;
     int mu_made;
@@ -339,6 +340,7 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
     s = config_combine(shape, (int)most, st->bd.max_combine, working, st->bd.max_slots, &st->cfg);
     if (s != MLAV_OK)
         return s;
+    st->ka_div = mlav_fastdiv_make((uint32_t)st->cfg.sp.key_align);
     st->region_bytes = align256(sizeof(mlav_step_header) +
                                 sizeof(mlav_split_item) * (size_t)st->bd.max_items +
                                 sizeof(mlav_combine_item) * (size_t)st->bd.max_combine);
@@ -449,7 +451,7 @@ mlav_status step_update(const mlav_problem_info *shape, const void *state,
     sp.hdr = static_cast<mlav_step_header *>(ws);
     sp.items = region_items(ws);
     sp.combine = region_combine(ws, &st->bd);
-    sp.ka_div = mlav_fastdiv_make((uint32_t)st->cfg.sp.key_align);
+    sp.ka_div = st->ka_div;
     sp.region_bytes = st->region_bytes;
     return mlav_step_schedule_launch(&sp, stream);
 }
