@@ -389,24 +389,12 @@ static void test_backends_case(void **state)
 {
     const entry *e = *state;
     const mlav_backend b = e->b;
-    if (!mlav_backend_compiled(b)) {
-        print_message("%s is not compiled in: skipped\n", mlav_backend_name(b));
-        skip();
-    }
-    mlav_context *ctx = NULL;
-    mlav_status s = mlav_context_create(&ctx, b);
-    if (s == MLAV_ERR_NO_DEVICE) {
-        print_message("%s: %s: skipped\n", mlav_backend_name(b), mlav_last_error(NULL));
-        skip();
-    }
-    if (s != MLAV_OK)
-        fail_msg("mlav_context_create(%s): %s: %s", mlav_backend_name(b), mlav_status_string(s),
-                 mlav_last_error(NULL));
+    mlav_context *ctx = tu_context_or_skip(b);
     tu_problem *p = case_problem(e->k);
     char name[512];
     tu_case_name(&p->c, name, sizeof name);
     mlav_plan *plan = NULL;
-    s = mlav_plan_create(ctx, &p->prob, &plan);
+    mlav_status s = mlav_plan_create(ctx, &p->prob, &plan);
     if (s == MLAV_ERR_UNSUPPORTED && may_refuse(b, p)) {
         print_message("%s [%s]: unsupported: %s: skipped\n", mlav_backend_name(b), name,
                       mlav_last_error(NULL));

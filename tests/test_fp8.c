@@ -25,24 +25,6 @@
 static const mlav_backend backends[] = {MLAV_BACKEND_REFERENCE, MLAV_BACKEND_CPU,
                                         MLAV_BACKEND_CUDA, MLAV_BACKEND_CUDA_NAIVE};
 
-/* A context for backend b, or a skip with the reason (not compiled in, no device). */
-static mlav_context *context_or_skip(mlav_backend b)
-{
-    if (!mlav_backend_compiled(b)) {
-        print_message("%s is not compiled in: skipped\n", mlav_backend_name(b));
-        skip();
-    }
-    mlav_context *ctx = NULL;
-    const mlav_status s = mlav_context_create(&ctx, b);
-    if (s == MLAV_ERR_NO_DEVICE) {
-        print_message("%s: %s: skipped\n", mlav_backend_name(b), mlav_last_error(NULL));
-        skip();
-    }
-    if (s != MLAV_OK)
-        fail_msg("mlav_context_create(%s): %s: %s", mlav_backend_name(b), mlav_status_string(s),
-                 mlav_last_error(NULL));
-    return ctx;
-}
 
 static void expect_status(mlav_status got, mlav_status want, const char *w1, const char *w2,
                           const char *what)
@@ -250,7 +232,7 @@ static void expect_untouched(const tu_problem *p, const char *what)
 static void test_fp8_bad_scale(void **state)
 {
     const mlav_backend b = *(const mlav_backend *)*state;
-    mlav_context *ctx = context_or_skip(b);
+    mlav_context *ctx = tu_context_or_skip(b);
     tu_problem *p = small_fp8(MLAV_DTYPE_BF16);
     mlav_plan *plan = NULL;
     assert_int_equal(mlav_plan_create(ctx, &p->prob, &plan), MLAV_OK);
@@ -314,7 +296,7 @@ static void test_fp8_bad_scale(void **state)
 static void test_fp8_bad_dtypes(void **state)
 {
     (void)state;
-    mlav_context *ctx = context_or_skip(MLAV_BACKEND_CPU);
+    mlav_context *ctx = tu_context_or_skip(MLAV_BACKEND_CPU);
     tu_problem *p = small_fp8(MLAV_DTYPE_BF16);
     mlav_problem prob = p->prob;
     mlav_plan *plan = NULL;
@@ -364,7 +346,7 @@ static void test_fp8_bad_dtypes(void **state)
 static void test_fp8_scale_ptr_overlap(void **state)
 {
     (void)state;
-    mlav_context *ctx = context_or_skip(MLAV_BACKEND_CPU);
+    mlav_context *ctx = tu_context_or_skip(MLAV_BACKEND_CPU);
     tu_problem *p = small_fp8(MLAV_DTYPE_F32);
     mlav_tensors t = tu_tensors(p);
     float *in_out = (float *)p->out + 3, *in_lse = p->lse + 1;
@@ -394,7 +376,7 @@ static void test_fp8_scale_ptr_overlap(void **state)
 static void test_fp8_alignment(void **state)
 {
     const mlav_backend b = *(const mlav_backend *)*state;
-    mlav_context *ctx = context_or_skip(b);
+    mlav_context *ctx = tu_context_or_skip(b);
     tu_problem *p = small_fp8(MLAV_DTYPE_F16);
     tu_reference(p);
     unsigned char *odd = tu_xcalloc(p->kv_elems + 8, 1);
@@ -451,7 +433,7 @@ static void expect_nan_rows(const tu_problem *p, const int *nan_row, const char 
 static void test_fp8_nan_rows(void **state)
 {
     const mlav_backend b = *(const mlav_backend *)*state;
-    mlav_context *ctx = context_or_skip(b);
+    mlav_context *ctx = tu_context_or_skip(b);
     tu_case c = {.H = 4, .Dl = 512, .Dr = 64, .page_size = 16, .B = 2, .dtype = MLAV_DTYPE_BF16,
                  .q_lens = {9, 3}, .prefixes = {40, 20}, .tree = TU_DEEP, .seed = tu_seed(),
                  .kv_dtype = MLAV_DTYPE_FP8_E4M3};
@@ -525,7 +507,7 @@ static void test_fp8_nan_rows(void **state)
 static void test_fp8_device_scale_gpu(void **state)
 {
     const mlav_backend b = *(const mlav_backend *)*state;
-    mlav_context *ctx = context_or_skip(b);
+    mlav_context *ctx = tu_context_or_skip(b);
 #ifdef MLAV_WITH_CUDA
     tu_case c = {.H = 8, .Dl = 512, .Dr = 64, .page_size = 64, .B = 2, .dtype = MLAV_DTYPE_BF16,
                  .q_lens = {5, 4}, .prefixes = {0, 100}, .tree = TU_BUSHY, .seed = tu_seed(),

@@ -1,5 +1,10 @@
 /* Shared test fixtures: see test_util.h. */
 #include "test_util.h"
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -405,6 +410,24 @@ void tu_case_name(const tu_case *c, char *buf, size_t len)
         n += snprintf(buf + n, len - (size_t)n, ",seed=0x%llx", (unsigned long long)c->seed);
     if (fp8 && c->kv_scale > 0.0f && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, ",kv_scale=%.6g", (double)c->kv_scale);
+}
+
+mlav_context *tu_context_or_skip(mlav_backend b)
+{
+    if (!mlav_backend_compiled(b)) {
+        print_message("%s is not compiled in: skipped\n", mlav_backend_name(b));
+        skip();
+    }
+    mlav_context *ctx = NULL;
+    const mlav_status s = mlav_context_create(&ctx, b);
+    if (s == MLAV_ERR_NO_DEVICE) {
+        print_message("%s: %s: skipped\n", mlav_backend_name(b), mlav_last_error(NULL));
+        skip();
+    }
+    if (s != MLAV_OK)
+        fail_msg("mlav_context_create(%s): %s: %s", mlav_backend_name(b), mlav_status_string(s),
+                 mlav_last_error(NULL));
+    return ctx;
 }
 
 int tu_no_device_skip(int rc)

@@ -106,6 +106,10 @@ int tu_guards_ok(const tu_problem *p);
  * Returns 1, or 0 with what was written in `msg`. */
 int tu_untouched(const tu_problem *p, char *msg, size_t msg_len);
 
+/* A context for backend b, or a cmocka skip with the reason (not compiled in, no device); any
+ * other failure fails the test. */
+mlav_context *tu_context_or_skip(mlav_backend b);
+
 /* A GPU test's exit status: a passing run on a machine without a CUDA device of cc >= 8.0 (or
  * a build without CUDA), where every case skipped inside cmocka, becomes 77, which ctest reads
  * as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt) instead of Passed. */

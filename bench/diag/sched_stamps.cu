@@ -20,6 +20,7 @@ __device__ long long g_stamps[12];
             g_stamps[i] = clock64();                                                          \
     } while (0)
 #include "../../src/cuda/schedule_step.cu"
+#include "l2_flush.cuh"
 
 /* the library's error path, which the included launch names */
 mlav_status mlav_cuda_error(cudaError_t e, const char *what, const char *file, int line)
@@ -35,15 +36,6 @@ mlav_status mlav_cuda_error(cudaError_t e, const char *what, const char *file, i
             mlav_cuda_error(e_, #call, __FILE__, __LINE__);                                   \
     } while (0)
 
-__global__ void flush_kernel(const int4 *p, size_t n, int *sink)
-{
-    int acc = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        acc ^= p[i].x ^ p[i].w;
-    if (acc == 0x7fffffff)
-        *sink = acc;
-}
 
 int main(void)
 {
@@ -54,12 +46,8 @@ int main(void)
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    const size_t fn = 2 * (size_t)prop.l2CacheSize / sizeof(int4);
-    int4 *fbuf;
-    int *sink;
-    CK(cudaMalloc(&fbuf, fn * sizeof(int4)));
-    CK(cudaMemset(fbuf, 1, fn * sizeof(int4)));
-    CK(cudaMalloc(&sink, sizeof(int)));
+    l2_flusher fl;
+    CK(fl.make((size_t)prop.l2CacheSize) ? cudaSuccess : cudaGetLastError());
 
     const int H = 16;
     const mlav_limits lim = {64, 64 * 16, 16, 49152};
@@ -104,7 +92,7 @@ int main(void)
         p.region_bytes = region;
         std::vector<std::vector<long long>> d(12);
         for (int r = 0; r < 53; r++) {
-            flush_kernel<<<264, 512>>>(fbuf, fn, sink);
+            fl.run(0);
             CK(mlav_step_schedule_launch(&p, 0) == MLAV_OK ? cudaSuccess : cudaErrorUnknown);
             CK(cudaDeviceSynchronize());
             long long st[12];
@@ -124,5 +112,6 @@ int main(void)
         CK(cudaMemcpy(hdr, ws, sizeof hdr, cudaMemcpyDeviceToHost));
         printf("   (chunk %d, %d items)\n", hdr[5], hdr[2]);
     }
+    fl.release();
     return 0;
 }

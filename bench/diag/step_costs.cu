@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "l2_flush.cuh"
 #include "mlaverify.h"
 
 #define CK(call)                                                                              \
@@ -49,15 +50,6 @@
 
 __global__ void empty_kernel() {}
 
-__global__ void flush_kernel(const int4 *p, size_t n, int *sink)
-{
-    int acc = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        acc ^= p[i].x ^ p[i].w;
-    if (acc == 0x7fffffff)
-        *sink = acc;
-}
 
 static double median(std::vector<double> v)
 {
@@ -83,21 +75,16 @@ template <typename F> static double host_us(F f, cudaStream_t st)
     return median(us);
 }
 
-struct flusher {
-    int4 *buf = nullptr;
-    size_t n = 0;
-    int *sink = nullptr;
-};
 
 /* event-timed replays of a graph, L2 flushed before each */
-static double replay_us(cudaGraphExec_t x, cudaStream_t st, const flusher &fl)
+static double replay_us(cudaGraphExec_t x, cudaStream_t st, const l2_flusher &fl)
 {
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
     std::vector<double> us;
     for (int i = 0; i < 203; i++) {
-        flush_kernel<<<264, 512, 0, st>>>(fl.buf, fl.n, fl.sink);
+        fl.run(st);
         CK(cudaEventRecord(a, st));
         CK(cudaGraphLaunch(x, st));
         CK(cudaEventRecord(b, st));
@@ -123,11 +110,8 @@ int main(void)
     CK(cudaGetDeviceProperties(&prop, 0));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    flusher fl;
-    fl.n = 2 * (size_t)prop.l2CacheSize / sizeof(int4);
-    CK(cudaMalloc(&fl.buf, fl.n * sizeof(int4)));
-    CK(cudaMemset(fl.buf, 1, fl.n * sizeof(int4)));
-    CK(cudaMalloc(&fl.sink, sizeof(int)));
+    l2_flusher fl;
+    CK(fl.make((size_t)prop.l2CacheSize) ? cudaSuccess : cudaGetLastError());
 
     /* the replay's own overhead: one empty kernel in a graph */
     cudaGraph_t g;
@@ -259,8 +243,7 @@ int main(void)
     mlav_context_free(ctx);
     CK(cudaGraphExecDestroy(xe));
     CK(cudaGraphDestroy(g));
-    CK(cudaFree(fl.buf));
-    CK(cudaFree(fl.sink));
+    fl.release();
     CK(cudaStreamDestroy(st));
     return 0;
 }
