@@ -821,11 +821,17 @@ static void test_cuda_rising_scores(void **state)
  * random inputs, out is scaled by 2^+-100. The flash kernel's partial states (16-bit plans:
  * fp16 with a power-of-two scale per row and 128 columns) must carry both; unscaled fp16 would
  * overflow to Inf at one end and flush to 0 at the other. F32 plans keep fp32 partials.
+ * BF16 q over an FP8 cache (its kv_scale moves, q goes to 1e-30 and 1e30): the FP8 instances
+ * compute in F16, which holds neither, through a per-block power of two (q_to_f16 in
+ * verify_flash.cu) that must go both ways.
  * Problem k is case k / 2 with values x 2^100 (k even) or x 2^-100 (k odd). */
 static const tu_case magnitude_cases[] = {
     CASE(64, 512, 64, 1, BF16, TU_BUSHY, 1, QS(9), PS(1500)),
     CASE(16, 512, 64, 16, BF16, TU_CHAIN, 2, QS(9, 33), PS(700, 2000)),
     CASE(8, 512, 64, 64, F32, TU_DEEP, 1, QS(33), PS(900)),
+    CASE(64, 512, 64, 1, BF16, TU_BUSHY, 1, QS(9), PS(1500), .kv_dtype = MLAV_DTYPE_FP8_E4M3),
+    CASE(8, 512, 64, 64, BF16, TU_DEEP, 2, QS(1, 33), PS(3000, 700),
+         .kv_dtype = MLAV_DTYPE_FP8_E4M3),
 };
 
 static tu_problem *magnitude_problem(size_t k, uint64_t seed)

@@ -1,7 +1,7 @@
 /* Conversions between fp32 and the element types (F32, BF16, F16), written once for every kernel
  * that reads or writes them: the combine and naive kernels' outputs, the bench's input fill.
  * from_float rounds to nearest even (__float2bfloat16 and __float2half are the _rn forms). And
- * the FP8 KV cache's e4m3 bytes to the 16-bit MMA types (the flash kernel's gather). */
+ * the FP8 KV cache's e4m3 bytes to F16 (the flash kernel's K and V fragments). */
 #ifndef MLAV_CUDA_CONVERT_CUH
 #define MLAV_CUDA_CONVERT_CUH
 
@@ -27,25 +27,13 @@ __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 
-/* Two e4m3fn bytes (element 0 in the low byte) as a packed pair of T (element 0 in the low half).
- * Exact: every e4m3 value, subnormals included, is a normal F16 and a BF16, and NaN stays NaN.
- * The e4m3 -> f16x2 step is one instruction from sm_89 on (cvt.rn.f16x2.e4m3x2; on the H200 an
- * F2FP unpack), emulated by cuda_fp8.h on sm_80; BF16 goes on through fp32, which is exact. */
+/* Two e4m3fn bytes (element 0 in the low byte) as a packed F16 pair (element 0 in the low half).
+ * Exact: every e4m3 value, subnormals included, is a normal F16, and NaN stays NaN.
+ * One instruction from sm_89 on (cvt.rn.f16x2.e4m3x2; on the H200 an F2FP unpack), emulated by
+ * cuda_fp8.h on sm_80. The flash kernel's FP8 instances convert K and V fragments with it. */
 __device__ __forceinline__ __half2_raw e4m3x2_to_half2(uint16_t two)
 {
     return __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
-}
-template <typename T> __device__ __forceinline__ uint32_t e4m3x2_to(uint16_t two);
-template <> __device__ __forceinline__ uint32_t e4m3x2_to<__half>(uint16_t two)
-{
-    const __half2_raw h = e4m3x2_to_half2(two);
-    return (uint32_t)h.x | ((uint32_t)h.y << 16);
-}
-template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint16_t two)
-{
-    const float2 f = __half22float2(__half2(e4m3x2_to_half2(two)));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-    return *reinterpret_cast<const uint32_t *>(&b);
 }
 
 } // namespace mlav

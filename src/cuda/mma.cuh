@@ -70,6 +70,14 @@ __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
                  : "r"(smem_addr(p)));
 }
 
+/* Two 8x8 b16 matrices; lanes 8i..8i+7 (i < 2) give the row addresses of matrix i. */
+__device__ __forceinline__ void ldsm_x2(uint32_t r[2], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_addr(p)));
+}
+
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void *p)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"

@@ -32,6 +32,8 @@
  * bound residency at one block (8 warps) per SM. */
 #include <math.h>
 
+#include <type_traits>
+
 #include "../common/merge.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
@@ -45,7 +47,6 @@ constexpr int BM = MLAV_FLASH_BLOCK_M, BN = MLAV_FLASH_BLOCK_N, NT = MLAV_FLASH_
 constexpr int RS = W + 8;                  /* padded KV row stride in elements */
 constexpr int STAGES = 4;                  /* KV tile buffers */
 constexpr int AHEAD = 2;                   /* tiles gathered ahead of the one in use */
-constexpr int CHUNKS = W / 8;              /* 16-byte chunks per KV row: 72 */
 constexpr int GROUPS = 2;                  /* independent warp groups per block */
 /* A gather overwrites the buffer of tile t + AHEAD - STAGES, which both groups must be past (see
  * the loop's "tile full" barriers). */
@@ -111,57 +112,65 @@ constexpr int QL_CHUNKS = BM * DL / 8; /* 4096 */
 static_assert(QL_CHUNKS % NT == 0 && BM * QSS * 2 <= (STAGES - 1) * SKV_ELEMS * 2 + SX_FLOATS * 4,
               "latent Q staging fits in KV buffers 1-3 and the exchange area");
 
-/* An FP8 cache (the FP8 instances, docs/DESIGN.md#fp8-kv): each thread gathers its chunks of a
- * tile (8 e4m3 bytes each, half the bytes) by cp.async into a raw ring, and in the middle of the
- * tile before converts its own chunks into the 16-bit tile the loop reads, then arrives at the
- * tile's "full" barrier. A thread reads only the raw bytes it copied itself, so the raw ring
- * needs no barrier and two buffers (tile t + 1 converted while tile t + 2 lands). The converted
- * tile t + 1 is written while this group is in tile t and the other group may still be in tile
- * t - 1 (it is never further behind: see the loop's full barriers), so three 16-bit buffers
- * suffice, which pays for the raw ring within sm_120's limit. Tile 0 comes through registers in
- * the prologue (the raw ring lies in the latent Q staging area). */
-constexpr int FP8_TBUF = 3;        /* 16-bit KV tile buffers of the FP8 instances */
-constexpr int FP8_RAW_STAGES = 2;  /* raw e4m3 tiles in flight */
-constexpr int RAW_TILE_BYTES = BN * W; /* one raw tile: 16 rows x 576 bytes, rows unpadded */
-static_assert(AHEAD == FP8_RAW_STAGES, "the raw ring holds the tiles in flight");
+/* An FP8 cache (the FP8 instances, docs/DESIGN.md#fp8-kv): the tiles stay e4m3 bytes in shared
+ * memory, gathered like 16-bit ones (16-byte cp.async, half the chunks), and are converted in
+ * registers as the loop's ldmatrix reads them: one ldmatrix.x4 of bytes gives four B fragments
+ * where one of a 16-bit tile gives two, and every MMA runs in F16 (e4m3 -> f16 is one instruction
+ * per pair, -> bf16 four; BF16 q is converted once per block: q_to_f16). The fragment layouts
+ * (docs/PERFORMANCE.md#fp8-kv, checked on the host by bench/diag/fp8_fragments.py):
+ *   K: ldmatrix of 8 keys x 16 bytes gives lane (g, t) depths 4t .. 4t + 3 of key g, so the
+ *      k16 step takes its depths in the order PI = 0 1 4 5 8 9 12 13 2 3 6 7 10 11 14 15, and
+ *      Q's A fragments follow PI (one 8-byte load per row and step).
+ *   V: ldmatrix.trans of 8 keys x 16 bytes gives lane (g, t) keys 2t, 2t + 1 at dims 2g, 2g + 1;
+ *      one byte permute pairs the keys per dim: the B fragments of an even-dims and an odd-dims
+ *      n8 tile. O's tiles 2c and 2c + 1 hold the even and odd dims of 16-dim chunk c, so a lane
+ *      holds dims 16c + 4t .. 16c + 4t + 3 of its rows, which the epilogue writes in order.
+ * An earlier FP8 instance converted each tile into a 16-bit tile in shared memory, on the
+ * loop's chain, and ran at 0.76-0.96 of the BF16 cache's speed (docs/PERFORMANCE.md#fp8-kv). */
+constexpr int RAW_RS = W + 16;         /* raw row stride in bytes: 37 16-byte chunks (odd), so the
+                                        * 8 row addresses of every ldmatrix fall in distinct bank
+                                        * groups */
+constexpr int RAW_TILE_BYTES = BN * RAW_RS;
+constexpr int QSS8 = DL + 16;          /* FP8: latent Q staging stride, 264 words (8 mod 32): the
+                                        * 8-byte fragment loads of a half warp hit 32 banks */
+constexpr int QPS8 = DR + 16;          /* FP8: rope Q stride, 40 words, likewise */
+constexpr int STAGE8_STRIDE = COLS_Q + 16; /* FP8: output staging stride (16-bit elements) */
+static_assert(QUARTERS * 8 * STAGE8_STRIDE * 2 <= RAW_TILE_BYTES && RAW_TILE_BYTES % 16 == 0,
+              "one raw KV buffer stages a group's output");
 
 /* The split kernel's dynamic shared memory, region by region: byte offsets from the base, in
  * this order (each region's size is a multiple of 16 bytes, so every one stays 16-byte aligned
  * for cp.async, ldmatrix and the float4 exchange). */
 template <bool FP8> struct flash_smem_layout {
-    /* 16-bit KV tile buffers: STAGES, or FP8_TBUF for an FP8 cache */
-    static constexpr int TBUF = FP8 ? FP8_TBUF : STAGES;
-    /* the KV ring: TBUF tiles of BN rows x RS elements (W padded by 8, so that the 8 row
-     * addresses of every ldmatrix fall in distinct bank groups), gathered AHEAD tiles ahead by
-     * cp.async (FP8: converted from the raw ring one tile ahead); also the prologue's latent Q
-     * staging (below) and the epilogue's output staging (a free buffer) */
-    static constexpr size_t KV = 0, KV_BYTES = (size_t)TBUF * SKV_ELEMS * 2;
-    /* FP8 only: the raw ring, FP8_RAW_STAGES tiles of e4m3 bytes, each thread's chunks where
-     * they lie in the row (row * W + chunk * 8) */
-    static constexpr size_t RAW = KV + KV_BYTES,
-                            RAW_BYTES = FP8 ? (size_t)FP8_RAW_STAGES * RAW_TILE_BYTES : 0;
+    /* one KV tile buffer: BN rows of RS 16-bit elements (W padded by 8, so that the 8 row
+     * addresses of every ldmatrix fall in distinct bank groups), or of RAW_RS e4m3 bytes */
+    static constexpr size_t KV_TILE = FP8 ? (size_t)RAW_TILE_BYTES : (size_t)SKV_ELEMS * 2;
+    /* the KV ring: STAGES tiles, gathered AHEAD tiles ahead by cp.async; also the prologue's
+     * latent Q staging (below) and the epilogue's output staging (a free buffer) */
+    static constexpr size_t KV = 0, KV_BYTES = STAGES * KV_TILE;
     /* the S reduce-scatter: fp32 partial scores [grp][dest warp][slot][lane] of float4 */
-    static constexpr size_t X = RAW + RAW_BYTES, X_BYTES = (size_t)SX_FLOATS * 4;
+    static constexpr size_t X = KV + KV_BYTES, X_BYTES = (size_t)SX_FLOATS * 4;
     /* P, the A operand of P V: [grp][GROUP_ROWS][PS] 16-bit weights */
     static constexpr size_t P = X + X_BYTES, P_BYTES = (size_t)SP_ELEMS * 2;
+    /* latent Q staging in the prologue: [BM][QSS], over KV buffers 1.. and the exchange area
+     * (FP8: and the P tiles and beyond, its raw buffers being half the size), which follow each
+     * other and are unused until tile 1's gather and the first exchange */
+    static constexpr int QS_STRIDE = FP8 ? QSS8 : QSS;
+    static constexpr size_t Q_STAGE = KV + KV_TILE,
+                            Q_STAGE_END = Q_STAGE + (size_t)BM * QS_STRIDE * 2;
     /* the rope part of Q, the rope k-step's A operand in every tile: [BM][QPS] */
-    static constexpr size_t Q = P + P_BYTES, Q_BYTES = (size_t)SQ_ELEMS * 2;
+    static constexpr int QP_STRIDE = FP8 ? QPS8 : QPS;
+    static constexpr size_t Q = FP8 ? Q_STAGE_END : P + P_BYTES,
+                            Q_BYTES = (size_t)BM * QP_STRIDE * 2;
     /* row maxima of a vote's exchange: [grp][warp][16 rows] */
     static constexpr size_t MAX = Q + Q_BYTES, MAX_BYTES = (size_t)SROW_FLOATS * 4;
     /* row sums of the two key halves, met in the epilogue: [grp][warp][16 rows] */
     static constexpr size_t L = MAX + MAX_BYTES, L_BYTES = (size_t)SROW_FLOATS * 4;
     static constexpr size_t TOTAL = L + L_BYTES;
-    /* latent Q staging in the prologue: [BM][QSS], over KV buffers 1.. (and the raw ring) and
-     * the exchange area, which follow each other and are unused until tile 1's gather and the
-     * first exchange */
-    static constexpr size_t Q_STAGE = KV + (size_t)SKV_ELEMS * 2;
-    /* the epilogue's output staging: a group's 4 warps take one KV buffer (STAGES), or both
-     * groups share one (FP8, whose ring has one buffer fewer; see the epilogue) */
-    static_assert(!FP8 || 2 * QUARTERS * STAGE_WARP_BYTES <= SKV_ELEMS * 2,
-                  "one KV buffer stages both groups' output");
-    static_assert(Q_STAGE + (size_t)BM * QSS * 2 <= P, "latent Q staging ends before the P tiles");
+    static_assert(FP8 ? Q_STAGE_END >= P + P_BYTES : Q_STAGE_END <= P,
+                  "latent Q staging ends before the P tiles (FP8: before rope Q)");
     static_assert(TOTAL <= MLAV_SM120_SMEM_LIMIT, "flash kernel must fit sm_120");
-    static_assert(RAW % 16 == 0 && X % 16 == 0, "alignment");
+    static_assert(X % 16 == 0 && Q % 16 == 0, "alignment");
 };
 static_assert(flash_smem_layout<false>::TOTAL == SMEM_BYTES,
               "the layout is the launch's shared memory");
@@ -175,7 +184,6 @@ constexpr float RESCALE_SLACK = 8.0f;
  * up one page id per tile and issues its 16-byte chunks part, part + 16, ... (5 or 4 of the 72)
  * at fixed offsets, so 16 neighbours cover 256 contiguous bytes per step. */
 constexpr int GATHER_TPR = NT / BN;                                  /* threads per KV row: 16 */
-constexpr int GATHER_STEPS = (CHUNKS + GATHER_TPR - 1) / GATHER_TPR; /* 5 */
 static_assert(NT % BN == 0, "gather mapping");
 
 /* The page id of KV row j (0 past kv_end, where nothing is read). Issued one tile before the
@@ -208,84 +216,54 @@ __device__ __forceinline__ const E *kv_row_src(const E *kv, int32_t page, int j,
     return base + off;
 }
 
-/* An FP8 cache (E = uint8_t) goes the same way, the same chunks of 8 elements (8 e4m3 bytes), into
- * its raw tile, rows W bytes apart, by 8-byte cp.async (cp.async.cg takes 16 bytes only); a page
- * id outside the pool reads the plan's NaN row (0x7f bytes). */
+/* An FP8 cache (E = uint8_t) goes the same way, in 16-byte chunks of 16 e4m3 bytes (36 per row,
+ * so a thread issues 3 or 2), into rows RAW_RS bytes apart; a page id outside the pool reads the
+ * plan's NaN row (0x7f bytes). */
 template <typename E>
 __device__ __forceinline__ void gather_kv_row(E *dst, const E *kv, int32_t page, int j,
                                               int kv_end, const mlav_flash_params &p, int row,
                                               int part)
 {
     constexpr bool RAW = sizeof(E) == 1;
-    E *d = dst + row * (RAW ? W : RS) + part * 8;
+    constexpr int CE = 16 / (int)sizeof(E); /* elements per 16-byte chunk */
+    constexpr int NCH = W / CE, STEPS = (NCH + GATHER_TPR - 1) / GATHER_TPR;
+    E *d = dst + row * (RAW ? RAW_RS : RS) + part * CE;
     const bool live = j < kv_end;
-    const E *src = kv_row_src(kv, page, j, live, p) + part * 8;
-    const int bytes = live ? 8 * (int)sizeof(E) : 0;
+    const E *src = kv_row_src(kv, page, j, live, p) + part * CE;
+    const int bytes = live ? 16 : 0;
 #pragma unroll
-    for (int k = 0; k < GATHER_STEPS; k++)
-        if (part + k * GATHER_TPR < CHUNKS) {
-            if constexpr (RAW)
-                mlav::cp_async8(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
-            else
-                mlav::cp_async16(d + k * GATHER_TPR * 8, src + k * GATHER_TPR * 8, bytes);
-        }
+    for (int k = 0; k < STEPS; k++)
+        if (part + k * GATHER_TPR < NCH)
+            mlav::cp_async16(d + k * GATHER_TPR * CE, src + k * GATHER_TPR * CE, bytes);
 }
 
-/* Eight e4m3 bytes (two words) as eight T, stored as one 16-byte chunk at `dst`. */
-template <typename T> __device__ __forceinline__ void store_converted(T *dst, uint2 v)
+/* The e4m3 pair in the low (hi = false) or high half of `w`, as an F16 pair (an MMA operand). */
+__device__ __forceinline__ uint32_t e4m3_half(uint32_t w, bool hi)
 {
-    uint4 c;
-    c.x = mlav::e4m3x2_to<T>((uint16_t)(v.x & 0xffffu));
-    c.y = mlav::e4m3x2_to<T>((uint16_t)(v.x >> 16));
-    c.z = mlav::e4m3x2_to<T>((uint16_t)(v.y & 0xffffu));
-    c.w = mlav::e4m3x2_to<T>((uint16_t)(v.y >> 16));
-    *reinterpret_cast<uint4 *>(dst) = c;
+    const __half2_raw h = mlav::e4m3x2_to_half2((uint16_t)(hi ? w >> 16 : w & 0xffffu));
+    return (uint32_t)h.x | ((uint32_t)h.y << 16);
 }
 
-/* This thread's chunks of a raw tile, the ones it gathered itself (its cp.async group has
- * landed), converted into row `row` of a 16-bit stage buffer: where gather_kv_row would have
- * put them. */
-template <typename T>
-__device__ __forceinline__ void convert_own_chunks(T *dst, const uint8_t *raw, int row, int part)
+/* The two K B fragments (b0, b1) of one n8 tile and k16 step from the register an ldmatrix of
+ * raw bytes gave this lane: depths 4t, 4t + 1 are k = 2t, 2t + 1 and depths 4t + 2, 4t + 3 are
+ * k = 2t + 8, 2t + 9 (the order PI). */
+__device__ __forceinline__ void k_fragment_fp8(uint32_t r, uint32_t &b0, uint32_t &b1)
 {
-#pragma unroll
-    for (int k = 0; k < GATHER_STEPS; k++) {
-        const int c = part + k * GATHER_TPR;
-        if (c < CHUNKS)
-            store_converted(dst + row * RS + c * 8,
-                            *reinterpret_cast<const uint2 *>(raw + row * W + c * 8));
-    }
+    b0 = e4m3_half(r, false);
+    b1 = e4m3_half(r, true);
 }
 
-/* The prologue's tile 0 of an FP8 cache, through registers (the raw ring is under the latent Q
- * staging then): this thread's chunks of KV row j, loaded here, converted by
- * store_prologue_row once the Q fragments are read. */
-struct fp8_row_regs {
-    uint2 v[GATHER_STEPS];
-};
-__device__ __forceinline__ fp8_row_regs load_kv_row_fp8(const uint8_t *kv, int32_t page, int j,
-                                                        int kv_end, const mlav_flash_params &p,
-                                                        int part)
+/* The V B fragments of the even-dims (b[0], b[1]) and odd-dims (b[2], b[3]) n8 tiles of one
+ * 16-dim chunk, from the two registers an ldmatrix.trans of raw bytes gave this lane (keys 0-7
+ * and 8-15): each holds keys 2t, 2t + 1 (halves) at dims 2g, 2g + 1 (bytes), and the permute
+ * pairs the keys per dim. */
+__device__ __forceinline__ void v_fragments_fp8(uint32_t r0, uint32_t r1, uint32_t b[4])
 {
-    fp8_row_regs r;
-    const bool live = j < kv_end;
-    const uint8_t *src = kv_row_src(kv, page, j, live, p) + part * 8;
-#pragma unroll
-    for (int k = 0; k < GATHER_STEPS; k++)
-        r.v[k] = live && part + k * GATHER_TPR < CHUNKS
-                     ? __ldg(reinterpret_cast<const uint2 *>(src + k * GATHER_TPR * 8))
-                     : make_uint2(0u, 0u);
-    return r;
-}
-template <typename T>
-__device__ __forceinline__ void store_prologue_row(T *dst, const fp8_row_regs &r, int row, int part)
-{
-#pragma unroll
-    for (int k = 0; k < GATHER_STEPS; k++) {
-        const int c = part + k * GATHER_TPR;
-        if (c < CHUNKS)
-            store_converted(dst + row * RS + c * 8, r.v[k]);
-    }
+    const uint32_t x0 = __byte_perm(r0, 0u, 0x3120), x1 = __byte_perm(r1, 0u, 0x3120);
+    b[0] = e4m3_half(x0, false);
+    b[1] = e4m3_half(x1, false);
+    b[2] = e4m3_half(x0, true);
+    b[3] = e4m3_half(x1, true);
 }
 
 /* The FP8 cache's scale for this run: the device value when the run gave one (read by the kernel,
@@ -296,6 +274,71 @@ __device__ __forceinline__ float kv_scale_of(const mlav_flash_params &p)
 {
     const float v = p.kv_scale_ptr ? __ldg(p.kv_scale_ptr) : p.kv_scale;
     return MLAV_KV_SCALE_OK(v) ? v : __int_as_float(0x7fc00000);
+}
+
+/* BF16 q over an FP8 cache: the block's Q (the latent A fragments in `qf`, and rope Q in `sQ`,
+ * rows QPS8 apart) from BF16 to F16, times 2^-shift, so that the block's largest |q| lands in
+ * [2^14, 2^15) (F16 ends at 65504, BF16 at 3.4e38); returns 2^shift, which the scores take back
+ * before the score scale (two multiplies, not one folded factor, so that no input makes the
+ * factor overflow where the scores do not). Exact for every element within 2^-24 of the block's
+ * largest (F16 holds BF16's 8 significant bits); smaller ones round as F16 subnormals, far below
+ * the rounding of the dot product they enter. The largest is taken over finite values; Inf and
+ * NaN convert as themselves. `red`: 8 words of shared scratch. Two __syncthreads: the maximum,
+ * and the rope chunks, which every thread converts in place for the whole block. */
+__device__ __forceinline__ float q_to_f16(uint32_t (&qf)[MT][KSTEPS][4], __half *sQ,
+                                          uint32_t *red, int tid, int warp, int lane)
+{
+    const auto absmax2 = [](uint32_t m, uint32_t w) { /* |x| orders like its bits; finite only */
+        const uint32_t lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;
+        return max(m, max(lo < 0x7f80u ? lo : 0u, hi < 0x7f80u ? hi : 0u));
+    };
+    uint32_t mb = 0;
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                mb = absmax2(mb, qf[i][kk][r]);
+#pragma unroll
+    for (int c = 0; c < QPE_CHUNKS / NT; c++) {
+        const int idx = tid + c * NT, r = idx / (DR / 8), ch = idx % (DR / 8);
+        const uint4 v = *reinterpret_cast<const uint4 *>(sQ + r * QPS8 + ch * 8);
+        mb = absmax2(absmax2(mb, v.x), v.y);
+        mb = absmax2(absmax2(mb, v.z), v.w);
+    }
+    mb = __reduce_max_sync(0xffffffffu, mb);
+    if (lane == 0)
+        red[warp] = mb;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < NT / 32; w++)
+        mb = max(mb, red[w]);
+    /* |x| < 2^(e - 126) for BF16 biased exponent e, so 2^-(e - 141) puts the largest in
+     * [2^14, 2^15); at least -126 so that both powers of two stay normal fp32 */
+    const int shift = max((int)(mb >> 7) - 141, -126);
+    const float down = __uint_as_float((uint32_t)(127 - shift) << 23);
+    const auto cvt = [down](uint32_t w) { /* two BF16 to two F16, times 2^-shift */
+        const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down,
+                                            __uint_as_float(w & 0xffff0000u) * down);
+        return *reinterpret_cast<const uint32_t *>(&h);
+    };
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                qf[i][kk][r] = cvt(qf[i][kk][r]);
+#pragma unroll
+    for (int c = 0; c < QPE_CHUNKS / NT; c++) { /* this thread's rope chunks, in place */
+        const int idx = tid + c * NT, r = idx / (DR / 8), ch = idx % (DR / 8);
+        uint4 *q = reinterpret_cast<uint4 *>(sQ + r * QPS8 + ch * 8);
+        const uint4 v = *q;
+        *q = make_uint4(cvt(v.x), cvt(v.y), cvt(v.z), cvt(v.w));
+    }
+    __syncthreads(); /* rope Q is F16 for every warp */
+    return __uint_as_float((uint32_t)(127 + shift) << 23);
 }
 
 /* Zero the Inf and NaN elements of one V fragment (four registers of two elements each), on
@@ -345,22 +388,24 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
  * makes ptxas allocate the main loop differently (4 of ~3,300 instructions more, the longest
  * identical run 592 instead of the whole loop, bench/diag/sass_identity.py on sm_90), so plans
  * for one problem keep the code they were measured with. */
-/* FP8: the instance of an FP8 E4M3 cache (the gather through a raw ring, the scale; see
- * FP8_TBUF); q, P and the MMAs stay T. */
+/* FP8: the instance of an FP8 E4M3 cache (raw tiles converted in registers, see RAW_RS; the
+ * scale). Its products run in F16 (MmaT), also for BF16 q (q_to_f16); q and out stay T. */
 template <typename T, bool FP8, bool ALL_GROUPS, bool STEP>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
-    using MTY = mlav::mma_type<T>;
+    using MmaT = std::conditional_t<FP8, __half, T>; /* the MMA operands' type (Q, K, P, V) */
+    using MTY = mlav::mma_type<MmaT>;
+    using OTY = mlav::mma_type<T>; /* the output's */
     if (STEP && (int32_t)blockIdx.x >=
                     __ldg(&(reinterpret_cast<const mlav_step_header *>(p.items) - 1)->n_items))
         return; /* the step header sits just before the items (schedule_step.h) */
     extern __shared__ __align__(16) unsigned char smem[];
     using SL = flash_smem_layout<FP8>;
     T *sKV = reinterpret_cast<T *>(smem + SL::KV);
-    uint8_t *sRaw = smem + SL::RAW; /* FP8 only */
+    uint8_t *sKV8 = smem + SL::KV; /* FP8: the raw ring */
     float *sX = reinterpret_cast<float *>(smem + SL::X);
-    T *sP = reinterpret_cast<T *>(smem + SL::P);
-    T *sQ = reinterpret_cast<T *>(smem + SL::Q); /* rope part of Q: [BM][QPS] */
+    MmaT *sP = reinterpret_cast<MmaT *>(smem + SL::P);
+    T *sQ = reinterpret_cast<T *>(smem + SL::Q); /* rope part of Q: [BM][SL::QP_STRIDE] */
     float *sMax = reinterpret_cast<float *>(smem + SL::MAX);
     float *sL = reinterpret_cast<float *>(smem + SL::L);
 
@@ -389,6 +434,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * the epilogue), in fp32 outside the products */
     const float fp8_scale = FP8 ? kv_scale_of(p) : 1.0f;
     const float fp8_scale_log2 = FP8 ? p.scale_log2 * fp8_scale : 0.0f;
+    /* BF16 q over an FP8 cache: the power of two q_to_f16 took out of Q, put back into the scores */
+    constexpr bool Q_TO_F16 = FP8 && !std::is_same<T, __half>::value;
+    float q_unshift = 1.0f;
     const T *qg = static_cast<const T *>(p.q) + (size_t)q_start * p.H * W;
     const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
     /* a group past the request's rows skips the MMAs unless ALL_GROUPS; its warps still gather
@@ -413,8 +461,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     for (int c = 0; c < QPE_CHUNKS / NT; c++) {
         const int idx = tid + c * NT, r = idx / (DR / 8), ch = idx % (DR / 8);
         const bool ok = m0 + r < M;
-        mlav::cp_async16(sQ + r * QPS + ch * 8, qg + (ok ? (size_t)(m0 + r) * W + DL + ch * 8 : 0),
-                         ok ? 16 : 0);
+        mlav::cp_async16(sQ + r * SL::QP_STRIDE + ch * 8,
+                         qg + (ok ? (size_t)(m0 + r) * W + DL + ch * 8 : 0), ok ? 16 : 0);
     }
 
     /* Latent Q (64 rows x 512) is staged in shared memory by cp.async, 16 coalesced 16-byte
@@ -423,31 +471,48 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * first S MMA waited on them. Read back by ldmatrix instead of 4-byte loads, the prologue was
      * as fast but the loop 9% slower at q33/131k: ldmatrix writes aligned register quads, and
      * ptxas then allocated the loop differently (session 6, docs/PERFORMANCE.md#ptxas). The
-     * staging area is KV buffers 1-3 and the S exchange area, contiguous and unused until tile 1's
-     * gather and the first exchange; tile 0's gather goes to buffer 0 meanwhile, tile 1's after
-     * the reads. */
-    T *const qs = reinterpret_cast<T *>(smem + SL::Q_STAGE); /* [BM][QSS] */
+     * staging area is KV buffers 1-3 and the S exchange area (FP8: and the P tiles and beyond),
+     * contiguous and unused until tile 1's gather and the first exchange; tile 0's gather goes
+     * to buffer 0 meanwhile, tile 1's after the reads. */
+    constexpr int QS_STRIDE = SL::QS_STRIDE;
+    T *const qs = reinterpret_cast<T *>(smem + SL::Q_STAGE); /* [BM][QS_STRIDE] */
 #pragma unroll
     for (int c = 0; c < QL_CHUNKS / NT; c++) {
         const int idx = tid + c * NT, r = idx / (DL / 8), ch = idx % (DL / 8);
         const bool ok = m0 + r < M;
-        mlav::cp_async16(qs + r * QSS + ch * 8, qg + (ok ? (size_t)(m0 + r) * W + ch * 8 : 0),
-                         ok ? 16 : 0);
+        mlav::cp_async16(qs + r * QS_STRIDE + ch * 8,
+                         qg + (ok ? (size_t)(m0 + r) * W + ch * 8 : 0), ok ? 16 : 0);
     }
     mlav::cp_async_commit(); /* rope Q and latent Q */
-    fp8_row_regs tile0; /* FP8: tile 0 in registers, stored below */
     if constexpr (FP8)
-        tile0 = load_kv_row_fp8(kv8, pg_first[0], kv_begin + g_row, kv_end, p, g_part);
+        gather_kv_row(sKV8, kv8, pg_first[0], kv_begin + g_row, kv_end, p, g_row, g_part);
     else
         gather_kv_row(sKV, kv, pg_first[0], kv_begin + g_row, kv_end, p, g_row, g_part);
-    mlav::cp_async_commit(); /* tile 0 (FP8: empty, so that the group counts stay the same) */
+    mlav::cp_async_commit(); /* tile 0 */
     mlav::cp_async_wait<1>();
     __syncthreads(); /* every thread's Q copies have landed */
     /* qf[i] is m-tile i ^ own_m of the group (own block first); the A fragment of k-step kk
      * holds rows g, g + 8 at columns 2 qd (+1) and 2 qd + 8 (+1) of the warp's quarter (rows 260
-     * words apart: the 32 lanes of each load hit 32 distinct banks). */
+     * words apart: the 32 lanes of each load hit 32 distinct banks). FP8: at columns 4 qd .. 4 qd
+     * + 3, the depth order PI of the raw K fragments, one 8-byte load per row (rows 264 words
+     * apart: conflict-free per half warp). */
     uint32_t qf[MT][KSTEPS][4];
-    {
+    if constexpr (FP8) {
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+            const T *q0 = qs + (grp * GROUP_ROWS + (i ^ own_m) * 16 + g) * QS_STRIDE +
+                          dq * COLS_Q + qd * 4;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                const uint2 a = *reinterpret_cast<const uint2 *>(q0 + kk * 16);
+                const uint2 c = *reinterpret_cast<const uint2 *>(q0 + 8 * QS_STRIDE + kk * 16);
+                qf[i][kk][0] = a.x;
+                qf[i][kk][1] = c.x;
+                qf[i][kk][2] = a.y;
+                qf[i][kk][3] = c.y;
+            }
+        }
+    } else {
 #pragma unroll
         for (int i = 0; i < MT; i++) {
             const uint32_t *q0 = reinterpret_cast<const uint32_t *>(
@@ -463,9 +528,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         }
     }
     __syncthreads(); /* the staging area is free again */
+    if constexpr (Q_TO_F16)
+        q_unshift = q_to_f16(qf, reinterpret_cast<__half *>(sQ),
+                             reinterpret_cast<uint32_t *>(sMax), tid, warp, lane);
     if constexpr (FP8)
-        gather_kv_row(sRaw + RAW_TILE_BYTES, kv8, pg_first[1], kv_begin + BN + g_row, kv_end,
-                          p, g_row, g_part);
+        gather_kv_row(sKV8 + RAW_TILE_BYTES, kv8, pg_first[1], kv_begin + BN + g_row, kv_end, p,
+                      g_row, g_part);
     else
         gather_kv_row(sKV + SKV_ELEMS, kv, pg_first[1], kv_begin + BN + g_row, kv_end, p, g_row,
                       g_part);
@@ -488,9 +556,16 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     /* per-lane ldmatrix offsets (elements). K, non-transposed: key rows of n-tile own_n first. */
     const int k_off = (((lane & 7) + ((lane >> 4) << 3)) ^ (own_n << 3)) * RS + ((lane >> 3) & 1) * 8;
     const int v_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + dq * COLS_Q + (lane >> 4) * 8;
+    /* FP8, in bytes: matrix i of an x4 is keys 8 (i & 1) .. + 7 (K: of n-tile own_n first) at
+     * bytes 16 (i >> 1) .. + 15 of the step (K: two k16 steps of both n-tiles; V: the even and
+     * odd tiles of two 16-dim chunks) */
+    const int k8_off = (((lane & 7) + ((lane >> 3) & 1) * 8) ^ (own_n << 3)) * RAW_RS +
+                       (lane >> 4) * 16;
+    const int v8_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * RAW_RS + dq * COLS_Q +
+                       (lane >> 4) * 16;
     float *xg = sX + grp * (QUARTERS * (QUARTERS - 1) * 32 * 4);
-    T *pg = sP + grp * GROUP_ROWS * PS;
-    T *p_mine = pg + (own_m * 16 + g) * PS + own_n * 8 + qd * 2;
+    MmaT *pg = sP + grp * GROUP_ROWS * PS;
+    MmaT *p_mine = pg + (own_m * 16 + g) * PS + own_n * 8 + qd * 2;
     /* A fragments from shared memory (P, rope Q): lanes 0-15 rows, lanes 16-31 the k + 8 half */
     const int a_row = lane & 15, a_col = (lane >> 4) * 8;
 
@@ -504,8 +579,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * buffer of tile t + AHEAD - STAGES = t - 2, and the other group is then past the middle of
      * tile t - 1. Barrier ids: flash_barrier. */
     mlav::cp_async_wait<AHEAD - 1>(); /* this thread's part of tile 0 (and of rope Q) landed */
-    if constexpr (FP8)
-        store_prologue_row(sKV, tile0, g_row, g_part);
     mlav::named_barrier_arrive(bar_full(grp ^ 1, 0), NT);
     /* Group 1 starts once group 0 has its first S, so the groups run staggered (ping-pong): one
      * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
@@ -515,7 +588,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         mlav::named_barrier(BAR_START, NT);
     for (int t = 0; t < n_tiles; t++) {
         mlav::named_barrier(bar_full(grp, t % STAGES), NT); /* tile t visible to this group */
-        const T *sK = sKV + (t % SL::TBUF) * SKV_ELEMS;
+        const T *sK = sKV + (t % STAGES) * SKV_ELEMS;
+        const uint8_t *sK8 = sKV8 + (t % STAGES) * RAW_TILE_BYTES; /* FP8 */
         const int j_base = kv_begin + t * BN;
         const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
 
@@ -531,35 +605,91 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
 #pragma unroll
                 for (int n = 0; n < NTS; n++)
                     s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.0f;
-            const T *kbase = sK + k_off + dq * COLS_Q;
-            constexpr int K_AHEAD = 2;
-            uint32_t bk[K_AHEAD + 1][4];
-            {
+            if constexpr (FP8) {
+                /* the rope k-step: Q (F16, order PI) by 8-byte loads, K by an ldmatrix.x2 of
+                 * bytes; then the 8 latent k-steps, two per ldmatrix.x4 of bytes (loaded two
+                 * ahead), converted as they are used */
                 uint32_t qa[MT][4];
 #pragma unroll
-                for (int i = 0; i < MT; i++)
-                    mlav::ldsm_x4(qa[i], sQ + (grp * GROUP_ROWS + (i ^ own_m) * 16 + a_row) * QPS +
-                                             dq * ROPE_Q + a_col);
-                mlav::ldsm_x4(bk[K_AHEAD], sK + k_off + DL + dq * ROPE_Q);
-#pragma unroll
-                for (int st = 0; st < K_AHEAD; st++)
-                    mlav::ldsm_x4(bk[st], kbase + st * 16);
-#pragma unroll
                 for (int i = 0; i < MT; i++) {
-                    MTY::mma(s[i][0], qa[i], bk[K_AHEAD][0], bk[K_AHEAD][1]);
-                    MTY::mma(s[i][1], qa[i], bk[K_AHEAD][2], bk[K_AHEAD][3]);
+                    const T *qr = sQ + (grp * GROUP_ROWS + (i ^ own_m) * 16 + g) * QPS8 +
+                                  dq * ROPE_Q + qd * 4;
+                    const uint2 a = *reinterpret_cast<const uint2 *>(qr);
+                    const uint2 c = *reinterpret_cast<const uint2 *>(qr + 8 * QPS8);
+                    qa[i][0] = a.x;
+                    qa[i][1] = c.x;
+                    qa[i][2] = a.y;
+                    qa[i][3] = c.y;
                 }
-            }
+                uint32_t rk[2];
+                mlav::ldsm_x2(rk, sK8 + k8_off + DL + dq * ROPE_Q);
+                const uint8_t *kb8 = sK8 + k8_off + dq * COLS_Q;
+                constexpr int KPAIRS = KSTEPS / 2, KP_AHEAD = 2;
+                uint32_t braw[KP_AHEAD][4];
 #pragma unroll
-            for (int kk = 0; kk < KSTEPS; kk++) {
-                const int slot = kk % K_AHEAD;
+                for (int kp = 0; kp < KP_AHEAD; kp++)
+                    mlav::ldsm_x4(braw[kp], kb8 + kp * 32);
+                {
+                    uint32_t b[4];
+                    k_fragment_fp8(rk[0], b[0], b[1]);
+                    k_fragment_fp8(rk[1], b[2], b[3]);
 #pragma unroll
-                for (int i = 0; i < MT; i++) {
-                    MTY::mma(s[i][0], qf[i][kk], bk[slot][0], bk[slot][1]);
-                    MTY::mma(s[i][1], qf[i][kk], bk[slot][2], bk[slot][3]);
+                    for (int i = 0; i < MT; i++) {
+                        MTY::mma(s[i][0], qa[i], b[0], b[1]);
+                        MTY::mma(s[i][1], qa[i], b[2], b[3]);
+                    }
                 }
-                if (kk + K_AHEAD < KSTEPS)
-                    mlav::ldsm_x4(bk[slot], kbase + (kk + K_AHEAD) * 16);
+#pragma unroll
+                for (int kp = 0; kp < KPAIRS; kp++) {
+                    const int slot = kp % KP_AHEAD;
+                    /* b[h]: k-step 2 kp + h, n-tiles 0 ([0], [1]) and 1 ([2], [3]) */
+                    uint32_t b[2][4];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        k_fragment_fp8(braw[slot][2 * h], b[h][0], b[h][1]);
+                        k_fragment_fp8(braw[slot][2 * h + 1], b[h][2], b[h][3]);
+                    }
+                    if (kp + KP_AHEAD < KPAIRS)
+                        mlav::ldsm_x4(braw[slot], kb8 + (kp + KP_AHEAD) * 32);
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int i = 0; i < MT; i++) {
+                            MTY::mma(s[i][0], qf[i][2 * kp + h], b[h][0], b[h][1]);
+                            MTY::mma(s[i][1], qf[i][2 * kp + h], b[h][2], b[h][3]);
+                        }
+                }
+            } else {
+                const T *kbase = sK + k_off + dq * COLS_Q;
+                constexpr int K_AHEAD = 2;
+                uint32_t bk[K_AHEAD + 1][4];
+                {
+                    uint32_t qa[MT][4];
+#pragma unroll
+                    for (int i = 0; i < MT; i++)
+                        mlav::ldsm_x4(qa[i], sQ + (grp * GROUP_ROWS + (i ^ own_m) * 16 + a_row) *
+                                                     QPS + dq * ROPE_Q + a_col);
+                    mlav::ldsm_x4(bk[K_AHEAD], sK + k_off + DL + dq * ROPE_Q);
+#pragma unroll
+                    for (int st = 0; st < K_AHEAD; st++)
+                        mlav::ldsm_x4(bk[st], kbase + st * 16);
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        MTY::mma(s[i][0], qa[i], bk[K_AHEAD][0], bk[K_AHEAD][1]);
+                        MTY::mma(s[i][1], qa[i], bk[K_AHEAD][2], bk[K_AHEAD][3]);
+                    }
+                }
+#pragma unroll
+                for (int kk = 0; kk < KSTEPS; kk++) {
+                    const int slot = kk % K_AHEAD;
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        MTY::mma(s[i][0], qf[i][kk], bk[slot][0], bk[slot][1]);
+                        MTY::mma(s[i][1], qf[i][kk], bk[slot][2], bk[slot][3]);
+                    }
+                    if (kk + K_AHEAD < KSTEPS)
+                        mlav::ldsm_x4(bk[slot], kbase + (kk + K_AHEAD) * 16);
+                }
             }
         }
         /* The gather of tile t + 2 goes after the S MMAs are issued, so that its copies queue
@@ -569,8 +699,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         if (t + AHEAD < n_tiles) {
             const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
             if constexpr (FP8)
-                gather_kv_row(sRaw + ((t + AHEAD) % FP8_RAW_STAGES) * RAW_TILE_BYTES, kv8,
-                                  pg_next, j_row, kv_end, p, g_row, g_part);
+                gather_kv_row(sKV8 + ((t + AHEAD) % STAGES) * RAW_TILE_BYTES, kv8, pg_next, j_row,
+                              kv_end, p, g_row, g_part);
             else
                 gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
                               kv_end, p, g_row, g_part);
@@ -607,7 +737,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                  * Q = 0 and are never written, so they need no mask either) */
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    sv[e] *= FP8 ? fp8_scale_log2 : p.scale_log2;
+                    sv[e] = (Q_TO_F16 ? sv[e] * q_unshift : sv[e]) *
+                            (FP8 ? fp8_scale_log2 : p.scale_log2);
             } else {
                 /* the draft node of each of the S block's two rows, -1 for padding (computed
                  * here, on the few tiles that need it, to spare two registers in the loop) */
@@ -625,7 +756,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                         const int k = j - prefix, i = row_i[rr];
                         vis = mlav_draft_visible(p.tree_mask, p.mask_words, q_start + i, i, k);
                     }
-                    sv[e] = vis ? sv[e] * (FP8 ? fp8_scale_log2 : p.scale_log2) : -INFINITY;
+                    sv[e] = vis ? (Q_TO_F16 ? sv[e] * q_unshift : sv[e]) *
+                                      (FP8 ? fp8_scale_log2 : p.scale_log2)
+                                : -INFINITY;
                 }
             }
 
@@ -686,15 +819,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             run_sum[1] += pv[2] + pv[3];
         }
 
-        /* this thread's part of tile t + 1 has landed (FP8: converted into its buffer): tell the
-         * other group */
+        /* this thread's part of tile t + 1 has landed: tell the other group */
         mlav::cp_async_wait<AHEAD - 1>();
-        if constexpr (FP8) {
-            if (t + 1 < n_tiles)
-                convert_own_chunks(sKV + ((t + 1) % FP8_TBUF) * SKV_ELEMS,
-                                   sRaw + ((t + 1) % FP8_RAW_STAGES) * RAW_TILE_BYTES, g_row,
-                                   g_part);
-        }
         if (t + 1 < n_tiles)
             mlav::named_barrier_arrive(bar_full(grp ^ 1, (t + 1) % STAGES), NT);
         /* P (A operand) from the group's P tile, m-tile i ^ own_m; V fragments of 16 keys x 16
@@ -710,9 +836,56 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
              * ahead: its extra registers would otherwise shape the allocation of the whole loop
              * (with three in flight in both instances, long prefixes ran 2-3% slower on the
              * H200, session 4) */
-            constexpr int PV_STEPS = COLS_Q / 16, PV_AHEAD = 1;
-            const T *vbase = sK + v_off;
-            if constexpr (!decltype(sanitize)::value) {
+            constexpr int PV_STEPS = COLS_Q / 16;
+            [[maybe_unused]] constexpr int PV_AHEAD = 1;    /* 16-bit */
+            [[maybe_unused]] const T *vbase = sK + v_off; /* 16-bit */
+            if constexpr (FP8) {
+                /* raw V: one ldmatrix.x4.trans of bytes gives 16-dim chunks st and st + 1, each
+                 * as the B fragments of its even ([0], [1]) and odd ([2], [3]) dims, which O's
+                 * tiles 2 st and 2 st + 1 take (see RAW_RS) */
+                const uint8_t *vb8 = sK8 + v8_off;
+                const auto pv_pair = [&](const uint32_t r[4], int st) {
+                    uint32_t b0[4], b1[4];
+                    v_fragments_fp8(r[0], r[1], b0);
+                    v_fragments_fp8(r[2], r[3], b1);
+                    if constexpr (decltype(sanitize)::value) {
+                        zero_nonfinite_fragment<MmaT>(b0);
+                        zero_nonfinite_fragment<MmaT>(b1);
+                    }
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        MTY::mma(o[i][2 * st], pa[i], b0[0], b0[1]);
+                        MTY::mma(o[i][2 * st + 1], pa[i], b0[2], b0[3]);
+                    }
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        MTY::mma(o[i][2 * st + 2], pa[i], b1[0], b1[1]);
+                        MTY::mma(o[i][2 * st + 3], pa[i], b1[2], b1[3]);
+                    }
+                };
+                if constexpr (!decltype(sanitize)::value) {
+                    /* the common tile: two loads, then 16 MMAs each */
+#pragma unroll
+                    for (int st = 0; st < PV_STEPS; st += 4) {
+                        uint32_t r0[4], r1[4];
+                        mlav::ldsm_x4_trans(r0, vb8 + st * 16);
+                        mlav::ldsm_x4_trans(r1, vb8 + (st + 2) * 16);
+                        pv_pair(r0, st);
+                        pv_pair(r1, st + 2);
+                    }
+                } else {
+                    /* a few tiles per split: one load ahead, sanitized, used */
+                    uint32_t rv[4];
+                    mlav::ldsm_x4_trans(rv, vb8);
+#pragma unroll
+                    for (int st = 0; st < PV_STEPS; st += 2) {
+                        uint32_t r[4] = {rv[0], rv[1], rv[2], rv[3]};
+                        if (st + 2 < PV_STEPS)
+                            mlav::ldsm_x4_trans(rv, vb8 + (st + 2) * 16);
+                        pv_pair(r, st);
+                    }
+                }
+            } else if constexpr (!decltype(sanitize)::value) {
                 /* the common tile: V fragments in pairs, two loads then eight MMAs, so the
                  * second load's latency hides under the first fragment's MMAs (written as a
                  * look-ahead ring, ptxas kept one fragment in flight) */
@@ -803,15 +976,31 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * n_tiles - 1, is past its S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and
      * n_tiles - 4 are free, and with fewer tiles buffers 2 and 3 were never gathered into (the
      * prologue fills 0 and 1). */
-    /* FP8 (three buffers): both groups are past tile n_tiles - 3 (the other group synced on the
-     * full barrier of tile n_tiles - 1 is past its S of n_tiles - 2), whose buffer n_tiles % 3
-     * takes both groups' staging, one after the other; with fewer tiles buffer 2 was never
-     * written (tiles 0 and 1 only). */
-    const int free_buf = FP8 ? (n_tiles >= 3 ? n_tiles % FP8_TBUF : 2)
-                         : grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
-                                    : (n_tiles >= 4 ? n_tiles % STAGES : 3);
-    unsigned char *stage = reinterpret_cast<unsigned char *>(sKV + free_buf * SKV_ELEMS) +
-                           (FP8 ? grp * QUARTERS * STAGE_WARP_BYTES : 0) + dq * STAGE_WARP_BYTES;
+    const int free_buf = grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
+                                  : (n_tiles >= 4 ? n_tiles % STAGES : 3);
+    /* FP8: rows STAGE8_STRIDE apart, and each lane writes its 4 consecutive dims of a 16-dim
+     * chunk (O's tiles 2c and 2c + 1, even and odd dims) as one 8-byte store */
+    constexpr int ST_STRIDE = FP8 ? STAGE8_STRIDE : STAGE_T_STRIDE;
+    unsigned char *stage =
+        FP8 ? smem + SL::KV + free_buf * RAW_TILE_BYTES + dq * (8 * STAGE8_STRIDE * 2)
+            : reinterpret_cast<unsigned char *>(sKV + free_buf * SKV_ELEMS) + dq * STAGE_WARP_BYTES;
+    /* this round's O values (m-tile i, elements e0, e0 + 1) into the warp's staging rows, as
+     * pairs packed by `pack` */
+    const auto stage_o = [&](int i, int e0, auto pack) {
+        if constexpr (FP8) {
+            uint2 *st = reinterpret_cast<uint2 *>(reinterpret_cast<uint32_t *>(stage) +
+                                                  g * (ST_STRIDE / 2) + 2 * qd);
+#pragma unroll
+            for (int c = 0; c < COLS_Q / 16; c++)
+                st[c * 4] = make_uint2(pack(o[i][2 * c][e0], o[i][2 * c + 1][e0]),
+                                       pack(o[i][2 * c][e0 + 1], o[i][2 * c + 1][e0 + 1]));
+        } else {
+            uint32_t *st = reinterpret_cast<uint32_t *>(stage) + g * (ST_STRIDE / 2) + qd;
+#pragma unroll
+            for (int n = 0; n < COLS_Q / 8; n++)
+                st[n * 4] = pack(o[i][n][e0], o[i][n][e0 + 1]);
+        }
+    };
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int i = k >> 1, e0 = 2 * (k & 1);
@@ -821,10 +1010,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         const int rows = min(8, M - row0);
         __syncwarp(); /* the previous round's reads are done */
         if (final_out) {
-            uint32_t *st = reinterpret_cast<uint32_t *>(stage) + g * (STAGE_T_STRIDE / 2) + qd;
-#pragma unroll
-            for (int n = 0; n < COLS_Q / 8; n++)
-                st[n * 4] = MTY::pack(o[i][n][e0] * inv[k], o[i][n][e0 + 1] * inv[k]);
+            const float sc = inv[k];
+            stage_o(i, e0, [sc](float a, float b) { return OTY::pack(a * sc, b * sc); });
             __syncwarp();
             /* a row is 128 T = 16 lanes x 16 bytes: two rows per instruction */
             T *out = static_cast<T *>(p.out) + ((size_t)q_start * p.H + row0) * DL + dq * COLS_Q;
@@ -833,7 +1020,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                 if (r < rows)
                     *reinterpret_cast<uint4 *>(out + (size_t)r * DL + (lane & 15) * 8) =
                         *reinterpret_cast<const uint4 *>(reinterpret_cast<const T *>(stage) +
-                                                         r * STAGE_T_STRIDE + (lane & 15) * 8);
+                                                         r * ST_STRIDE + (lane & 15) * 8);
         } else {
             /* partial state as fp16, scaled by a power of two per (row, this warp's 128 columns)
              * that puts the block's largest |O / l| in [2^14, 2^15): range-safe for any input, 11
@@ -855,12 +1042,10 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             if (qd == 0 && row0 + g < M)
                 p.part_scale[((size_t)item.slot * BM + (row0 + g - m0)) * QUARTERS + dq] =
                     __uint_as_float((uint32_t)(ex - 14) << 23); /* 2^(ex-141) */
-            uint32_t *st = reinterpret_cast<uint32_t *>(stage) + g * (STAGE_T_STRIDE / 2) + qd;
-#pragma unroll
-            for (int n = 0; n < COLS_Q / 8; n++) {
-                const __half2 h = __floats2half2_rn(o[i][n][e0] * sc, o[i][n][e0 + 1] * sc);
-                st[n * 4] = *reinterpret_cast<const uint32_t *>(&h);
-            }
+            stage_o(i, e0, [sc](float a, float b) {
+                const __half2 h = __floats2half2_rn(a * sc, b * sc);
+                return *reinterpret_cast<const uint32_t *>(&h);
+            });
             __syncwarp();
             /* a row is 128 halves = 16 lanes x 16 bytes: two rows per instruction */
             __half *po = static_cast<__half *>(p.part_o) +
@@ -870,7 +1055,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                 if (r < rows)
                     *reinterpret_cast<uint4 *>(po + (size_t)r * DL + (lane & 15) * 8) =
                         *reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(stage) +
-                                                         r * STAGE_T_STRIDE + (lane & 15) * 8);
+                                                         r * ST_STRIDE + (lane & 15) * 8);
         }
     }
 }
