@@ -232,8 +232,10 @@ else
   # test_cuda_graph (partial row tiles, splits), test_cuda_nonfinite_hidden_draft (flash BF16/F16/
   # F32, combine, naive, device and host mode), test_cuda_bad_device_page_id,
   # test_cuda_rising_scores (the rescale vote and row-max exchange after a split's first tile),
-  # test_cuda_many_splits (the combine's 16- and 4-column-block shapes), and the multi-stream
-  # test (4 threads x streams sharing a plan)
+  # test_cuda_many_splits (the combine's 16- and 4-column-block shapes), the FP8 cache's GPU
+  # cases of test_fp8 (NaN bytes in draft and prefix rows, a bad device scale, misaligned caches:
+  # the flash kernel's FP8 instances and the naive one), and the multi-stream test (4 threads x
+  # streams sharing a plan)
   streams_test=$build/tests/test_cuda_streams_gpu
   san() { # san TOOL [streams]: the kernel tests under compute-sanitizer TOOL, then (with
           # "streams") the multi-stream test, stopping at the first failure
@@ -243,6 +245,11 @@ else
       echo "--- $1 $f"
       MLAV_TEST_FILTER=$f compute-sanitizer --tool "$1" --error-exitcode 99 "$gpu_test" || return $?
     done
+    if [ -x "$fp8_test" ]; then
+      echo "--- $1 test_fp8 (GPU cases)"
+      MLAV_TEST_FILTER='*cuda*' compute-sanitizer --tool "$1" --error-exitcode 99 "$fp8_test" \
+        || return $?
+    fi
     if [ "${2:-}" = streams ]; then san_streams "$1"; fi
   }
   san_streams() {
@@ -268,7 +275,8 @@ else
     return 124
   }
   export -f san san_streams san_streams_retry
-  export gpu_test streams_test
+  fp8_test=$build/tests/test_fp8
+  export gpu_test streams_test fp8_test
   step memcheck 180 "$OUT/sanitizer.log" \
     "compute-sanitizer --tool memcheck --error-exitcode 99 '$gpu_test'"
   # the cross-backend grid (test_backends: every case on cuda and cuda-naive, device and host

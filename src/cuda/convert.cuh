@@ -36,6 +36,25 @@ __device__ __forceinline__ __half2_raw e4m3x2_to_half2(uint16_t two)
     return __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
 }
 
+/* Four e4m3fn bytes as two packed F16 pairs: bytes 0, 1 into *lo, bytes 2, 3 into *hi. From sm_89
+ * on the halves go to the conversions as the word's two 16-bit halves (mov.b32 {lo, hi}), so no
+ * shift extracts the upper pair: through the 16-bit argument of __nv_cvt_fp8x2_to_halfraw2, a
+ * (w >> 16) stayed a SHF before each upper conversion (sm_90 SASS). */
+__device__ __forceinline__ void e4m3x4_to_half2x2(uint32_t w, uint32_t &lo, uint32_t &hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+        " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+#else
+    const __half2_raw a = e4m3x2_to_half2((uint16_t)(w & 0xffffu));
+    const __half2_raw b = e4m3x2_to_half2((uint16_t)(w >> 16));
+    lo = (uint32_t)a.x | ((uint32_t)a.y << 16);
+    hi = (uint32_t)b.x | ((uint32_t)b.y << 16);
+#endif
+}
+
 } // namespace mlav
 
 #endif

@@ -237,20 +237,12 @@ __device__ __forceinline__ void gather_kv_row(E *dst, const E *kv, int32_t page,
             mlav::cp_async16(d + k * GATHER_TPR * CE, src + k * GATHER_TPR * CE, bytes);
 }
 
-/* The e4m3 pair in the low (hi = false) or high half of `w`, as an F16 pair (an MMA operand). */
-__device__ __forceinline__ uint32_t e4m3_half(uint32_t w, bool hi)
-{
-    const __half2_raw h = mlav::e4m3x2_to_half2((uint16_t)(hi ? w >> 16 : w & 0xffffu));
-    return (uint32_t)h.x | ((uint32_t)h.y << 16);
-}
-
 /* The two K B fragments (b0, b1) of one n8 tile and k16 step from the register an ldmatrix of
  * raw bytes gave this lane: depths 4t, 4t + 1 are k = 2t, 2t + 1 and depths 4t + 2, 4t + 3 are
  * k = 2t + 8, 2t + 9 (the order PI). */
 __device__ __forceinline__ void k_fragment_fp8(uint32_t r, uint32_t &b0, uint32_t &b1)
 {
-    b0 = e4m3_half(r, false);
-    b1 = e4m3_half(r, true);
+    mlav::e4m3x4_to_half2x2(r, b0, b1);
 }
 
 /* The V B fragments of the even-dims (b[0], b[1]) and odd-dims (b[2], b[3]) n8 tiles of one
@@ -259,11 +251,8 @@ __device__ __forceinline__ void k_fragment_fp8(uint32_t r, uint32_t &b0, uint32_
  * pairs the keys per dim. */
 __device__ __forceinline__ void v_fragments_fp8(uint32_t r0, uint32_t r1, uint32_t b[4])
 {
-    const uint32_t x0 = __byte_perm(r0, 0u, 0x3120), x1 = __byte_perm(r1, 0u, 0x3120);
-    b[0] = e4m3_half(x0, false);
-    b[1] = e4m3_half(x1, false);
-    b[2] = e4m3_half(x0, true);
-    b[3] = e4m3_half(x1, true);
+    mlav::e4m3x4_to_half2x2(__byte_perm(r0, 0u, 0x3120), b[0], b[2]);
+    mlav::e4m3x4_to_half2x2(__byte_perm(r1, 0u, 0x3120), b[1], b[3]);
 }
 
 /* The FP8 cache's scale for this run: the device value when the run gave one (read by the kernel,
@@ -283,37 +272,48 @@ __device__ __forceinline__ float kv_scale_of(const mlav_flash_params &p)
  * factor overflow where the scores do not). Exact for every element within 2^-24 of the block's
  * largest (F16 holds BF16's 8 significant bits); smaller ones round as F16 subnormals, far below
  * the rounding of the dot product they enter. The largest is taken over finite values; Inf and
- * NaN convert as themselves. `red`: 8 words of shared scratch. Two __syncthreads: the maximum,
- * and the rope chunks, which every thread converts in place for the whole block. */
+ * NaN convert as themselves. `red`: 16 words of shared scratch. Two __syncthreads (three with
+ * Inf or NaN in Q): the maximum, and the rope chunks, which every thread converts in place for
+ * the whole block. */
 __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[MT][KSTEPS][4], __half *sQ,
                                           uint32_t *red, int tid, int warp, int lane)
 {
-    const auto absmax2 = [](uint32_t m, uint32_t w) { /* |x| orders like its bits; finite only */
-        const uint32_t lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;
-        return max(m, max(lo < 0x7f80u ? lo : 0u, hi < 0x7f80u ? hi : 0u));
+    /* the block's largest |x| as BF16 bits (|x| orders like its bits), per 16-bit half with one
+     * packed max per word, then over the block (red[8 k + warp] in round k); `finite`: only
+     * values below Inf count (the second round, taken only by a block whose Q has Inf or NaN) */
+    const auto block_max = [&](bool finite, int round) {
+        const auto fold = [finite](uint32_t m, uint32_t w) {
+            w &= 0x7fff7fffu;
+            if (finite) /* an Inf or NaN half counts as 0 */
+                w &= __vcmpltu2(w, 0x7f807f80u);
+            return __vmaxu2(m, w);
+        };
+        uint32_t m2 = 0;
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    m2 = fold(m2, qf[i][kk][r]);
+#pragma unroll
+        for (int c = 0; c < QPE_CHUNKS / NT; c++) {
+            const int idx = tid + c * NT, r = idx / (DR / 8), ch = idx % (DR / 8);
+            const uint4 v = *reinterpret_cast<const uint4 *>(sQ + r * QPS8 + ch * 8);
+            m2 = fold(fold(fold(fold(m2, v.x), v.y), v.z), v.w);
+        }
+        uint32_t m = __reduce_max_sync(0xffffffffu, max(m2 & 0xffffu, m2 >> 16));
+        if (lane == 0)
+            red[8 * round + warp] = m;
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < NT / 32; w++)
+            m = max(m, red[8 * round + w]);
+        return m;
     };
-    uint32_t mb = 0;
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; kk++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                mb = absmax2(mb, qf[i][kk][r]);
-#pragma unroll
-    for (int c = 0; c < QPE_CHUNKS / NT; c++) {
-        const int idx = tid + c * NT, r = idx / (DR / 8), ch = idx % (DR / 8);
-        const uint4 v = *reinterpret_cast<const uint4 *>(sQ + r * QPS8 + ch * 8);
-        mb = absmax2(absmax2(mb, v.x), v.y);
-        mb = absmax2(absmax2(mb, v.z), v.w);
-    }
-    mb = __reduce_max_sync(0xffffffffu, mb);
-    if (lane == 0)
-        red[warp] = mb;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < NT / 32; w++)
-        mb = max(mb, red[w]);
+    uint32_t mb = block_max(false, 0);
+    if (mb >= 0x7f80u) /* block-uniform */
+        mb = block_max(true, 1);
     /* |x| < 2^(e - 126) for BF16 biased exponent e, so 2^-(e - 141) puts the largest in
      * [2^14, 2^15); at least -126 so that both powers of two stay normal fp32 */
     const int shift = max((int)(mb >> 7) - 141, -126);
