@@ -92,14 +92,6 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_b
                  "l"(src), "r"(src_bytes));
 }
 
-/* 8-byte global->shared copy through L1 (cp.async.cg takes 16 bytes only): one chunk of an FP8
- * KV row, 8 elements; src_bytes = 0 zero-fills without reading. */
-__device__ __forceinline__ void cp_async8(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(src_bytes));
-}
-
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);

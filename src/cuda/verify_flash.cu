@@ -269,9 +269,9 @@ __device__ __forceinline__ float kv_scale_of(const mlav_flash_params &p)
  * rows QPS8 apart) from BF16 to F16, times 2^-shift, so that the block's largest |q| lands in
  * [2^14, 2^15) (F16 ends at 65504, BF16 at 3.4e38); returns 2^shift, which the scores take back
  * before the score scale (two multiplies, not one folded factor, so that no input makes the
- * factor overflow where the scores do not). Exact for every element within 2^-24 of the block's
- * largest (F16 holds BF16's 8 significant bits); smaller ones round as F16 subnormals, far below
- * the rounding of the dot product they enter. The largest is taken over finite values; Inf and
+ * factor overflow where the scores do not). Exact for every element down to 2^-28 of the block's
+ * largest (a normal F16 holds BF16's 8 significant bits); smaller ones round as F16 subnormals,
+ * far below the rounding of the dot product they enter. The largest is taken over finite values; Inf and
  * NaN convert as themselves. `red`: 16 words of shared scratch. Two __syncthreads (three with
  * Inf or NaN in Q): the maximum, and the rope chunks, which every thread converts in place for
  * the whole block. */
