@@ -837,6 +837,20 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
              * (with three in flight in both instances, long prefixes ran 2-3% slower on the
              * H200, session 4) */
             constexpr int PV_STEPS = COLS_Q / 16;
+            /* O's tiles 2 st .. 2 st + 3 from the B fragments of two 16-column steps (b0: tiles
+             * 2 st and 2 st + 1 in [0, 1] and [2, 3]; b1 the next two), each for both m-tiles */
+            const auto mma_two_steps = [&](const uint32_t b0[4], const uint32_t b1[4], int st) {
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    MTY::mma(o[i][2 * st], pa[i], b0[0], b0[1]);
+                    MTY::mma(o[i][2 * st + 1], pa[i], b0[2], b0[3]);
+                }
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    MTY::mma(o[i][2 * st + 2], pa[i], b1[0], b1[1]);
+                    MTY::mma(o[i][2 * st + 3], pa[i], b1[2], b1[3]);
+                }
+            };
             [[maybe_unused]] constexpr int PV_AHEAD = 1;    /* 16-bit */
             [[maybe_unused]] const T *vbase = sK + v_off; /* 16-bit */
             if constexpr (FP8) {
@@ -852,16 +866,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                         zero_nonfinite_fragment<MmaT>(b0);
                         zero_nonfinite_fragment<MmaT>(b1);
                     }
-#pragma unroll
-                    for (int i = 0; i < MT; i++) {
-                        MTY::mma(o[i][2 * st], pa[i], b0[0], b0[1]);
-                        MTY::mma(o[i][2 * st + 1], pa[i], b0[2], b0[3]);
-                    }
-#pragma unroll
-                    for (int i = 0; i < MT; i++) {
-                        MTY::mma(o[i][2 * st + 2], pa[i], b1[0], b1[1]);
-                        MTY::mma(o[i][2 * st + 3], pa[i], b1[2], b1[3]);
-                    }
+                    mma_two_steps(b0, b1, st);
                 };
                 if constexpr (!decltype(sanitize)::value) {
                     /* the common tile: two loads, then 16 MMAs each */
@@ -894,16 +899,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                     uint32_t b0[4], b1[4];
                     mlav::ldsm_x4_trans(b0, vbase + st * 16);
                     mlav::ldsm_x4_trans(b1, vbase + (st + 1) * 16);
-#pragma unroll
-                    for (int i = 0; i < MT; i++) {
-                        MTY::mma(o[i][2 * st], pa[i], b0[0], b0[1]);
-                        MTY::mma(o[i][2 * st + 1], pa[i], b0[2], b0[3]);
-                    }
-#pragma unroll
-                    for (int i = 0; i < MT; i++) {
-                        MTY::mma(o[i][2 * st + 2], pa[i], b1[0], b1[1]);
-                        MTY::mma(o[i][2 * st + 3], pa[i], b1[2], b1[3]);
-                    }
+                    mma_two_steps(b0, b1, st);
                 }
             } else {
                 /* a few tiles per split: each V fragment loaded one step ahead, sanitized, used */
