@@ -98,6 +98,8 @@ static void fill(sf_engine *e, void *buf, size_t elems, float amp)
         mlav_store_from_f32(buf, e->dtype, i, (float)tu_uniform(&e->rng) * amp);
 }
 
+static void fill_step(sf_engine *e, int32_t live, int pad);
+
 void sf_step(sf_engine *e, int pad)
 {
     const mlav_limits *L = &e->lim;
@@ -118,6 +120,20 @@ void sf_step(sf_engine *e, int pad)
     }
     if (live == 0)
         e->prefix[live++] = draw(e, 0, L->max_kv_len - L->max_q_len);
+    fill_step(e, live, pad);
+}
+
+void sf_step_prefixes(sf_engine *e, int32_t live, const int32_t *prefix, int pad)
+{
+    for (int32_t b = 0; b < live; b++)
+        e->prefix[b] = prefix[b];
+    fill_step(e, live, pad);
+}
+
+/* The step of `live` requests of prefixes e->prefix: drafts, trees, pages and values. */
+static void fill_step(sf_engine *e, int32_t live, int pad)
+{
+    const mlav_limits *L = &e->lim;
     e->live = live;
     e->batch = pad ? L->max_batch : live;
 

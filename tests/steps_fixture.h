@@ -52,6 +52,10 @@ void sf_free(sf_engine *e);
  * count. */
 void sf_step(sf_engine *e, int pad);
 
+/* A step of `live` requests (1 .. max_batch) with the given prefixes (each at most max_kv_len -
+ * max_q_len), drafts and values drawn as by sf_step: a step an engine test wants for certain. */
+void sf_step_prefixes(sf_engine *e, int32_t live, const int32_t *prefix, int pad);
+
 /* NaN into every layer's out and lse. */
 void sf_poison(sf_engine *e);
 

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "../src/common/combine_shape.h"
 #include "../src/common/schedule.h"
 #include "../src/common/schedule_step.h"
 #include "../src/dispatch/validate.h"
@@ -534,6 +535,17 @@ static void ref_step_schedule_build(int32_t batch, const int32_t *q_indptr,
     hdr->n_combine = ci;
     hdr->n_slots = slot;
     hdr->chunk_keys = (int32_t)best_chunk;
+    /* the combine as the exact plan's backend chooses it for these combine items: the kind of
+     * their most splits, column blocks for all their rows at that kind's residency */
+    int32_t most = 0;
+    for (int32_t i = 0; i < ci; i++)
+        most = combine[i].nsplit > most ? combine[i].nsplit : most;
+    hdr->combine_kind = ci > 0 ? mlav_combine_kind(most) : 0;
+    hdr->combine_col_blocks =
+        ci > 0 ? mlav_combine_col_blocks_for((int64_t)ci * sp->rows_per_tile, most,
+                                             bd->combine_wave[hdr->combine_kind],
+                                             MLAV_COMBINE_PRELOAD, MLAV_COMBINE_MAX_COL_BLOCKS)
+               : 1;
     for (int32_t i = it; i < bd->max_items; i++)
         items[i] = (mlav_split_item){.b = -1};
     for (int32_t i = ci; i < bd->max_combine; i++)
@@ -619,7 +631,12 @@ static void draw_step(uint64_t *rng, step_case *c)
 static void check_step_case(const step_case *c, int exhaustive, uint64_t seed, int n,
                             mlav_split_item *items[2], mlav_combine_item *combine[2])
 {
-    const mlav_step_bounds bd = mlav_step_bounds_of(c->H, &c->lim, &c->sp);
+    mlav_step_bounds bd = mlav_step_bounds_of(c->H, &c->lim, &c->sp);
+    /* the combine kinds' residency: unknown, an H200's uncapped (8, 8, 7 blocks per SM), or
+     * capped by a reservation at 2 */
+    static const int32_t per_sm[3][3] = {{0, 0, 0}, {8, 8, 7}, {2, 2, 2}};
+    for (int k = 0; k < 3; k++)
+        bd.combine_wave[k] = per_sm[(n % 3 + 3) % 3][k] * c->sp.target_blocks;
     const size_t ni = (size_t)bd.max_items + 1, nc = (size_t)bd.max_combine + 1;
     mlav_step_header h[2];
     for (int w = 0; w < 2; w++) { /* different garbage, a canary past the end */
@@ -641,13 +658,15 @@ static void check_step_case(const step_case *c, int exhaustive, uint64_t seed, i
         memcmp(combine[0], combine[1], bc) != 0)
         fail_msg("seed 0x%llx case %d (B=%d, H=%d, max_q=%d, max_kv=%d, rows=%d, ka=%d, "
                  "min_chunk=%d, max_splits=%d, S=%d, costs %d/%d, mw=%d%s): chunk %d vs %d, "
-                 "%d vs %d items, %d vs %d combine, bad %d vs %d",
+                 "%d vs %d items, %d vs %d combine, bad %d vs %d, combine kind %d vs %d, "
+                 "column blocks %d vs %d",
                  (unsigned long long)seed, n, c->batch, c->H, c->lim.max_q_len,
                  c->lim.max_kv_len, c->sp.rows_per_tile, c->sp.key_align, c->sp.min_chunk,
                  c->sp.max_splits, c->sp.target_blocks, c->sp.block_cost_keys,
                  c->sp.split_cost_keys, c->sp.more_waves, exhaustive ? ", exhaustive" : "",
                  h[0].chunk_keys, h[1].chunk_keys, h[0].n_items, h[1].n_items, h[0].n_combine,
-                 h[1].n_combine, h[0].bad, h[1].bad);
+                 h[1].n_combine, h[0].bad, h[1].bad, h[0].combine_kind, h[1].combine_kind,
+                 h[0].combine_col_blocks, h[1].combine_col_blocks);
     /* the canaries past the bounds are untouched */
     const unsigned char *ci = (const unsigned char *)(items[0] + ni - 1),
                         *cc = (const unsigned char *)(combine[0] + nc - 1);

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/common/combine_shape.h"
+#include "../src/common/schedule_step.h"
 #include "mlaverify.h"
 #include "steps_fixture.h"
 #include "test_util.h"
@@ -92,12 +94,25 @@ static int steps_wanted(void)
     return s && atoi(s) > 0 ? atoi(s) : 200;
 }
 
+/* Steps that graph_loop takes for certain when asked (force_kinds): one at a time, between
+ * random ones, each meant for one kind of the step's combine (combine_shape.h) with H = 8 and
+ * draft lengths up to 2 on 129 SMs or more (132: the H200, 188: sm_120); on such a device each
+ * kind must occur. A lone request past 16k keys takes 129 or more splits (the wide block
+ * combine); one of 3,000 keys 47 (the block combine); three of 600, 19 each (the row kind). */
+static const struct {
+    int32_t live, prefix;
+} forced_steps[] = {{1, 16390}, {1, 3000}, {3, 600}};
+enum { FORCED = sizeof forced_steps / sizeof forced_steps[0] };
+
 static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtype kv_dtype,
-                       const mlav_limits *lim)
+                       const mlav_limits *lim, int force_kinds)
 {
     need_device();
     const uint64_t seed = tu_seed();
-    const int layers = 2, steps = steps_wanted();
+    const int layers = 2;
+    /* a forced step's fp64 check over 16k keys is the cost: fewer steps */
+    const int steps = force_kinds && steps_wanted() > 60 ? 60 : steps_wanted();
+    int kinds[3] = {0, 0, 0};
     sf_engine *e = sf_make(lim, H, 512, 64, page_size, dtype, kv_dtype, layers, seed);
     const char *kv = e->kv_dtype == dtype ? "" : ",kv=fp8_e4m3";
     mlav_context *ctx;
@@ -152,12 +167,24 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtyp
     assert_true(oa && ob && la && lb);
     int refused_steps = 0;
     for (int s = 0; s < steps; s++) {
-        sf_step(e, 1); /* the graph's batch is max_batch: slots past the live requests padded */
+        /* the graph's batch is max_batch: slots past the live requests padded */
+        const int forced = force_kinds && s % (FORCED + 1) < FORCED;
+        if (forced) {
+            const int f = s % (FORCED + 1);
+            int32_t prefix[3];
+            for (int32_t b = 0; b < forced_steps[f].live; b++)
+                prefix[b] = forced_steps[f].prefix;
+            sf_step_prefixes(e, forced_steps[f].live, prefix, 1);
+        } else {
+            sf_step(e, 1);
+        }
         to_device(e, &d, st);
         /* every 10th step, one live request's device kv_len past the limits; every 25th, a
          * decreasing q_indptr: refused on the device, recorded in the workspace */
         int32_t skip = -1;
-        if (s % 10 == 5 && e->live > 1) {
+        if (forced) {
+            /* no refusals in a forced step */
+        } else if (s % 10 == 5 && e->live > 1) {
             skip = (int32_t)(s % e->live);
             const int32_t over = lim->max_kv_len + 1;
             CK(cudaMemcpyAsync(d.kvl + skip, &over, sizeof over, cudaMemcpyHostToDevice, st));
@@ -170,8 +197,12 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtyp
         }
         CK(cudaMemsetAsync(ws, 0xff, bytes, st));
         CK(cudaGraphLaunch(xa, st));
+        mlav_step_header hdr;
+        CK(cudaMemcpyAsync(&hdr, ws, sizeof hdr, cudaMemcpyDeviceToHost, st));
         int32_t bad = 0;
         const mlav_status ss = mlav_plan_step_status(plan, ws, bytes, st, &bad);
+        if (hdr.n_combine > 0 && hdr.combine_kind >= 0 && hdr.combine_kind < 3)
+            kinds[hdr.combine_kind]++;
         if (skip == -1) {
             OK(ss);
             assert_int_equal(bad, -1);
@@ -218,9 +249,18 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtyp
                      "(seed 0x%llx)",
                      s, (unsigned long long)seed);
     }
-    print_message("h=%d page=%d %s%s: %d steps, %d with refused lengths, seed 0x%llx\n", H,
-                  page_size, mlav_dtype_name(dtype), kv, steps, refused_steps,
-                  (unsigned long long)seed);
+    print_message("h=%d page=%d %s%s: %d steps, %d with refused lengths; combine kinds rows %d, "
+                  "blocks %d, wide %d; seed 0x%llx\n",
+                  H, page_size, mlav_dtype_name(dtype), kv, steps, refused_steps, kinds[0],
+                  kinds[1], kinds[2], (unsigned long long)seed);
+    if (force_kinds) {
+        int dev = 0, sms = 0;
+        CK(cudaGetDevice(&dev));
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        if (sms >= 129) /* each of the step combine's paths ran, and was checked above */
+            assert_true(kinds[MLAV_COMBINE_ROWS] > 0 && kinds[MLAV_COMBINE_BLOCKS] > 0 &&
+                        kinds[MLAV_COMBINE_BLOCKS_WIDE] > 0);
+    }
     free(oa);
     free(ob);
     free(la);
@@ -253,7 +293,7 @@ static void test_steps_graph_h16_page1_bf16(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 16,
                              .max_kv_len = 1000};
-    graph_loop(16, 1, MLAV_DTYPE_BF16, 0, &lim);
+    graph_loop(16, 1, MLAV_DTYPE_BF16, 0, &lim, 0);
 }
 
 static void test_steps_graph_h8_page64_f16(void **state)
@@ -261,14 +301,14 @@ static void test_steps_graph_h8_page64_f16(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 80, .max_q_len = 40,
                              .max_kv_len = 2500};
-    graph_loop(8, 64, MLAV_DTYPE_F16, 0, &lim);
+    graph_loop(8, 64, MLAV_DTYPE_F16, 0, &lim, 0);
 }
 
 static void test_steps_graph_h64_page16_f32(void **state)
 {
     (void)state;
     const mlav_limits lim = {.max_batch = 3, .max_tokens = 12, .max_q_len = 9, .max_kv_len = 600};
-    graph_loop(64, 16, MLAV_DTYPE_F32, 0, &lim);
+    graph_loop(64, 16, MLAV_DTYPE_F32, 0, &lim, 0);
 }
 
 /* The production mix: BF16 q, an FP8 cache (one layer's scale a captured host value, the
@@ -280,7 +320,17 @@ static void test_steps_graph_h16_page64_bf16_fp8(void **state)
      * 102 s together on the H200 host (2e230bd) */
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 40, .max_q_len = 16,
                              .max_kv_len = 1500};
-    graph_loop(16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim);
+    graph_loop(16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim, 0);
+}
+
+/* The step combine's three kinds (combine.cu's combine_step_kernel) under one graph: steps
+ * forced to each (forced_steps) between random ones, a lone request up to 16k keys. */
+static void test_steps_graph_h8_page1_bf16_kinds(void **state)
+{
+    (void)state;
+    const mlav_limits lim = {.max_batch = 3, .max_tokens = 6, .max_q_len = 2,
+                             .max_kv_len = 16400};
+    graph_loop(8, 1, MLAV_DTYPE_BF16, 0, &lim, 1);
 }
 
 /* The device scheduler against the host rule, byte for byte: random steps, from one request to
@@ -433,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_steps_graph_h8_page64_f16),
         cmocka_unit_test(test_steps_graph_h64_page16_f32),
         cmocka_unit_test(test_steps_graph_h16_page64_bf16_fp8),
+        cmocka_unit_test(test_steps_graph_h8_page1_bf16_kinds),
         cmocka_unit_test(test_steps_naive_refused),
         cmocka_unit_test(test_step_schedule_device_matches_host),
     };

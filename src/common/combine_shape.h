@@ -1,12 +1,15 @@
 /* The split combine's launch shape as pure functions of the device's numbers: column blocks
  * per row, and the shared-memory reservation that spreads its blocks over the SMs. combine.cu
  * calls them with what it queries from the device; tests/test_combine_shape.c checks them on
- * the CPU with the numbers of an H200 and of sm_120. Host code, C and C++. */
+ * the CPU with the numbers of an H200 and of sm_120. C, C++ and (the kind and column blocks,
+ * which the device scheduler of engine steps applies) CUDA device code. */
 #ifndef MLAV_COMMON_COMBINE_SHAPE_H
 #define MLAV_COMMON_COMBINE_SHAPE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "hd.h"
 
 /* The combine kernel's shapes (combine.cu): splits per thread loaded with the lse values, ahead
  * of the weights, and the most column blocks per row. */
@@ -24,7 +27,7 @@
  * before the wide one existed (session 10, docs/PERFORMANCE.md#combine: a single instance for up to
  * 256 splits was 0.5 us slower at 33-128 splits on the H200). */
 enum { MLAV_COMBINE_ROWS = 0, MLAV_COMBINE_BLOCKS = 1, MLAV_COMBINE_BLOCKS_WIDE = 2 };
-static inline int mlav_combine_kind(int max_nsplit)
+static MLAV_HD int mlav_combine_kind(int max_nsplit)
 {
     if (max_nsplit <= MLAV_COMBINE_ROW_MAX_SPLITS)
         return MLAV_COMBINE_ROWS;
@@ -38,7 +41,7 @@ static inline int mlav_combine_kind(int max_nsplit)
  * On the H200 (session 8, docs/PERFORMANCE.md#combine) 16 column blocks were 2-4% faster end to end
  * at 121-125 splits, but 4% faster to 3% slower at 103 (H = 64 against 16) and 5-7% slower at 65;
  * 8 column blocks at 64 splits were 1-3% slower. */
-static inline int mlav_combine_col_blocks_for(int64_t rows, int max_nsplit, int64_t wave,
+static MLAV_HD int mlav_combine_col_blocks_for(int64_t rows, int max_nsplit, int64_t wave,
                                               int preload, int max_col)
 {
     if (max_nsplit > (preload - 1) * max_col && rows * max_col <= wave)

@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "combine_shape.h"
 #include "fastdiv.h"
 
 /* A step's most row tiles: each request at most tiles(max_q_len); all of them at most the
@@ -41,6 +42,7 @@ mlav_step_bounds mlav_step_bounds_of(int32_t H, const mlav_limits *lim,
     bd.max_items = (int32_t)items;
     bd.max_combine = (int32_t)tiles;
     bd.max_slots = (int32_t)items;
+    bd.combine_wave[0] = bd.combine_wave[1] = bd.combine_wave[2] = 0;
     return bd;
 }
 
@@ -243,7 +245,7 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
     }
 
     /* the blocks in the exact plan's order: request-major, split, m-tile fastest */
-    int32_t it = 0, ci = 0, slot = 0;
+    int32_t it = 0, ci = 0, slot = 0, most = 0;
     const double ibest = best_chunk > 0 ? 1.0 / (double)(best_chunk / sp->key_align) : 0.0;
     for (int32_t i = 0; i < r->n && best_chunk > 0; i++) {
         const int32_t b = r->b[i], kv = (int32_t)r->kv[i], mt = r->tiles[i];
@@ -271,6 +273,7 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
             }
         }
         if (s > 1) {
+            most = s > most ? s : most;
             for (int32_t m = 0; m < mt; m++)
                 combine[ci++] = (mlav_combine_item){
                     .b = b, .mtile = m, .nsplit = s, .slot0 = slot + m, .slot_stride = mt,
@@ -282,6 +285,7 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
     hdr->n_combine = ci;
     hdr->n_slots = slot;
     hdr->chunk_keys = (int32_t)best_chunk;
+    mlav_step_combine_shape(ci, most, sp->rows_per_tile, bd, hdr);
     for (int32_t i = it; i < bd->max_items; i++)
         items[i] = (mlav_split_item){.b = -1};
     for (int32_t i = ci; i < bd->max_combine; i++)

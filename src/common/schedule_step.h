@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "combine_shape.h"
 #include "hd.h"
 #include "schedule.h"
 
@@ -33,7 +34,10 @@ typedef struct mlav_step_header {
     int32_t batch;      /* requests of the step */
     int32_t n_items, n_combine, n_slots; /* of the step (the launches are sized by the bounds) */
     int32_t chunk_keys; /* the chosen KV rows per split (0 when nothing runs) */
-    int32_t pad[2];
+    /* the step's combine, by the exact plan's rules (combine_shape.h) on the step's combine
+     * items: which kind (mlav_combine_kind of their most splits) and column blocks per row; the
+     * plan's one combine launch follows them (combine.cu) */
+    int32_t combine_kind, combine_col_blocks;
 } mlav_step_header;
 
 /* The most a step within the limits can need: fixed at plan time. */
@@ -42,6 +46,10 @@ typedef struct mlav_step_bounds {
     int32_t max_items;   /* split blocks: the split kernel's grid */
     int32_t max_combine; /* combine items: the combine's grid */
     int32_t max_slots;   /* partial states in the workspace */
+    /* resident blocks of each combine kind's kernel on the device (mlav_combine_kind; set by
+     * the backend, 0 where unknown), from which a step's column blocks are chosen as the exact
+     * plan chooses them (mlav_combine_col_blocks_for) */
+    int32_t combine_wave[3];
 } mlav_step_bounds;
 
 /* The row tiles, splits and longest block of a schedule at one chunk, summed over requests. */
@@ -336,6 +344,21 @@ MLAV_HD int64_t mlav_step_model(const mlav_step_eval *e, int64_t work, int32_t t
     const int64_t t =
         (waves - 1) * (block_cost + mlav_step_div(work, e->blocks)) + block_cost + e->longest;
     return t + (int64_t)split_cost * e->most;
+}
+
+/* The step's combine shape into its header: the kind and column blocks the exact plan would
+ * take for `n_combine` combine items of at most `most` splits (combine_shape.h; 0 and 1 when
+ * nothing is combined), so that the plan's one combine launch merges like the exact plan's. */
+static MLAV_HD void mlav_step_combine_shape(int32_t n_combine, int32_t most, int32_t rows_per_tile,
+                                     const mlav_step_bounds *bd, mlav_step_header *hdr)
+{
+    const int kind = n_combine > 0 ? mlav_combine_kind(most) : 0;
+    hdr->combine_kind = kind;
+    hdr->combine_col_blocks =
+        n_combine > 0 ? mlav_combine_col_blocks_for((int64_t)n_combine * rows_per_tile, most,
+                                                    bd->combine_wave[kind], MLAV_COMBINE_PRELOAD,
+                                                    MLAV_COMBINE_MAX_COL_BLOCKS)
+                      : 1;
 }
 
 /* Whether a request's lengths fit a plan's limits (q_len 0 always does: it is skipped). */

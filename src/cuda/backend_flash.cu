@@ -32,6 +32,7 @@ struct flash_config {
     int all_groups;               /* the split kernel's instance (mlav_flash_all_groups) */
     int combine_kind;             /* which combine kernel (mlav_combine_kind) */
     int kv_fp8;                   /* the cache is FP8 E4M3 (the split kernel's FP8 instances) */
+    int combine_grid;             /* plans for limits: the combine launch's blocks */
     mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
     size_t part_o_bytes;          /* workspace: the partial outputs */
     size_t part_lse_bytes;        /* then the partial lse */
@@ -66,15 +67,18 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
 /* The combine's shape for items of at most `max_nsplit` splits over `combine_items` row tiles,
  * `working` of whose rows do work, and the workspace for `n_slots` partial states. */
 mlav_status config_combine(const mlav_problem_info *p, int max_nsplit, int64_t combine_items,
-                           int64_t working, int64_t n_slots, flash_config *c)
+                           int64_t working, int64_t n_slots, int step, flash_config *c)
 {
     c->combine_col_blocks =
         mlav_combine_col_blocks(combine_items * MLAV_FLASH_BLOCK_M, max_nsplit, &c->dev);
     c->combine_kind = mlav_combine_kind(max_nsplit);
     c->combine_smem = 0;
-    if (c->pdl && c->combine_kind != MLAV_COMBINE_ROWS) {
+    c->combine_grid = 0;
+    /* a plan for limits reserves for its longest steps' kind and column blocks (its steps take
+     * theirs within that: mlav_combine_step_shape) */
+    if (c->pdl && (step || c->combine_kind != MLAV_COMBINE_ROWS)) {
         mlav_status s = mlav_combine_spread_smem(working * c->combine_col_blocks, c->combine_kind,
-                                                 &c->dev, &c->combine_smem);
+                                                 step, &c->dev, &c->combine_smem);
         if (s != MLAV_OK)
             return s;
     }
@@ -162,6 +166,7 @@ mlav_flash_launch_opts launch_opts(const flash_config *c)
     lo.combine_kind = c->combine_kind;
     lo.combine_smem = c->combine_smem;
     lo.kv_fp8 = c->kv_fp8;
+    lo.combine_grid = c->combine_grid;
     return lo;
 }
 
@@ -207,7 +212,7 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         max_nsplit = c->nsplit > max_nsplit ? c->nsplit : max_nsplit;
         working += left < MLAV_FLASH_BLOCK_M ? left : MLAV_FLASH_BLOCK_M;
     }
-    s = config_combine(p, max_nsplit, sc->n_combine, working, sc->n_slots, &st->cfg);
+    s = config_combine(p, max_nsplit, sc->n_combine, working, sc->n_slots, 0, &st->cfg);
     if (s != MLAV_OK)
         return s;
     size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
@@ -337,9 +342,13 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
     if (most > st->cfg.sp.max_splits)
         most = st->cfg.sp.max_splits;
     const int64_t working = (int64_t)lim->max_tokens * shape->H;
-    s = config_combine(shape, (int)most, st->bd.max_combine, working, st->bd.max_slots, &st->cfg);
+    s = config_combine(shape, (int)most, st->bd.max_combine, working, st->bd.max_slots, 1,
+                       &st->cfg);
     if (s != MLAV_OK)
         return s;
+    mlav_combine_step_shape(&st->cfg.dev, st->cfg.combine_smem,
+                            (int64_t)st->bd.max_combine * MLAV_FLASH_BLOCK_M, st->bd.combine_wave,
+                            &st->cfg.combine_grid);
     st->ka_div = mlav_fastdiv_make((uint32_t)st->cfg.sp.key_align);
     st->region_bytes = align256(sizeof(mlav_step_header) +
                                 sizeof(mlav_split_item) * (size_t)st->bd.max_items +

@@ -94,31 +94,26 @@ template <> struct partial<float> {
  * the loop over the splits reads no more than the partial rows. (Earlier versions: a serial chain
  * of dependent loads, then one thread computing all weights serially, each cost more than the
  * split kernel for a lone q_len 1 request.) */
-/* STEP: the instance of plans for limits, whose grid covers the most row tiles of any step; a
- * block past the step's combine items (mlav_step_header, just before the items) exits on a read
- * that every block of an SM shares, instead of on its own item's. */
-template <typename T, int SPT, bool STEP>
-__global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
+template <typename T, int SPT>
+__device__ __forceinline__ void combine_block(const mlav_flash_params &p, const mlav_combine_item &it,
+                                              int r, int z, int q)
 {
-    if (STEP && (int32_t)blockIdx.x >= __ldg(&step_header(p)->n_combine))
-        return;
     static_assert(THREADS * 4 == DL, "one float4 of columns per thread and column block");
     constexpr int CBS = DL / SCALE_COLS;
     __shared__ float s_w[CBS][SPT * THREADS], s_red[THREADS / 32]; /* [128-column block][split] */
     __shared__ float4 s_acc[THREADS - THREADS / MAX_COL_BLOCKS];
-    const mlav_combine_item it = p.combine[blockIdx.x]; /* the plan's: ready before the wait */
-    const int r = blockIdx.y, m = it.mtile * BM + r;
+    const int m = it.mtile * BM + r;
     if (m >= it.rows)
         return; /* uniform over the block */
     const int n = it.nsplit, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int q = p.combine_col_blocks, tpg = THREADS / q; /* threads per split group */
+    const int tpg = THREADS / q; /* threads per split group */
     const int grp = tid / tpg, c = tid % tpg;
     mlav::wait_for_primary(); /* launched early (p.pdl): the split grid's states are complete */
 
     /* This thread's first PRELOAD partial rows are loaded together with the lse values: they do
      * not depend on the weights, and loaded after them they cost a second round trip to L2 on
      * the path of every combine (session 6, docs/PERFORMANCE.md#combine). */
-    const int d = blockIdx.z * (DL / q) + c * 4;
+    const int d = z * (DL / q) + c * 4;
     const partial<T> part(p, it, r, d);
     float4 pre[PRELOAD];
 #pragma unroll
@@ -135,7 +130,7 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     /* this block's 128-column blocks: cb0 .. cb0 + ncb - 1 (one when q > 4: the block's columns
      * are part of one); this thread's: the one holding column d */
     const int ncb = partial<T>::scaled ? max(CBS / q, 1) : 1;
-    const int cb0 = blockIdx.z * (DL / q) / SCALE_COLS;
+    const int cb0 = z * (DL / q) / SCALE_COLS;
     float u[SPT][CBS];
 #pragma unroll
     for (int k = 0; k < SPT; k++)
@@ -249,8 +244,16 @@ __global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_param
     out[1] = from_float<T>(acc.y);
     out[2] = from_float<T>(acc.z);
     out[3] = from_float<T>(acc.w);
-    if (p.lse && blockIdx.z == 0 && tid == 0)
+    if (p.lse && z == 0 && tid == 0)
         p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
+}
+
+/* The block combine of a plan for one problem: grid (combine items, BM rows, column blocks). */
+template <typename T, int SPT>
+__global__ void __launch_bounds__(THREADS) combine_kernel(const mlav_flash_params p)
+{
+    const mlav_combine_item it = p.combine[blockIdx.x]; /* the plan's: ready before the wait */
+    combine_block<T, SPT>(p, it, blockIdx.y, blockIdx.z, p.combine_col_blocks);
 }
 
 /* The row combine's view of the partial states: a raw 4-column piece as stored (kept raw until
@@ -299,11 +302,9 @@ template <> struct row_io<float> { /* F32 plans: fp32 pieces, unscaled */
  * docs/PERFORMANCE.md#combine). */
 constexpr int ROW_WARPS = 4; /* 128 threads: ~170 registers each leave room for 3 blocks per SM */
 static_assert(MLAV_COMBINE_ROW_MAX_SPLITS <= 32, "one lane per split for the weights");
-template <typename T, bool STEP>
+template <typename T>
 __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav_flash_params p)
 {
-    if (STEP && (int64_t)blockIdx.x * ROW_WARPS >= (int64_t)__ldg(&step_header(p)->n_combine) * BM)
-        return; /* past the step's rows (see combine_kernel) */
     using io = row_io<T>;
     constexpr int CBS = DL / SCALE_COLS, BATCH = io::BATCH;
     static_assert(SCALE_COLS == 32 * 4, "a warp's pieces span one column block");
@@ -389,41 +390,143 @@ __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav
         p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
 }
 
+/* A warp of the step combine's row kind: one 128-column block `cb` of row r of an item of at
+ * most ROW_MAX_SPLITS splits. The row combine's scheme (lane s holds split s's lse and weight,
+ * the partial loads issued before the weights are known, no shared memory, no barrier) with a
+ * warp per column block instead of per row, so that a batch of in-flight loads is a quarter of
+ * the registers and the kernel that also holds the block combine keeps its occupancy. */
+template <typename T>
+__device__ __forceinline__ void combine_row_piece(const mlav_flash_params &p,
+                                                  const mlav_combine_item &it, int r, int cb)
+{
+    using io = row_io<T>;
+    constexpr int BATCH = io::BATCH;
+    const int lane = threadIdx.x & 31, m = it.mtile * BM + r;
+    if (m >= it.rows)
+        return; /* uniform over the block */
+    const int n = it.nsplit;
+    const size_t row0 = (size_t)it.slot0 * BM + r; /* split 0's partial row */
+    const size_t rstride = (size_t)it.slot_stride * BM;
+    const size_t e0 = row0 * DL + cb * SCALE_COLS + lane * 4; /* this lane's first element */
+    mlav::wait_for_primary(); /* launched early (p.pdl): the split grid's states are complete */
+
+    const float lse_s = lane < n ? p.part_lse[row0 + lane * rstride] : -INFINITY;
+    const float us = partial<T>::scaled && lane < n
+                         ? p.part_scale[(row0 + lane * rstride) * (DL / SCALE_COLS) + cb]
+                         : 1.0f;
+    typename io::raw v[BATCH];
+#pragma unroll
+    for (int s = 0; s < BATCH; s++)
+        if (s < n)
+            v[s] = io::load(p.part_o, e0 + s * rstride * DL);
+    float mx = lse_s;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const int nan = __any_sync(0xffffffffu, lse_s != lse_s);
+    const float w = lane < n ? mlav_merge_weight(lse_s, mx, nan) : 0.0f;
+    float sum = w;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float wu = lane < n ? mlav_merge_normalize(w, sum) * us : 0.0f;
+
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0;; s0 += BATCH) {
+#pragma unroll
+        for (int s = 0; s < BATCH; s++) {
+            if (s0 + s >= n) /* uniform over the warp */
+                break;
+            const float ws = __shfl_sync(0xffffffffu, wu, s0 + s);
+            const float4 x = io::value(v[s]);
+            acc.x += ws * x.x;
+            acc.y += ws * x.y;
+            acc.z += ws * x.z;
+            acc.w += ws * x.w;
+        }
+        if (s0 + BATCH >= n)
+            break;
+#pragma unroll
+        for (int s = 0; s < BATCH; s++)
+            if (s0 + BATCH + s < n)
+                v[s] = io::load(p.part_o, e0 + (s0 + BATCH + s) * rstride * DL);
+    }
+    T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + cb * SCALE_COLS +
+             lane * 4;
+    io::store(out, acc);
+    if (p.lse && cb == 0 && lane == 0)
+        p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
+}
+
+/* The combine of a plan for limits: one launch whose shape is fixed for every step, merging as
+ * the exact plan's combine would for the step's items. The scheduler writes the step's kind and
+ * column blocks into the step header (mlav_step_combine_shape); a 1-D grid covers the most
+ * blocks any step can take (backend_flash.cu), and a block past the step's exits on reads that
+ * every block of an SM shares. Row kind: a block per row, a warp per 128-column block
+ * (combine_row_piece); block kinds: blockIdx.x as the exact grid's (item, row, column block),
+ * item fastest, into combine_block. Capped at the block combine's registers: at 8 blocks per SM
+ * the column blocks chosen from the block combine's residency fit one wave. Before it (session
+ * 18), the plan for limits took the wide block combine for every step, chosen for the limits'
+ * longest request: docs/PERFORMANCE.md#engine-steps. */
+template <typename T>
+__global__ void __launch_bounds__(THREADS, 8) combine_step_kernel(const mlav_flash_params p)
+{
+    const mlav_step_header *h = step_header(p);
+    const uint32_t n = (uint32_t)__ldg(&h->n_combine), t = blockIdx.x;
+    const int kind = __ldg(&h->combine_kind);
+    if (kind == MLAV_COMBINE_ROWS) {
+        if (t >= n * BM)
+            return;
+        const mlav_combine_item it = p.combine[t / BM]; /* the step's: ready before the wait */
+        combine_row_piece<T>(p, it, (int)(t % BM), threadIdx.x >> 5);
+        return;
+    }
+    const int q = __ldg(&h->combine_col_blocks);
+    const uint32_t per_z = n * BM;
+    if (t >= per_z * (uint32_t)q)
+        return;
+    const uint32_t z = t / per_z, rest = t - z * per_z, r = rest / n, x = rest - r * n;
+    const mlav_combine_item it = p.combine[x];
+    if (kind == MLAV_COMBINE_BLOCKS)
+        combine_block<T, 1>(p, it, (int)r, (int)z, q);
+    else
+        combine_block<T, 2>(p, it, (int)r, (int)z, q);
+}
+
 } // namespace
 
 /* The block combine's instance for a dtype and kind (MLAV_COMBINE_BLOCKS or _WIDE). */
-template <bool STEP> static const void *block_combine_of(mlav_dtype dtype, bool wide)
-{
-    if (dtype == MLAV_DTYPE_BF16)
-        return wide ? reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 2, STEP>)
-                    : reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 1, STEP>);
-    if (dtype == MLAV_DTYPE_F32)
-        return wide ? reinterpret_cast<const void *>(&combine_kernel<float, 2, STEP>)
-                    : reinterpret_cast<const void *>(&combine_kernel<float, 1, STEP>);
-    return wide ? reinterpret_cast<const void *>(&combine_kernel<__half, 2, STEP>)
-                : reinterpret_cast<const void *>(&combine_kernel<__half, 1, STEP>);
-}
-
-/* The block combine's instance for a dtype, a kind and a plan's kind (step: for limits). */
-static const void *block_combine(mlav_dtype dtype, int kind, bool step = false)
+static const void *block_combine(mlav_dtype dtype, int kind)
 {
     const bool wide = kind == MLAV_COMBINE_BLOCKS_WIDE;
-    return step ? block_combine_of<true>(dtype, wide) : block_combine_of<false>(dtype, wide);
+    if (dtype == MLAV_DTYPE_BF16)
+        return wide ? reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 2>)
+                    : reinterpret_cast<const void *>(&combine_kernel<__nv_bfloat16, 1>);
+    if (dtype == MLAV_DTYPE_F32)
+        return wide ? reinterpret_cast<const void *>(&combine_kernel<float, 2>)
+                    : reinterpret_cast<const void *>(&combine_kernel<float, 1>);
+    return wide ? reinterpret_cast<const void *>(&combine_kernel<__half, 2>)
+                : reinterpret_cast<const void *>(&combine_kernel<__half, 1>);
 }
 
-template <bool STEP> static const void *row_combine_of(mlav_dtype dtype)
+/* The row combine's instance for a dtype. */
+static const void *row_combine(mlav_dtype dtype)
 {
     if (dtype == MLAV_DTYPE_BF16)
-        return reinterpret_cast<const void *>(&combine_rows_kernel<__nv_bfloat16, STEP>);
+        return reinterpret_cast<const void *>(&combine_rows_kernel<__nv_bfloat16>);
     if (dtype == MLAV_DTYPE_F32)
-        return reinterpret_cast<const void *>(&combine_rows_kernel<float, STEP>);
-    return reinterpret_cast<const void *>(&combine_rows_kernel<__half, STEP>);
+        return reinterpret_cast<const void *>(&combine_rows_kernel<float>);
+    return reinterpret_cast<const void *>(&combine_rows_kernel<__half>);
 }
 
-/* The row combine's instance for a dtype and a plan's kind. */
-static const void *row_combine(mlav_dtype dtype, bool step)
+/* The step combine's instance for a dtype. */
+static const void *step_combine(mlav_dtype dtype)
 {
-    return step ? row_combine_of<true>(dtype) : row_combine_of<false>(dtype);
+    if (dtype == MLAV_DTYPE_BF16)
+        return reinterpret_cast<const void *>(&combine_step_kernel<__nv_bfloat16>);
+    if (dtype == MLAV_DTYPE_F32)
+        return reinterpret_cast<const void *>(&combine_step_kernel<float>);
+    return reinterpret_cast<const void *>(&combine_step_kernel<__half>);
 }
 
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
@@ -441,16 +544,21 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
     cfg.attrs = attr;
     cfg.numAttrs = fp->pdl ? 1 : 0;
     const void *kernel;
-    if (lo->combine_kind == MLAV_COMBINE_ROWS) {
+    if (step) { /* the kind and column blocks are the step's (combine_step_kernel) */
+        cfg.gridDim = dim3((unsigned)lo->combine_grid);
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = (size_t)lo->combine_smem; /* reserved, unused: see spread_smem */
+        kernel = step_combine(dtype);
+    } else if (lo->combine_kind == MLAV_COMBINE_ROWS) {
         const int64_t rows = (int64_t)fp->n_combine * BM;
         cfg.gridDim = dim3((unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS));
         cfg.blockDim = dim3(ROW_WARPS * 32);
-        kernel = row_combine(dtype, step != 0);
+        kernel = row_combine(dtype);
     } else {
         cfg.gridDim = dim3((unsigned)fp->n_combine, BM, (unsigned)fp->combine_col_blocks);
         cfg.blockDim = dim3(THREADS);
         cfg.dynamicSmemBytes = (size_t)lo->combine_smem; /* reserved, unused: see spread_smem */
-        kernel = block_combine(dtype, lo->combine_kind, step != 0);
+        kernel = block_combine(dtype, lo->combine_kind);
     }
     /* every instance takes the params struct by value as its only argument */
     void *args[1] = {const_cast<mlav_flash_params *>(fp)};
@@ -459,14 +567,22 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
     return MLAV_OK;
 }
 
-/* Resident blocks per SM of a block combine with `dyn` bytes of dynamic shared memory (0 on
- * error). The three dtypes' instances of a kind have the same registers and static shared memory
- * to within what decides occupancy; the BF16 one stands for all. */
-static int combine_blocks_per_sm(int kind, size_t dyn)
+/* The kernel whose launch shape a plan chooses: the block combine of `kind` (MLAV_COMBINE_BLOCKS
+ * or _WIDE; the row kind's column blocks come from the narrow one), or the step combine. */
+static const void *shaped_combine(mlav_dtype dtype, int kind, bool step)
+{
+    return step ? step_combine(dtype)
+                : block_combine(dtype, kind == MLAV_COMBINE_ROWS ? MLAV_COMBINE_BLOCKS : kind);
+}
+
+/* Resident blocks per SM of that kernel with `dyn` bytes of dynamic shared memory (0 on error).
+ * The three dtypes' instances have the same registers and static shared memory to within what
+ * decides occupancy; the BF16 one stands for all. */
+static int combine_blocks_per_sm(int kind, bool step, size_t dyn)
 {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, block_combine(MLAV_DTYPE_BF16, kind), THREADS, dyn) != cudaSuccess) {
+            &per_sm, shaped_combine(MLAV_DTYPE_BF16, kind, step), THREADS, dyn) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
@@ -475,23 +591,44 @@ static int combine_blocks_per_sm(int kind, size_t dyn)
 
 int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev)
 {
-    int per_sm = combine_blocks_per_sm(mlav_combine_kind(max_nsplit), 0);
+    int per_sm = combine_blocks_per_sm(mlav_combine_kind(max_nsplit), false, 0);
     if (per_sm < 1)
         per_sm = 1;
     return mlav_combine_col_blocks_for(rows, max_nsplit, (int64_t)per_sm * dev->sm_count, PRELOAD,
                                        MAX_COL_BLOCKS);
 }
 
-mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, const mlav_cuda_device *dev,
-                                     int *bytes)
+void mlav_combine_step_shape(const mlav_cuda_device *dev, int combine_smem, int64_t max_rows,
+                             int32_t wave[3], int32_t *grid)
+{
+    /* a step's column blocks as the exact plan's (its kind's residency), within what the step
+     * launch keeps resident under its reservation, so that a step's blocks never take a second
+     * wave there */
+    int cap = combine_blocks_per_sm(0, true, (size_t)combine_smem);
+    if (cap < 1)
+        cap = 1;
+    int64_t most = 0;
+    for (int kind = 0; kind < 3; kind++) {
+        int per_sm = combine_blocks_per_sm(kind, false, 0);
+        per_sm = per_sm < 1 ? 1 : per_sm < cap ? per_sm : cap;
+        wave[kind] = per_sm * dev->sm_count;
+        most = wave[kind] > most ? wave[kind] : most;
+    }
+    /* a block per row (row kind, one column block), or rows x q <= the wave (q > 1) */
+    const int64_t wide = max_rows * MAX_COL_BLOCKS < most ? max_rows * MAX_COL_BLOCKS : most;
+    *grid = (int32_t)(max_rows > wide ? max_rows : wide);
+}
+
+mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, int step,
+                                     const mlav_cuda_device *dev, int *bytes)
 {
     /* Measured on the H200 (session 8, docs/PERFORMANCE.md#combine): a lone q_len 1 request at
      * prefix 16k 7-8% faster, H = 128 at q_len 1 from prefix 1024 on 3-7.5%; the uncapped grid
      * without PDL gained less there (4-6%, 1-4%) and lost 3-8.5% at short prefixes. */
     *bytes = 0;
-    const int per_sm = combine_blocks_per_sm(kind, 0);
+    const int per_sm = combine_blocks_per_sm(kind, step != 0, 0);
     cudaFuncAttributes a;
-    MLAV_CUDA_TRY(cudaFuncGetAttributes(&a, block_combine(MLAV_DTYPE_BF16, kind)));
+    MLAV_CUDA_TRY(cudaFuncGetAttributes(&a, shaped_combine(MLAV_DTYPE_BF16, kind, step != 0)));
     const size_t dyn = mlav_combine_spread_bytes(blocks, dev->sm_count, per_sm, dev->smem_per_sm,
                                                  dev->smem_reserved, a.sharedSizeBytes,
                                                  dev->smem_limit);
@@ -500,14 +637,12 @@ mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, const mlav_cuda_d
     mlav_status s = MLAV_OK;
     const mlav_dtype dts[3] = {MLAV_DTYPE_BF16, MLAV_DTYPE_F16, MLAV_DTYPE_F32};
     for (int i = 0; i < 3 && s == MLAV_OK; i++)
-        for (int step = 0; step < 2 && s == MLAV_OK; step++)
-            s = mlav_cuda_prepare_kernel(block_combine(dts[i], kind, step != 0), dyn, dev,
-                                         "combine");
+        s = mlav_cuda_prepare_kernel(shaped_combine(dts[i], kind, step != 0), dyn, dev, "combine");
     if (s != MLAV_OK)
         return s;
     /* the cap must still hold k blocks per SM, or the grid would take a second wave */
     const int64_t k = (blocks + dev->sm_count - 1) / dev->sm_count;
-    if (combine_blocks_per_sm(kind, dyn) >= k)
+    if (combine_blocks_per_sm(kind, step != 0, dyn) >= k)
         *bytes = (int)dyn;
     return MLAV_OK;
 }

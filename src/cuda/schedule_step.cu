@@ -48,6 +48,7 @@ struct sched_smem {
     int64_t cost[MAX_CANDS], cand[MAX_CANDS];
     sums warp_sums[NWARPS];
     int32_t warp_part[3][NWARPS];
+    int32_t most; /* most splits of a split request at the chosen chunk (the combine's shape) */
 };
 
 constexpr unsigned FULL = 0xffffffffu;
@@ -259,6 +260,8 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
 #pragma unroll 1
     for (int i = tid; i <= MLAV_STEP_INV_MAX; i += NTH)
         s.inv[i] = i ? 1.0 / (double)i : 0.0; /* IEEE division: correctly rounded */
+    if (tid == 0)
+        s.most = 0; /* read after the block sums' barrier and later ones */
     int flag = 0; /* q_indptr refused as a whole: not from 0, decreasing or past max_tokens */
     int64_t work = 0, all = 0;
     int32_t max_kv = 1, first_bad = INT32_MAX;
@@ -375,6 +378,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
      * its splits before and after the recount kept for the items */
     const uint32_t uka = (uint32_t)ka, max_s = (uint32_t)sp.max_splits;
     const double ik = chunk > 0 ? 1.0 / (double)mlav_fastdiv_div((uint32_t)chunk, fka) : 0.0;
+    uint32_t most = 0;
 #pragma unroll 1
     for (int32_t b = tid; b < batch; b += NTH) {
         int32_t nb = 0, nc = 0, ns = 0;
@@ -387,12 +391,16 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             nb = s.tiles[b] * (int32_t)sb;
             nc = sb > 1 ? s.tiles[b] : 0;
             ns = sb > 1 ? nb : 0;
+            most = sb > 1 && sb > most ? sb : most;
         }
         s.blk[b] = nb;
         s.comb[b] = nc;
         s.slot[b] = ns;
         s.splits[b] = (uint16_t)packed;
     }
+    most = __reduce_max_sync(FULL, most);
+    if (lane == 0 && most)
+        atomicMax(&s.most, (int32_t)most);
     MLAV_SCHED_STAMP(7);
     __syncthreads();
     block_scan3(s, batch);
@@ -454,6 +462,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         h.n_combine = n_comb;
         h.n_slots = s.slot[batch];
         h.chunk_keys = (int32_t)chunk;
+        mlav_step_combine_shape(n_comb, s.most, sp.rows_per_tile, &p.bd, &h);
         *p.hdr = h;
     }
     MLAV_SCHED_STAMP(11);
