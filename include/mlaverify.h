@@ -246,7 +246,8 @@ MLAV_API mlav_status mlav_verify(mlav_context *ctx, const mlav_problem *p, const
  * schedule is built on the host and copied on `stream` from pinned staging owned by the plan
  * (not capturable: call it before each replay). Both build the same schedule from the same
  * lengths. A workspace holds one step's schedule: streams that run different steps at once need
- * one workspace each.
+ * one workspace each. A run on a workspace that no update has written is the caller's error; on
+ * CUDA one zeroed or filled with 0xff bytes runs nothing and writes nothing.
  *
  * Requests past the step's count, and requests with q_len 0 (padding, as engines pad a graph's
  * batch), are skipped: their rows are not written. A request whose lengths break the limits or

@@ -333,6 +333,65 @@ static void test_steps_graph_h8_page1_bf16_kinds(void **state)
     graph_loop(8, 1, MLAV_DTYPE_BF16, 0, &lim, 1);
 }
 
+/* A run on a workspace that no update has written, of 0xff bytes (counts of -1, an unknown
+ * combine kind) or zeroed: nothing runs, nothing is written, no fault (the step header's counts
+ * are checked on the device, by the split kernel and by the combine). */
+static void test_steps_run_before_update(void **state)
+{
+    (void)state;
+    need_device();
+    mlav_context *ctx;
+    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    const mlav_limits lim = {.max_batch = 4, .max_tokens = 32, .max_q_len = 16,
+                             .max_kv_len = 2000};
+    const int32_t H = 16, W = 576, page = 64, max_pages = (lim.max_kv_len + page - 1) / page;
+    const mlav_problem shape = {.num_heads = H, .d_latent = 512, .d_rope = 64,
+                                .softmax_scale = 0.1f, .dtype = MLAV_DTYPE_BF16,
+                                .page_size = page, .max_pages = max_pages};
+    mlav_plan *plan;
+    OK(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan));
+    const size_t bytes = mlav_plan_workspace_bytes(plan);
+    const int64_t pages = (int64_t)lim.max_batch * max_pages;
+    const size_t rows = (size_t)lim.max_tokens * H; /* BF16 q and out, fp32 lse */
+    const size_t q_bytes = rows * W * 2, kv_bytes = (size_t)pages * page * W * 2;
+    const size_t out_bytes = rows * 512 * 2, lse_bytes = rows * 4;
+    void *ws = dmalloc(bytes), *q = dmalloc(q_bytes), *kv = dmalloc(kv_bytes);
+    void *out = dmalloc(out_bytes), *lse = dmalloc(lse_bytes);
+    int32_t *pt = dmalloc(sizeof(int32_t) * (size_t)lim.max_batch * max_pages);
+    CK(cudaMemset(q, 0, q_bytes));
+    CK(cudaMemset(kv, 0, kv_bytes));
+    CK(cudaMemset(pt, 0, sizeof(int32_t) * (size_t)lim.max_batch * max_pages));
+    unsigned char *ho = tu_xcalloc(out_bytes, 1), *hl = tu_xcalloc(lse_bytes, 1);
+    static const int fills[2] = {0xff, 0x00};
+    for (int f = 0; f < 2; f++) {
+        CK(cudaMemset(ws, fills[f], bytes));
+        CK(cudaMemset(out, 0xa5, out_bytes));
+        CK(cudaMemset(lse, 0xa5, lse_bytes));
+        const mlav_tensors t = {.memory = MLAV_MEM_DEVICE, .q = q, .kv_cache = kv,
+                                .num_pages = pages, .page_table = pt, .out = out, .lse = lse};
+        OK(mlav_run(plan, &t, ws, bytes, NULL));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(ho, out, out_bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hl, lse, lse_bytes, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < out_bytes; i++)
+            if (ho[i] != 0xa5)
+                fail_msg("workspace of 0x%02x bytes: out written at byte %zu", fills[f], i);
+        for (size_t i = 0; i < lse_bytes; i++)
+            if (hl[i] != 0xa5)
+                fail_msg("workspace of 0x%02x bytes: lse written at byte %zu", fills[f], i);
+    }
+    free(ho);
+    free(hl);
+    cudaFree(ws);
+    cudaFree(q);
+    cudaFree(kv);
+    cudaFree(out);
+    cudaFree(lse);
+    cudaFree(pt);
+    mlav_plan_free(plan);
+    mlav_context_free(ctx);
+}
+
 /* The device scheduler against the host rule, byte for byte: random steps, from one request to
  * 2,048, single tokens to long drafts, short and long KV, with refused requests and broken
  * q_indptr among them; each step's update from device lengths and from host lengths into two
@@ -485,6 +544,7 @@ int main(void)
         cmocka_unit_test(test_steps_graph_h16_page64_bf16_fp8),
         cmocka_unit_test(test_steps_graph_h8_page1_bf16_kinds),
         cmocka_unit_test(test_steps_naive_refused),
+        cmocka_unit_test(test_steps_run_before_update),
         cmocka_unit_test(test_step_schedule_device_matches_host),
     };
     /* MLAV_TEST_FILTER=*schedule* (wildcards * and ?) runs a subset */

@@ -349,8 +349,9 @@ MLAV_HD int64_t mlav_step_model(const mlav_step_eval *e, int64_t work, int32_t t
 /* The step's combine shape into its header: the kind and column blocks the exact plan would
  * take for `n_combine` combine items of at most `most` splits (combine_shape.h; 0 and 1 when
  * nothing is combined), so that the plan's one combine launch merges like the exact plan's. */
-static MLAV_HD void mlav_step_combine_shape(int32_t n_combine, int32_t most, int32_t rows_per_tile,
-                                     const mlav_step_bounds *bd, mlav_step_header *hdr)
+static MLAV_HD void mlav_step_combine_shape(int32_t n_combine, int32_t most,
+                                            int32_t rows_per_tile, const mlav_step_bounds *bd,
+                                            mlav_step_header *hdr)
 {
     const int kind = n_combine > 0 ? mlav_combine_kind(most) : 0;
     hdr->combine_kind = kind;

@@ -95,8 +95,8 @@ template <> struct partial<float> {
  * of dependent loads, then one thread computing all weights serially, each cost more than the
  * split kernel for a lone q_len 1 request.) */
 template <typename T, int SPT>
-__device__ __forceinline__ void combine_block(const mlav_flash_params &p, const mlav_combine_item &it,
-                                              int r, int z, int q)
+__device__ __forceinline__ void combine_block(const mlav_flash_params &p,
+                                              const mlav_combine_item &it, int r, int z, int q)
 {
     static_assert(THREADS * 4 == DL, "one float4 of columns per thread and column block");
     constexpr int CBS = DL / SCALE_COLS;
@@ -472,8 +472,14 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 8) combine_step_kernel(const mlav_flash_params p)
 {
     const mlav_step_header *h = step_header(p);
-    const uint32_t n = (uint32_t)__ldg(&h->n_combine), t = blockIdx.x;
-    const int kind = __ldg(&h->combine_kind);
+    const int32_t n_step = __ldg(&h->n_combine), kind = __ldg(&h->combine_kind);
+    const int q = __ldg(&h->combine_col_blocks);
+    /* a workspace no update wrote, zeroed or of 0xff bytes (counts 0 or -1), merges nothing, as
+     * the split kernel runs nothing on it (checking the kind and column count as well spilled
+     * 36-52 bytes more on sm_90) */
+    if (n_step <= 0 || n_step > p.n_combine)
+        return;
+    const uint32_t n = (uint32_t)n_step, t = blockIdx.x;
     if (kind == MLAV_COMBINE_ROWS) {
         if (t >= n * BM)
             return;
@@ -481,7 +487,6 @@ __global__ void __launch_bounds__(THREADS, 8) combine_step_kernel(const mlav_fla
         combine_row_piece<T>(p, it, (int)(t % BM), threadIdx.x >> 5);
         return;
     }
-    const int q = __ldg(&h->combine_col_blocks);
     const uint32_t per_z = n * BM;
     if (t >= per_z * (uint32_t)q)
         return;
