@@ -26,11 +26,13 @@ struct flash_config {
     mlav_cuda_device dev;
     int blocks_per_sm;
     mlav_schedule_params sp;
+    /* the combine's column blocks and kind (mlav_combine_kind); a plan for limits' are the
+     * limits' and size only its reservation: each step's are in the step header */
     int combine_col_blocks;
     int combine_smem;             /* the combine launch's spreading reservation (combine.cu) */
     int pdl;                      /* launch the combine as a programmatic dependent (sm_90+) */
     int all_groups;               /* the split kernel's instance (mlav_flash_all_groups) */
-    int combine_kind;             /* which combine kernel (mlav_combine_kind) */
+    int combine_kind;
     int kv_fp8;                   /* the cache is FP8 E4M3 (the split kernel's FP8 instances) */
     int combine_grid;             /* plans for limits: the combine launch's blocks */
     mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */

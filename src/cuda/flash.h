@@ -89,7 +89,8 @@ typedef struct mlav_flash_params {
     int32_t pdl;                    /* 1: launch the combine as a programmatic dependent (sm_90+);
                                      * read by the launch only, kept here so that the fields
                                      * after it keep their parameter offsets */
-    int32_t combine_col_blocks;     /* 1, 2, 4 or 16 column blocks per row (combine.cu) */
+    int32_t combine_col_blocks;     /* 1, 2, 4 or 16 column blocks per row (combine.cu; a plan
+                                     * for limits' combine takes each step's from its header) */
     int64_t num_pages;
     float scale_log2;               /* softmax_scale * log2(e): scores go through exp2 */
     float *part_scale;              /* [n_slots, BLOCK_M, Dl / SCALE_COLS] 16-bit plans: a power
@@ -107,7 +108,8 @@ typedef struct mlav_flash_launch_opts {
     int32_t all_groups;   /* which split-kernel instance runs: 1 = every warp group computes, also
                            * one past its request's rows (mlav_flash_all_groups; verify_flash.cu) */
     int32_t combine_kind; /* which combine runs (mlav_combine_kind): a warp per row, or a block per
-                           * row and column block (combine.cu) */
+                           * row and column block (combine.cu); a plan for limits launches
+                           * combine_step_kernel, which takes each step's kind from its header */
     int32_t combine_smem; /* dynamic shared memory of a block combine launch, reserved and unused:
                            * it spreads the blocks over the SMs (combine.cu) */
     int32_t kv_fp8;       /* 1: the cache is FP8 E4M3 (the split kernel's FP8 instances) */
