@@ -779,6 +779,44 @@ static void test_schedule_step_rule_matches_reference(void **state)
     free(c);
 }
 
+/* mlav_step_item_of_block: over every step size of a grid, each item below the step's count
+ * has exactly one block and no block gets another; a step smaller than `spread` has its items on
+ * the even blocks in order (one per TPC, verify_flash.cu); headers no update wrote run nothing.
+ * Grids and spreads as the backend pairs them (spread = SMs / 2 + 1 on grids of SMs blocks or
+ * more: the H200's 132 SMs, sm_120's 188 and 170, odd counts), and spread 0. */
+static void test_step_item_of_block_covers_each_item_once(void **state)
+{
+    (void)state;
+    static const uint32_t sms[] = {132, 188, 170, 7, 2, 1};
+    static int hits[4096];
+    for (size_t k = 0; k < sizeof sms / sizeof sms[0]; k++)
+        for (int with = 0; with < 2; with++) {
+            const uint32_t spread = with ? sms[k] / 2 + 1 : 0;
+            for (uint32_t grid = sms[k]; grid <= 3 * sms[k] + 1; grid += sms[k] + 1)
+                for (int32_t n = -1; n <= (int32_t)grid; n++) {
+                    memset(hits, 0, sizeof hits);
+                    for (uint32_t t = 0; t < grid; t++) {
+                        const int32_t i = mlav_step_item_of_block(t, n, spread);
+                        assert_true(i >= -1 && i < (n > 0 ? n : 0));
+                        if (i < 0)
+                            continue;
+                        hits[i]++;
+                        if ((uint32_t)n < spread && t != 2 * (uint32_t)i)
+                            fail_msg("SMs %u grid %u n %d: item %d on block %u", sms[k], grid,
+                                     n, i, t);
+                    }
+                    for (int32_t i = 0; i < n; i++)
+                        if (hits[i] != 1)
+                            fail_msg("SMs %u spread %u grid %u n %d: item %d has %d blocks",
+                                     sms[k], spread, grid, n, i, hits[i]);
+                }
+        }
+    /* 0xff bytes: -1 items at any spread, any block */
+    assert_int_equal(mlav_step_item_of_block(0, -1, 67), -1);
+    assert_int_equal(mlav_step_item_of_block(UINT32_MAX, -1, 67), -1);
+    assert_int_equal(mlav_step_item_of_block(5, 0, 67), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -791,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_schedule_more_waves_never_longer),
         cmocka_unit_test(test_schedule_q1_fills_sm120),
         cmocka_unit_test(test_schedule_step_rule_matches_reference),
+        cmocka_unit_test(test_step_item_of_block_covers_each_item_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

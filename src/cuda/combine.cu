@@ -479,17 +479,21 @@ __global__ void __launch_bounds__(THREADS, 8) combine_step_kernel(const mlav_fla
      * 36-52 bytes more on sm_90) */
     if (n_step <= 0 || n_step > p.n_combine)
         return;
-    const uint32_t n = (uint32_t)n_step, t = blockIdx.x;
+    /* the step's blocks are the grid's last (the scheduler's column blocks keep them within
+     * it): the work distributor fills a one-wave grid's early blocks unevenly, the SMs of a
+     * small GPC first, so the leading blocks of a grid larger than the step crowd onto them
+     * (H200, session 20: 512 blocks leading a grid of 792 at 6 per SM ran up to 6 on one SM,
+     * trailing it up to 4, as a grid of 512 at the exact plan's 4 per SM does) */
+    const uint32_t n = (uint32_t)n_step, lead = gridDim.x - n * BM * (kind == MLAV_COMBINE_ROWS ? 1u : (uint32_t)q);
+    if (blockIdx.x < lead)
+        return;
+    const uint32_t t = blockIdx.x - lead;
     if (kind == MLAV_COMBINE_ROWS) {
-        if (t >= n * BM)
-            return;
         const mlav_combine_item it = p.combine[t / BM]; /* the step's: ready before the wait */
         combine_row_piece<T>(p, it, (int)(t % BM), threadIdx.x >> 5);
         return;
     }
     const uint32_t per_z = n * BM;
-    if (t >= per_z * (uint32_t)q)
-        return;
     const uint32_t z = t / per_z, rest = t - z * per_z, r = rest / n, x = rest - r * n;
     const mlav_combine_item it = p.combine[x];
     if (kind == MLAV_COMBINE_BLOCKS)

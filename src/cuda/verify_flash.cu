@@ -374,6 +374,25 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
     }
 }
 
+/* The item a block of a plan for limits' fixed grid runs, or -1 past the step's schedule (the
+ * step header sits just before the items, schedule_step.h; the rule is
+ * mlav_step_item_of_block). A step of at most half as many blocks as SMs runs them one per TPC,
+ * on the grid's even blocks (p.step_spread). The work distributor gives a grid's first round of
+ * blocks one per SM, consecutive blocks to the two SMs of a TPC, so the leading blocks of a grid
+ * larger than the step pair up on half the TPCs, where a grid of the step's own size spreads
+ * one per TPC (H200, session 20: 65 blocks leading a grid of 396 ran on 33 TPCs, a grid of 65
+ * on 61; the split kernel at 1 x (H 64, q_len 1), prefix 4096, 13.33 us against the exact
+ * plan's 12.16: docs/PERFORMANCE.md#engine-steps). Branch-free with the one parameter: with a
+ * select between the two index forms, or a second parameter, ptxas laid out the whole STEP
+ * instance anew (its longest run of instructions in the non-STEP order 10 instead of 1,347,
+ * bench/diag/sass_identity.py), and that instance ran up to 2.6% slower at 1 x (H 8, q_len 1). */
+__device__ __forceinline__ int32_t step_item_index(const mlav_flash_params &p)
+{
+    return mlav_step_item_of_block(
+        blockIdx.x, __ldg(&(reinterpret_cast<const mlav_step_header *>(p.items) - 1)->n_items),
+        (uint32_t)p.step_spread);
+}
+
 /* ALL_GROUPS: a group whose 32 rows lie past the request's (H x q_len not a multiple of 64)
  * still runs the loop's MMAs, on the zero Q rows the prologue loaded, and writes nothing. With
  * `active` a compile-time true the loop has no branches around S, the exchange, the softmax and
@@ -384,10 +403,11 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
  * working one. */
 /* STEP: the instance of plans for limits, whose fixed grid runs past the step's schedule; a
  * block past it exits on the step header's count, a read that every block of an SM shares
- * (through L1), rather than on its own item, which would be a miss each. A separate instance because the check alone
- * makes ptxas allocate the main loop differently (4 of ~3,300 instructions more, the longest
- * identical run 592 instead of the whole loop, bench/diag/sass_identity.py on sm_90), so plans
- * for one problem keep the code they were measured with. */
+ * (through L1), rather than on its own item, which would be a miss each (step_item_index). A
+ * separate instance because the check alone makes ptxas allocate the main loop differently (4
+ * of ~3,300 instructions more, the longest identical run 592 instead of the whole loop,
+ * bench/diag/sass_identity.py on sm_90), so plans for one problem keep the code they were
+ * measured with. */
 /* FP8: the instance of an FP8 E4M3 cache (raw tiles converted in registers, see RAW_RS; the
  * scale). Its products run in F16 (MmaT), also for BF16 q (q_to_f16); q and out stay T. */
 template <typename T, bool FP8, bool ALL_GROUPS, bool STEP>
@@ -396,9 +416,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     using MmaT = std::conditional_t<FP8, __half, T>; /* the MMA operands' type (Q, K, P, V) */
     using MTY = mlav::mma_type<MmaT>;
     using OTY = mlav::mma_type<T>; /* the output's */
-    if (STEP && (int32_t)blockIdx.x >=
-                    __ldg(&(reinterpret_cast<const mlav_step_header *>(p.items) - 1)->n_items))
-        return; /* the step header sits just before the items (schedule_step.h) */
+    const int32_t step_ix = STEP ? step_item_index(p) : 0;
+    if (STEP && step_ix < 0)
+        return; /* past the step's schedule */
     extern __shared__ __align__(16) unsigned char smem[];
     using SL = flash_smem_layout<FP8>;
     T *sKV = reinterpret_cast<T *>(smem + SL::KV);
@@ -410,7 +430,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     float *sL = reinterpret_cast<float *>(smem + SL::L);
 
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
-    const mlav_split_item item = p.items[blockIdx.x];
+    /* blockIdx.x read here, not above, keeps the non-STEP instances' sm_120 code as it was */
+    const mlav_split_item item = p.items[STEP ? (uint32_t)step_ix : blockIdx.x];
     const int tid = threadIdx.x, lane = tid & 31;
     /* through a shuffle, so that ptxas can prove the warp index and everything derived from it
      * (group, quarter, barrier ids, row offsets) warp-uniform: a build with this alone used 30
