@@ -484,7 +484,8 @@ __global__ void __launch_bounds__(THREADS, 8) combine_step_kernel(const mlav_fla
      * small GPC first, so the leading blocks of a grid larger than the step crowd onto them
      * (H200, session 20: 512 blocks leading a grid of 792 at 6 per SM ran up to 6 on one SM,
      * trailing it up to 4, as a grid of 512 at the exact plan's 4 per SM does) */
-    const uint32_t n = (uint32_t)n_step, lead = gridDim.x - n * BM * (kind == MLAV_COMBINE_ROWS ? 1u : (uint32_t)q);
+    const uint32_t n = (uint32_t)n_step;
+    const uint32_t lead = gridDim.x - n * BM * (kind == MLAV_COMBINE_ROWS ? 1u : (uint32_t)q);
     if (blockIdx.x < lead)
         return;
     const uint32_t t = blockIdx.x - lead;

@@ -101,8 +101,9 @@ typedef struct mlav_flash_params {
                                      * kv_scale (after part_scale for the same reason) */
     float kv_scale;                 /* FP8 KV: the scale as a value (mlav_tensors.kv_scale) */
     int32_t step_spread;            /* plans for limits: SMs / 2 + 1 where the split grid has a
-                                     * block per SM, else 0: a step of fewer blocks runs them one
-                                     * per TPC (verify_flash.cu, step_item_index) */
+                                     * block per SM and its blocks fill both warp groups, else 0:
+                                     * a step of fewer blocks runs them one per TPC
+                                     * (verify_flash.cu, step_item_index) */
 } mlav_flash_params;
 
 /* A plan's launch choices that no kernel reads (backend_flash.cu's flash_config holds them), so
