@@ -3,8 +3,8 @@
  * parameters for an H200-sized device (132 SMs, one block each) and limits of 64 requests, H 16,
  * q_len <= 16, kv_len <= 49152, at B = 1, 32 and 64 (random batches, prefixes 16k-49k), L2
  * flushed before each launch; thread 0's cycles per phase, median of 50 launches. Thread 0 is
- * in warp 0: search 0 and candidate 0, so its phases 1-3 and 4-5 are one search's and one
- * candidate's, and the barriers after them wait for the longest.
+ * in warp 0, which takes part in every sweep and evaluates candidate 0; the barrier after the
+ * candidates waits for the longest.
  * Run: build/bench/diag/sched_stamps */
 #include <cuda_runtime.h>
 
@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <vector>
 
-__device__ long long g_stamps[12];
+__device__ long long g_stamps[10];
 #define MLAV_SCHED_STAMP(i)                                                                   \
     do {                                                                                      \
         if (threadIdx.x == 0)                                                                 \
@@ -63,9 +63,9 @@ int main(void)
     CK(cudaMalloc(&dkv, sizeof(int32_t) * 64));
     printf("# sched_stamps on %s: cycles of thread 0 per phase, median of 50 (L2 flushed)\n",
            prop.name);
-    printf("# 0-1 loads, 1-2 sums, 2-3 search 0, 3-4 wait for the searches, 4-5 candidate 0,\n"
-           "# 5-6 wait for the candidates, 6-7 splits, 7-8 scan, 8-9 items, 9-10 combine,\n"
-           "# 10-11 header; then the whole\n");
+    printf("# 0-1 loads, 1-2 sums, 2-3 the searches' sweeps, 3-4 candidate 0, 4-5 wait for the\n"
+           "# candidates and take the best, 5-6 splits and their offsets, 6-7 items, 7-8 combine\n"
+           "# items, 8-9 header; then the whole\n");
     srand(7);
     for (int B : {1, 32, 64}) {
         std::vector<int32_t> qi(B + 1), kv(B);
@@ -90,18 +90,18 @@ int main(void)
         p.combine = reinterpret_cast<mlav_combine_item *>(p.items + bd.max_items);
         p.ka_div = mlav_fastdiv_make((uint32_t)sp.key_align);
         p.region_bytes = region;
-        std::vector<std::vector<long long>> d(12);
+        std::vector<std::vector<long long>> d(10);
         for (int r = 0; r < 53; r++) {
             fl.run(0);
             CK(mlav_step_schedule_launch(&p, 0) == MLAV_OK ? cudaSuccess : cudaErrorUnknown);
             CK(cudaDeviceSynchronize());
-            long long st[12];
+            long long st[10];
             CK(cudaMemcpyFromSymbol(st, g_stamps, sizeof st));
             if (r < 3)
                 continue;
-            for (int i = 1; i < 12; i++)
+            for (int i = 1; i < 10; i++)
                 d[i - 1].push_back(st[i] - st[i - 1]);
-            d[11].push_back(st[11] - st[0]);
+            d[9].push_back(st[9] - st[0]);
         }
         printf("B=%2d:", B);
         for (auto &v : d) {

@@ -71,7 +71,7 @@ MLAV_HD int64_t mlav_step_ceil_div(int64_t a, int64_t b)
  * numerator), while x * fl(1 / d) is within x / d * 2^-52 < 2^-21 / d of x / d (x < 2^31): the
  * truncation is exact, for every d < 2^31, with room for any double rounding. fl(1 / d) must be
  * correctly rounded: for d <= MLAV_STEP_INV_MAX the caller's table (the host's compiler
- * constants, the device's IEEE divisions into shared memory), above it a division. */
+ * constants, the device's correctly rounded reciprocals in shared memory), above it a division. */
 #define MLAV_STEP_INV_MAX 256
 
 static MLAV_HD double mlav_step_inv(const double *inv, uint32_t d)
@@ -127,10 +127,19 @@ static MLAV_HD uint32_t mlav_step_splits_of(uint32_t kv, double x, double ik, ui
     return mlav_step_recount(kv, x, s, ka, inv, q_out);
 }
 
-/* An evaluation being summed over requests (mlav_step_probe_add), in any order (the device
- * scheduler sums its lanes' in a warp reduction of the same rule): the evaluation at k, the
- * plateau of k around it over which every request keeps its splits, and the change of blocks
- * just past each end. */
+/* The last chunk k at which a request of s > 1 splits (before the recount) keeps them:
+ * ceil(kk / (s - 1)) - 1 (its first is q = ceil(kk / s), below max_splits). The plateau of a
+ * probe is where every request keeps its splits; the host's probes and the device scheduler's
+ * both bound it by this. */
+static MLAV_HD uint32_t mlav_step_last_of(double x, uint32_t s, const double *inv)
+{
+    return mlav_step_floor_div(x, mlav_step_inv(inv, s - 1));
+}
+
+/* An evaluation being summed over requests (mlav_step_probe_add), in any order: the evaluation
+ * at k, the plateau of k around it over which every request keeps its splits, and the change of
+ * blocks just past each end (the host's probes; the device scheduler's learn the plateau
+ * alone, src/cuda/schedule_step.cu). */
 typedef struct mlav_step_probe {
     int64_t blocks;
     int64_t below, above;   /* the change of blocks at left - 1 and right + 1 (the ties') */
@@ -190,7 +199,7 @@ static MLAV_HD void mlav_step_probe_add(mlav_step_probe *p, uint32_t kv, double 
         p->left = q;
     }
     if (s > 1) {
-        const uint32_t last = mlav_step_floor_div(x, mlav_step_inv(inv, s - 1));
+        const uint32_t last = mlav_step_last_of(x, s, inv);
         if (last <= p->right) {
             const uint32_t kk = (uint32_t)(x + 0.5);
             const uint32_t s2 = (uint64_t)kk > (uint64_t)(s - 2) * (last + 1)

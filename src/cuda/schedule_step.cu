@@ -4,13 +4,13 @@
  * Launched by mlav_plan_update with device lengths, so nothing is read on the host and the
  * launch can be captured.
  *
- * Its time is one warp's dependent chain through the phases (bench/diag/sched_stamps): the
- * lengths in one coalesced load, one barrier for the sums, each chunk search in its own warp
- * (lanes over the requests, the rule's probes and plateaus, warp reductions only), one barrier,
- * the candidates' models in a warp each, one barrier, the prefix sums and the items. 8.5-10.8 us
- * of its own on the H200 at B = 1-64 (docs/PERFORMANCE.md#engine-steps, which says what each
- * phase costs and what paid). Code size is not what costs: cut from 100 KB to 34 KB of sm_90
- * code, and run warm, it measured the same. */
+ * Its time is a dependent chain through the phases (bench/diag/sched_stamps): the lengths in
+ * one coalesced load, one barrier for the sums, each chunk search in its own warp (lanes over
+ * the requests, warp reductions only) which then weighs its search's candidates, one barrier,
+ * one prefix sum (one barrier), the items. The searches' probes learn only their plateau, and
+ * the items divide by the table of 1 / d: docs/PERFORMANCE.md#engine-steps gives each phase's
+ * cycles and what paid. Code size is not what costs: cut from 100 KB to 34 KB of sm_90 code,
+ * and run warm, it measured the same. */
 #include "../common/fastdiv.h"
 #include "../common/schedule_step.h"
 #include "flash.h"
@@ -27,7 +27,7 @@ constexpr int NTH = 512, NWARPS = NTH / 32;
 constexpr int MAXB = MLAV_STEP_MAX_BATCH;
 constexpr int MAX_SEARCHES = 1 + MLAV_STEP_MORE_WAVES, MAX_CANDS = 3 + MLAV_STEP_MORE_WAVES;
 static_assert(MLAV_FLASH_MAX_SPLITS <= MLAV_STEP_INV_MAX, "1 / splits from the table alone");
-static_assert(MAX_SEARCHES <= NWARPS && MAX_CANDS <= NWARPS, "a warp per search, per candidate");
+static_assert(MAX_SEARCHES <= NWARPS, "a warp per search");
 static_assert(sizeof(mlav_split_item) == 32 && sizeof(mlav_combine_item) == 32,
               "items stored as two int4");
 
@@ -41,14 +41,15 @@ struct sums {
 struct sched_smem {
     int32_t tiles[MAXB]; /* row tiles of each accepted request, 0 when skipped */
     uint32_t kv[MAXB];
-    int32_t blk[MAXB + 1], comb[MAXB + 1], slot[MAXB + 1]; /* exclusive prefix sums */
+    struct {
+        int32_t blk[MAXB + 1], comb[MAXB + 1], slot[MAXB + 1]; /* exclusive prefix sums */
+    } pre;
     uint16_t splits[MAXB]; /* at the chosen chunk: splits - 1 before the recount, after << 8 */
     double inv[MLAV_STEP_INV_MAX + 1];                      /* fl(1 / d), schedule_step.h */
-    mlav_step_range range[MAX_SEARCHES];
-    int64_t cost[MAX_CANDS], cand[MAX_CANDS];
+    int64_t cost[MAX_CANDS];     /* the candidates' models: c0, 2 c0, 4 c0, then c_j of search j */
+    int64_t found[MAX_SEARCHES]; /* each search's chunk c_j */
     sums warp_sums[NWARPS];
-    int32_t warp_part[3][NWARPS];
-    int32_t most; /* most splits of a split request at the chosen chunk (the combine's shape) */
+    int4 warp_tot[NWARPS]; /* a warp's blocks, combine items, slots, most splits */
 };
 
 constexpr unsigned FULL = 0xffffffffu;
@@ -66,93 +67,23 @@ __device__ sums warp_sums(sums x)
     return x;
 }
 
-/* A probe summed over the warp's lanes, every lane getting the result: the maxima and minima
- * in one instruction each (redux), then the sums, the ties' only from the lanes at the bounds
- * (the order-free form of mlav_step_probe_add's "a new bound restarts the tie"). */
-__device__ mlav_step_probe warp_probe(mlav_step_probe p)
-{
-    const uint32_t left = __reduce_max_sync(FULL, p.left), right = __reduce_min_sync(FULL, p.right);
-    p.most = __reduce_max_sync(FULL, p.most);
-    p.unsplit = __reduce_max_sync(FULL, p.unsplit);
-    p.split_q = __reduce_max_sync(FULL, p.split_q);
-    p.below = p.left == left ? p.below : 0;
-    p.above = p.right == right ? p.above : 0;
-    p.left = left;
-    p.right = right;
-#pragma unroll 1
-    for (int o = 16; o > 0; o >>= 1) {
-        p.blocks += __shfl_xor_sync(FULL, p.blocks, o);
-        p.below += __shfl_xor_sync(FULL, p.below, o);
-        p.above += __shfl_xor_sync(FULL, p.above, o);
-    }
-    return p;
-}
-
 /* x = ceil(kv / ka) - 1/2 of a request (schedule_step.h), as the host computes it. */
 __device__ double step_x(uint32_t kv, mlav_fastdiv fka)
 {
     return (double)(mlav_fastdiv_div(kv - 1, fka) + 1) - 0.5;
 }
 
-/* The rule at k over the step's accepted requests, by one warp. */
-__device__ __forceinline__ mlav_step_plateau warp_probe_at(const sched_smem &s, int32_t batch,
-                                                           int64_t k,
-                                           const mlav_schedule_params &sp, mlav_fastdiv fka,
-                                           int lane)
+/* The sum of a warp's 64-bit x, each below 2^45 (a step's blocks are below max_tiles x
+ * max_splits < 2^39): two 32-bit reductions of its high and low 20 bits, for five rounds of
+ * shuffles. */
+__device__ uint64_t warp_sum_small(uint64_t x)
 {
-    const uint32_t ka = (uint32_t)sp.key_align, max_s = (uint32_t)sp.max_splits;
-    const double ik = 1.0 / (double)k;
-    mlav_step_probe p = mlav_step_probe_start();
-#pragma unroll 2
-    for (int32_t b = lane; b < batch; b += 32) {
-        const int32_t t = s.tiles[b];
-        if (t)
-            mlav_step_probe_add(&p, s.kv[b], step_x(s.kv[b], fka), t, ik, ka, max_s, s.inv);
-    }
-    p = warp_probe(p);
-    return mlav_step_probe_finish(&p, ka);
+    const uint32_t lo = __reduce_add_sync(FULL, (uint32_t)x & 0xfffffu);
+    const uint32_t hi = __reduce_add_sync(FULL, (uint32_t)(x >> 20));
+    return ((uint64_t)hi << 20) + lo;
 }
 
-/* Candidate `which` of the rule's list (the host's order, schedule_step.c): its chunk, and the
- * search whose range holds its evaluation (-1: none); returns the list's length. */
-__device__ __forceinline__ int candidate(const sched_smem &s, int searches, int64_t ka,
-                                      int64_t top, int which, int64_t *chunk, int *from)
-{
-    int n = 0;
-    int64_t last = 0;
-    *chunk = 0;
-    *from = -1;
-#pragma unroll 1
-    for (int j = 0; j < searches; j++) {
-        int64_t c = s.range[j].L * ka;
-        const int exact = c <= INT32_MAX;
-        if (!exact)
-            c = top; /* (INT32_MAX / ka) ka */
-        if (j == 0) {
-#pragma unroll 1
-            for (int k = 0; k <= 2; k++)
-                if ((c << k) <= INT32_MAX) {
-                    if (n == which) {
-                        *chunk = c << k;
-                        *from = k == 0 && exact && s.range[0].has ? 0 : -1;
-                    }
-                    n++;
-                }
-        } else if (c >= last) {
-            continue; /* no shorter split fits this many waves */
-        } else {
-            if (n == which) {
-                *chunk = c;
-                *from = exact && s.range[j].has ? j : -1;
-            }
-            n++;
-        }
-        last = c;
-    }
-    return n;
-}
-
-/* Three int32 values scanned at once (block_scan3), in one loop body. */
+/* Three int32 values scanned at once, in one loop body. */
 struct int3v {
     int32_t v[3];
 };
@@ -172,61 +103,6 @@ __device__ int3v warp_scan3(int3v x, int lane)
     return x;
 }
 
-/* Exclusive prefix sums over `n` entries of blk, comb and slot at once, in place, with a[n] the
- * total: each thread a run of consecutive entries, warp scans of the runs' sums, then one warp
- * over the warps' totals. */
-__device__ void block_scan3(sched_smem &s, int32_t n)
-{
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int per = (n + NTH - 1) / NTH, first = tid * per;
-    int3v sum = {{0, 0, 0}};
-#pragma unroll 1
-    for (int i = first; i < first + per && i < n; i++) {
-        sum.v[0] += s.blk[i];
-        sum.v[1] += s.comb[i];
-        sum.v[2] += s.slot[i];
-    }
-    int3v inc = warp_scan3(sum, lane), run;
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-        if (lane == 31)
-            s.warp_part[k][warp] = inc.v[k];
-        run.v[k] = inc.v[k] - sum.v[k];
-    }
-    __syncthreads();
-    if (warp == 0) {
-        int3v t;
-#pragma unroll
-        for (int k = 0; k < 3; k++)
-            t.v[k] = lane < NWARPS ? s.warp_part[k][lane] : 0;
-        const int3v w = warp_scan3(t, lane);
-#pragma unroll
-        for (int k = 0; k < 3; k++)
-            if (lane < NWARPS)
-                s.warp_part[k][lane] = w.v[k] - t.v[k]; /* exclusive: the warps before */
-        if (lane == 31) {
-            s.blk[n] = w.v[0];
-            s.comb[n] = w.v[1];
-            s.slot[n] = w.v[2];
-        }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < 3; k++)
-        run.v[k] += s.warp_part[k][warp];
-#pragma unroll 1
-    for (int i = first; i < first + per && i < n; i++) {
-        const int32_t b = s.blk[i], c = s.comb[i], l = s.slot[i];
-        s.blk[i] = run.v[0];
-        s.comb[i] = run.v[1];
-        s.slot[i] = run.v[2];
-        run.v[0] += b;
-        run.v[1] += c;
-        run.v[2] += l;
-    }
-    __syncthreads();
-}
-
 /* The last request b in [0, batch) with pre[b] <= i (pre: an exclusive prefix sum). */
 __device__ int32_t owner(const int32_t *pre, int32_t batch, int32_t i)
 {
@@ -239,6 +115,126 @@ __device__ int32_t owner(const int32_t *pre, int32_t batch, int32_t i)
             hi = mid - 1;
     }
     return lo;
+}
+
+/* ---- the chunk searches ---------------------------------------------------------------------
+ * Search j wants the smallest k in [lo, hi) with blocks(k) <= cap0 + j S, else hi: one answer,
+ * however it is searched for (schedule_step.h). Each search runs in its own warp by the host
+ * rule's guesses (mlav_step_range_guess), lanes over the requests, but its probes learn only
+ * their plateau [left, right] (where no request's splits change): one more floor division per
+ * request, where the host's probes also evaluate the blocks just past both ends (two recounts
+ * and two integer divisions more, on the device's dependent chain). */
+struct plateau {
+    uint64_t blocks;
+    uint32_t left, right; /* blocks(k) is `blocks` for every k in [left, right] */
+};
+
+__device__ plateau warp_plateau_at(const sched_smem &s, int32_t batch, uint32_t k,
+                                   const mlav_schedule_params &sp, mlav_fastdiv fka, int lane)
+{
+    const uint32_t ka = (uint32_t)sp.key_align, max_s = (uint32_t)sp.max_splits;
+    const double ik = __drcp_rn((double)k); /* 1 / k correctly rounded, as the host's */
+    plateau p = {0, 0, UINT32_MAX};
+#pragma unroll 2
+    for (int32_t b = lane; b < batch; b += 32) {
+        const uint32_t t = (uint32_t)s.tiles[b], kv = s.kv[b];
+        if (!t)
+            continue;
+        const double x = step_x(kv, fka);
+        uint32_t s0, q;
+        const uint32_t ns = mlav_step_splits_of(kv, x, ik, ka, max_s, s.inv, &s0, &q);
+        p.blocks += (uint64_t)t * ns;
+        /* mlav_step_probe_add's bounds: s0 stays for every k >= q (below max_splits), and down
+         * from ceil(kk / (s0 - 1)) - 1 (above one split) */
+        if (s0 < max_s)
+            p.left = q > p.left ? q : p.left;
+        if (s0 > 1) {
+            const uint32_t last = mlav_step_last_of(x, s0, s.inv);
+            p.right = last < p.right ? last : p.right;
+        }
+    }
+    p.blocks = warp_sum_small(p.blocks);
+    p.left = __reduce_max_sync(FULL, p.left);
+    p.right = __reduce_min_sync(FULL, p.right);
+    return p;
+}
+
+/* One search's answer, the smallest k in [lo, hi) with blocks(k) <= cap or hi, by one warp
+ * (every lane returns it). */
+__device__ int64_t warp_search(const sched_smem &s, int32_t batch, int64_t cap, int64_t lo,
+                               int64_t hi, int64_t work, int64_t all_tiles,
+                               const mlav_schedule_params &sp, mlav_fastdiv fka, int lane)
+{
+    mlav_step_range q = mlav_step_range_start(lo, hi, all_tiles);
+    const int64_t w0 = q.R - q.L;
+    int64_t pk = -1, pf = 0; /* a probe past R with fewer blocks: the R given up last */
+#pragma unroll 1
+    for (int step = 1; q.L < q.R; step++) {
+        const int64_t k = mlav_step_range_guess(&q, cap, step, w0, q.hasL ? -1 : pk, pf, work,
+                                                all_tiles, sp.key_align);
+        const int64_t R0 = q.R, fR0 = q.fR;
+        const plateau pr = warp_plateau_at(s, batch, (uint32_t)k, sp, fka, lane);
+        mlav_step_range_learn(&q, cap, pr.left, pr.right == UINT32_MAX ? INT64_MAX : pr.right,
+                              (int64_t)pr.blocks, nullptr);
+        if (q.R < R0 && fR0 < q.fR) {
+            pk = R0;
+            pf = fR0;
+        }
+    }
+    return q.L;
+}
+
+/* The rule's evaluations at N chunks k[0..N) at once (their chains interleave), by one warp:
+ * the candidates' (mlav_step_eval, as the host's probes finish them). */
+template <int N>
+__device__ void warp_evals_at(const sched_smem &s, int32_t batch, const uint32_t (&k)[N],
+                              const mlav_schedule_params &sp, mlav_fastdiv fka, int lane,
+                              mlav_step_eval (&e)[N])
+{
+    const uint32_t ka = (uint32_t)sp.key_align, max_s = (uint32_t)sp.max_splits;
+    double ik[N];
+    uint64_t blocks[N];
+    uint32_t most[N], unsplit[N], split_q[N];
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        ik[j] = __drcp_rn((double)k[j]);
+        blocks[j] = 0;
+        most[j] = unsplit[j] = split_q[j] = 0;
+    }
+#pragma unroll 1
+    for (int32_t b = lane; b < batch; b += 32) {
+        const uint32_t t = (uint32_t)s.tiles[b], kv = s.kv[b];
+        if (!t)
+            continue;
+        const double x = step_x(kv, fka);
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            uint32_t s0, q;
+            const uint32_t ns = mlav_step_splits_of(kv, x, ik[j], ka, max_s, s.inv, &s0, &q);
+            blocks[j] += (uint64_t)t * ns;
+            if (ns > 1) {
+                most[j] = ns > most[j] ? ns : most[j];
+                split_q[j] = q > split_q[j] ? q : split_q[j];
+            } else {
+                unsplit[j] = kv > unsplit[j] ? kv : unsplit[j];
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        const int64_t split_len = (int64_t)__reduce_max_sync(FULL, split_q[j]) * ka;
+        const int64_t longest = __reduce_max_sync(FULL, unsplit[j]);
+        e[j].blocks = (int64_t)warp_sum_small(blocks[j]);
+        e[j].longest = split_len > longest ? split_len : longest;
+        e[j].most = (int32_t)__reduce_max_sync(FULL, most[j]);
+    }
+}
+
+/* A candidate's chunk: L ka, or (INT32_MAX / ka) ka where that passes INT32_MAX. */
+__device__ __forceinline__ int64_t chunk_of(int64_t L, int64_t ka, int64_t top)
+{
+    const int64_t c = L * ka;
+    return c <= INT32_MAX ? c : top;
 }
 
 __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sched_params p)
@@ -259,9 +255,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     }
 #pragma unroll 1
     for (int i = tid; i <= MLAV_STEP_INV_MAX; i += NTH)
-        s.inv[i] = i ? 1.0 / (double)i : 0.0; /* IEEE division: correctly rounded */
-    if (tid == 0)
-        s.most = 0; /* read after the block sums' barrier and later ones */
+        s.inv[i] = i ? __drcp_rn((double)i) : 0.0; /* correctly rounded */
     int flag = 0; /* q_indptr refused as a whole: not from 0, decreasing or past max_tokens */
     int64_t work = 0, all = 0;
     int32_t max_kv = 1, first_bad = INT32_MAX;
@@ -318,101 +312,158 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     const int searches = sp.more_waves + 1;
     int64_t chunk = 0;
     if (all_tiles > 0) {
-        /* each search in its own warp: the smallest chunk whose blocks fit cap0 + j S */
+        /* the searches' caps, cap0 + j S; hi < 2^26 (kv_len < 2^31, ka = MLAV_FLASH_SPLIT_ALIGN) */
         const int64_t cap0 = (int64_t)(((uint32_t)all_tiles + (uint32_t)S - 1) / (uint32_t)S) * S;
+        const int32_t lo =
+            (int32_t)mlav_fastdiv_div((uint32_t)(sp.min_chunk + sp.key_align - 1), fka);
+        int32_t hi = (int32_t)mlav_fastdiv_div((uint32_t)max_kv - 1, fka) + 1;
+        hi = hi < lo ? lo : hi;
+        const int64_t top = (int64_t)mlav_fastdiv_div((uint32_t)INT32_MAX, fka) * ka;
+        /* each search in its own warp, which then evaluates its candidates and their models:
+         * search 0's chunk c0 and 2 c0, 4 c0, search j's c_j (taken below if under the last
+         * taken, as the host's list: schedule_step.c) */
         if (warp < searches) {
-            const int64_t cap = cap0 + warp * S;
-            const int64_t lo = mlav_fastdiv_div((uint32_t)(sp.min_chunk + sp.key_align - 1), fka);
-            int64_t hi = mlav_fastdiv_div((uint32_t)max_kv - 1, fka) + 1;
-            hi = hi < lo ? lo : hi;
-            mlav_step_range q = mlav_step_range_start(lo, hi, all_tiles);
-            const int64_t w0 = q.R - q.L;
-            int64_t pk = -1, pf = 0; /* a probe past R with fewer blocks: the R given up last */
-#pragma unroll 1
-            for (int step = 1; q.L < q.R; step++) {
-                const int64_t k =
-                    mlav_step_range_guess(&q, cap, step, w0, q.hasL ? -1 : pk, pf, work,
-                                          all_tiles, ka);
-                const mlav_step_plateau pr = warp_probe_at(s, batch, k, sp, fka, lane);
-                const int64_t R0 = q.R, fR0 = q.fR;
-                mlav_step_range_learn_plateau(&q, cap, &pr);
-                if (q.R < R0 && fR0 < q.fR) {
-                    pk = R0;
-                    pf = fR0;
-                }
+            const int64_t L = warp_search(s, batch, cap0 + warp * S, lo, hi, work, all_tiles, sp,
+                                          fka, lane);
+            MLAV_SCHED_STAMP(3);
+            const int64_t c = chunk_of(L, ka, top);
+            if (warp == 0) {
+                const uint32_t k[3] = {mlav_fastdiv_div((uint32_t)c, fka),
+                                       mlav_fastdiv_div((uint32_t)c, fka) * 2,
+                                       mlav_fastdiv_div((uint32_t)c, fka) * 4};
+                mlav_step_eval e[3];
+                warp_evals_at<3>(s, batch, k, sp, fka, lane, e);
+                /* lane i models candidate i: the three models side by side, not one after
+                 * another in divergent branches */
+                const int i = lane < 3 ? lane : 0;
+                const mlav_step_eval mine = i == 0 ? e[0] : i == 1 ? e[1] : e[2];
+                const int64_t cost = mlav_step_model(&mine, work, sp.target_blocks,
+                                                     sp.block_cost_keys, sp.split_cost_keys);
+                if (lane < 3)
+                    s.cost[lane] = (c << lane) <= INT32_MAX ? cost : INT64_MAX; /* not listed */
+            } else {
+                const uint32_t k[1] = {mlav_fastdiv_div((uint32_t)c, fka)};
+                mlav_step_eval e[1];
+                warp_evals_at<1>(s, batch, k, sp, fka, lane, e);
+                if (lane == 0)
+                    s.cost[2 + warp] = mlav_step_model(&e[0], work, sp.target_blocks,
+                                                       sp.block_cost_keys, sp.split_cost_keys);
             }
             if (lane == 0)
-                s.range[warp] = q;
-            MLAV_SCHED_STAMP(3);
+                s.found[warp] = c;
         }
-        __syncthreads();
         MLAV_SCHED_STAMP(4);
-        /* each candidate's model in its own warp, then every thread takes the first best */
-        int64_t c;
-        int from;
-        const int64_t top = (int64_t)mlav_fastdiv_div((uint32_t)INT32_MAX, fka) * ka;
-        const int n_cands = candidate(s, searches, ka, top, warp, &c, &from);
-        if (warp < n_cands) {
-            const mlav_step_eval e =
-                from >= 0 ? s.range[from].found
-                          : warp_probe_at(s, batch, mlav_fastdiv_div((uint32_t)c, fka), sp, fka,
-                                          lane).e;
-            if (lane == 0) {
-                s.cost[warp] = mlav_step_model(&e, work, sp.target_blocks, sp.block_cost_keys,
-                                               sp.split_cost_keys);
-                s.cand[warp] = c;
-            }
-        }
-        MLAV_SCHED_STAMP(5);
         __syncthreads();
-        MLAV_SCHED_STAMP(6);
-        int best = 0;
+        /* every thread: the first best of the list, in the host's order */
+        const int64_t c0 = s.found[0];
+        int64_t best = s.cost[0], last = c0;
+        chunk = c0;
 #pragma unroll 1
-        for (int i = 1; i < n_cands; i++)
-            if (s.cost[i] < s.cost[best])
-                best = i;
-        chunk = s.cand[best];
+        for (int i = 1; i < 3; i++)
+            if (s.cost[i] < best) {
+                best = s.cost[i];
+                chunk = c0 << i;
+            }
+#pragma unroll 1
+        for (int j = 1; j < searches; j++) {
+            const int64_t c = s.found[j];
+            if (c >= last)
+                continue; /* no shorter split fits this many waves */
+            if (s.cost[2 + j] < best) {
+                best = s.cost[2 + j];
+                chunk = c;
+            }
+            last = c;
+        }
     }
+    MLAV_SCHED_STAMP(5);
 
-    /* each request's blocks, combine items and slots at the chosen chunk, then their offsets;
-     * its splits before and after the recount kept for the items */
+    /* each request's blocks, combine items and slots at the chosen chunk, and their offsets: a
+     * run of consecutive requests per thread, a warp scan of the runs' sums, the warps' totals
+     * through shared memory (one barrier); each request's splits before and after the recount
+     * kept for the items */
     const uint32_t uka = (uint32_t)ka, max_s = (uint32_t)sp.max_splits;
-    const double ik = chunk > 0 ? 1.0 / (double)mlav_fastdiv_div((uint32_t)chunk, fka) : 0.0;
+    const double ik = chunk > 0 ? __drcp_rn((double)mlav_fastdiv_div((uint32_t)chunk, fka)) : 0.0;
+    const int32_t per = (batch + NTH - 1) / NTH, first = tid * per;
+    const int32_t last = first + per < batch ? first + per : batch;
+    int3v sum = {{0, 0, 0}};
     uint32_t most = 0;
 #pragma unroll 1
-    for (int32_t b = tid; b < batch; b += NTH) {
+    for (int32_t b = first; b < last; b++) {
         int32_t nb = 0, nc = 0, ns = 0;
         uint32_t packed = 0;
         if (s.tiles[b] && chunk > 0) {
-            uint32_t s0, q0;
+            uint32_t s0, qs;
             const uint32_t sb =
-                mlav_step_splits_of(s.kv[b], step_x(s.kv[b], fka), ik, uka, max_s, s.inv, &s0, &q0);
+                mlav_step_splits_of(s.kv[b], step_x(s.kv[b], fka), ik, uka, max_s, s.inv, &s0, &qs);
             packed = (s0 - 1) | (sb - 1) << 8;
             nb = s.tiles[b] * (int32_t)sb;
             nc = sb > 1 ? s.tiles[b] : 0;
             ns = sb > 1 ? nb : 0;
             most = sb > 1 && sb > most ? sb : most;
         }
-        s.blk[b] = nb;
-        s.comb[b] = nc;
-        s.slot[b] = ns;
+        s.pre.blk[b] = nb;
+        s.pre.comb[b] = nc;
+        s.pre.slot[b] = ns;
         s.splits[b] = (uint16_t)packed;
+        sum.v[0] += nb;
+        sum.v[1] += nc;
+        sum.v[2] += ns;
     }
+    const int3v inc = warp_scan3(sum, lane);
     most = __reduce_max_sync(FULL, most);
-    if (lane == 0 && most)
-        atomicMax(&s.most, (int32_t)most);
-    MLAV_SCHED_STAMP(7);
+    if (lane == 31)
+        s.warp_tot[warp] = make_int4(inc.v[0], inc.v[1], inc.v[2], (int32_t)most);
     __syncthreads();
-    block_scan3(s, batch);
+    int3v run, tot = {{0, 0, 0}};
+    int32_t most_all = 0;
+#pragma unroll
+    for (int k = 0; k < 3; k++)
+        run.v[k] = inc.v[k] - sum.v[k];
+#pragma unroll 4
+    for (int v = 0; v < NWARPS; v++) {
+        const int4 t = s.warp_tot[v];
+        if (v < warp) {
+            run.v[0] += t.x;
+            run.v[1] += t.y;
+            run.v[2] += t.z;
+        }
+        tot.v[0] += t.x;
+        tot.v[1] += t.y;
+        tot.v[2] += t.z;
+        most_all = t.w > most_all ? t.w : most_all;
+    }
+#pragma unroll 1
+    for (int32_t b = first; b < last; b++) {
+        const int32_t nb = s.pre.blk[b], nc = s.pre.comb[b], ns = s.pre.slot[b];
+        s.pre.blk[b] = run.v[0];
+        s.pre.comb[b] = run.v[1];
+        s.pre.slot[b] = run.v[2];
+        run.v[0] += nb;
+        run.v[1] += nc;
+        run.v[2] += ns;
+    }
+    if (tid == 0) {
+        s.pre.blk[batch] = tot.v[0];
+        s.pre.comb[batch] = tot.v[1];
+        s.pre.slot[batch] = tot.v[2];
+    }
+    __syncthreads();
 
-    MLAV_SCHED_STAMP(8);
-    const int32_t n_items = s.blk[batch], n_comb = s.comb[batch];
+    MLAV_SCHED_STAMP(6);
+    const int32_t *const blk = s.pre.blk, *const comb = s.pre.comb, *const slot = s.pre.slot;
+    const int32_t n_items = tot.v[0], n_comb = tot.v[1];
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_items; i += NTH) {
         int4 lo = make_int4(-1, 0, 0, 0), hi = make_int4(0, 0, 0, 0); /* mlav_split_item */
         if (i < n_items) {
-            const int32_t b = owner(s.blk, batch, i), mt = s.tiles[b], local = i - s.blk[b];
-            const int32_t k = local / mt, m = local - k * mt;
+            const int32_t b = owner(blk, batch, i), mt = s.tiles[b], local = i - blk[b];
+            /* local / mt by the table where it has 1 / mt (schedule_step.h: exact for any
+             * local < 2^31), a division past it */
+            const int32_t k = mt <= MLAV_STEP_INV_MAX
+                                  ? (int32_t)mlav_step_floor_div((double)local + 0.5, s.inv[mt])
+                                  : local / mt;
+            const int32_t m = local - k * mt;
             const uint32_t kv = s.kv[b], s0 = (s.splits[b] & 255u) + 1, ns = (s.splits[b] >> 8) + 1;
             /* mlav_schedule_splits' per: ceil(kk / s0) ka (the recount, schedule_step.h) */
             const int64_t per =
@@ -421,28 +472,28 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             const int64_t end = begin + per < kv ? begin + per : kv;
             const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
             lo = make_int4(b, m, (int32_t)begin, (int32_t)end);
-            hi = make_int4(ns > 1 ? s.slot[b] + k * mt + m : -1, q0, qb, (int32_t)kv - qb);
+            hi = make_int4(ns > 1 ? slot[b] + k * mt + m : -1, q0, qb, (int32_t)kv - qb);
         }
         /* two 16-byte stores, not eight of 4 (the region is 256-byte aligned, items 32) */
         int4 *const dst = reinterpret_cast<int4 *>(p.items + i);
         dst[0] = lo;
         dst[1] = hi;
     }
-    MLAV_SCHED_STAMP(9);
+    MLAV_SCHED_STAMP(7);
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_combine; i += NTH) {
         int4 lo = make_int4(-1, 0, 0, 0), hi = make_int4(0, 0, 0, 0); /* mlav_combine_item */
         if (i < n_comb) {
-            const int32_t b = owner(s.comb, batch, i), m = i - s.comb[b];
+            const int32_t b = owner(comb, batch, i), m = i - comb[b];
             const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
-            lo = make_int4(b, m, (int32_t)(s.splits[b] >> 8) + 1, s.slot[b] + m);
+            lo = make_int4(b, m, (int32_t)(s.splits[b] >> 8) + 1, slot[b] + m);
             hi = make_int4(s.tiles[b], q0, qb * p.H, 0);
         }
         int4 *const dst = reinterpret_cast<int4 *>(p.combine + i);
         dst[0] = lo;
         dst[1] = hi;
     }
-    MLAV_SCHED_STAMP(10);
+    MLAV_SCHED_STAMP(8);
     /* the region's tail past the combine items, zero as in the host's staging slots, so that
      * both updates write the same region_bytes */
     {
@@ -460,12 +511,12 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         h.batch = batch;
         h.n_items = n_items;
         h.n_combine = n_comb;
-        h.n_slots = s.slot[batch];
+        h.n_slots = tot.v[2];
         h.chunk_keys = (int32_t)chunk;
-        mlav_step_combine_shape(n_comb, s.most, sp.rows_per_tile, &p.bd, &h);
+        mlav_step_combine_shape(n_comb, most_all, sp.rows_per_tile, &p.bd, &h);
         *p.hdr = h;
     }
-    MLAV_SCHED_STAMP(11);
+    MLAV_SCHED_STAMP(9);
 }
 
 } // namespace
