@@ -3,8 +3,8 @@
  * parameters for an H200-sized device (132 SMs, one block each) and limits of 64 requests, H 16,
  * q_len <= 16, kv_len <= 49152, at B = 1, 32 and 64 (random batches, prefixes 16k-49k), L2
  * flushed before each launch; thread 0's cycles per phase, median of 50 launches. Thread 0 is
- * in warp 0, which takes part in every sweep and evaluates candidate 0; the barrier after the
- * candidates waits for the longest.
+ * in warp 0: search 0 and its candidates (c0, 2 c0, 4 c0), so its phases 2-3 and 3-4 are that
+ * search's and those candidates', and the barrier after them waits for the slowest search.
  * Run: build/bench/diag/sched_stamps */
 #include <cuda_runtime.h>
 
@@ -63,8 +63,8 @@ int main(void)
     CK(cudaMalloc(&dkv, sizeof(int32_t) * 64));
     printf("# sched_stamps on %s: cycles of thread 0 per phase, median of 50 (L2 flushed)\n",
            prop.name);
-    printf("# 0-1 loads, 1-2 sums, 2-3 the searches' sweeps, 3-4 candidate 0, 4-5 wait for the\n"
-           "# candidates and take the best, 5-6 splits and their offsets, 6-7 items, 7-8 combine\n"
+    printf("# 0-1 loads, 1-2 sums, 2-3 search 0, 3-4 its candidates, 4-5 wait for the other\n"
+           "# searches and take the best, 5-6 splits and their offsets, 6-7 items, 7-8 combine\n"
            "# items, 8-9 header; then the whole\n");
     srand(7);
     for (int B : {1, 32, 64}) {

@@ -41,9 +41,7 @@ struct sums {
 struct sched_smem {
     int32_t tiles[MAXB]; /* row tiles of each accepted request, 0 when skipped */
     uint32_t kv[MAXB];
-    struct {
-        int32_t blk[MAXB + 1], comb[MAXB + 1], slot[MAXB + 1]; /* exclusive prefix sums */
-    } pre;
+    int32_t blk[MAXB + 1], comb[MAXB + 1], slot[MAXB + 1]; /* exclusive prefix sums */
     uint16_t splits[MAXB]; /* at the chosen chunk: splits - 1 before the recount, after << 8 */
     double inv[MLAV_STEP_INV_MAX + 1];                      /* fl(1 / d), schedule_step.h */
     int64_t cost[MAX_CANDS];     /* the candidates' models: c0, 2 c0, 4 c0, then c_j of search j */
@@ -74,8 +72,8 @@ __device__ double step_x(uint32_t kv, mlav_fastdiv fka)
 }
 
 /* The sum of a warp's 64-bit x, each below 2^45 (a step's blocks are below max_tiles x
- * max_splits < 2^39): two 32-bit reductions of its high and low 20 bits, for five rounds of
- * shuffles. */
+ * max_splits < 2^39): two 32-bit reductions of its high and low 20 bits, in place of five
+ * rounds of 64-bit shuffles. */
 __device__ uint64_t warp_sum_small(uint64_t x)
 {
     const uint32_t lo = __reduce_add_sync(FULL, (uint32_t)x & 0xfffffu);
@@ -384,12 +382,12 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
      * kept for the items */
     const uint32_t uka = (uint32_t)ka, max_s = (uint32_t)sp.max_splits;
     const double ik = chunk > 0 ? __drcp_rn((double)mlav_fastdiv_div((uint32_t)chunk, fka)) : 0.0;
-    const int32_t per = (batch + NTH - 1) / NTH, first = tid * per;
-    const int32_t last = first + per < batch ? first + per : batch;
+    const int32_t run_len = (batch + NTH - 1) / NTH, first = tid * run_len;
+    const int32_t end = first + run_len < batch ? first + run_len : batch;
     int3v sum = {{0, 0, 0}};
     uint32_t most = 0;
 #pragma unroll 1
-    for (int32_t b = first; b < last; b++) {
+    for (int32_t b = first; b < end; b++) {
         int32_t nb = 0, nc = 0, ns = 0;
         uint32_t packed = 0;
         if (s.tiles[b] && chunk > 0) {
@@ -402,9 +400,9 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             ns = sb > 1 ? nb : 0;
             most = sb > 1 && sb > most ? sb : most;
         }
-        s.pre.blk[b] = nb;
-        s.pre.comb[b] = nc;
-        s.pre.slot[b] = ns;
+        s.blk[b] = nb;
+        s.comb[b] = nc;
+        s.slot[b] = ns;
         s.splits[b] = (uint16_t)packed;
         sum.v[0] += nb;
         sum.v[1] += nc;
@@ -434,30 +432,29 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         most_all = t.w > most_all ? t.w : most_all;
     }
 #pragma unroll 1
-    for (int32_t b = first; b < last; b++) {
-        const int32_t nb = s.pre.blk[b], nc = s.pre.comb[b], ns = s.pre.slot[b];
-        s.pre.blk[b] = run.v[0];
-        s.pre.comb[b] = run.v[1];
-        s.pre.slot[b] = run.v[2];
+    for (int32_t b = first; b < end; b++) {
+        const int32_t nb = s.blk[b], nc = s.comb[b], ns = s.slot[b];
+        s.blk[b] = run.v[0];
+        s.comb[b] = run.v[1];
+        s.slot[b] = run.v[2];
         run.v[0] += nb;
         run.v[1] += nc;
         run.v[2] += ns;
     }
     if (tid == 0) {
-        s.pre.blk[batch] = tot.v[0];
-        s.pre.comb[batch] = tot.v[1];
-        s.pre.slot[batch] = tot.v[2];
+        s.blk[batch] = tot.v[0];
+        s.comb[batch] = tot.v[1];
+        s.slot[batch] = tot.v[2];
     }
     __syncthreads();
 
     MLAV_SCHED_STAMP(6);
-    const int32_t *const blk = s.pre.blk, *const comb = s.pre.comb, *const slot = s.pre.slot;
     const int32_t n_items = tot.v[0], n_comb = tot.v[1];
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_items; i += NTH) {
         int4 lo = make_int4(-1, 0, 0, 0), hi = make_int4(0, 0, 0, 0); /* mlav_split_item */
         if (i < n_items) {
-            const int32_t b = owner(blk, batch, i), mt = s.tiles[b], local = i - blk[b];
+            const int32_t b = owner(s.blk, batch, i), mt = s.tiles[b], local = i - s.blk[b];
             /* local / mt by the table where it has 1 / mt (schedule_step.h: exact for any
              * local < 2^31), a division past it */
             const int32_t k = mt <= MLAV_STEP_INV_MAX
@@ -472,7 +469,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             const int64_t end = begin + per < kv ? begin + per : kv;
             const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
             lo = make_int4(b, m, (int32_t)begin, (int32_t)end);
-            hi = make_int4(ns > 1 ? slot[b] + k * mt + m : -1, q0, qb, (int32_t)kv - qb);
+            hi = make_int4(ns > 1 ? s.slot[b] + k * mt + m : -1, q0, qb, (int32_t)kv - qb);
         }
         /* two 16-byte stores, not eight of 4 (the region is 256-byte aligned, items 32) */
         int4 *const dst = reinterpret_cast<int4 *>(p.items + i);
@@ -484,9 +481,9 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     for (int32_t i = tid; i < p.bd.max_combine; i += NTH) {
         int4 lo = make_int4(-1, 0, 0, 0), hi = make_int4(0, 0, 0, 0); /* mlav_combine_item */
         if (i < n_comb) {
-            const int32_t b = owner(comb, batch, i), m = i - comb[b];
+            const int32_t b = owner(s.comb, batch, i), m = i - s.comb[b];
             const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
-            lo = make_int4(b, m, (int32_t)(s.splits[b] >> 8) + 1, slot[b] + m);
+            lo = make_int4(b, m, (int32_t)(s.splits[b] >> 8) + 1, s.slot[b] + m);
             hi = make_int4(s.tiles[b], q0, qb * p.H, 0);
         }
         int4 *const dst = reinterpret_cast<int4 *>(p.combine + i);
