@@ -91,6 +91,7 @@ int main(void)
         p.ka_div = mlav_fastdiv_make((uint32_t)sp.key_align);
         p.region_bytes = region;
         std::vector<std::vector<long long>> d(10);
+        CK(mlav_step_schedule_prepare() == MLAV_OK ? cudaSuccess : cudaErrorUnknown);
         for (int r = 0; r < 53; r++) {
             fl.run(0);
             CK(mlav_step_schedule_launch(&p, 0) == MLAV_OK ? cudaSuccess : cudaErrorUnknown);

@@ -8,7 +8,10 @@
  *                 ring never waits; median over 300 groups. Beside it the CUDA calls it makes,
  *                 alone, timed the same way (the floor of any update through a staging copy):
  *                 all of them (a 64 KB copy, a ring of 8 events), the copy alone, the device
- *                 and capture queries, one event's synchronize and record.
+ *                 and capture queries, one event's synchronize and record. And the step rule
+ *                 alone (mlav_step_schedule_build, compiled in, with the plan's parameters: its
+ *                 chunk is printed beside the plan's), into ordinary memory and into pinned
+ *                 memory as the update's staging slots are, timed the same way.
  *   scheduler:    mlav_plan_update with device lengths captured in a CUDA graph, replayed with
  *                 CUDA events around it, against a graph of one empty kernel timed the same way
  *                 in the same run (the replay's own overhead); L2 flushed before each replay
@@ -26,8 +29,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "flash.h"
 #include "l2_flush.cuh"
 #include "mlaverify.h"
+#include "../../src/common/schedule_step.h"
 
 #define CK(call)                                                                              \
     do {                                                                                      \
@@ -125,9 +130,10 @@ int main(void)
            "# the device scheduler (device lengths) in a graph, L2 flushed, less an empty "
            "kernel's graph (%.2f us)\n",
            prop.name, empty);
-    printf("%5s %5s %12s %13s %9s %10s %10s %14s %13s %13s %8s\n", "limB", "B", "host_upd_us",
-           "floor_calls_us", "copy_us", "query_us", "event_us", "sched_graph_us", "sched_own_us",
-           "sched_warm_us", "chunk");
+    printf("%5s %5s %12s %13s %9s %10s %10s %8s %12s %14s %13s %13s %8s %10s\n", "limB", "B",
+           "host_upd_us", "floor_calls_us", "copy_us", "query_us", "event_us", "rule_us",
+           "rule_pin_us", "sched_graph_us", "sched_own_us", "sched_warm_us", "chunk",
+           "rule_chunk");
 
     mlav_context *ctx;
     OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
@@ -204,6 +210,31 @@ int main(void)
                 CK(cudaEventRecord(ev, st));
             },
             st);
+        /* the step rule alone, with the plan's parameters (the flash kernel's, one block per
+         * SM: the chunk it picks is printed beside the plan's), into ordinary and pinned memory */
+        const mlav_schedule_params sp =
+            mlav_step_params(H, &lim, mlav_flash_schedule_params(prop.multiProcessorCount, 1));
+        const mlav_step_bounds bd = mlav_step_bounds_of(H, &lim, &sp);
+        const size_t rule_bytes = sizeof(mlav_step_header) +
+                                  sizeof(mlav_split_item) * (size_t)bd.max_items +
+                                  sizeof(mlav_combine_item) * (size_t)bd.max_combine;
+        std::vector<char> plain(rule_bytes);
+        void *pinned;
+        CK(cudaMallocHost(&pinned, rule_bytes));
+        mlav_step_scratch *scratch = static_cast<mlav_step_scratch *>(malloc(mlav_step_scratch_bytes()));
+        mlav_step_header rule_hdr = {};
+        const auto rule_into = [&](char *dst) {
+            mlav_step_header *h = reinterpret_cast<mlav_step_header *>(dst);
+            mlav_split_item *it = reinterpret_cast<mlav_split_item *>(dst + sizeof *h);
+            mlav_step_schedule_build(B, qi.data(), kv.data(), H, &lim, &sp, &bd, h, it,
+                                     reinterpret_cast<mlav_combine_item *>(it + bd.max_items),
+                                     scratch);
+            rule_hdr = *h;
+        };
+        const double rule_plain = host_us([&]() { rule_into(plain.data()); }, st);
+        const double rule_pinned = host_us([&]() { rule_into(static_cast<char *>(pinned)); }, st);
+        free(scratch);
+        CK(cudaFreeHost(pinned));
 
         /* the device scheduler in a graph */
         cudaGraph_t gu;
@@ -227,8 +258,10 @@ int main(void)
         CK(cudaGraphDestroy(g2));
         int32_t words[8];
         CK(cudaMemcpy(words, ws, sizeof words, cudaMemcpyDeviceToHost));
-        printf("%5d %5d %12.2f %13.2f %9.2f %10.2f %10.2f %14.2f %13.2f %13.2f %8d\n", MB, B, hu,
-               floor, copy_only, query_only, event_only, sg, sg - empty, warm, words[5]);
+        printf("%5d %5d %12.2f %13.2f %9.2f %10.2f %10.2f %8.2f %12.2f %14.2f %13.2f %13.2f %8d "
+               "%10d\n",
+               MB, B, hu, floor, copy_only, query_only, event_only, rule_plain, rule_pinned, sg,
+               sg - empty, warm, words[5], rule_hdr.chunk_keys);
         CK(cudaGraphExecDestroy(xu));
         CK(cudaGraphDestroy(gu));
         CK(cudaEventDestroy(ev));

@@ -35,6 +35,8 @@ struct flash_config {
     int combine_kind;
     int kv_fp8;                   /* the cache is FP8 E4M3 (the split kernel's FP8 instances) */
     int combine_grid;             /* plans for limits: the combine launch's blocks */
+    int combine_step;             /* plans for limits: the step combine's instance
+                                   * (MLAV_COMBINE_STEP_DENSE or _ROOMY, flash.h) */
     mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
     size_t part_o_bytes;          /* workspace: the partial outputs */
     size_t part_lse_bytes;        /* then the partial lse */
@@ -67,7 +69,8 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
 }
 
 /* The combine's shape for items of at most `max_nsplit` splits over `combine_items` row tiles,
- * `working` of whose rows do work, and the workspace for `n_slots` partial states. */
+ * `working` of whose rows do work, and the workspace for `n_slots` partial states; `step`: 0, or
+ * a plan for limits' combine instance (MLAV_COMBINE_STEP_). */
 mlav_status config_combine(const mlav_problem_info *p, int max_nsplit, int64_t combine_items,
                            int64_t working, int64_t n_slots, int step, flash_config *c)
 {
@@ -344,14 +347,18 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
     if (most > st->cfg.sp.max_splits)
         most = st->cfg.sp.max_splits;
     const int64_t working = (int64_t)lim->max_tokens * shape->H;
-    s = config_combine(shape, (int)most, st->bd.max_combine, working, st->bd.max_slots, 1,
-                       &st->cfg);
+    const int64_t max_rows = (int64_t)st->bd.max_combine * MLAV_FLASH_BLOCK_M;
+    st->cfg.combine_step = mlav_combine_step_instance(max_rows, &st->cfg.dev);
+    s = config_combine(shape, (int)most, st->bd.max_combine, working, st->bd.max_slots,
+                       st->cfg.combine_step, &st->cfg);
     if (s != MLAV_OK)
         return s;
-    mlav_combine_step_shape(&st->cfg.dev, st->cfg.combine_smem,
-                            (int64_t)st->bd.max_combine * MLAV_FLASH_BLOCK_M, st->bd.combine_wave,
-                            &st->cfg.combine_grid);
+    mlav_combine_step_shape(&st->cfg.dev, st->cfg.combine_step, st->cfg.combine_smem, max_rows,
+                            st->bd.combine_wave, &st->cfg.combine_grid);
     st->ka_div = mlav_fastdiv_make((uint32_t)st->cfg.sp.key_align);
+    s = mlav_step_schedule_prepare();
+    if (s != MLAV_OK)
+        return s;
     st->region_bytes = align256(sizeof(mlav_step_header) +
                                 sizeof(mlav_split_item) * (size_t)st->bd.max_items +
                                 sizeof(mlav_combine_item) * (size_t)st->bd.max_combine);
@@ -484,7 +491,7 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
                          ? st->cfg.dev.sm_count / 2 + 1
                          : 0;
     const mlav_flash_launch_opts lo = launch_opts(&st->cfg);
-    return mlav_flash_launch(shape->dtype, &fp, &lo, 1, stream);
+    return mlav_flash_launch(shape->dtype, &fp, &lo, st->cfg.combine_step, stream);
 }
 
 mlav_status step_run(const mlav_problem_info *shape, const void *state, const mlav_tensors *t,

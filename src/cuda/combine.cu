@@ -464,12 +464,14 @@ __device__ __forceinline__ void combine_row_piece(const mlav_flash_params &p,
  * blocks any step can take (backend_flash.cu), and a block past the step's exits on reads that
  * every block of an SM shares. Row kind: a block per row, a warp per 128-column block
  * (combine_row_piece); block kinds: blockIdx.x as the exact grid's (item, row, column block),
- * item fastest, into combine_block. Capped at the block combine's registers: at 8 blocks per SM
- * the column blocks chosen from the block combine's residency fit one wave. Before it (session
- * 18), the plan for limits took the wide block combine for every step, chosen for the limits'
- * longest request: docs/PERFORMANCE.md#engine-steps. */
-template <typename T>
-__global__ void __launch_bounds__(THREADS, 8) combine_step_kernel(const mlav_flash_params p)
+ * item fastest, into combine_block. Before it (session 18), the plan for limits took the wide
+ * block combine for every step, chosen for the limits' longest request:
+ * docs/PERFORMANCE.md#engine-steps. Two instances (MLAV_COMBINE_STEP_DENSE, _ROOMY): at 8 blocks
+ * per SM, the block combine's registers (64; the three paths together spill 12 bytes on sm_90),
+ * so that the column blocks chosen from its residency fit one wave; at 6, with room for all
+ * three (78 registers, no spill), for plans whose steps never need more than 6 per SM. */
+template <typename T, int MIN_BLOCKS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) combine_step_kernel(const mlav_flash_params p)
 {
     const mlav_step_header *h = step_header(p);
     const int32_t n_step = __ldg(&h->n_combine), kind = __ldg(&h->combine_kind);
@@ -529,14 +531,19 @@ static const void *row_combine(mlav_dtype dtype)
     return reinterpret_cast<const void *>(&combine_rows_kernel<__half>);
 }
 
-/* The step combine's instance for a dtype. */
-static const void *step_combine(mlav_dtype dtype)
+/* The step combine's instance for a dtype at 8 (dense) or 6 (roomy) blocks per SM. */
+template <int MIN_BLOCKS> static const void *step_combine_at(mlav_dtype dtype)
 {
     if (dtype == MLAV_DTYPE_BF16)
-        return reinterpret_cast<const void *>(&combine_step_kernel<__nv_bfloat16>);
+        return reinterpret_cast<const void *>(&combine_step_kernel<__nv_bfloat16, MIN_BLOCKS>);
     if (dtype == MLAV_DTYPE_F32)
-        return reinterpret_cast<const void *>(&combine_step_kernel<float>);
-    return reinterpret_cast<const void *>(&combine_step_kernel<__half>);
+        return reinterpret_cast<const void *>(&combine_step_kernel<float, MIN_BLOCKS>);
+    return reinterpret_cast<const void *>(&combine_step_kernel<__half, MIN_BLOCKS>);
+}
+
+static const void *step_combine(mlav_dtype dtype, int step)
+{
+    return step == MLAV_COMBINE_STEP_ROOMY ? step_combine_at<6>(dtype) : step_combine_at<8>(dtype);
 }
 
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
@@ -558,7 +565,7 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
         cfg.gridDim = dim3((unsigned)lo->combine_grid);
         cfg.blockDim = dim3(THREADS);
         cfg.dynamicSmemBytes = (size_t)lo->combine_smem; /* reserved, unused: see spread_smem */
-        kernel = step_combine(dtype);
+        kernel = step_combine(dtype, step);
     } else if (lo->combine_kind == MLAV_COMBINE_ROWS) {
         const int64_t rows = (int64_t)fp->n_combine * BM;
         cfg.gridDim = dim3((unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS));
@@ -578,17 +585,18 @@ mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
 }
 
 /* The kernel whose launch shape a plan chooses: the block combine of `kind` (MLAV_COMBINE_BLOCKS
- * or _WIDE; the row kind's column blocks come from the narrow one), or the step combine. */
-static const void *shaped_combine(mlav_dtype dtype, int kind, bool step)
+ * or _WIDE; the row kind's column blocks come from the narrow one), or (step: a
+ * MLAV_COMBINE_STEP_ instance) the step combine. */
+static const void *shaped_combine(mlav_dtype dtype, int kind, int step)
 {
-    return step ? step_combine(dtype)
+    return step ? step_combine(dtype, step)
                 : block_combine(dtype, kind == MLAV_COMBINE_ROWS ? MLAV_COMBINE_BLOCKS : kind);
 }
 
 /* Resident blocks per SM of that kernel with `dyn` bytes of dynamic shared memory (0 on error).
  * The three dtypes' instances have the same registers and static shared memory to within what
  * decides occupancy; the BF16 one stands for all. */
-static int combine_blocks_per_sm(int kind, bool step, size_t dyn)
+static int combine_blocks_per_sm(int kind, int step, size_t dyn)
 {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -601,25 +609,34 @@ static int combine_blocks_per_sm(int kind, bool step, size_t dyn)
 
 int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev)
 {
-    int per_sm = combine_blocks_per_sm(mlav_combine_kind(max_nsplit), false, 0);
+    int per_sm = combine_blocks_per_sm(mlav_combine_kind(max_nsplit), 0, 0);
     if (per_sm < 1)
         per_sm = 1;
     return mlav_combine_col_blocks_for(rows, max_nsplit, (int64_t)per_sm * dev->sm_count, PRELOAD,
                                        MAX_COL_BLOCKS);
 }
 
-void mlav_combine_step_shape(const mlav_cuda_device *dev, int combine_smem, int64_t max_rows,
-                             int32_t wave[3], int32_t *grid)
+int mlav_combine_step_instance(int64_t max_rows, const mlav_cuda_device *dev)
+{
+    /* the roomy instance where even a step of the limits' rows at one column block (each
+     * step's are at most a wave, else one) stays within one wave of it */
+    const int per_sm = combine_blocks_per_sm(0, MLAV_COMBINE_STEP_ROOMY, 0);
+    return max_rows <= (int64_t)per_sm * dev->sm_count ? MLAV_COMBINE_STEP_ROOMY
+                                                        : MLAV_COMBINE_STEP_DENSE;
+}
+
+void mlav_combine_step_shape(const mlav_cuda_device *dev, int step, int combine_smem,
+                             int64_t max_rows, int32_t wave[3], int32_t *grid)
 {
     /* a step's column blocks as the exact plan's (its kind's residency), within what the step
      * launch keeps resident under its reservation, so that a step's blocks never take a second
      * wave there */
-    int cap = combine_blocks_per_sm(0, true, (size_t)combine_smem);
+    int cap = combine_blocks_per_sm(0, step, (size_t)combine_smem);
     if (cap < 1)
         cap = 1;
     int64_t most = 0;
     for (int kind = 0; kind < 3; kind++) {
-        int per_sm = combine_blocks_per_sm(kind, false, 0);
+        int per_sm = combine_blocks_per_sm(kind, 0, 0);
         per_sm = per_sm < 1 ? 1 : per_sm < cap ? per_sm : cap;
         wave[kind] = per_sm * dev->sm_count;
         most = wave[kind] > most ? wave[kind] : most;
@@ -636,9 +653,9 @@ mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, int step,
      * prefix 16k 7-8% faster, H = 128 at q_len 1 from prefix 1024 on 3-7.5%; the uncapped grid
      * without PDL gained less there (4-6%, 1-4%) and lost 3-8.5% at short prefixes. */
     *bytes = 0;
-    const int per_sm = combine_blocks_per_sm(kind, step != 0, 0);
+    const int per_sm = combine_blocks_per_sm(kind, step, 0);
     cudaFuncAttributes a;
-    MLAV_CUDA_TRY(cudaFuncGetAttributes(&a, shaped_combine(MLAV_DTYPE_BF16, kind, step != 0)));
+    MLAV_CUDA_TRY(cudaFuncGetAttributes(&a, shaped_combine(MLAV_DTYPE_BF16, kind, step)));
     const size_t dyn = mlav_combine_spread_bytes(blocks, dev->sm_count, per_sm, dev->smem_per_sm,
                                                  dev->smem_reserved, a.sharedSizeBytes,
                                                  dev->smem_limit);
@@ -647,12 +664,12 @@ mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, int step,
     mlav_status s = MLAV_OK;
     const mlav_dtype dts[3] = {MLAV_DTYPE_BF16, MLAV_DTYPE_F16, MLAV_DTYPE_F32};
     for (int i = 0; i < 3 && s == MLAV_OK; i++)
-        s = mlav_cuda_prepare_kernel(shaped_combine(dts[i], kind, step != 0), dyn, dev, "combine");
+        s = mlav_cuda_prepare_kernel(shaped_combine(dts[i], kind, step), dyn, dev, "combine");
     if (s != MLAV_OK)
         return s;
     /* the cap must still hold k blocks per SM, or the grid would take a second wave */
     const int64_t k = (blocks + dev->sm_count - 1) / dev->sm_count;
-    if (combine_blocks_per_sm(kind, step != 0, dyn) >= k)
+    if (combine_blocks_per_sm(kind, step, dyn) >= k)
         *bytes = (int)dyn;
     return MLAV_OK;
 }

@@ -59,6 +59,10 @@ typedef struct mlav_step_sched_params {
     size_t region_bytes;         /* the step region, zero past the combine items */
 } mlav_step_sched_params;
 
+/* Once per device before its first launch (a plan for limits' creation): the device scheduler's
+ * shared memory is past the 48 KB a kernel gets unasked. */
+mlav_status mlav_step_schedule_prepare(void);
+
 /* Launch the device scheduler (one block) on `stream`. */
 mlav_status mlav_step_schedule_launch(const mlav_step_sched_params *p, cudaStream_t stream);
 
@@ -160,8 +164,8 @@ size_t mlav_flash_smem_bytes(int kv_fp8);
 mlav_status mlav_flash_prepare(mlav_dtype dtype, mlav_dtype kv_dtype, const mlav_cuda_device *dev,
                                int *blocks_per_sm);
 /* Launch the split kernel then (if any) the combine kernel on `stream`. `step`: a plan for
- * limits, whose grids run past the step's schedule (items with b < 0; the combine's, past the
- * blocks of the step header's combine shape). */
+ * limits (its combine's MLAV_COMBINE_STEP_ instance), whose grids run past the step's schedule
+ * (items with b < 0; the combine's, past the blocks of the step header's combine shape). */
 mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp,
                               const mlav_flash_launch_opts *lo, int step, cudaStream_t stream);
 /* The F32 variant (verify_flash_f32.cu): CUDA-core FMA on the same schedule and combine, for
@@ -171,18 +175,25 @@ mlav_status mlav_flash_f32_launch(const mlav_flash_params *fp, int kv_fp8, cudaS
 /* Column blocks per row for the combine of `rows` rows whose items have at most `max_nsplit`
  * splits, on this device (combine.cu; the rule: mlav_combine_col_blocks_for). */
 int mlav_combine_col_blocks(int64_t rows, int max_nsplit, const mlav_cuda_device *dev);
+/* The combine of a plan for limits (`step` below; 0: a plan for one problem) in one of two
+ * instances (combine.cu, combine_step_kernel): at 8 blocks per SM, whose registers spill, or at
+ * 6, whose do not. mlav_combine_step_instance picks the roomy one for limits of at most
+ * `max_rows` combined rows (combine items x BLOCK_M) that fit one wave of it. */
+enum { MLAV_COMBINE_STEP_DENSE = 1, MLAV_COMBINE_STEP_ROOMY = 2 };
+int mlav_combine_step_instance(int64_t max_rows, const mlav_cuda_device *dev);
 /* Dynamic shared memory for a block combine launch (`kind`: MLAV_COMBINE_BLOCKS or _WIDE), or
  * with `step` for the combine of a plan for limits, of `blocks` working blocks that caps its
  * resident blocks per SM at an even spread, and the kernel's limit raised to it; 0 when no cap
  * is needed or possible (combine.cu; the rule and why: mlav_combine_spread_bytes). */
 mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, int step,
                                      const mlav_cuda_device *dev, int *bytes);
-/* A plan for limits' combine launch with `combine_smem` reserved and at most `max_rows` combined
- * rows (combine items x BLOCK_M): the resident blocks of each combine kind from which a step's
- * column blocks are chosen (mlav_step_bounds.combine_wave: the exact plan's, capped at what the
- * step launch keeps resident) and the launch's 1-D grid, the most blocks any step takes. */
-void mlav_combine_step_shape(const mlav_cuda_device *dev, int combine_smem, int64_t max_rows,
-                             int32_t wave[3], int32_t *grid);
+/* A plan for limits' combine launch (instance `step`) with `combine_smem` reserved and at most
+ * `max_rows` combined rows (combine items x BLOCK_M): the resident blocks of each combine kind
+ * from which a step's column blocks are chosen (mlav_step_bounds.combine_wave: the exact plan's,
+ * capped at what the step launch keeps resident) and the launch's 1-D grid, the most blocks any
+ * step takes. */
+void mlav_combine_step_shape(const mlav_cuda_device *dev, int step, int combine_smem,
+                             int64_t max_rows, int32_t wave[3], int32_t *grid);
 /* The combine kernel alone (combine.cu). */
 mlav_status mlav_combine_launch(mlav_dtype dtype, const mlav_flash_params *fp,
                                 const mlav_flash_launch_opts *lo, int step, cudaStream_t stream);

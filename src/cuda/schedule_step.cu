@@ -38,11 +38,16 @@ struct sums {
     int32_t max_kv, first_bad, flag;
 };
 
+/* In dynamic shared memory (63 KB at MLAV_STEP_MAX_BATCH, past the 48 KB of static), so that
+ * the items read every per-request value from it: mlav_step_schedule_prepare raises the
+ * kernel's limit. */
 struct sched_smem {
     int32_t tiles[MAXB]; /* row tiles of each accepted request, 0 when skipped */
     uint32_t kv[MAXB];
+    int32_t q0[MAXB + 1]; /* q_indptr, for the items */
     int32_t blk[MAXB + 1], comb[MAXB + 1], slot[MAXB + 1]; /* exclusive prefix sums */
-    uint16_t splits[MAXB]; /* at the chosen chunk: splits - 1 before the recount, after << 8 */
+    uint32_t per[MAXB];    /* at the chosen chunk: the split length in ka units */
+    uint16_t splits[MAXB]; /* at the chosen chunk: splits - 1 (after the recount) */
     double inv[MLAV_STEP_INV_MAX + 1];                      /* fl(1 / d), schedule_step.h */
     int64_t cost[MAX_CANDS];     /* the candidates' models: c0, 2 c0, 4 c0, then c_j of search j */
     int64_t found[MAX_SEARCHES]; /* each search's chunk c_j */
@@ -52,16 +57,31 @@ struct sched_smem {
 
 constexpr unsigned FULL = 0xffffffffu;
 
-/* A warp's sums: the 32-bit ones in one instruction each (redux), the 64-bit work by shuffles. */
+/* The sum of a warp's 64-bit x by 32-bit reductions (redux) of its 21-bit parts, the last part
+ * the bits above: each part's sum over 32 lanes fits 32 bits when that part is below 2^27, so
+ * 2 parts take x < 2^48 (a step's blocks are below max_tiles x max_splits < 2^39) and 3 any x
+ * below 2^63; in place of five rounds of 64-bit shuffles. */
+template <int PARTS> __device__ uint64_t warp_sum_parts(uint64_t x)
+{
+    uint64_t sum = 0;
+#pragma unroll
+    for (int i = 0; i < PARTS; i++) {
+        const uint32_t part = i + 1 < PARTS ? (uint32_t)(x >> (21 * i)) & 0x1fffffu
+                                            : (uint32_t)(x >> (21 * i));
+        sum += (uint64_t)__reduce_add_sync(FULL, part) << (21 * i);
+    }
+    return sum;
+}
+
+/* A warp's sums: the 32-bit ones in one instruction each (redux), the 64-bit work (below 2^63)
+ * by its parts'. */
 __device__ sums warp_sums(sums x)
 {
     x.tiles = __reduce_add_sync(FULL, x.tiles);
     x.max_kv = __reduce_max_sync(FULL, x.max_kv);
     x.first_bad = __reduce_min_sync(FULL, x.first_bad);
     x.flag = (int32_t)__reduce_or_sync(FULL, (unsigned)x.flag);
-#pragma unroll 1
-    for (int o = 16; o > 0; o >>= 1)
-        x.work += __shfl_xor_sync(FULL, x.work, o);
+    x.work = (int64_t)warp_sum_parts<3>((uint64_t)x.work);
     return x;
 }
 
@@ -69,16 +89,6 @@ __device__ sums warp_sums(sums x)
 __device__ double step_x(uint32_t kv, mlav_fastdiv fka)
 {
     return (double)(mlav_fastdiv_div(kv - 1, fka) + 1) - 0.5;
-}
-
-/* The sum of a warp's 64-bit x, each below 2^45 (a step's blocks are below max_tiles x
- * max_splits < 2^39): two 32-bit reductions of its high and low 20 bits, in place of five
- * rounds of 64-bit shuffles. */
-__device__ uint64_t warp_sum_small(uint64_t x)
-{
-    const uint32_t lo = __reduce_add_sync(FULL, (uint32_t)x & 0xfffffu);
-    const uint32_t hi = __reduce_add_sync(FULL, (uint32_t)(x >> 20));
-    return ((uint64_t)hi << 20) + lo;
 }
 
 /* Three int32 values scanned at once, in one loop body. */
@@ -151,7 +161,7 @@ __device__ plateau warp_plateau_at(const sched_smem &s, int32_t batch, uint32_t 
             p.right = last < p.right ? last : p.right;
         }
     }
-    p.blocks = warp_sum_small(p.blocks);
+    p.blocks = warp_sum_parts<2>(p.blocks);
     p.left = __reduce_max_sync(FULL, p.left);
     p.right = __reduce_min_sync(FULL, p.right);
     return p;
@@ -222,7 +232,7 @@ __device__ void warp_evals_at(const sched_smem &s, int32_t batch, const uint32_t
     for (int j = 0; j < N; j++) {
         const int64_t split_len = (int64_t)__reduce_max_sync(FULL, split_q[j]) * ka;
         const int64_t longest = __reduce_max_sync(FULL, unsplit[j]);
-        e[j].blocks = (int64_t)warp_sum_small(blocks[j]);
+        e[j].blocks = (int64_t)warp_sum_parts<2>(blocks[j]);
         e[j].longest = split_len > longest ? split_len : longest;
         e[j].most = (int32_t)__reduce_max_sync(FULL, most[j]);
     }
@@ -237,7 +247,8 @@ __device__ __forceinline__ int64_t chunk_of(int64_t L, int64_t ka, int64_t top)
 
 __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sched_params p)
 {
-    __shared__ sched_smem s;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    sched_smem &s = *reinterpret_cast<sched_smem *>(smem_raw);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const mlav_schedule_params sp = p.sp;
     const int32_t batch = p.batch;
@@ -277,6 +288,9 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             first_bad = b;
         s.tiles[b] = t;
         s.kv[b] = (uint32_t)kv;
+        s.q0[b] = q0;
+        if (b == batch - 1)
+            s.q0[batch] = q1;
         if (t) {
             max_kv = kv > max_kv ? kv : max_kv;
             work += (int64_t)t * kv;
@@ -389,12 +403,11 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
 #pragma unroll 1
     for (int32_t b = first; b < end; b++) {
         int32_t nb = 0, nc = 0, ns = 0;
-        uint32_t packed = 0;
+        uint32_t sb = 1, qs = 0;
         if (s.tiles[b] && chunk > 0) {
-            uint32_t s0, qs;
-            const uint32_t sb =
-                mlav_step_splits_of(s.kv[b], step_x(s.kv[b], fka), ik, uka, max_s, s.inv, &s0, &qs);
-            packed = (s0 - 1) | (sb - 1) << 8;
+            uint32_t s0;
+            sb = mlav_step_splits_of(s.kv[b], step_x(s.kv[b], fka), ik, uka, max_s, s.inv, &s0,
+                                     &qs);
             nb = s.tiles[b] * (int32_t)sb;
             nc = sb > 1 ? s.tiles[b] : 0;
             ns = sb > 1 ? nb : 0;
@@ -403,7 +416,8 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         s.blk[b] = nb;
         s.comb[b] = nc;
         s.slot[b] = ns;
-        s.splits[b] = (uint16_t)packed;
+        s.splits[b] = (uint16_t)(sb - 1);
+        s.per[b] = qs;
         sum.v[0] += nb;
         sum.v[1] += nc;
         sum.v[2] += ns;
@@ -461,13 +475,12 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
                                   ? (int32_t)mlav_step_floor_div((double)local + 0.5, s.inv[mt])
                                   : local / mt;
             const int32_t m = local - k * mt;
-            const uint32_t kv = s.kv[b], s0 = (s.splits[b] & 255u) + 1, ns = (s.splits[b] >> 8) + 1;
+            const uint32_t kv = s.kv[b], ns = (uint32_t)s.splits[b] + 1;
             /* mlav_schedule_splits' per: ceil(kk / s0) ka (the recount, schedule_step.h) */
-            const int64_t per =
-                (int64_t)(mlav_step_floor_div(step_x(kv, fka), s.inv[s0]) + 1) * ka;
+            const int64_t per = (int64_t)s.per[b] * ka;
             const int64_t begin = k * per;
             const int64_t end = begin + per < kv ? begin + per : kv;
-            const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
+            const int32_t q0 = s.q0[b], qb = s.q0[b + 1] - q0;
             lo = make_int4(b, m, (int32_t)begin, (int32_t)end);
             hi = make_int4(ns > 1 ? s.slot[b] + k * mt + m : -1, q0, qb, (int32_t)kv - qb);
         }
@@ -482,8 +495,8 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         int4 lo = make_int4(-1, 0, 0, 0), hi = make_int4(0, 0, 0, 0); /* mlav_combine_item */
         if (i < n_comb) {
             const int32_t b = owner(s.comb, batch, i), m = i - s.comb[b];
-            const int32_t q0 = p.q_indptr[b], qb = p.q_indptr[b + 1] - q0;
-            lo = make_int4(b, m, (int32_t)(s.splits[b] >> 8) + 1, s.slot[b] + m);
+            const int32_t q0 = s.q0[b], qb = s.q0[b + 1] - q0;
+            lo = make_int4(b, m, (int32_t)s.splits[b] + 1, s.slot[b] + m);
             hi = make_int4(s.tiles[b], q0, qb * p.H, 0);
         }
         int4 *const dst = reinterpret_cast<int4 *>(p.combine + i);
@@ -518,9 +531,18 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
 
 } // namespace
 
+mlav_status mlav_step_schedule_prepare(void)
+{
+    /* the same size for every plan: raising the limit to it never lowers another's */
+    MLAV_CUDA_TRY(cudaFuncSetAttribute(step_schedule_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)sizeof(sched_smem)));
+    return MLAV_OK;
+}
+
 mlav_status mlav_step_schedule_launch(const mlav_step_sched_params *p, cudaStream_t stream)
 {
-    step_schedule_kernel<<<1, NTH, 0, stream>>>(*p);
+    step_schedule_kernel<<<1, NTH, sizeof(sched_smem), stream>>>(*p);
     MLAV_CUDA_TRY(cudaGetLastError());
     return MLAV_OK;
 }
