@@ -221,7 +221,12 @@ int main(void)
         std::vector<char> plain(rule_bytes);
         void *pinned;
         CK(cudaMallocHost(&pinned, rule_bytes));
-        mlav_step_scratch *scratch = static_cast<mlav_step_scratch *>(malloc(mlav_step_scratch_bytes()));
+        mlav_step_scratch *scratch =
+            static_cast<mlav_step_scratch *>(malloc(mlav_step_scratch_bytes()));
+        if (!scratch) {
+            fprintf(stderr, "step_costs: out of host memory\n");
+            return 1;
+        }
         mlav_step_header rule_hdr = {};
         const auto rule_into = [&](char *dst) {
             mlav_step_header *h = reinterpret_cast<mlav_step_header *>(dst);
