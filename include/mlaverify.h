@@ -165,6 +165,16 @@ typedef struct mlav_tensors {
                                     on the host without a synchronization: a value that is not
                                     finite and > 0 makes out and lse NaN in every row that sees
                                     a key (loud, never a silent wrong answer). */
+    /* A page table shared by every request, as engines keep one (SGLang's req_to_token, indexed
+     * by req_pool_indices): with page_table_rows set, request b's page-table row is
+     * page_table_rows[b] instead of b, so a step hands over B indices, not B x max_pages ids. */
+    const int32_t *page_table_rows; /* [B] int32 in `memory`, or NULL (row b is request b's) */
+    int64_t page_table_num_rows;    /* with page_table_rows: rows of page_table, which is then
+                                       [page_table_num_rows, max_pages]; every index must be in
+                                       [0, page_table_num_rows). Host indices are checked; a
+                                       device index outside that range gives its request's rows
+                                       NaN (as a page id outside the pool does). Ignored when
+                                       page_table_rows is NULL. */
 } mlav_tensors;
 /* Aliasing: none between outputs and inputs. out and lse may not share a byte with q, kv_cache,
  * page_table, tree_mask or kv_scale_ptr, nor with each other (the byte ranges their shapes above

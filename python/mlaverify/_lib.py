@@ -63,6 +63,8 @@ class MlavTensors(ctypes.Structure):
         ("lse", ctypes.c_void_p),
         ("kv_scale", ctypes.c_float),       # FP8 caches: the scale as a value, used when
         ("kv_scale_ptr", ctypes.c_void_p),  # kv_scale_ptr (const float * [1] in `memory`) is NULL
+        ("page_table_rows", ctypes.c_void_p),   # const int32_t * [B] in `memory`, or NULL
+        ("page_table_num_rows", ctypes.c_int64),  # rows of page_table when page_table_rows is set
     ]
 
 
