@@ -103,8 +103,26 @@ size_t config_part_bytes(const flash_config *c)
     return c->part_o_bytes + c->part_lse_bytes + c->part_scale_bytes;
 }
 
-/* What the gather reads for a page id outside the pool, in the cache's dtype, into `d_row`. */
-mlav_status write_nan_row(mlav_dtype kv_dtype, void *d_row)
+/* The plan's rows for bad input the host cannot see (device tensors): the NaN row a page id
+ * outside the pool reads, then the row of bad page ids a page-table row index outside the table
+ * gives (page_row.cuh). One allocation of bad_rows_bytes(max_pages). */
+static size_t nan_row_bytes(void)
+{
+    return align256(sizeof(uint32_t) * MLAV_FLASH_W);
+}
+static size_t bad_rows_bytes(int32_t max_pages)
+{
+    return nan_row_bytes() + align256(sizeof(int32_t) * (size_t)max_pages);
+}
+static const int32_t *bad_pages_of(const void *bad_rows)
+{
+    return reinterpret_cast<const int32_t *>(static_cast<const char *>(bad_rows) +
+                                             nan_row_bytes());
+}
+
+/* What the gather reads for a page id outside the pool, in the cache's dtype, and max_pages
+ * page ids of -1 after it, into `d_rows` (bad_rows_bytes). */
+mlav_status write_bad_rows(mlav_dtype kv_dtype, int32_t max_pages, void *d_rows)
 {
     uint32_t nan_row[MLAV_FLASH_W];
     const uint32_t nan2 =
@@ -115,7 +133,11 @@ mlav_status write_nan_row(mlav_dtype kv_dtype, void *d_row)
                   0x10001u; /* BF16; also an F32 NaN (0x7fc07fc0) */
     for (int i = 0; i < MLAV_FLASH_W; i++)
         nan_row[i] = nan2;
-    MLAV_CUDA_TRY(cudaMemcpy(d_row, nan_row, sizeof nan_row, cudaMemcpyHostToDevice));
+    MLAV_CUDA_TRY(cudaMemcpy(d_rows, nan_row, sizeof nan_row, cudaMemcpyHostToDevice));
+    MLAV_CUDA_TRY(cudaMemset(static_cast<char *>(d_rows) + nan_row_bytes(), 0xff,
+                             sizeof(int32_t) * (size_t)max_pages));
+    /* a memset may return early, and the runs' streams need not wait for the legacy one */
+    MLAV_CUDA_TRY(cudaStreamSynchronize(0));
     return MLAV_OK;
 }
 
@@ -153,6 +175,7 @@ mlav_flash_params make_params(const mlav_problem_info *p, const flash_config *c,
     fp.page_elems = (uint32_t)p->page_size * MLAV_FLASH_W; /* page_size <= 2^20: fits */
     fp.page_limit = t->num_pages < ((int64_t)1 << 31) ? (uint32_t)t->num_pages : 1u << 31;
     fp.nan_row = nan_row;
+    fp.bad_pages = bad_pages_of(nan_row);
     fp.max_pages = p->max_pages;
     fp.mask_words = p->mask_words;
     fp.num_pages = t->num_pages;
@@ -185,7 +208,8 @@ struct flash_state {
     void *d_buf;                  /* one device allocation for the arrays below */
     mlav_split_item *d_items;
     mlav_combine_item *d_combine;
-    void *d_nan_row;              /* [W] NaN of the cache's dtype (mlav_flash_params.nan_row) */
+    void *d_nan_row;              /* [W] NaN of the cache's dtype (mlav_flash_params.nan_row),
+                                     then the bad page ids (write_bad_rows) */
 };
 
 void flash_free(void *state)
@@ -224,13 +248,13 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         return s;
     size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
     size_t off_nan = off_comb + align256(sizeof(mlav_combine_item) * (size_t)sc->n_combine);
-    size_t total = off_nan + align256(sizeof(uint32_t) * MLAV_FLASH_W);
+    size_t total = off_nan + bad_rows_bytes(p->max_pages);
     MLAV_CUDA_TRY(cudaMalloc(&st->d_buf, total));
     char *base = static_cast<char *>(st->d_buf);
     st->d_items = reinterpret_cast<mlav_split_item *>(base);
     st->d_combine = reinterpret_cast<mlav_combine_item *>(base + off_comb);
     st->d_nan_row = base + off_nan;
-    s = write_nan_row(p->kv_dtype, st->d_nan_row);
+    s = write_bad_rows(p->kv_dtype, p->max_pages, st->d_nan_row);
     if (s != MLAV_OK)
         return s;
     if (sc->n_items)
@@ -364,8 +388,8 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
     st->region_bytes = align256(sizeof(mlav_step_header) +
                                 sizeof(mlav_split_item) * (size_t)st->bd.max_items +
                                 sizeof(mlav_combine_item) * (size_t)st->bd.max_combine);
-    MLAV_CUDA_TRY(cudaMalloc(&st->d_nan_row, sizeof(uint32_t) * MLAV_FLASH_W));
-    s = write_nan_row(shape->kv_dtype, st->d_nan_row);
+    MLAV_CUDA_TRY(cudaMalloc(&st->d_nan_row, bad_rows_bytes(shape->max_pages)));
+    s = write_bad_rows(shape->kv_dtype, shape->max_pages, st->d_nan_row);
     if (s != MLAV_OK)
         return s;
     MLAV_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&st->staging),

@@ -57,8 +57,11 @@ mlav_status naive_plan(const mlav_problem_info *p, void **state, size_t *workspa
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda-naive plan");
     st->dev = dev;
     st->smem_bytes = smem;
+    /* q_indptr, kv_lens, then max_pages page ids of -1: the row a device page-table row index
+     * outside the table reads (page_row.cuh) */
     const size_t n_indptr = (size_t)p->B + 1, n_lens = (size_t)p->B;
-    cudaError_t e = cudaMalloc((void **)&st->lengths, (n_indptr + n_lens) * sizeof(int32_t));
+    const size_t n_all = n_indptr + n_lens + (size_t)p->max_pages;
+    cudaError_t e = cudaMalloc((void **)&st->lengths, n_all * sizeof(int32_t));
     if (e != cudaSuccess) {
         st->lengths = nullptr;
         naive_plan_free(st);
@@ -66,7 +69,7 @@ mlav_status naive_plan(const mlav_problem_info *p, void **state, size_t *workspa
             (void)cudaGetLastError();
             return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY,
                                   "out of device memory for the plan's %zu-byte length tables",
-                                  (n_indptr + n_lens) * sizeof(int32_t));
+                                  n_all * sizeof(int32_t));
         }
         return mlav_cuda_error(e, "cudaMalloc(lengths)", __FILE__, __LINE__);
     }
@@ -76,6 +79,11 @@ mlav_status naive_plan(const mlav_problem_info *p, void **state, size_t *workspa
     if (e == cudaSuccess)
         e = cudaMemcpy(st->lengths + n_indptr, p->kv_lens, n_lens * sizeof(int32_t),
                        cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemset(st->lengths + n_indptr + n_lens, 0xff,
+                       (size_t)p->max_pages * sizeof(int32_t));
+    if (e == cudaSuccess) /* a memset may return early: the runs' streams need not wait for it */
+        e = cudaStreamSynchronize(0);
     if (e != cudaSuccess) {
         s = mlav_cuda_error(e, "cudaMemcpy(lengths)", __FILE__, __LINE__);
         naive_plan_free(st);
@@ -98,7 +106,8 @@ mlav_status naive_run_device(const mlav_problem_info *p, const void *state,
                                              &st->dev, mlav_naive_kernel_name(p));
     if (s != MLAV_OK)
         return s;
-    return mlav_naive_launch(p, st->lengths, st->lengths + p->B + 1, t, st->smem_bytes, stream);
+    const int32_t *q_indptr = st->lengths, *kv_lens = q_indptr + p->B + 1;
+    return mlav_naive_launch(p, q_indptr, kv_lens, kv_lens + p->B, t, st->smem_bytes, stream);
 }
 
 mlav_status naive_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,

@@ -111,6 +111,8 @@ typedef struct mlav_flash_params {
     const int32_t *page_table_rows; /* [B] device, or NULL: request b's page-table row
                                      * (page_row.cuh) */
     int64_t page_table_num_rows;    /* rows of page_table when page_table_rows is set */
+    const int32_t *bad_pages;       /* [max_pages] of -1, plan-owned: the row a device index
+                                     * outside the table reads (page_row.cuh) */
 } mlav_flash_params;
 
 /* A plan's launch choices that no kernel reads (backend_flash.cu's flash_config holds them), so

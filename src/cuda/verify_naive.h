@@ -21,11 +21,12 @@ const char *mlav_naive_kernel_name(const mlav_problem_info *p);
 size_t mlav_naive_smem_bytes(const mlav_problem_info *p);
 
 /* Launch one block per (token, head) on `stream` with device tensors `t` (q, kv_cache and out
- * 16-byte aligned); q_indptr [B+1] and kv_lens [B] are the plan's device copies. An FP8 cache's
- * scale is t->kv_scale_ptr (device, read by the kernel) or else t->kv_scale (checked here).
- * Asynchronous; checks the launch. */
+ * 16-byte aligned); q_indptr [B+1] and kv_lens [B] are the plan's device copies, bad_pages
+ * [max_pages] of -1 the row a device page-table row index outside the table reads
+ * (page_row.cuh). An FP8 cache's scale is t->kv_scale_ptr (device, read by the kernel) or else
+ * t->kv_scale (checked here). Asynchronous; checks the launch. */
 mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indptr,
-                              const int32_t *kv_lens, const mlav_tensors *t, size_t smem_bytes,
-                              cudaStream_t stream);
+                              const int32_t *kv_lens, const int32_t *bad_pages,
+                              const mlav_tensors *t, size_t smem_bytes, cudaStream_t stream);
 
 #endif
