@@ -411,7 +411,11 @@ __device__ __forceinline__ int32_t step_item_index(const mlav_flash_params &p)
  * measured with. */
 /* FP8: the instance of an FP8 E4M3 cache (raw tiles converted in registers, see RAW_RS; the
  * scale). Its products run in F16 (MmaT), also for BF16 q (q_to_f16); q and out stay T. */
-template <typename T, bool FP8, bool ALL_GROUPS, bool STEP>
+/* ROWS: the instance of a page table shared by every request (mlav_tensors.page_table_rows):
+ * the row index's load before the first page lookup made ptxas allocate the whole kernel anew
+ * and the BF16 instances 2-5% slower on the H200, with or without a row index given
+ * (docs/PERFORMANCE.md#page-rows), so the runs without one keep their code. */
+template <typename T, bool FP8, bool ALL_GROUPS, bool STEP, bool ROWS>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
     using MmaT = std::conditional_t<FP8, __half, T>; /* the MMA operands' type (Q, K, P, V) */
@@ -460,8 +464,10 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     constexpr bool Q_TO_F16 = FP8 && !std::is_same<T, __half>::value;
     float q_unshift = 1.0f;
     const T *qg = static_cast<const T *>(p.q) + (size_t)q_start * p.H * W;
-    const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
-                                            p.page_table_num_rows, p.max_pages, p.bad_pages, b);
+    const int32_t *ptab = ROWS ? mlav_page_row_dev(p.page_table, p.page_table_rows,
+                                                   p.page_table_num_rows, p.max_pages,
+                                                   p.bad_pages, b)
+                               : p.page_table + (size_t)b * p.max_pages;
     /* a group past the request's rows skips the MMAs unless ALL_GROUPS; its warps still gather
      * and meet every "full" barrier of the other group. Computing, it writes nothing: the
      * epilogue writes rows below M only, and its rows see Q = 0 (their scores, NaN where a key
@@ -1079,25 +1085,34 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     }
 }
 
-template <typename T, bool FP8, bool STEP> const void *kernel_of(bool all_groups)
+template <typename T, bool FP8, bool STEP, bool ROWS> const void *kernel_of(bool all_groups)
 {
-    return all_groups ? reinterpret_cast<const void *>(&flash_verify_kernel<T, FP8, true, STEP>)
-                      : reinterpret_cast<const void *>(&flash_verify_kernel<T, FP8, false, STEP>);
+    return all_groups
+               ? reinterpret_cast<const void *>(&flash_verify_kernel<T, FP8, true, STEP, ROWS>)
+               : reinterpret_cast<const void *>(&flash_verify_kernel<T, FP8, false, STEP, ROWS>);
 }
 
-template <typename T> const void *kernel_of(bool fp8, bool all_groups, bool step)
+template <typename T, bool ROWS> const void *kernel_of(bool fp8, bool all_groups, bool step)
 {
     if (fp8)
-        return step ? kernel_of<T, true, true>(all_groups) : kernel_of<T, true, false>(all_groups);
-    return step ? kernel_of<T, false, true>(all_groups) : kernel_of<T, false, false>(all_groups);
+        return step ? kernel_of<T, true, true, ROWS>(all_groups)
+                    : kernel_of<T, true, false, ROWS>(all_groups);
+    return step ? kernel_of<T, false, true, ROWS>(all_groups)
+                : kernel_of<T, false, false, ROWS>(all_groups);
+}
+
+template <typename T> const void *kernel_of(bool fp8, bool all_groups, bool step, bool rows)
+{
+    return rows ? kernel_of<T, true>(fp8, all_groups, step)
+                : kernel_of<T, false>(fp8, all_groups, step);
 }
 
 /* The split kernel's instance: dtype (BF16 or F16), FP8 cache or not, all groups or not, step or
- * not. */
-const void *kernel_for(mlav_dtype dtype, bool fp8, bool all_groups, bool step)
+ * not, a shared page table or not. */
+const void *kernel_for(mlav_dtype dtype, bool fp8, bool all_groups, bool step, bool rows)
 {
-    return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(fp8, all_groups, step)
-                                    : kernel_of<__half>(fp8, all_groups, step);
+    return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(fp8, all_groups, step, rows)
+                                    : kernel_of<__half>(fp8, all_groups, step, rows);
 }
 
 } // namespace
@@ -1118,8 +1133,8 @@ mlav_status mlav_flash_prepare(mlav_dtype dtype, mlav_dtype kv_dtype, const mlav
      * schedule is built for the smallest residency of them */
     const size_t smem = mlav_flash_smem_bytes(fp8);
     *blocks_per_sm = 0;
-    for (int k = 0; k < 4; k++) {
-        const void *f = kernel_for(dtype, fp8, (k & 1) != 0, (k & 2) != 0);
+    for (int k = 0; k < 8; k++) {
+        const void *f = kernel_for(dtype, fp8, (k & 1) != 0, (k & 2) != 0, (k & 4) != 0);
         mlav_status s = mlav_cuda_prepare_kernel(f, smem, dev, "flash_verify");
         if (s != MLAV_OK)
             return s;
@@ -1143,7 +1158,8 @@ mlav_status mlav_flash_launch(mlav_dtype dtype, const mlav_flash_params *fp,
     } else if (fp->n_items > 0) {
         void *args[1] = {const_cast<mlav_flash_params *>(fp)};
         MLAV_CUDA_TRY(cudaLaunchKernel(
-            kernel_for(dtype, lo->kv_fp8 != 0, lo->all_groups != 0, step != 0),
+            kernel_for(dtype, lo->kv_fp8 != 0, lo->all_groups != 0, step != 0,
+                       fp->page_table_rows != NULL),
             dim3((unsigned)fp->n_items), dim3(NT), args, mlav_flash_smem_bytes(lo->kv_fp8),
             stream));
         MLAV_CUDA_TRY(cudaGetLastError());
