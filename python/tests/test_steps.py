@@ -200,7 +200,7 @@ def test_steps_binding_checks_lengths_before_ctypes(kw, words):
 
 
 @pytest.mark.parametrize("kw, words", [
-    (dict(max_pages=2**31), "max_pages = 2147483648 is outside"),
+    (dict(max_pages=2**31), "max_pages = 2147483648 does not fit the C field's int32"),
     (dict(max_batch=-2**31 - 1), "max_batch"),
     (dict(num_heads=True), "must be an integer"),
     (dict(max_tokens=16.0), "must be an integer"),
@@ -324,47 +324,28 @@ def test_steps_update_takes_any_host_lengths():
 
 
 def test_steps_fp8_kv_arguments():
-    """kv_dtype / kv_scale reach mlav_problem.kv_dtype and mlav_tensors.kv_scale(_ptr) when the
-    ctypes mirror has those fields; without them they raise a sentence, never pass silently."""
-    from mlaverify import steps
-    assert steps._kv_dtype_arg("fp8_e4m3") == ("fp8_e4m3", 3)
-    assert steps._kv_dtype_arg("float8_e4m3fn") == ("fp8_e4m3", 3)
-    assert steps._kv_dtype_arg(3) == ("fp8_e4m3", 3)
-    assert steps._kv_dtype_arg("bfloat16") == ("bf16", 1)
-    with pytest.raises(mv.InvalidArgumentError):
-        steps._kv_dtype_arg("int4")
-    problem_has = "kv_dtype" in [f for f, _ in mv._lib.MlavProblem._fields_]
-    tensors_has = "kv_scale" in [f for f, _ in mv._lib.MlavTensors._fields_]
-    plan = _small_plan(kv_dtype="float32")  # the q dtype said again: nothing to set
+    """kv_dtype / kv_scale follow Plan's rule (mlaverify.api.kv_dtype_name, kv_scale_arg): the
+    q dtype said again is that dtype; a scale on a cache that is not FP8 is refused, as is an
+    FP8 run without one."""
+    plan = _small_plan(kv_dtype="float32")  # the q dtype said again
     assert plan.kv_dtype == "f32"
     q = np.zeros((16, H, W), np.float32)
     pool = np.ones((40, 1, W), np.float32)
     pt = np.zeros((4, 32), np.int32)
     plan.update([0, 2], [5])
-    for scale in (0.5, np.array([0.5], np.float32)):
-        if tensors_has:  # a cache of the q dtype ignores the scale
-            assert np.allclose(plan.run(q, pool, pt, kv_scale=scale)[0][:2], 1.0)
-        else:
-            with pytest.raises(mv.UnsupportedError, match="kv_scale"):
-                plan.run(q, pool, pt, kv_scale=scale)
-    with pytest.raises(mv.InvalidArgumentError if tensors_has else mv.UnsupportedError,
-                       match="kv_scale"):
-        plan.run(q, pool, pt, kv_scale=np.array([0.5, 1.0], np.float32) if tensors_has
-                 else 1.0)
-    plan.run(q, pool, pt)  # None after a scale: cleared (or nothing to clear)
-    if problem_has:
-        try:
-            fp8 = _small_plan(kv_dtype="fp8_e4m3")
-        except mv.MlavError as e:  # a library whose backends do not run FP8 yet says so
-            assert "_lib.py" not in str(e), str(e)
-        else:
-            assert fp8.kv_dtype == "fp8_e4m3"
-            with pytest.raises(mv.InvalidArgumentError, match="kv_cache has dtype float32"):
-                fp8.update([0, 2], [5])
-                fp8.run(q, pool, pt, kv_scale=1.0)
-    else:
-        with pytest.raises(mv.UnsupportedError, match="kv_dtype"):
-            _small_plan(kv_dtype="fp8_e4m3")
+    for scale in (0.5, np.array([0.5], np.float32), 1):
+        with pytest.raises(mv.InvalidArgumentError, match="kv_scale is the scale of an FP8"):
+            plan.run(q, pool, pt, kv_scale=scale)
+    assert np.allclose(plan.run(q, pool, pt)[0][:2], 1.0)
+    fp8 = _small_plan(kv_dtype="fp8_e4m3")
+    assert fp8.kv_dtype == "fp8_e4m3"
+    fp8.update([0, 2], [5])
+    with pytest.raises(mv.InvalidArgumentError, match="kv_cache has dtype float32"):
+        fp8.run(q, pool, pt, kv_scale=1.0)
+    e4m3_one = np.full((40, 1, W), 0x38, np.uint8)
+    with pytest.raises(mv.InvalidArgumentError, match="needs kv_scale"):
+        fp8.run(q, e4m3_one, pt)
+    assert np.allclose(fp8.run(q, e4m3_one, pt, kv_scale=0.5)[0][:2], 0.5)
 
 
 def test_steps_overhead_tool_runs():
