@@ -62,12 +62,13 @@ class Engine:
         live = live[:batch]
         entries = live + [None] * (batch - len(live))        # None: padding (q_len 0)
         rng.shuffle(entries)
-        q_lens, kv_lens, parents, rows, budget = [], [], [], [], self.T
+        q_lens, kv_lens, parents, rows, slots, budget = [], [], [], [], [], self.T
         for s in entries:
             if s is None or budget == 0:
                 q_lens.append(0)
                 kv_lens.append(int(rng.integers(0, 3)))
-                rows.append(self.slot_pages[int(rng.integers(0, self.B))])
+                slots.append(int(rng.integers(0, self.B)))
+                rows.append(self.slot_pages[slots[-1]])
                 continue
             room = self.K - self.prefix[s]
             n = int(rng.integers(1, min(self.Q, budget, room) + 1)) if room > 0 else 0
@@ -80,14 +81,20 @@ class Engine:
                 parents.append(make_parents(rng, n, rng.choice(["chain", "bushy", "random"])))
                 budget -= n
             rows.append(self.slot_pages[s])
+            slots.append(s)
         for s in live:                                       # accepted drafts join the prefix
             self.prefix[s] = min(self.prefix[s] + int(rng.integers(1, 4)), self.K - 1)
         q_indptr = np.zeros(batch + 1, np.int32)
         q_indptr[1:] = np.cumsum(q_lens)
         page_table = np.full((self.B, self.P), self.slot_pages[0, 0], np.int32)
         page_table[:batch] = np.array(rows, np.int32)
+        # the same rows as a table shared by the slots (the engine's req_to_token, with spare
+        # rows of other pages after them) and each request's row in it
+        slot_rows = np.zeros(self.B, np.int32)  # past the batch: a valid row, unused
+        slot_rows[:batch] = slots
         return dict(batch=batch, q_indptr=q_indptr, kv_lens=np.array(kv_lens, np.int32),
-                    q_lens=np.array(q_lens, np.int32), parents=parents, page_table=page_table)
+                    q_lens=np.array(q_lens, np.int32), parents=parents, page_table=page_table,
+                    slot_rows=slot_rows)
 
 
 def _step_inputs(eng, st, words, rng, heads=H, width=W):
@@ -116,10 +123,16 @@ def _reference(eng, st, q, T):
                      dtype="f32", backend="reference")
 
 
-def _engine_loop(seed, steps, page_size, as_torch):
+def _engine_loop(seed, steps, page_size, as_torch, shared=False):
+    """Random engine steps on a CPU StepPlan against the reference backend; `shared`: the
+    page table is the engine's table of every slot (more rows than the step's requests, in
+    no request order) with page_table_rows naming each request's row."""
     rng = np.random.default_rng(seed)
     eng = Engine(rng, max_batch=8, max_tokens=96, max_q_len=40, max_kv_len=160,
                  page_size=page_size)
+    if shared:
+        spare = rng.integers(0, eng.pool.shape[0], (5, eng.P)).astype(np.int32)
+        table = np.concatenate([eng.slot_pages, spare]).astype(np.int32)
     plan = StepPlan(H, SCALE, "f32", page_size, eng.P, eng.B, eng.T, eng.Q, eng.K,
                     d_latent=DL, d_rope=DR, backend="cpu")
     assert plan.limits == dict(max_batch=8, max_tokens=96, max_q_len=40, max_kv_len=160)
@@ -137,7 +150,11 @@ def _engine_loop(seed, steps, page_size, as_torch):
         out0, lse0 = plan.output_buffers(conv(q))
         out0[:] = 7.0
         lse0[:] = 7.0
-        out, lse = plan.run(conv(q), pool, conv(st["page_table"]), conv(mask))
+        if shared:
+            out, lse = plan.run(conv(q), pool, conv(table), conv(mask),
+                                page_table_rows=conv(st["slot_rows"]))
+        else:
+            out, lse = plan.run(conv(q), pool, conv(st["page_table"]), conv(mask))
         assert out is out0 and lse is lse0  # the plan's fixed buffers
         out, lse = np.asarray(out), np.asarray(lse)
         assert np.all(out[T:] == 7.0) and np.all(lse[T:] == 7.0), "rows past the step written"
@@ -157,6 +174,16 @@ def test_steps_engine_loop_torch_cpu(seed):
     if _torch() is None:
         pytest.skip("torch is not importable")
     _engine_loop(seed, 60, page_size=1, as_torch=True)
+
+
+def test_steps_engine_loop_shared_page_table(seed):
+    """page_table_rows on a plan for limits: the engine's table of every slot plus spare rows,
+    each request's row named, against the reference backend on the gathered rows."""
+    from mlav_testutil import require_page_table_rows
+    require_page_table_rows()
+    _engine_loop(seed, 120, page_size=4, as_torch=False, shared=True)
+    if _torch() is not None:
+        _engine_loop(seed + 1, 40, page_size=1, as_torch=True, shared=True)
 
 
 def _small_plan(**kw):
