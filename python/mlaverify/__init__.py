@@ -13,7 +13,8 @@ system search path. ``mlaverify.sglang`` adapts SGLang-style verify inputs;
 ``mlaverify.bundle`` writes golden bundles (capture_bundle). ``StepPlan`` is a plan for
 limits (engine steps: one plan, new lengths every step, capturable);
 ``mlaverify.sglang_backend`` an SGLang target-verify attention backend on it and
-``mlaverify.torch_ops`` its run as the torch op ``mlaverify::verify_step``.
+``mlaverify.torch_ops`` its run as the torch ops ``mlaverify::verify_step`` and
+``mlaverify::verify_step_out``. The package is typed (PEP 561: ``py.typed``).
 """
 from .api import (BACKENDS, DTYPES, Context, Plan, Problem, backend_compiled,
                   cuda_device_count, dtype_name, tree_mask_words, verify, version)
@@ -22,7 +23,7 @@ from .errors import (CudaError, InvalidArgumentError, MlavError, NoDeviceError,
                      OutOfMemoryError, UnsupportedError, WorkspaceError)
 from .tree import (accept_greedy, merge_states, pack_mask, parents_from_tree_mask,
                    tree_mask_from_parents, unpack_mask)
-from .steps import StepPlan
+from .steps import StepPlan, StepStatusError
 from ._lib import LibraryNotFoundError
 
 __version__ = "0.3.0"
@@ -33,5 +34,6 @@ __all__ = [
     "complete_bundle", "read_bundle", "write_bundle", "CudaError", "InvalidArgumentError",
     "MlavError", "NoDeviceError", "OutOfMemoryError", "UnsupportedError", "WorkspaceError",
     "accept_greedy", "merge_states", "pack_mask", "parents_from_tree_mask",
-    "tree_mask_from_parents", "unpack_mask", "StepPlan", "LibraryNotFoundError",
+    "tree_mask_from_parents", "unpack_mask", "StepPlan", "StepStatusError",
+    "LibraryNotFoundError",
 ]

@@ -195,7 +195,7 @@ def kv_scale_arg(kv_scale: Any, device: Optional[int],
     return 0.0, a.ptr
 
 
-def infer_dtype(q):
+def infer_dtype(q: Tensor) -> str:
     """Plan dtype of a q tensor: float32 -> f32, float16 -> f16, torch.bfloat16 -> bf16; a uint16
     array (raw BF16 bits) needs dtype='bf16' said explicitly."""
     a = wrap("q", q)
@@ -204,7 +204,7 @@ def infer_dtype(q):
     return dtype_name(a.dtype)
 
 
-def backend_id(backend):
+def backend_id(backend: Union[str, int]) -> int:
     """mlav_backend value of a name ("auto", "cpu", "cuda", "cuda-naive", "reference") or value."""
     if isinstance(backend, (int, np.integer)) and int(backend) in _BACKEND_NAMES:
         return int(backend)
@@ -213,22 +213,22 @@ def backend_id(backend):
     raise invalid("backend %r is not auto, cpu, cuda, cuda-naive or reference" % (backend,))
 
 
-def backend_compiled(backend):
+def backend_compiled(backend: Union[str, int]) -> bool:
     """Whether a backend was compiled into the loaded library."""
     return bool(_lib.load().mlav_backend_compiled(backend_id(backend)))
 
 
-def cuda_device_count():
+def cuda_device_count() -> int:
     """CUDA devices of compute capability >= 8.0 the library sees (0 without CUDA)."""
     return int(_lib.load().mlav_cuda_device_count())
 
 
-def version():
+def version() -> str:
     """The loaded library's version string ("0.2.0")."""
     return _lib.text(_lib.load().mlav_version_string())
 
 
-def tree_mask_words(max_q_len):
+def tree_mask_words(max_q_len: int) -> int:
     """uint32 words per tree-mask row for a batch whose longest draft has max_q_len nodes."""
     return int(_lib.load().mlav_tree_mask_words(c_int("max_q_len", max_q_len)))
 
@@ -237,7 +237,7 @@ class Context:
     """A backend chosen once (mlav_context_create). ``backend`` is what AUTO picked, ``note``
     says why. Used by one thread at a time (plan creation is serialised here)."""
 
-    def __init__(self, backend="auto"):
+    def __init__(self, backend: Union[str, int] = "auto") -> None:
         lib = _lib.load()
         h = ctypes.c_void_p()
         check(lib.mlav_context_create(ctypes.byref(h), backend_id(backend)))
@@ -245,12 +245,12 @@ class Context:
         self._lock = threading.Lock()
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         """The backend's name ("cpu", "cuda", ...)."""
         return _BACKEND_NAMES[_lib.load().mlav_context_backend(self._handle())]
 
     @property
-    def note(self):
+    def note(self) -> str:
         """How the backend was chosen (AUTO's reasoning, an MLAV_BACKEND override, a fallback)."""
         return _lib.text(_lib.load().mlav_context_note(self._handle()))
 
@@ -259,7 +259,7 @@ class Context:
             raise invalid("the context is closed")
         return self._h
 
-    def close(self):
+    def close(self) -> None:
         """Free the context (plans made from it keep it alive until they are closed)."""
         h, self._h = getattr(self, "_h", None), None
         if h is not None and _lib._lib is not None:
@@ -267,13 +267,13 @@ class Context:
 
     __del__ = close
 
-    def __enter__(self):
+    def __enter__(self) -> "Context":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Context(%s)" % (self.backend if self._h is not None else "closed")
 
 
@@ -322,11 +322,11 @@ class Problem:
         self.width = self.d_latent + self.d_rope             # W
 
     @property
-    def q_lens(self):
+    def q_lens(self) -> np.ndarray:
         return np.diff(self.q_indptr)
 
     @property
-    def mask_words(self):
+    def mask_words(self) -> int:
         """uint32 words per tree-mask row: ceil(max_q_len / 32), at least 1."""
         return tree_mask_words(self.max_q_len)
 
@@ -420,7 +420,8 @@ class Plan:
     capture); ``run`` with CUDA tensors does neither after the workspace exists.
     """
 
-    def __init__(self, problem=None, *, backend="auto", context=None, device=None, **fields):
+    def __init__(self, problem: Optional[Problem] = None, *, backend: Union[str, int] = "auto",
+                 context: Optional[Context] = None, device: Any = None, **fields: Any) -> None:
         if problem is None:
             problem = Problem(**fields)
         elif fields:
@@ -618,7 +619,7 @@ class Plan:
             raise invalid("the plan is closed")
         return self._h
 
-    def close(self):
+    def close(self) -> None:
         """Free the plan (and its workspace). A CUDA graph that captured a run must be
         destroyed first."""
         h, self._h = getattr(self, "_h", None), None
@@ -629,13 +630,13 @@ class Plan:
 
     __del__ = close
 
-    def __enter__(self):
+    def __enter__(self) -> "Plan":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Plan(%s, backend=%s, workspace=%d bytes %s)" % (
             self.problem, self.backend, self.workspace_bytes, self.workspace_memory)
 

@@ -107,7 +107,7 @@ _PLANS = weakref.WeakValueDictionary()
 _IDS = itertools.count(1)
 
 
-def plan_by_id(plan_id):
+def plan_by_id(plan_id: int) -> "StepPlan":
     """The live StepPlan of an id (StepPlan.id), for the torch custom op."""
     p = _PLANS.get(int(plan_id))
     if p is None:
@@ -240,12 +240,12 @@ class StepPlan:
     # -- properties ----------------------------------------------------------------------------
 
     @property
-    def limits(self):
+    def limits(self) -> Dict[str, int]:
         """dict max_batch, max_tokens, max_q_len, max_kv_len (read back from the library)."""
         return dict(self._limits)
 
     @property
-    def device(self):
+    def device(self) -> Optional[int]:
         """The CUDA device index of a CUDA plan, None for a CPU plan."""
         return self._device
 
@@ -275,7 +275,7 @@ class StepPlan:
 
     # -- update --------------------------------------------------------------------------------
 
-    def update(self, q_indptr, kv_lens, batch=None):
+    def update(self, q_indptr: Any, kv_lens: Any, batch: Optional[int] = None) -> None:
         """Give the plan the next step's lengths.
 
         q_indptr  [batch+1] ints, kv_lens [batch] ints (longer arrays: the first batch(+1)
@@ -402,7 +402,7 @@ class StepPlan:
 
     # -- run -----------------------------------------------------------------------------------
 
-    def output_buffers(self, like):
+    def output_buffers(self, like: Tensor) -> Tuple[Tensor, Tensor]:
         """The StepPlan's own (out, lse) of the kind of `like` (numpy, CPU torch or CUDA torch),
         allocated once: [max_tokens, H, Dl] in q's dtype and [max_tokens, H] float32."""
         a = like if hasattr(like, "is_torch") else wrap("q", like)
@@ -626,7 +626,7 @@ class StepPlan:
 
     # -- lifetime ------------------------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Free the plan. A CUDA graph that captured its update or runs must be destroyed
         first."""
         h, self._h = getattr(self, "_h", None), None
@@ -637,13 +637,13 @@ class StepPlan:
 
     __del__ = close
 
-    def __enter__(self):
+    def __enter__(self) -> "StepPlan":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return ("StepPlan(H=%d, Dl=%d, Dr=%d, %s, page_size=%d, max_pages=%d, limits=%s, "
                 "backend=%s, workspace=%d bytes %s)"
                 % (self.num_heads, self.d_latent, self.d_rope, self.dtype, self.page_size,

@@ -26,7 +26,7 @@ Registration: ``torch.library.Library`` with CPU and CUDA kernels and fake ones 
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Tuple
 
 from .api import real_arg
 from .errors import invalid

@@ -805,3 +805,40 @@ def test_sglang_backend_cuda_graph(seed):
     be.plan.step_status()
     del g
     be.close()
+
+
+def test_steps_cuda_refused_request_index(seed):
+    """Device lengths that break the rules skip their request; the binding reports its index as
+    an int (refused_request(), StepStatusError.bad_request). A fresh CUDA StepPlan (zeroed
+    workspace, empty step) reports -1; a shared page table (page_table_rows) there gives the
+    numbers of the gathered table."""
+    if not _cuda_ready():
+        pytest.skip("needs torch with CUDA, a CUDA build and a device")
+    import torch
+    from mlaverify.steps import StepStatusError
+    rng = np.random.default_rng(seed)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    plan = StepPlan(H, SCALE, "f32", 1, 32, 4, 16, 8, 32, d_latent=DL, d_rope=DR,
+                    backend="cuda", device=dev)
+    assert plan.step_status() == -1 and plan.refused_request() == -1
+    i32 = dict(dtype=torch.int32, device=dev)
+    plan.update(torch.tensor([0, 2, 5, 6], **i32), torch.tensor([4, 2, 9], **i32))  # 1: kv < q
+    assert plan.refused_request() == 1
+    with pytest.raises(StepStatusError) as e:
+        plan.step_status()
+    assert e.value.bad_request == 1 and "request 1" in e.value.sentence
+    plan.update(torch.tensor([0, 2, 1, 6], **i32), torch.tensor([4, 9, 9], **i32))  # q_indptr
+    assert plan.refused_request() == 3
+    plan.update(torch.tensor([0, 2, 5, 6], **i32), torch.tensor([4, 9, 9], **i32))
+    assert plan.step_status() == -1 and plan.refused_request() == -1
+    from mlav_testutil import require_page_table_rows
+    require_page_table_rows()
+    pool = torch.from_numpy(rng.uniform(-1, 1, (64, 1, W)).astype(np.float32)).to(dev)
+    table = torch.from_numpy(rng.permutation(64)[:7 * 32].reshape(7, 32).astype(np.int32))
+    rows = torch.tensor([5, 0, 3, 6], dtype=torch.int32)
+    q = torch.from_numpy(rng.uniform(-1, 1, (16, H, W)).astype(np.float32)).to(dev)
+    o1, l1 = (x.clone() for x in plan.run(q, pool, table.to(dev), None,
+                                          page_table_rows=rows.to(dev)))
+    o2, l2 = plan.run(q, pool, table[rows.long()].contiguous().to(dev), None)
+    torch.cuda.synchronize()
+    assert torch.equal(o1[:6], o2[:6]) and torch.equal(l1[:6], l2[:6])
