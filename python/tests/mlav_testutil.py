@@ -226,19 +226,3 @@ def sglang_inputs(case, rng):
     s["bits"] = case["tree_mask"][:, 0].copy() if case["tree_mask"].shape[1] == 1 else None
     return s
 
-
-def require_page_table_rows():
-    """Skip (with the reason) where the loaded library predates mlav_tensors.page_table_rows:
-    an index past the table's rows comes back OK there instead of refused."""
-    import pytest
-    q = np.zeros((1, 1, 4), np.float32)
-    kv = np.zeros((2, 1, 4), np.float32)
-    with mv.Plan(num_heads=1, d_latent=2, d_rope=2, softmax_scale=1.0, dtype="f32",
-                 q_indptr=[0, 1], kv_lens=[1], max_pages=1, backend="cpu") as plan:
-        try:
-            plan.run(q, kv, np.zeros((1, 1), np.int32),
-                     page_table_rows=np.array([3], np.int32))
-        except mv.InvalidArgumentError:
-            return
-    pytest.skip("libmlaverify %s ignores mlav_tensors.page_table_rows (the C side is not "
-                "there yet)" % mv.version())

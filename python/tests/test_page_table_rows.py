@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mlaverify as mv
-from mlav_testutil import compare, make_case, plan_for, require_page_table_rows
+from mlav_testutil import compare, make_case, plan_for
 
 
 def _shared(case, rng, extra):
@@ -25,7 +25,6 @@ def _shared(case, rng, extra):
 @pytest.mark.parametrize("extra", [0, 1, 37])
 @pytest.mark.parametrize("dtype,page_size", [("f32", 1), ("bf16", 16)])
 def test_page_table_rows_plan_matches_reference(seed, extra, dtype, page_size):
-    require_page_table_rows()
     rng = np.random.default_rng(seed)
     case = make_case(rng, H=4, Dl=64, Dr=16, dtype=dtype, page_size=page_size,
                      reqs=[(5, 40, "random"), (1, 0, "chain"), (7, 90, "bushy"),
@@ -51,7 +50,6 @@ def test_page_table_rows_plan_matches_reference(seed, extra, dtype, page_size):
 def test_page_table_rows_out_of_range_refused(seed):
     """An index outside [0, num_rows) is the library's MLAV_ERR_INVALID_ARG with its sentence,
     and nothing is written: num_rows is page_table's shape[0]."""
-    require_page_table_rows()
     rng = np.random.default_rng(seed)
     case = make_case(rng, H=2, Dl=16, Dr=8, dtype="f32", page_size=4,
                      reqs=[(3, 5, "bushy"), (2, 0, "chain")])
@@ -116,7 +114,6 @@ def test_page_table_rows_torch_cpu(seed):
     """CPU torch tensors: the StepPlan's fast path takes rows too, with the numpy path's
     numbers and the reference backend's."""
     torch = pytest.importorskip("torch")
-    require_page_table_rows()
     rng = np.random.default_rng(seed)
     case = make_case(rng, H=2, Dl=16, Dr=8, dtype="f32", page_size=4,
                      reqs=[(3, 5, "bushy"), (2, 0, "chain")])

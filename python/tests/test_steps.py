@@ -179,8 +179,6 @@ def test_steps_engine_loop_torch_cpu(seed):
 def test_steps_engine_loop_shared_page_table(seed):
     """page_table_rows on a plan for limits: the engine's table of every slot plus spare rows,
     each request's row named, against the reference backend on the gathered rows."""
-    from mlav_testutil import require_page_table_rows
-    require_page_table_rows()
     _engine_loop(seed, 120, page_size=4, as_torch=False, shared=True)
     if _torch() is not None:
         _engine_loop(seed + 1, 40, page_size=1, as_torch=True, shared=True)
@@ -831,8 +829,6 @@ def test_steps_cuda_refused_request_index(seed):
     assert plan.refused_request() == 3
     plan.update(torch.tensor([0, 2, 5, 6], **i32), torch.tensor([4, 9, 9], **i32))
     assert plan.step_status() == -1 and plan.refused_request() == -1
-    from mlav_testutil import require_page_table_rows
-    require_page_table_rows()
     pool = torch.from_numpy(rng.uniform(-1, 1, (64, 1, W)).astype(np.float32)).to(dev)
     table = torch.from_numpy(rng.permutation(64)[:7 * 32].reshape(7, 32).astype(np.int32))
     rows = torch.tensor([5, 0, 3, 6], dtype=torch.int32)
