@@ -20,10 +20,10 @@ from .api import (BACKENDS, DTYPES, Context, Plan, Problem, backend_compiled,
                   cuda_device_count, dtype_name, tree_mask_words, verify, version)
 from .bundle import capture_bundle, check_bundle, complete_bundle, read_bundle, write_bundle
 from .errors import (CudaError, InvalidArgumentError, MlavError, NoDeviceError,
-                     OutOfMemoryError, UnsupportedError, WorkspaceError)
+                     OutOfMemoryError, StepStatusError, UnsupportedError, WorkspaceError)
 from .tree import (accept_greedy, merge_states, pack_mask, parents_from_tree_mask,
                    tree_mask_from_parents, unpack_mask)
-from .steps import StepPlan, StepStatusError
+from .steps import StepPlan
 from ._lib import LibraryNotFoundError
 
 __version__ = "0.3.0"

@@ -72,6 +72,8 @@ def wrap(name, x, writable=False):
         if not x.is_contiguous():
             raise invalid("%s (torch %s %s, strides %s) is not contiguous; pass %s.contiguous()"
                           % (name, x.dtype, list(x.shape), list(x.stride()), name))
+        if x.data_ptr() % x.element_size():  # torch.from_numpy of a misaligned view
+            raise invalid("%s is not aligned to its element size" % name)
         if writable and x.requires_grad and x.is_leaf:
             raise invalid("%s requires grad and cannot be written in place" % name)
         dtype = str(x.dtype).replace("torch.", "")

@@ -67,6 +67,16 @@ class CudaError(MlavError):
     """MLAV_ERR_CUDA: a CUDA call failed; the sentence names the call and file:line."""
 
 
+class StepStatusError(InvalidArgumentError):
+    """MLAV_ERR_INVALID_ARG from StepPlan.step_status(): the last update refused a request.
+    ``bad_request`` is its index (an int), or the step's batch when q_indptr itself was
+    refused (nothing ran)."""
+
+    def __init__(self, sentence: str, bad_request: int) -> None:
+        super().__init__(ERR_INVALID_ARG, sentence)
+        self.bad_request = int(bad_request)
+
+
 _CLASSES = {
     ERR_INVALID_ARG: InvalidArgumentError, ERR_UNSUPPORTED: UnsupportedError,
     ERR_OUT_OF_MEMORY: OutOfMemoryError, ERR_WORKSPACE: WorkspaceError,

@@ -34,7 +34,7 @@ from ._arrays import as_int, host_int32, is_torch, torch_module, wrap
 from .api import (_BACKEND_NAMES, MEM_DEVICE, MEM_HOST, Context, Tensor, _cuda_index,
                   check_run_tensors, kv_scale_arg, no_cuda_in_torch, problem_struct,
                   shape_fields, tree_mask_words)
-from .errors import ERR_INVALID_ARG, InvalidArgumentError, check, invalid
+from .errors import ERR_INVALID_ARG, StepStatusError, check, invalid
 
 _ALIGN = 256
 _I32_MIN, _I32_MAX = -2**31, 2**31 - 1
@@ -73,7 +73,7 @@ def _host_lengths(name, x):
     elif is_torch(x):
         torch = torch_module()
         if x.dtype is torch.int32 and x.layout is torch.strided and x.is_contiguous() and \
-                x.device.type == "cpu":
+                x.device.type == "cpu" and x.data_ptr() % 4 == 0:
             return x, x.data_ptr(), tuple(x.shape)
     a = host_int32(name, x)
     return a, a.ctypes.data, a.shape
@@ -90,16 +90,6 @@ def set_kv_scale(t: "_lib.MlavTensors", kv_scale: Any, device: Optional[int],
         return False
     t.kv_scale, t.kv_scale_ptr = kv_scale_arg(kv_scale, device, kv_dtype)
     return True
-
-
-class StepStatusError(InvalidArgumentError):
-    """MLAV_ERR_INVALID_ARG from StepPlan.step_status(): the last update refused a request.
-    ``bad_request`` is its index (an int), or the step's batch when q_indptr itself was
-    refused (nothing ran)."""
-
-    def __init__(self, sentence: str, bad_request: int) -> None:
-        super().__init__(ERR_INVALID_ARG, sentence)
-        self.bad_request = int(bad_request)
 
 
 # plan ids for the torch custom op (torch_ops.py): id -> StepPlan, weakly held

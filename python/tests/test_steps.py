@@ -813,7 +813,7 @@ def test_steps_cuda_refused_request_index(seed):
     if not _cuda_ready():
         pytest.skip("needs torch with CUDA, a CUDA build and a device")
     import torch
-    from mlaverify.steps import StepStatusError
+    from mlaverify import StepStatusError
     rng = np.random.default_rng(seed)
     dev = torch.device("cuda", torch.cuda.current_device())
     plan = StepPlan(H, SCALE, "f32", 1, 32, 4, 16, 8, 32, d_latent=DL, d_rope=DR,

@@ -7,7 +7,8 @@ import pytest
 
 import mlaverify as mv
 from mlaverify import bundle
-from mlaverify.steps import StepPlan, StepStatusError
+from mlaverify.steps import StepPlan
+from mlaverify import StepStatusError
 
 H, DL, DR = 2, 16, 8
 W = DL + DR
@@ -180,6 +181,18 @@ def test_validation_misaligned_host_lengths_are_copied():
     assert p._struct().q_indptr % 4 == 0 and p._struct().kv_lens % 4 == 0
     with mv.Plan(p, backend="cpu") as plan:
         assert np.array_equal(plan.run(q, kvc, pt)[0], got)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:  # torch.from_numpy keeps the misaligned address
+        tq, tk = torch.from_numpy(qi), torch.from_numpy(kv)
+        assert tq.data_ptr() % 4 != 0
+        step.update(tq, tk)
+        assert step._lengths.q_indptr % 4 == 0 and step._lengths.kv_lens % 4 == 0
+        assert np.array_equal(step.run(q, kvc, pt)[0], got)
+        with pytest.raises(mv.InvalidArgumentError, match="not aligned"):
+            step.run(q, kvc, torch.from_numpy(_misaligned_int32(pt.ravel())).view(2, 8))
     for helper in (mv.tree_mask_from_parents,):
         assert np.array_equal(helper(_misaligned_int32([-1, 0, 0])), helper([-1, 0, 0]))
 
