@@ -16,8 +16,10 @@ step's tokens are not written. Requests with q_len 0 are padding.
 
 Lengths on the host (lists, numpy, CPU torch) are checked at once and raise
 InvalidArgumentError with the library's sentence. Lengths in CUDA tensors are read by a device
-kernel (capturable); a request they break is skipped and ``step_status()`` names it.
-CPU plans take host lengths only; CUDA plans take CUDA tensors only.
+kernel (capturable); a request they break is skipped and ``step_status()`` names it
+(``refused_request()``: its index as an int). CPU plans take host lengths only; CUDA plans take
+CUDA tensors only. The shape's arguments, kv_dtype, kv_scale and every run's tensors follow
+Plan's rules (mlaverify.api: shape_fields, kv_scale_arg, check_run_tensors).
 """
 from __future__ import annotations
 
@@ -111,15 +113,19 @@ class StepPlan:
     num_heads, softmax_scale, dtype ("bf16", "f16", "f32"), page_size, max_pages (the page
     table's row stride), d_latent (512), d_rope (64): the shape, as in Problem.
     max_batch, max_tokens, max_q_len, max_kv_len: the limits (struct mlav_limits).
-    kv_dtype  None (the cache has `dtype`) or "fp8_e4m3": an FP8 E4M3 KV cache (raw bytes:
-              numpy / torch uint8, or torch.float8_e4m3fn) whose runs take kv_scale
+    kv_dtype  None (the cache has `dtype`; also `dtype` said again, or 0) or "fp8_e4m3" (any
+              name of mlaverify.api.FP8_NAMES, 3): an FP8 E4M3 KV cache (raw bytes: numpy /
+              torch uint8, or torch.float8_e4m3fn) whose runs take kv_scale. Anything else
+              (another dtype than q's) is refused, as by Plan.
     backend   "auto", "cpu", "cuda", "reference" (cuda-naive has no plan for limits);
               ignored when `context` is given
     device    the CUDA device of a CUDA plan (int, "cuda:1", torch.device); default torch's
               current device. The workspace is then a torch uint8 tensor there.
 
-    A CPU plan's workspace is a numpy array (``workspace``). One StepPlan holds one step's
-    schedule: streams that run different steps at once need one StepPlan each.
+    A CPU plan's workspace is a numpy array (``workspace``). It starts zeroed and holding an
+    empty step (batch 0, written by the library at creation): step_status() is -1 and a run
+    before the first update writes nothing. One StepPlan holds one step's schedule: streams
+    that run different steps at once need one StepPlan each.
     """
 
     def __init__(self, num_heads: int, softmax_scale: float, dtype: Any, page_size: int,
