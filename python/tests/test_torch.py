@@ -504,6 +504,37 @@ def test_torch_cuda_op_out_variant_graph():
     del g
 
 
+def test_torch_cuda_page_table_rows():
+    """A shared page table on the device (rows permuted, more rows than requests) with
+    page_table_rows as a CUDA tensor: the reference backend's numbers on the gathered table;
+    a device index outside the table makes that request's rows NaN (loud, as the header
+    says), the other requests' unchanged."""
+    _need_cuda()
+    seed = fresh_seed("test_torch_cuda_page_table_rows")
+    rng = np.random.default_rng(seed)
+    case = _case(seed)
+    pt = case["page_table"]
+    R = pt.shape[0] + 9
+    table = rng.integers(0, case["kv_cache"].shape[0], (R, pt.shape[1])).astype(np.int32)
+    rows = rng.permutation(R)[:pt.shape[0]].astype(np.int32)
+    table[rows] = pt
+    args = [_t(case[k], "cuda") for k in ("q", "kv_cache")]
+    with plan_for(case, "cuda", device="cuda:0") as plan:
+        out, lse = plan.run(*args, _t(table, "cuda"), _t(case["tree_mask"], "cuda"),
+                            page_table_rows=_t(rows, "cuda"))
+        torch.cuda.synchronize()
+        compare(case, _np(out), _np(lse), *_reference(case), what="cuda rows", seed=seed)
+        bad = rows.copy()
+        bad[1] = R + 5
+        o2, l2 = plan.run(*args, _t(table, "cuda"), _t(case["tree_mask"], "cuda"),
+                          page_table_rows=_t(bad, "cuda"))
+        torch.cuda.synchronize()
+        qi = case["q_indptr"]
+        lo, hi = int(qi[1]), int(qi[2])
+        assert torch.isnan(o2[lo:hi].float()).all(), "an index past the table gave numbers"
+        assert torch.equal(o2[:lo], out[:lo]) and torch.equal(o2[hi:], out[hi:])
+
+
 if __name__ == "__main__":
     # a runner for hosts without pytest: every test_ function, skips reported
     mv._lib.load()
