@@ -225,4 +225,3 @@ def sglang_inputs(case, rng):
     s["dense"] = dense
     s["bits"] = case["tree_mask"][:, 0].copy() if case["tree_mask"].shape[1] == 1 else None
     return s
-
