@@ -457,7 +457,7 @@ class Plan:
             if self._device is not None:
                 self._device_workspace(self._device, None)
         elif self.workspace_bytes:
-            buf = np.empty(self.workspace_bytes + _ALIGN, dtype=np.uint8)
+            buf = np.zeros(self.workspace_bytes + _ALIGN, dtype=np.uint8)
             off = (-buf.ctypes.data) % _ALIGN
             self._host_ws = buf[off:off + self.workspace_bytes]
 
@@ -477,7 +477,7 @@ class Plan:
                                 "the plan's %d-byte workspace would be allocated inside a CUDA "
                                 "graph capture: create the Plan with device=... or run it once "
                                 "before capturing" % self.workspace_bytes)
-                        ws = torch.empty(self.workspace_bytes + _ALIGN, dtype=torch.uint8,
+                        ws = torch.zeros(self.workspace_bytes + _ALIGN, dtype=torch.uint8,
                                          device=torch.device("cuda", device))
                         off = (-ws.data_ptr()) % _ALIGN
                         # torch ties a block to the stream it was allocated on
