@@ -24,9 +24,8 @@ Registration: ``torch.library.Library`` with CPU and CUDA kernels and fake ones 
 ``torch.library.custom_op`` dispatches slower (see _register). The module attribute
 ``REGISTERED`` says whether the ops exist, ``HOW`` how they were registered or why not.
 """
-from __future__ import annotations
-
-from typing import Any, Tuple
+from typing import Any, Tuple  # no `from __future__ import annotations`: custom_op reads
+                               # the hints of the functions below as objects
 
 from .api import real_arg
 from .errors import invalid
