@@ -370,7 +370,11 @@ def _cuda_index(device: Any) -> int:
         raise invalid("device=%r is not a CUDA device" % (device,))
     if not torch.cuda.is_available():
         raise no_cuda_in_torch("device=%r" % (device,))
-    return d.index if d.index is not None else torch.cuda.current_device()
+    index = d.index if d.index is not None else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        raise NoDeviceError(ERR_NO_DEVICE, "device=%r: torch sees %d CUDA device(s)"
+                            % (device, torch.cuda.device_count()))
+    return index
 
 
 def _torch_stream(stream, device):
