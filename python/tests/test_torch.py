@@ -535,6 +535,25 @@ def test_torch_cuda_page_table_rows():
         assert torch.equal(o2[:lo], out[:lo]) and torch.equal(o2[hi:], out[hi:])
 
 
+def test_torch_cuda_device_past_the_last_is_no_device():
+    """device= naming a CUDA device torch does not have is the library's NoDeviceError (not
+    torch's invalid-ordinal RuntimeError)."""
+    _need_cuda()
+    past = "cuda:%d" % torch.cuda.device_count()
+    case = _case(1, H=2, Dl=16, Dr=8, dtype="f32", reqs=[(3, 4, "bushy")])
+    for make in (lambda: plan_for(case, "cuda", device=past),
+                 lambda: mv.StepPlan(num_heads=2, softmax_scale=0.5, dtype="f32", page_size=1,
+                                     max_pages=8, max_batch=2, max_tokens=8, max_q_len=4,
+                                     max_kv_len=8, d_latent=16, d_rope=8, backend="cuda",
+                                     device=past)):
+        try:
+            make()
+        except mv.NoDeviceError as e:
+            assert "torch sees" in str(e), str(e)
+        else:
+            raise AssertionError("a plan on %s" % past)
+
+
 if __name__ == "__main__":
     # a runner for hosts without pytest: every test_ function, skips reported
     mv._lib.load()
