@@ -13,13 +13,14 @@ system search path. ``mlaverify.sglang`` adapts SGLang-style verify inputs;
 ``mlaverify.bundle`` writes golden bundles (capture_bundle). ``StepPlan`` is a plan for
 limits (engine steps: one plan, new lengths every step, capturable);
 ``mlaverify.sglang_backend`` an SGLang target-verify attention backend on it and
-``mlaverify.torch_ops`` its run as the torch op ``mlaverify::verify_step``.
+``mlaverify.torch_ops`` its run as the torch ops ``mlaverify::verify_step`` and
+``mlaverify::verify_step_out``. The package is typed (PEP 561: ``py.typed``).
 """
 from .api import (BACKENDS, DTYPES, Context, Plan, Problem, backend_compiled,
                   cuda_device_count, dtype_name, tree_mask_words, verify, version)
 from .bundle import capture_bundle, check_bundle, complete_bundle, read_bundle, write_bundle
 from .errors import (CudaError, InvalidArgumentError, MlavError, NoDeviceError,
-                     OutOfMemoryError, UnsupportedError, WorkspaceError)
+                     OutOfMemoryError, StepStatusError, UnsupportedError, WorkspaceError)
 from .tree import (accept_greedy, merge_states, pack_mask, parents_from_tree_mask,
                    tree_mask_from_parents, unpack_mask)
 from .steps import StepPlan
@@ -33,5 +34,6 @@ __all__ = [
     "complete_bundle", "read_bundle", "write_bundle", "CudaError", "InvalidArgumentError",
     "MlavError", "NoDeviceError", "OutOfMemoryError", "UnsupportedError", "WorkspaceError",
     "accept_greedy", "merge_states", "pack_mask", "parents_from_tree_mask",
-    "tree_mask_from_parents", "unpack_mask", "StepPlan", "LibraryNotFoundError",
+    "tree_mask_from_parents", "unpack_mask", "StepPlan", "StepStatusError",
+    "LibraryNotFoundError",
 ]

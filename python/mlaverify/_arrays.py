@@ -5,6 +5,7 @@ so ``sys.modules`` tells whether an object may be one. Nothing is copied or conv
 the library would misread (wrong dtype, not contiguous, misaligned, wrong byte order) is an
 error, because a silent copy would cost time on every step and break CUDA-graph capture.
 """
+import operator
 import sys
 
 import numpy as np
@@ -71,6 +72,8 @@ def wrap(name, x, writable=False):
         if not x.is_contiguous():
             raise invalid("%s (torch %s %s, strides %s) is not contiguous; pass %s.contiguous()"
                           % (name, x.dtype, list(x.shape), list(x.stride()), name))
+        if x.data_ptr() % x.element_size():  # torch.from_numpy of a misaligned view
+            raise invalid("%s is not aligned to its element size" % name)
         if writable and x.requires_grad and x.is_leaf:
             raise invalid("%s requires grad and cannot be written in place" % name)
         dtype = str(x.dtype).replace("torch.", "")
@@ -82,13 +85,22 @@ def wrap(name, x, writable=False):
 _INT_RANGES = {32: (-2**31, 2**31 - 1), 64: (-2**63, 2**63 - 1)}
 
 
-def c_int(name, x, bits=32):
-    """int(x), checked to fit the C field's int32 (or int64, bits=64) before it reaches ctypes,
-    which would silently wrap it (2**32 + 4 becomes 4)."""
+def as_int(name, x):
+    """`x` as a Python int: an int, a numpy integer or anything with ``__index__``; a bool, a
+    float (even 16.0), a string or anything else is refused (int() would truncate 1.5 to 1 and
+    read "7" as 7)."""
+    if isinstance(x, (bool, np.bool_)):
+        raise invalid("%s = %r must be an integer, not a bool" % (name, x))
     try:
-        v = int(x)
-    except (TypeError, ValueError, OverflowError):
-        raise invalid("%s = %r is not an integer" % (name, x)) from None
+        return operator.index(x)
+    except TypeError:
+        raise invalid("%s = %r must be an integer" % (name, x)) from None
+
+
+def c_int(name, x, bits=32):
+    """`x` (see as_int), checked to fit the C field's int32 (or int64, bits=64) before it
+    reaches ctypes, which would silently wrap it (2**32 + 4 becomes 4)."""
+    v = as_int(name, x)
     lo, hi = _INT_RANGES[bits]
     if not lo <= v <= hi:
         raise invalid("%s = %d does not fit the C field's int%d [%d, %d]" % (name, v, bits, lo, hi))
@@ -97,7 +109,9 @@ def c_int(name, x, bits=32):
 
 def host_int32(name, x, shape=None):
     """A small host int32 array from a list, numpy array or torch tensor (a CUDA tensor is
-    copied to the host: that synchronizes its stream). Values must fit int32."""
+    copied to the host: that synchronizes its stream). Values must fit int32. The result is
+    C-contiguous and aligned: a misaligned int32 view (a slice of a byte buffer) is copied, as C
+    reads int32_t through an aligned pointer."""
     if is_torch(x):
         x = x.detach().cpu().numpy()
     a = np.asarray(x)
@@ -105,7 +119,7 @@ def host_int32(name, x, shape=None):
         raise invalid("%s must hold integers, not %s" % (name, a.dtype))
     if a.size and (a.min() < -2**31 or a.max() >= 2**31):
         raise invalid("%s does not fit int32" % name)
-    a = np.ascontiguousarray(a, dtype=np.int32)
+    a = np.require(a, dtype=np.int32, requirements=("C", "A"))
     if shape is not None and a.shape != tuple(shape):
         raise invalid("%s has shape %s, expected %s" % (name, list(a.shape), list(shape)))
     return a

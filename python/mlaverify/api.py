@@ -11,14 +11,21 @@ An FP8 (E4M3) KV cache: ``kv_dtype="fp8_e4m3"`` on the plan, the cache as torch.
 or uint8 bytes (numpy has no fp8 dtype), and ``kv_scale=`` on the run (a KV element's value is
 e4m3(byte) x kv_scale).
 """
+from __future__ import annotations
+
 import ctypes
 import threading
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _lib
 from ._arrays import c_int, empty_like_kind, host_int32, is_torch, torch_module, wrap
-from .errors import check, invalid
+from .errors import ERR_NO_DEVICE, NoDeviceError, check, invalid
+
+#: A tensor argument: a numpy array (host memory) or a torch tensor (CPU, or CUDA). Annotated
+#: as Any: torch is optional and never imported by the package itself.
+Tensor = Any
 
 MEM_HOST = 0
 MEM_DEVICE = 1
@@ -33,7 +40,10 @@ _DTYPE_ALIASES = {
     "bf16": "bf16", "bfloat16": "bf16",
     "f16": "f16", "fp16": "f16", "float16": "f16", "half": "f16",
 }
-_FP8_ALIASES = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn", "f8_e4m3")
+#: Every name of the FP8 (E4M3) KV cache dtype, the one table the binding, the bundle writer and
+#: the bundle CLI share: compared lowercase, after dropping a "torch." prefix (so
+#: torch.float8_e4m3fn is one too); the mlav_dtype value 3 is one as well.
+FP8_NAMES = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn", "f8_e4m3")
 # element dtypes (numpy / torch names) a tensor of each dtype may have; numpy has neither
 # bfloat16 nor an fp8 type, so raw bits (uint16) and bytes (uint8) stand in for them
 _ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
@@ -41,10 +51,26 @@ _ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uin
 _ALIGN = 256
 
 
-def dtype_name(dtype):
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def is_fp8(dtype: Any) -> bool:
+    """Whether `dtype` names the FP8 (E4M3) cache dtype: one of FP8_NAMES (any case, with or
+    without "torch."), torch.float8_e4m3fn, or the mlav_dtype value 3."""
+    if _is_int(dtype):
+        return int(dtype) == DTYPES["fp8_e4m3"]
+    if isinstance(dtype, (bool, np.bool_)):
+        return False
+    return str(dtype).replace("torch.", "").lower() in FP8_NAMES
+
+
+def dtype_name(dtype: Any) -> str:
     """Canonical plan dtype ("f32", "bf16", "f16") of a name ("bfloat16", "fp16", ...), a
     mlav_dtype value, a numpy dtype (float32, float16) or a torch dtype."""
-    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+    if isinstance(dtype, (bool, np.bool_)):
+        raise invalid("dtype = %r is not one of f32, bf16, f16" % (dtype,))
+    if _is_int(dtype):
         for k, v in DTYPES.items():
             if v == int(dtype) and k != "fp8_e4m3":
                 return k
@@ -55,7 +81,7 @@ def dtype_name(dtype):
     key = str(dtype).replace("torch.", "").lower()
     if key in _DTYPE_ALIASES:
         return _DTYPE_ALIASES[key]
-    if key in _FP8_ALIASES:
+    if key in FP8_NAMES:
         raise invalid("dtype %r is not one of f32, bf16, f16: only the KV cache may be FP8 "
                       "(kv_dtype='fp8_e4m3')" % (dtype,))
     try:
@@ -69,20 +95,20 @@ def dtype_name(dtype):
     raise invalid("dtype %r is not one of f32, bf16, f16" % (dtype,))
 
 
-def kv_dtype_name(kv_dtype, dtype):
-    """Canonical KV cache dtype: "fp8_e4m3" for an FP8 name ("fp8", "fp8_e4m3", "e4m3",
-    "float8_e4m3fn", torch.float8_e4m3fn, 3), else the q dtype `dtype` itself (None, 0 as in
-    mlav_problem, or a name of that same dtype). A 16/32-bit cache of another dtype than q is
-    not a supported mix."""
+def kv_dtype_name(kv_dtype: Any, dtype: Any) -> str:
+    """Canonical KV cache dtype: "fp8_e4m3" for an FP8 name (see is_fp8), else the q dtype
+    `dtype` itself: None, 0 (as in mlav_problem, where the zeroed field means the q dtype: never
+    F32 under a 16-bit q) or a name of that same dtype. A 16/32-bit cache of another dtype than
+    q is not a supported mix and is refused. Plan, Problem and StepPlan all take kv_dtype
+    through here."""
     if kv_dtype is None:
         return dtype_name(dtype)
-    if isinstance(kv_dtype, (int, np.integer)) and not isinstance(kv_dtype, bool):
-        if int(kv_dtype) == DTYPES["fp8_e4m3"]:
-            return "fp8_e4m3"
-        if int(kv_dtype) == 0:  # as in mlav_problem: a zero field means the q dtype
-            return dtype_name(dtype)
-    elif str(kv_dtype).replace("torch.", "").lower() in _FP8_ALIASES:
+    if is_fp8(kv_dtype):
         return "fp8_e4m3"
+    if _is_int(kv_dtype) and int(kv_dtype) == 0:
+        return dtype_name(dtype)
+    if isinstance(kv_dtype, (bool, np.bool_)):
+        raise invalid("kv_dtype = %r is not a dtype" % (kv_dtype,))
     kv = dtype_name(kv_dtype)
     if kv != dtype_name(dtype):
         raise invalid("kv_dtype %r with dtype %s: the cache has the q dtype or is fp8_e4m3"
@@ -90,10 +116,45 @@ def kv_dtype_name(kv_dtype, dtype):
     return kv
 
 
-def kv_scale_arg(kv_scale, device, kv_dtype="fp8_e4m3"):
-    """(value, pointer) for mlav_tensors.kv_scale / kv_scale_ptr from a run's `kv_scale`:
+def real_arg(name: str, x: Any) -> float:
+    """`x` as a float: an int or float (Python or numpy); a bool, a string ("0.25") or anything
+    else is refused rather than converted."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer,
+                                                             np.floating)):
+        raise invalid("%s = %r must be a number" % (name, x))
+    return float(x)
 
-    a float                       -> (value, None): read now (a captured graph keeps it)
+
+def shape_fields(*, num_heads: Any, softmax_scale: Any, dtype: Any, page_size: Any,
+                 max_pages: Any, d_latent: Any, d_rope: Any, kv_dtype: Any) -> Dict[str, Any]:
+    """The checked shape of a plan, the one rule Problem (so Plan and verify) and StepPlan share:
+    int32 integers (see c_int), a number for softmax_scale, the canonical dtype and kv_dtype
+    (see kv_dtype_name). The library checks the values themselves (num_heads >= 1, ...)."""
+    f = dict(num_heads=c_int("num_heads", num_heads), d_latent=c_int("d_latent", d_latent),
+             d_rope=c_int("d_rope", d_rope), page_size=c_int("page_size", page_size),
+             max_pages=c_int("max_pages", max_pages),
+             softmax_scale=real_arg("softmax_scale", softmax_scale), dtype=dtype_name(dtype))
+    f["kv_dtype"] = kv_dtype_name(kv_dtype, f["dtype"])
+    return f
+
+
+def problem_struct(f: Dict[str, Any], batch: int = 0, q_indptr: Optional[int] = None,
+                   kv_lens: Optional[int] = None) -> "_lib.MlavProblem":
+    """struct mlav_problem of shape_fields `f` and the lengths' pointers (aligned int32)."""
+    return _lib.MlavProblem(
+        num_heads=f["num_heads"], d_latent=f["d_latent"], d_rope=f["d_rope"],
+        softmax_scale=f["softmax_scale"], dtype=DTYPES[f["dtype"]], page_size=f["page_size"],
+        batch=batch, q_indptr=q_indptr, kv_lens=kv_lens, max_pages=f["max_pages"],
+        kv_dtype=DTYPES[f["kv_dtype"]])
+
+
+def kv_scale_arg(kv_scale: Any, device: Optional[int],
+                 kv_dtype: str = "fp8_e4m3") -> Tuple[float, Optional[int]]:
+    """(value, pointer) for mlav_tensors.kv_scale / kv_scale_ptr from a run's `kv_scale`, the one
+    rule of Plan.run, StepPlan.run and the torch ops:
+
+    a number (int or float, not a bool)
+                                  -> (value, None): read now (a captured graph keeps it)
     a 1-element float32 numpy array or CPU tensor, with host tensors (device None)
                                   -> (0.0, its address): read by the run
     a 1-element float32 CUDA tensor on the tensors' device
@@ -101,9 +162,10 @@ def kv_scale_arg(kv_scale, device, kv_dtype="fp8_e4m3"):
                                      captured graph follows the tensor's value
 
     `device` is where the run's tensors are (None: host, else the CUDA index). For a cache
-    that is not FP8 (`kv_dtype`), kv_scale must be None: a scale there would mean nothing.
-    The value itself (finite and > 0) is the library's to check. The caller keeps the array
-    alive for the run."""
+    that is not FP8 (`kv_dtype`), kv_scale must be None: a scale there would mean nothing; an
+    FP8 cache needs one. A bool or a string ("0.25") is refused, never converted. The value
+    itself (finite and > 0) is the library's to check. The caller keeps the array alive for
+    the run."""
     if kv_dtype != "fp8_e4m3":
         if kv_scale is not None:
             raise invalid("kv_scale is the scale of an FP8 cache; this plan's cache is %s "
@@ -116,6 +178,9 @@ def kv_scale_arg(kv_scale, device, kv_dtype="fp8_e4m3"):
         raise invalid("kv_scale must be a number or a float32 tensor, not a bool")
     if isinstance(kv_scale, (int, float, np.integer, np.floating)):
         return float(kv_scale), None
+    if not isinstance(kv_scale, np.ndarray) and not is_torch(kv_scale):
+        raise invalid("kv_scale = %r must be a number, or a 1-element float32 array or tensor "
+                      "(not %s)" % (kv_scale, type(kv_scale).__name__))
     a = wrap("kv_scale", kv_scale)
     n = 1
     for d in a.shape:
@@ -130,7 +195,7 @@ def kv_scale_arg(kv_scale, device, kv_dtype="fp8_e4m3"):
     return 0.0, a.ptr
 
 
-def infer_dtype(q):
+def infer_dtype(q: Tensor) -> str:
     """Plan dtype of a q tensor: float32 -> f32, float16 -> f16, torch.bfloat16 -> bf16; a uint16
     array (raw BF16 bits) needs dtype='bf16' said explicitly."""
     a = wrap("q", q)
@@ -139,7 +204,7 @@ def infer_dtype(q):
     return dtype_name(a.dtype)
 
 
-def backend_id(backend):
+def backend_id(backend: Union[str, int]) -> int:
     """mlav_backend value of a name ("auto", "cpu", "cuda", "cuda-naive", "reference") or value."""
     if isinstance(backend, (int, np.integer)) and int(backend) in _BACKEND_NAMES:
         return int(backend)
@@ -148,22 +213,22 @@ def backend_id(backend):
     raise invalid("backend %r is not auto, cpu, cuda, cuda-naive or reference" % (backend,))
 
 
-def backend_compiled(backend):
+def backend_compiled(backend: Union[str, int]) -> bool:
     """Whether a backend was compiled into the loaded library."""
     return bool(_lib.load().mlav_backend_compiled(backend_id(backend)))
 
 
-def cuda_device_count():
+def cuda_device_count() -> int:
     """CUDA devices of compute capability >= 8.0 the library sees (0 without CUDA)."""
     return int(_lib.load().mlav_cuda_device_count())
 
 
-def version():
+def version() -> str:
     """The loaded library's version string ("0.2.0")."""
     return _lib.text(_lib.load().mlav_version_string())
 
 
-def tree_mask_words(max_q_len):
+def tree_mask_words(max_q_len: int) -> int:
     """uint32 words per tree-mask row for a batch whose longest draft has max_q_len nodes."""
     return int(_lib.load().mlav_tree_mask_words(c_int("max_q_len", max_q_len)))
 
@@ -172,7 +237,7 @@ class Context:
     """A backend chosen once (mlav_context_create). ``backend`` is what AUTO picked, ``note``
     says why. Used by one thread at a time (plan creation is serialised here)."""
 
-    def __init__(self, backend="auto"):
+    def __init__(self, backend: Union[str, int] = "auto") -> None:
         lib = _lib.load()
         h = ctypes.c_void_p()
         check(lib.mlav_context_create(ctypes.byref(h), backend_id(backend)))
@@ -180,12 +245,12 @@ class Context:
         self._lock = threading.Lock()
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         """The backend's name ("cpu", "cuda", ...)."""
         return _BACKEND_NAMES[_lib.load().mlav_context_backend(self._handle())]
 
     @property
-    def note(self):
+    def note(self) -> str:
         """How the backend was chosen (AUTO's reasoning, an MLAV_BACKEND override, a fallback)."""
         return _lib.text(_lib.load().mlav_context_note(self._handle()))
 
@@ -194,7 +259,7 @@ class Context:
             raise invalid("the context is closed")
         return self._h
 
-    def close(self):
+    def close(self) -> None:
         """Free the context (plans made from it keep it alive until they are closed)."""
         h, self._h = getattr(self, "_h", None), None
         if h is not None and _lib._lib is not None:
@@ -202,13 +267,13 @@ class Context:
 
     __del__ = close
 
-    def __enter__(self):
+    def __enter__(self) -> "Context":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Context(%s)" % (self.backend if self._h is not None else "closed")
 
 
@@ -231,45 +296,43 @@ class Problem:
     to the host, which synchronizes: pass host copies, e.g. SGLang's seq_lens_cpu).
     """
 
-    def __init__(self, *, num_heads, q_indptr, kv_lens, softmax_scale, d_latent=512,
-                 d_rope=64, dtype="bf16", page_size=1, max_pages=None, kv_dtype=None):
+    def __init__(self, *, num_heads: int, q_indptr: Any, kv_lens: Any, softmax_scale: float,
+                 d_latent: int = 512, d_rope: int = 64, dtype: Any = "bf16",
+                 page_size: int = 1, max_pages: Optional[int] = None,
+                 kv_dtype: Any = None) -> None:
         self.kv_lens = host_int32("kv_lens", kv_lens)
         if self.kv_lens.ndim != 1:
             raise invalid("kv_lens must be 1-D [B], not %s" % list(self.kv_lens.shape))
         self.batch = c_int("batch (len(kv_lens))", self.kv_lens.shape[0])
         self.q_indptr = host_int32("q_indptr", q_indptr, shape=(self.batch + 1,))
-        self.num_heads = c_int("num_heads", num_heads)
-        self.d_latent = c_int("d_latent", d_latent)
-        self.d_rope = c_int("d_rope", d_rope)
-        self.softmax_scale = float(softmax_scale)
-        self.dtype = dtype_name(dtype)
-        self.kv_dtype = kv_dtype_name(kv_dtype, self.dtype)
-        self.page_size = c_int("page_size", page_size)
         if max_pages is None:
+            ps = c_int("page_size", page_size)
             longest = int(self.kv_lens.max()) if self.batch else 0
-            max_pages = max(1, -(-longest // max(self.page_size, 1)))
-        self.max_pages = c_int("max_pages", max_pages)
+            max_pages = max(1, -(-longest // max(ps, 1)))
+        f = self._fields = shape_fields(
+            num_heads=num_heads, softmax_scale=softmax_scale, dtype=dtype, page_size=page_size,
+            max_pages=max_pages, d_latent=d_latent, d_rope=d_rope, kv_dtype=kv_dtype)
+        self.num_heads, self.d_latent, self.d_rope = f["num_heads"], f["d_latent"], f["d_rope"]
+        self.softmax_scale, self.dtype, self.kv_dtype = (f["softmax_scale"], f["dtype"],
+                                                         f["kv_dtype"])
+        self.page_size, self.max_pages = f["page_size"], f["max_pages"]
         q_lens = np.diff(self.q_indptr) if self.batch else np.zeros(0, np.int32)
         self.num_tokens = int(self.q_indptr[-1])            # T
         self.max_q_len = int(q_lens.max()) if self.batch else 0
         self.width = self.d_latent + self.d_rope             # W
 
     @property
-    def q_lens(self):
+    def q_lens(self) -> np.ndarray:
         return np.diff(self.q_indptr)
 
     @property
-    def mask_words(self):
+    def mask_words(self) -> int:
         """uint32 words per tree-mask row: ceil(max_q_len / 32), at least 1."""
         return tree_mask_words(self.max_q_len)
 
-    def _struct(self):
-        return _lib.MlavProblem(
-            num_heads=self.num_heads, d_latent=self.d_latent, d_rope=self.d_rope,
-            softmax_scale=self.softmax_scale, dtype=DTYPES[self.dtype],
-            page_size=self.page_size, batch=self.batch, q_indptr=self.q_indptr.ctypes.data,
-            kv_lens=self.kv_lens.ctypes.data, max_pages=self.max_pages,
-            kv_dtype=DTYPES[self.kv_dtype])
+    def _struct(self) -> "_lib.MlavProblem":
+        return problem_struct(self._fields, self.batch, self.q_indptr.ctypes.data,
+                              self.kv_lens.ctypes.data)
 
     def __repr__(self):
         kv = "" if self.kv_dtype == self.dtype else ", kv_dtype=%s" % self.kv_dtype
@@ -279,15 +342,39 @@ class Problem:
                                    self.max_q_len, self.max_pages))
 
 
-def _cuda_index(device):
-    """CUDA device index of an int, "cuda", "cuda:1" or torch.device (torch needed)."""
+def no_cuda_in_torch(what: str) -> NoDeviceError:
+    """The NoDeviceError for `what` needing CUDA through a torch without it (a CPU-only build,
+    or no device visible), in place of torch's own AssertionError or RuntimeError."""
+    torch = torch_module()
+    built = getattr(getattr(torch, "version", None), "cuda", None) if torch else None
+    why = ("torch %s is built without CUDA" % torch.__version__) if torch is not None and \
+        not built else "torch sees no CUDA device (torch.cuda.is_available() is False)"
+    return NoDeviceError(ERR_NO_DEVICE, "%s needs CUDA, but %s: use host tensors and a CPU "
+                         "backend, or a CUDA build of torch on a GPU host" % (what, why))
+
+
+def _cuda_index(device: Any) -> int:
+    """CUDA device index of an int, "cuda", "cuda:1" or torch.device (torch needed, with
+    CUDA: else NoDeviceError)."""
     torch = torch_module()
     if torch is None:
         raise invalid("device=%r needs torch (import torch first)" % (device,))
-    d = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if isinstance(device, bool):
+        raise invalid("device=%r is not a CUDA device" % (device,))
+    try:
+        d = torch.device(device) if not isinstance(device, int) else \
+            torch.device("cuda", device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise invalid("device=%r is not a device (%s)" % (device, e)) from None
     if d.type != "cuda":
         raise invalid("device=%r is not a CUDA device" % (device,))
-    return d.index if d.index is not None else torch.cuda.current_device()
+    if not torch.cuda.is_available():
+        raise no_cuda_in_torch("device=%r" % (device,))
+    index = d.index if d.index is not None else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        raise NoDeviceError(ERR_NO_DEVICE, "device=%r: torch sees %d CUDA device(s)"
+                            % (device, torch.cuda.device_count()))
+    return index
 
 
 def _torch_stream(stream, device):
@@ -337,7 +424,8 @@ class Plan:
     capture); ``run`` with CUDA tensors does neither after the workspace exists.
     """
 
-    def __init__(self, problem=None, *, backend="auto", context=None, device=None, **fields):
+    def __init__(self, problem: Optional[Problem] = None, *, backend: Union[str, int] = "auto",
+                 context: Optional[Context] = None, device: Any = None, **fields: Any) -> None:
         if problem is None:
             problem = Problem(**fields)
         elif fields:
@@ -373,7 +461,7 @@ class Plan:
             if self._device is not None:
                 self._device_workspace(self._device, None)
         elif self.workspace_bytes:
-            buf = np.empty(self.workspace_bytes + _ALIGN, dtype=np.uint8)
+            buf = np.zeros(self.workspace_bytes + _ALIGN, dtype=np.uint8)
             off = (-buf.ctypes.data) % _ALIGN
             self._host_ws = buf[off:off + self.workspace_bytes]
 
@@ -393,7 +481,7 @@ class Plan:
                                 "the plan's %d-byte workspace would be allocated inside a CUDA "
                                 "graph capture: create the Plan with device=... or run it once "
                                 "before capturing" % self.workspace_bytes)
-                        ws = torch.empty(self.workspace_bytes + _ALIGN, dtype=torch.uint8,
+                        ws = torch.zeros(self.workspace_bytes + _ALIGN, dtype=torch.uint8,
                                          device=torch.device("cuda", device))
                         off = (-ws.data_ptr()) % _ALIGN
                         # torch ties a block to the stream it was allocated on
@@ -403,66 +491,36 @@ class Plan:
 
     # -- run -----------------------------------------------------------------------------------
 
-    def _check_inputs(self, q, kv_cache, page_table, tree_mask, out, lse):
+    def _check_inputs(self, q, kv_cache, page_table, tree_mask, out, lse, page_table_rows):
         p = self.problem
-        T, H, W, Dl = p.num_tokens, p.num_heads, p.width, p.d_latent
-        a_q = wrap("q", q)
-        a_kv = wrap("kv_cache", kv_cache)
-        a_pt = wrap("page_table", page_table)
-        a_mask = wrap("tree_mask", tree_mask) if tree_mask is not None else None
-        a_out = wrap("out", out, writable=True) if out is not None else None
-        a_lse = wrap("lse", lse, writable=True) if lse is not None and lse is not False else None
-        args = [a for a in (a_q, a_kv, a_pt, a_mask, a_out, a_lse) if a is not None]
-        devices = {a.device for a in args}
-        if len(devices) > 1:
-            raise invalid("tensors are in different places: " +
-                          ", ".join("%s on %s" % (a.name, a.where) for a in args) +
-                          " (all host memory, or all on one CUDA device)")
-        for a, dt in ((a_q, p.dtype), (a_kv, p.kv_dtype), (a_out, p.dtype)):
-            if a is not None and a.dtype not in _ELEMENTS[dt]:
-                raise invalid("%s has dtype %s; the plan's %s %s needs %s" % (
-                    a.name, a.dtype, "kv_dtype" if a is a_kv else "dtype", dt,
-                    " or ".join(_ELEMENT_DOC.get(e, e) for e in _ELEMENTS[dt])))
-        if a_out is not None and a_out.dtype != a_q.dtype:
-            raise invalid("out has dtype %s but q has %s" % (a_out.dtype, a_q.dtype))
-        if a_pt.dtype != "int32":
-            raise invalid("page_table has dtype %s; it must be int32" % a_pt.dtype)
-        if a_mask is not None and a_mask.dtype not in ("uint32", "int32"):
-            raise invalid("tree_mask has dtype %s; it must be uint32 or int32 (packed bits: "
-                          "see tree_mask_from_parents / pack_mask)" % a_mask.dtype)
-        if a_lse is not None and a_lse.dtype != "float32":
-            raise invalid("lse has dtype %s; it must be float32" % a_lse.dtype)
-        want = [("q", a_q, (T, H, W)), ("page_table", a_pt, (p.batch, p.max_pages)),
-                ("tree_mask", a_mask, (T, p.mask_words)), ("out", a_out, (T, H, Dl)),
-                ("lse", a_lse, (T, H))]
-        for name, a, shape in want:
-            if a is not None and a.shape != shape:
-                raise invalid("%s has shape %s, expected %s (%s)" % (
-                    name, list(a.shape), list(shape), _SHAPE_DOC[name]))
-        if len(a_kv.shape) != 3 or a_kv.shape[1:] != (p.page_size, W):
-            raise invalid("kv_cache has shape %s, expected [num_pages, %d, %d] "
-                          "([num_pages, page_size, d_latent + d_rope])"
-                          % (list(a_kv.shape), p.page_size, W))
-        return a_q, a_kv, a_pt, a_mask, a_out, a_lse
+        return check_run_tensors(p, q, kv_cache, page_table, tree_mask, out, lse,
+                                 page_table_rows, tokens=p.num_tokens, batch=p.batch,
+                                 mask_words=p.mask_words, limits=False)
 
-    def run(self, q, kv_cache, page_table, tree_mask=None, out=None, lse=None, stream=None,
-            kv_scale=None):
+    def run(self, q: Tensor, kv_cache: Tensor, page_table: Tensor,
+            tree_mask: Optional[Tensor] = None, out: Optional[Tensor] = None,
+            lse: Union[Tensor, None, bool] = None, stream: Any = None, kv_scale: Any = None,
+            page_table_rows: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
         """Run the plan; returns (out, lse).
 
         q           [T, H, Dl+Dr]                dtype (torch.bfloat16 / numpy uint16 bits for
                                                  bf16, float16, float32)
         kv_cache    [num_pages, page_size, Dl+Dr]  same dtype; with kv_dtype "fp8_e4m3":
                                                  torch.float8_e4m3fn, or uint8 e4m3 bytes
-        page_table  [B, max_pages]               int32
+        page_table  [B, max_pages]               int32; with page_table_rows
+                    [num_rows, max_pages]        (num_rows >= 1): a table shared by requests
         tree_mask   [T, words] uint32 or int32   packed draft-visibility bits, or None for a
                                                  causal chain (DFlash, top-1 EAGLE)
         out         [T, H, Dl] or None           written (allocated when None)
         lse         [T, H] float32, None (allocated) or False (not computed)
         stream      CUDA tensors only: torch.cuda.Stream or cudaStream_t handle; default the
                     current torch stream. Ignored for host tensors.
-        kv_scale    FP8 caches only (else None): a float, or a 1-element float32 array / tensor
-                    where the tensors are (numpy or CPU torch for host tensors, a CUDA tensor
-                    on their device), read by the run itself (see kv_scale_arg)
+        kv_scale    FP8 caches only (else None, and refused): a float, or a 1-element float32
+                    array / tensor where the tensors are (numpy or CPU torch for host tensors,
+                    a CUDA tensor on their device), read by the run itself (see kv_scale_arg)
+        page_table_rows  None (request b's row of page_table is row b), or [B] int32 where the
+                    other tensors are: request b's row is page_table_rows[b], each in
+                    [0, num_rows) (SGLang's req_pool_indices into req_to_token)
 
         All numpy / CPU torch (host memory) or all torch CUDA tensors on the plan's device.
         With CUDA tensors on a CUDA plan the call is asynchronous on the stream, allocates
@@ -471,8 +529,8 @@ class Plan:
         stream at a time: for concurrent streams use one Plan per stream.
         Raises MlavError subclasses (InvalidArgumentError, UnsupportedError, ...).
         """
-        a_q, a_kv, a_pt, a_mask, a_out, a_lse = self._check_inputs(
-            q, kv_cache, page_table, tree_mask, out, lse)
+        a_q, a_kv, a_pt, a_mask, a_out, a_lse, a_rows = self._check_inputs(
+            q, kv_cache, page_table, tree_mask, out, lse, page_table_rows)
         p = self.problem
         device = a_q.device
         scale_value, scale_ptr = kv_scale_arg(kv_scale, device, p.kv_dtype)
@@ -496,6 +554,7 @@ class Plan:
             tree_mask=a_mask.ptr if a_mask is not None else None, out=a_out.ptr,
             lse=a_lse.ptr if a_lse is not None else None, kv_scale=scale_value,
             kv_scale_ptr=scale_ptr)
+        set_page_table_rows(t, a_rows, a_pt)
         if lse is False:
             lse = None
         lib = _lib.load()
@@ -564,7 +623,7 @@ class Plan:
             raise invalid("the plan is closed")
         return self._h
 
-    def close(self):
+    def close(self) -> None:
         """Free the plan (and its workspace). A CUDA graph that captured a run must be
         destroyed first."""
         h, self._h = getattr(self, "_h", None), None
@@ -575,13 +634,13 @@ class Plan:
 
     __del__ = close
 
-    def __enter__(self):
+    def __enter__(self) -> "Plan":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Plan(%s, backend=%s, workspace=%d bytes %s)" % (
             self.problem, self.backend, self.workspace_bytes, self.workspace_memory)
 
@@ -592,22 +651,106 @@ _ELEMENT_DOC = {"bfloat16": "torch.bfloat16", "uint16": "uint16 (raw BF16 bits)"
 _SHAPE_DOC = {
     "q": "[T, H, d_latent + d_rope]",
     "page_table": "[B, max_pages]",
+    "page_table_rows": "[B] int32, one page-table row per request",
     "tree_mask": "[T, words], words = ceil(max_q_len / 32)",
     "out": "[T, H, d_latent]",
     "lse": "[T, H]",
 }
+_LIMITS_DOC = {
+    "q": "[max_tokens, H, d_latent + d_rope]",
+    "page_table": "[max_batch, max_pages]",
+    "page_table_rows": "[max_batch] int32, one page-table row per request slot",
+    "tree_mask": "[max_tokens, words], words = ceil(limits.max_q_len / 32)",
+    "out": "[max_tokens, H, d_latent]",
+    "lse": "[max_tokens, H]",
+}
 
 
-def verify(q, kv_cache, page_table, tree_mask=None, *, q_indptr, kv_lens, softmax_scale,
-           d_latent=512, dtype=None, out=None, lse=None, backend="auto", context=None,
-           stream=None, kv_dtype=None, kv_scale=None):
+def check_run_tensors(shape: Any, q: Tensor, kv_cache: Tensor, page_table: Tensor,
+                      tree_mask: Optional[Tensor], out: Optional[Tensor], lse: Any,
+                      page_table_rows: Optional[Tensor], *, tokens: int, batch: int,
+                      mask_words: int, limits: bool) -> tuple:
+    """The checks of one run's tensors, Plan's and StepPlan's alike: each a dense, aligned,
+    native-endian numpy array or strided contiguous torch tensor (outputs writable), all in one
+    place, of the dtypes of `shape` (num_heads, d_latent, d_rope, page_size, max_pages, dtype,
+    kv_dtype) and of the shapes of `tokens` rows, `batch` requests (a plan: its B; a plan for
+    limits: max_batch, `limits` True) and `mask_words`. out None and lse None or False are
+    skipped (the caller makes them). Raises InvalidArgumentError naming what is wrong; returns
+    the Arrs (q, kv_cache, page_table, tree_mask, out, lse, page_table_rows), None where absent.
+    """
+    doc = _LIMITS_DOC if limits else _SHAPE_DOC
+    H, Dl, W = shape.num_heads, shape.d_latent, shape.d_latent + shape.d_rope
+    a_q = wrap("q", q)
+    a_kv = wrap("kv_cache", kv_cache)
+    a_pt = wrap("page_table", page_table)
+    a_mask = wrap("tree_mask", tree_mask) if tree_mask is not None else None
+    a_out = wrap("out", out, writable=True) if out is not None else None
+    a_lse = wrap("lse", lse, writable=True) if lse is not None and lse is not False else None
+    a_rows = wrap("page_table_rows", page_table_rows) if page_table_rows is not None else None
+    args = [a for a in (a_q, a_kv, a_pt, a_mask, a_out, a_lse, a_rows) if a is not None]
+    if len({a.device for a in args}) > 1:
+        raise invalid("tensors are in different places: " +
+                      ", ".join("%s on %s" % (a.name, a.where) for a in args) +
+                      " (all host memory, or all on one CUDA device)")
+    for a, dt in ((a_q, shape.dtype), (a_kv, shape.kv_dtype), (a_out, shape.dtype)):
+        if a is not None and a.dtype not in _ELEMENTS[dt]:
+            raise invalid("%s has dtype %s; the plan's %s %s needs %s" % (
+                a.name, a.dtype, "kv_dtype" if a is a_kv else "dtype", dt,
+                " or ".join(_ELEMENT_DOC.get(e, e) for e in _ELEMENTS[dt])))
+    if a_out is not None and a_out.dtype != a_q.dtype:
+        raise invalid("out has dtype %s but q has %s" % (a_out.dtype, a_q.dtype))
+    if a_pt.dtype != "int32":
+        raise invalid("page_table has dtype %s; it must be int32" % a_pt.dtype)
+    if a_rows is not None and a_rows.dtype != "int32":
+        raise invalid("page_table_rows has dtype %s; it must be int32" % a_rows.dtype)
+    if a_mask is not None and a_mask.dtype not in ("uint32", "int32"):
+        raise invalid("tree_mask has dtype %s; it must be uint32 or int32 (packed bits: "
+                      "see tree_mask_from_parents / pack_mask)" % a_mask.dtype)
+    if a_lse is not None and a_lse.dtype != "float32":
+        raise invalid("lse has dtype %s; it must be float32" % a_lse.dtype)
+    want = [("q", a_q, (tokens, H, W)), ("tree_mask", a_mask, (tokens, mask_words)),
+            ("out", a_out, (tokens, H, Dl)), ("lse", a_lse, (tokens, H)),
+            ("page_table_rows", a_rows, (batch,))]
+    if a_rows is None:
+        want.append(("page_table", a_pt, (batch, shape.max_pages)))
+    elif len(a_pt.shape) != 2 or a_pt.shape[0] < 1 or a_pt.shape[1] != shape.max_pages:
+        raise invalid("page_table has shape %s, expected [num_rows >= 1, %d] (with "
+                      "page_table_rows: a table shared by the requests, [num_rows, max_pages])"
+                      % (list(a_pt.shape), shape.max_pages))
+    for name, a, sh in want:
+        if a is not None and a.shape != sh:
+            raise invalid("%s has shape %s, expected %s (%s)" % (
+                name, list(a.shape), list(sh), doc[name]))
+    if len(a_kv.shape) != 3 or a_kv.shape[1:] != (shape.page_size, W):
+        raise invalid("kv_cache has shape %s, expected [num_pages, %d, %d] "
+                      "([num_pages, page_size, d_latent + d_rope])"
+                      % (list(a_kv.shape), shape.page_size, W))
+    return a_q, a_kv, a_pt, a_mask, a_out, a_lse, a_rows
+
+
+def set_page_table_rows(t: "_lib.MlavTensors", a_rows: Any, a_pt: Any) -> None:
+    """mlav_tensors.page_table_rows / page_table_num_rows of checked Arrs (a_rows None: both
+    cleared, row b is request b's)."""
+    if a_rows is None:
+        t.page_table_rows, t.page_table_num_rows = None, 0
+    else:
+        t.page_table_rows = a_rows.ptr
+        t.page_table_num_rows = c_int("page_table_num_rows", a_pt.shape[0], 64)
+
+
+def verify(q: Tensor, kv_cache: Tensor, page_table: Tensor, tree_mask: Optional[Tensor] = None,
+           *, q_indptr: Any, kv_lens: Any, softmax_scale: float, d_latent: int = 512,
+           dtype: Any = None, out: Optional[Tensor] = None, lse: Union[Tensor, None, bool] = None,
+           backend: Union[str, int] = "auto", context: Optional["Context"] = None,
+           stream: Any = None, kv_dtype: Any = None, kv_scale: Any = None,
+           page_table_rows: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """One shot: plan, run, free. Shapes come from the tensors (H and W from q, page_size from
     kv_cache, max_pages from page_table); d_rope = W - d_latent; dtype is inferred from q
     (float32, float16, torch.bfloat16) unless given (numpy uint16 BF16 bits need
     dtype="bf16"); kv_dtype is "fp8_e4m3" for a torch.float8_e4m3fn cache, else q's unless
     given (uint8 e4m3 bytes need kv_dtype="fp8_e4m3"), and an FP8 cache needs kv_scale (see
-    Plan.run). Convenient, not fast: an engine plans once and runs many times.
-    Returns (out, lse)."""
+    Plan.run). page_table_rows: see Plan.run (page_table is then [num_rows, max_pages]).
+    Convenient, not fast: an engine plans once and runs many times. Returns (out, lse)."""
     a_q, a_kv, a_pt = wrap("q", q), wrap("kv_cache", kv_cache), wrap("page_table", page_table)
     if len(a_q.shape) != 3:
         raise invalid("q has shape %s, expected [T, H, d_latent + d_rope]" % list(a_q.shape))
@@ -615,7 +758,8 @@ def verify(q, kv_cache, page_table, tree_mask=None, *, q_indptr, kv_lens, softma
         raise invalid("kv_cache has shape %s, expected [num_pages, page_size, d_latent + "
                       "d_rope]" % list(a_kv.shape))
     if len(a_pt.shape) != 2:
-        raise invalid("page_table has shape %s, expected [B, max_pages]" % list(a_pt.shape))
+        raise invalid("page_table has shape %s, expected [B, max_pages] (or [num_rows, "
+                      "max_pages] with page_table_rows)" % list(a_pt.shape))
     W = a_q.shape[2]
     dtype = dtype_name(dtype) if dtype is not None else infer_dtype(q)
     if kv_dtype is None and a_kv.dtype == "float8_e4m3fn":
@@ -629,4 +773,4 @@ def verify(q, kv_cache, page_table, tree_mask=None, *, q_indptr, kv_lens, softma
               kv_dtype=kv_dtype, backend=backend, context=context,
               device=device if (device is not None and is_torch(q)) else None) as plan:
         return plan.run(q, kv_cache, page_table, tree_mask, out=out, lse=lse, stream=stream,
-                        kv_scale=kv_scale)
+                        kv_scale=kv_scale, page_table_rows=page_table_rows)

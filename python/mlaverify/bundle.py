@@ -20,10 +20,11 @@ import sys
 
 import numpy as np
 
+from .api import FP8_NAMES, is_fp8  # the one table of FP8 names (the binding's too)
+
 FORMAT = "mlaverify-bundle"
 VERSION = "1"
 _DTYPES = {"bf16": "BF16", "f16": "F16", "f32": "F32"}
-_FP8 = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn")
 
 
 def _e4m3_table():
@@ -169,7 +170,7 @@ def write_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, tree_paren
         dtype = inferred[q.dtype]
     if dtype not in _DTYPES:
         raise ValueError("dtype must be bf16, f16 or f32")
-    fp8 = kv_dtype is not None and str(kv_dtype).lower() in _FP8
+    fp8 = kv_dtype is not None and is_fp8(kv_dtype)
     if kv_dtype is not None and not fp8 and kv_dtype != dtype:
         raise ValueError("kv_dtype %r with dtype %s: the cache has q's dtype or is fp8_e4m3"
                          % (kv_dtype, dtype))
@@ -319,7 +320,7 @@ def capture_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, softmax_
         # bytes from here on (index_select and the copy need no fp8 kernels)
         kv_cache = kv_cache.view(torch.uint8)
         kv_dtype = "fp8_e4m3" if kv_dtype is None else kv_dtype
-        if str(kv_dtype).lower() not in _FP8:
+        if not is_fp8(kv_dtype):
             raise ValueError("kv_cache is torch.float8_e4m3fn but kv_dtype is %r" % (kv_dtype,))
     if len(kv_cache.shape) != 3:
         raise ValueError("kv_cache must be [num_pages, page_size, W]")
@@ -359,7 +360,7 @@ def capture_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, softmax_
             raise ValueError("say dtype='bf16' (or 'f16'/'f32') for q of dtype %s" % q_dt)
     elif dtype in ("bfloat16",):
         dtype = "bf16"
-    fp8 = kv_dtype is not None and str(kv_dtype).lower() in _FP8
+    fp8 = kv_dtype is not None and is_fp8(kv_dtype)
     if fp8 and kv_dt not in ("uint8", "float8_e4m3fn"):
         raise ValueError("kv_dtype fp8_e4m3 takes a torch.float8_e4m3fn or uint8 kv_cache, "
                          "not %s" % kv_dt)
@@ -473,7 +474,7 @@ def main(argv, prog=None):
     ap.add_argument("--demo", action="store_true", help="write a tiny random case instead")
     ap.add_argument("--d-latent", type=int, default=512)
     ap.add_argument("--dtype", choices=sorted(_DTYPES), default=None)
-    ap.add_argument("--kv-dtype", choices=["fp8_e4m3", "fp8"], default=None,
+    ap.add_argument("--kv-dtype", choices=list(FP8_NAMES), default=None,
                     help="an FP8 (E4M3) cache: kv_cache in the npz is uint8 e4m3 bytes (or "
                          "float values to quantize) and the npz holds kv_scale")
     ap.add_argument("--vocab", type=int, default=256)

@@ -5,6 +5,8 @@ and the ones that mean "you passed something wrong" are also ``ValueError`` (or
 ``MemoryError``), so generic handlers work too. Checks the binding makes itself (dtype, shape,
 contiguity, residency) raise the same classes with the status the library would give.
 """
+from __future__ import annotations
+
 from . import _lib
 
 OK = 0
@@ -34,7 +36,7 @@ class MlavError(RuntimeError):
     ``sentence`` (mlav_last_error(): what was wrong). ``str(e)`` is "STATUS_NAME: sentence".
     """
 
-    def __init__(self, status, sentence):
+    def __init__(self, status: int, sentence: str) -> None:
         self.status = int(status)
         self.status_name = _NAMES.get(self.status, "MLAV_ERR_UNKNOWN(%d)" % self.status)
         self.sentence = sentence
@@ -65,6 +67,16 @@ class CudaError(MlavError):
     """MLAV_ERR_CUDA: a CUDA call failed; the sentence names the call and file:line."""
 
 
+class StepStatusError(InvalidArgumentError):
+    """MLAV_ERR_INVALID_ARG from StepPlan.step_status(): the last update refused a request.
+    ``bad_request`` is its index (an int), or the step's batch when q_indptr itself was
+    refused (nothing ran)."""
+
+    def __init__(self, sentence: str, bad_request: int) -> None:
+        super().__init__(ERR_INVALID_ARG, sentence)
+        self.bad_request = int(bad_request)
+
+
 _CLASSES = {
     ERR_INVALID_ARG: InvalidArgumentError, ERR_UNSUPPORTED: UnsupportedError,
     ERR_OUT_OF_MEMORY: OutOfMemoryError, ERR_WORKSPACE: WorkspaceError,
@@ -72,17 +84,17 @@ _CLASSES = {
 }
 
 
-def error(status, sentence):
+def error(status: int, sentence: str) -> MlavError:
     """The exception for `status` with `sentence` (not raised)."""
     return _CLASSES.get(int(status), MlavError)(status, sentence)
 
 
-def invalid(sentence):
+def invalid(sentence: str) -> InvalidArgumentError:
     """An InvalidArgumentError raised by the binding's own checks."""
     return InvalidArgumentError(ERR_INVALID_ARG, sentence)
 
 
-def check(status):
+def check(status: int) -> None:
     """Raise the exception for a failed library call (call right after it, on the same
     thread: the sentence is kept per thread)."""
     if status != OK:

@@ -16,31 +16,31 @@ step's tokens are not written. Requests with q_len 0 are padding.
 
 Lengths on the host (lists, numpy, CPU torch) are checked at once and raise
 InvalidArgumentError with the library's sentence. Lengths in CUDA tensors are read by a device
-kernel (capturable); a request they break is skipped and ``step_status()`` names it.
-CPU plans take host lengths only; CUDA plans take CUDA tensors only.
+kernel (capturable); a request they break is skipped and ``step_status()`` names it
+(``refused_request()``: its index as an int). CPU plans take host lengths only; CUDA plans take
+CUDA tensors only. The shape's arguments, kv_dtype, kv_scale and every run's tensors follow
+Plan's rules (mlaverify.api: shape_fields, kv_scale_arg, check_run_tensors).
 """
+from __future__ import annotations
+
 import ctypes
 import itertools
-import operator
 import threading
 import weakref
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from . import _lib
-from ._arrays import host_int32, is_torch, torch_module, wrap
-from .api import (_BACKEND_NAMES, _ELEMENTS, DTYPES, MEM_DEVICE, MEM_HOST, Context,
-                  _cuda_index, dtype_name, tree_mask_words)
-from .errors import ERR_UNSUPPORTED, UnsupportedError, check, invalid
+from ._arrays import as_int, host_int32, is_torch, torch_module, wrap
+from .api import (_BACKEND_NAMES, MEM_DEVICE, MEM_HOST, Context, Tensor, _cuda_index,
+                  check_run_tensors, kv_scale_arg, no_cuda_in_torch, problem_struct,
+                  shape_fields, tree_mask_words)
+from .errors import ERR_INVALID_ARG, StepStatusError, check, invalid
 
 _ALIGN = 256
 _I32_MIN, _I32_MAX = -2**31, 2**31 - 1
 
-#: mlav_dtype of an FP8 (E4M3) KV cache (MLAV_DTYPE_FP8_E4M3, the KV cache only)
-FP8_E4M3 = 3
-_FP8_NAMES = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn", "float8_e4m3")
-# element dtypes an FP8 KV cache may have (numpy / torch names): raw bytes or torch's float8
-_FP8_ELEMENTS = ("uint8", "float8_e4m3fn")
 _NP_ELEMENT = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
                "bf16": np.dtype(np.uint16), "fp8_e4m3": np.dtype(np.uint8)}
 _NP_I32, _NP_U32, _NP_F32 = np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)
@@ -56,44 +56,10 @@ def _np_ptr(a):
         return a.ctypes.data
 
 
-def _kv_dtype_arg(kv_dtype):
-    """(name, mlav_dtype value) of a StepPlan's kv_dtype: "fp8_e4m3" (also "fp8", "e4m3",
-    torch.float8_e4m3fn, 3) or a plan dtype name (the library checks the combination)."""
-    if isinstance(kv_dtype, (int, np.integer)) and not isinstance(kv_dtype, bool) and \
-            int(kv_dtype) == FP8_E4M3:
-        return "fp8_e4m3", FP8_E4M3
-    if str(kv_dtype).replace("torch.", "").lower() in _FP8_NAMES:
-        return "fp8_e4m3", FP8_E4M3
-    name = dtype_name(kv_dtype)
-    return name, DTYPES[name]
-
-
-_FIELDS = {}
-
-
-def _set_field(struct, name, value):
-    """struct.name = value for a field the ctypes mirror (mlaverify._lib) must have: a ctypes
-    Structure would take an unknown name as a plain attribute and the library never see it."""
-    cls = type(struct)
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = frozenset(f for f, _ in cls._fields_)
-    if name not in names:
-        raise UnsupportedError(ERR_UNSUPPORTED, "%s.%s is not in this binding's ctypes mirror "
-                               "(mlaverify/_lib.py predates FP8 KV caches): update the binding"
-                               % (type(struct).__name__, name))
-    setattr(struct, name, value)
-
-
-def int32_arg(name, value, lo=_I32_MIN, hi=_I32_MAX):
-    """`value` as a Python int, checked to be an integer in [lo, hi] (int32 by default) before
-    it reaches ctypes (which would wrap it silently)."""
-    if isinstance(value, bool):
-        raise invalid("%s = %r must be an integer" % (name, value))
-    try:
-        iv = operator.index(value)
-    except TypeError:
-        raise invalid("%s = %r must be an integer" % (name, value)) from None
+def int32_arg(name: str, value: Any, lo: int = _I32_MIN, hi: int = _I32_MAX) -> int:
+    """`value` as a Python int, checked to be an integer (as_int: no bool, float or string)
+    in [lo, hi] (int32 by default) before it reaches ctypes (which would wrap it silently)."""
+    iv = as_int(name, value)
     if iv < lo or iv > hi:
         raise invalid("%s = %d is outside [%d, %d]" % (name, iv, lo, hi))
     return iv
@@ -109,36 +75,22 @@ def _host_lengths(name, x):
     elif is_torch(x):
         torch = torch_module()
         if x.dtype is torch.int32 and x.layout is torch.strided and x.is_contiguous() and \
-                x.device.type == "cpu":
+                x.device.type == "cpu" and x.data_ptr() % 4 == 0:
             return x, x.data_ptr(), tuple(x.shape)
     a = host_int32(name, x)
     return a, a.ctypes.data, a.shape
 
 
-def set_kv_scale(t, kv_scale, device):
-    """Set mlav_tensors.kv_scale / kv_scale_ptr of the MlavTensors t: a float, or a 1-element
-    float32 tensor (numpy / torch) in `device`'s memory (None: host); None clears both.
+def set_kv_scale(t: "_lib.MlavTensors", kv_scale: Any, device: Optional[int],
+                 kv_dtype: str = "fp8_e4m3") -> bool:
+    """Set mlav_tensors.kv_scale / kv_scale_ptr of the MlavTensors t by kv_scale_arg's rule (a
+    number, or a 1-element float32 tensor in `device`'s memory, None: host) for a cache of
+    `kv_dtype`; kv_scale None clears both where that rule allows it (a cache that is not FP8).
     Returns whether a scale is set."""
-    if kv_scale is None:
-        _set_field(t, "kv_scale", 0.0)
-        _set_field(t, "kv_scale_ptr", None)
+    if kv_scale is None and kv_dtype != "fp8_e4m3":
+        t.kv_scale, t.kv_scale_ptr = 0.0, None
         return False
-    if isinstance(kv_scale, np.ndarray) or is_torch(kv_scale):
-        a = wrap("kv_scale", kv_scale)
-        if a.dtype != "float32" or int(np.prod(a.shape)) != 1:
-            raise invalid("kv_scale is %s; a scale tensor is 1 float32 element" % a.describe())
-        if a.device != device:
-            raise invalid("kv_scale is on %s but the plan's tensors are on %s"
-                          % (a.where, "host" if device is None else "cuda:%d" % device))
-        value, ptr = 0.0, a.ptr
-    else:
-        try:
-            value, ptr = float(kv_scale), None
-        except (TypeError, ValueError):
-            raise invalid("kv_scale = %r must be a float or a 1-element float32 tensor"
-                          % (kv_scale,)) from None
-    _set_field(t, "kv_scale", value)
-    _set_field(t, "kv_scale_ptr", ptr)
+    t.kv_scale, t.kv_scale_ptr = kv_scale_arg(kv_scale, device, kv_dtype)
     return True
 
 
@@ -147,7 +99,7 @@ _PLANS = weakref.WeakValueDictionary()
 _IDS = itertools.count(1)
 
 
-def plan_by_id(plan_id):
+def plan_by_id(plan_id: int) -> "StepPlan":
     """The live StepPlan of an id (StepPlan.id), for the torch custom op."""
     p = _PLANS.get(int(plan_id))
     if p is None:
@@ -161,47 +113,45 @@ class StepPlan:
     num_heads, softmax_scale, dtype ("bf16", "f16", "f32"), page_size, max_pages (the page
     table's row stride), d_latent (512), d_rope (64): the shape, as in Problem.
     max_batch, max_tokens, max_q_len, max_kv_len: the limits (struct mlav_limits).
-    kv_dtype  None (the cache has `dtype`) or "fp8_e4m3": an FP8 E4M3 KV cache (raw bytes:
-              numpy / torch uint8, or torch.float8_e4m3fn) whose runs take kv_scale
+    kv_dtype  None (the cache has `dtype`; also `dtype` said again, or 0) or "fp8_e4m3" (any
+              name of mlaverify.api.FP8_NAMES, 3): an FP8 E4M3 KV cache (raw bytes: numpy /
+              torch uint8, or torch.float8_e4m3fn) whose runs take kv_scale. Anything else
+              (another dtype than q's) is refused, as by Plan.
     backend   "auto", "cpu", "cuda", "reference" (cuda-naive has no plan for limits);
               ignored when `context` is given
     device    the CUDA device of a CUDA plan (int, "cuda:1", torch.device); default torch's
               current device. The workspace is then a torch uint8 tensor there.
 
-    A CPU plan's workspace is a numpy array (``workspace``). One StepPlan holds one step's
-    schedule: streams that run different steps at once need one StepPlan each.
+    A CPU plan's workspace is a numpy array (``workspace``). It starts zeroed and holding an
+    empty step (batch 0, written by the library at creation): step_status() is -1 and a run
+    before the first update writes nothing. One StepPlan holds one step's schedule: streams
+    that run different steps at once need one StepPlan each.
     """
 
-    def __init__(self, num_heads, softmax_scale, dtype, page_size, max_pages, max_batch,
-                 max_tokens, max_q_len, max_kv_len, d_latent=512, d_rope=64, context=None,
-                 backend="auto", device=None, kv_dtype=None):
-        self.num_heads = int32_arg("num_heads", num_heads)
-        self.d_latent = int32_arg("d_latent", d_latent)
-        self.d_rope = int32_arg("d_rope", d_rope)
-        self.page_size = int32_arg("page_size", page_size)
-        self.max_pages = int32_arg("max_pages", max_pages)
-        self.softmax_scale = float(softmax_scale)
-        self.dtype = dtype_name(dtype)
+    def __init__(self, num_heads: int, softmax_scale: float, dtype: Any, page_size: int,
+                 max_pages: int, max_batch: int, max_tokens: int, max_q_len: int,
+                 max_kv_len: int, d_latent: int = 512, d_rope: int = 64,
+                 context: Optional[Context] = None, backend: Any = "auto", device: Any = None,
+                 kv_dtype: Any = None) -> None:
+        self._h = None
+        # the shape's rule is Problem's (mlaverify.api.shape_fields): one check for both
+        f = shape_fields(num_heads=num_heads, softmax_scale=softmax_scale, dtype=dtype,
+                         page_size=page_size, max_pages=max_pages, d_latent=d_latent,
+                         d_rope=d_rope, kv_dtype=kv_dtype)
+        self.num_heads, self.d_latent, self.d_rope = f["num_heads"], f["d_latent"], f["d_rope"]
+        self.page_size, self.max_pages = f["page_size"], f["max_pages"]
+        self.softmax_scale, self.dtype, self.kv_dtype = (f["softmax_scale"], f["dtype"],
+                                                         f["kv_dtype"])
         self.width = self.d_latent + self.d_rope
-        kv_name, kv_value = (self.dtype, None) if kv_dtype is None else _kv_dtype_arg(kv_dtype)
-        self.kv_dtype = kv_name
         lim = _lib.MlavLimits(
             max_batch=int32_arg("max_batch", max_batch),
             max_tokens=int32_arg("max_tokens", max_tokens),
             max_q_len=int32_arg("max_q_len", max_q_len),
             max_kv_len=int32_arg("max_kv_len", max_kv_len))
-        self._h = None
         self._ctx = context if context is not None else Context(backend)
         self._lock = threading.Lock()
         self._bufs = {}
-        shape = _lib.MlavProblem(
-            num_heads=self.num_heads, d_latent=self.d_latent, d_rope=self.d_rope,
-            softmax_scale=self.softmax_scale, dtype=DTYPES[self.dtype],
-            page_size=self.page_size, batch=0, q_indptr=None, kv_lens=None,
-            max_pages=self.max_pages)
-        if kv_value is not None and kv_name != self.dtype:
-            # set only for another cache dtype: 0 (the zeroed field) already means `dtype`
-            _set_field(shape, "kv_dtype", kv_value)
+        shape = problem_struct(f)
         lib = _lib.load()
         torch = torch_module()
         self._device = _cuda_index(device) if device is not None else None
@@ -223,10 +173,14 @@ class StepPlan:
         self.workspace_bytes = int(lib.mlav_plan_workspace_bytes(h))
         self.workspace_memory = "device" if lib.mlav_plan_workspace_memory(h) else "host"
         if self.workspace_memory == "device":
-            if torch is None or not torch.cuda.is_available():
+            if torch is None:
                 self.close()
                 raise invalid("a %s plan for limits keeps its workspace in device memory: "
                               "import torch (with CUDA) first" % self.backend)
+            if not torch.cuda.is_available():
+                self.close()
+                raise no_cuda_in_torch("a %s plan for limits (its workspace is device memory)"
+                                       % self.backend)
             if self._device is None:
                 self._device = torch.cuda.current_device()
             if torch.cuda.is_current_stream_capturing():
@@ -234,7 +188,7 @@ class StepPlan:
                 raise invalid("create a StepPlan outside CUDA graph capture")
             n = max(self.workspace_bytes, 1)
             with torch.cuda.device(self._device):
-                buf = torch.empty(n + _ALIGN, dtype=torch.uint8,
+                buf = torch.zeros(n + _ALIGN, dtype=torch.uint8,
                                   device=torch.device("cuda", self._device))
             off = (-buf.data_ptr()) % _ALIGN
             self.workspace = buf[off:off + n]
@@ -242,7 +196,7 @@ class StepPlan:
         else:
             self._device = None
             n = max(self.workspace_bytes, 1)
-            buf = np.empty(n + _ALIGN, dtype=np.uint8)
+            buf = np.zeros(n + _ALIGN, dtype=np.uint8)
             off = (-buf.ctypes.data) % _ALIGN
             self.workspace = buf[off:off + n]
             self._ws_ptr = self.workspace.ctypes.data
@@ -257,7 +211,8 @@ class StepPlan:
         self._run_fn, self._update_fn = lib.mlav_run, lib.mlav_plan_update
         self._t = _lib.MlavTensors(memory=MEM_HOST if self._device is None else MEM_DEVICE)
         self._t_ref = ctypes.byref(self._t)
-        self._scaled = False
+        self._fp8 = self.kv_dtype == "fp8_e4m3"
+        self._rows_shape = (self._limits["max_batch"],)
         T, B = self._limits["max_tokens"], self._limits["max_batch"]
         self._shapes = ((T, self.num_heads, self.width), (B, self.max_pages),
                         (T, self.mask_words), (T, self.num_heads, self.d_latent),
@@ -271,16 +226,22 @@ class StepPlan:
             raw = getattr(C, "_cuda_getCurrentRawStream", None)
             self._raw_stream = raw if raw is not None else (
                 lambda d: torch.cuda.current_stream(d).cuda_stream)
+        # the workspace starts zeroed and holding an empty step (batch 0) written by the
+        # library, so step_status() says -1 and a run before the first update writes nothing,
+        # rather than either reading whatever the allocation held
+        self.update(np.zeros(1, np.int32), np.zeros(0, np.int32), batch=0)
+        if self._device is not None:
+            torch.cuda.current_stream(self._device).synchronize()
 
     # -- properties ----------------------------------------------------------------------------
 
     @property
-    def limits(self):
+    def limits(self) -> Dict[str, int]:
         """dict max_batch, max_tokens, max_q_len, max_kv_len (read back from the library)."""
         return dict(self._limits)
 
     @property
-    def device(self):
+    def device(self) -> Optional[int]:
         """The CUDA device index of a CUDA plan, None for a CPU plan."""
         return self._device
 
@@ -310,7 +271,7 @@ class StepPlan:
 
     # -- update --------------------------------------------------------------------------------
 
-    def update(self, q_indptr, kv_lens, batch=None):
+    def update(self, q_indptr: Any, kv_lens: Any, batch: Optional[int] = None) -> None:
         """Give the plan the next step's lengths.
 
         q_indptr  [batch+1] ints, kv_lens [batch] ints (longer arrays: the first batch(+1)
@@ -394,10 +355,9 @@ class StepPlan:
                           "and %s" % (n, n + 1, n, list(a_qi.shape), list(a_kv.shape)))
         return n, a_qi.ptr, a_kv.ptr
 
-    def step_status(self):
-        """-1 when the last update took every request; raises InvalidArgumentError with the
-        library's sentence naming the first refused request otherwise. On CUDA it copies 4
-        bytes and synchronizes the current stream: a check for after the step."""
+    def _step_word(self) -> Tuple[int, int]:
+        """(mlav_status, bad_request) of mlav_plan_step_status on this plan's workspace; the
+        library's sentence is then its last error on this thread."""
         lib = _lib.load()
         bad = ctypes.c_int32(-1)
         if self._device is not None:
@@ -408,12 +368,37 @@ class StepPlan:
         else:
             st = lib.mlav_plan_step_status(self._handle(), self._ws_ptr, self.workspace_bytes,
                                            None, ctypes.byref(bad))
+        return st, int(bad.value)
+
+    def step_status(self) -> int:
+        """-1 when the last update took every request (a fresh StepPlan holds an empty step:
+        -1 too). Otherwise raises StepStatusError (an InvalidArgumentError) with the library's
+        sentence naming the first refused request, and its index as the int
+        ``e.bad_request`` (the step's batch when q_indptr itself was refused: nothing ran).
+        refused_request() gives that int without raising. On CUDA it copies 8 bytes from the
+        workspace and synchronizes the current stream: a check for after the step, not for
+        the hot loop."""
+        st, bad = self._step_word()
+        if st == ERR_INVALID_ARG and 0 <= bad <= self._limits["max_batch"]:
+            raise StepStatusError(_lib.text(_lib.load().mlav_last_error(None)), bad)
         check(st)
-        return int(bad.value)
+        return -1
+
+    def refused_request(self) -> int:
+        """The last update's refused request as an int: -1 when every request was taken, else
+        the index of the first refused one, or the step's batch when q_indptr itself was
+        refused (nothing ran). Never raises for a refusal (step_status() does, with the
+        sentence); other failures (a closed plan) raise as usual. Synchronizes as
+        step_status() does."""
+        st, bad = self._step_word()
+        if st == ERR_INVALID_ARG and 0 <= bad <= self._limits["max_batch"]:
+            return bad
+        check(st)
+        return -1
 
     # -- run -----------------------------------------------------------------------------------
 
-    def output_buffers(self, like):
+    def output_buffers(self, like: Tensor) -> Tuple[Tensor, Tensor]:
         """The StepPlan's own (out, lse) of the kind of `like` (numpy, CPU torch or CUDA torch),
         allocated once: [max_tokens, H, Dl] in q's dtype and [max_tokens, H] float32."""
         a = like if hasattr(like, "is_torch") else wrap("q", like)
@@ -461,7 +446,7 @@ class StepPlan:
                     u32, torch.float32)
         return self._tf
 
-    def _fast_torch(self, q, kv, pt, m, out, lse):
+    def _fast_torch(self, q, kv, pt, m, out, lse, rows):
         """The pointers of torch tensors that pass every check of _checked (dtype, place,
         layout, contiguity, shape, writable outputs), compared by identity; None when one does
         not (then _checked says which). q is a torch.Tensor."""
@@ -486,7 +471,7 @@ class StepPlan:
         if out.requires_grad or lse.requires_grad:
             return None
         ks = kv.shape
-        if q.shape != sq or pt.shape != spt or out.shape != so or lse.shape != sl or \
+        if q.shape != sq or out.shape != so or lse.shape != sl or \
                 len(ks) != 3 or ks[1] != self.page_size or ks[2] != self.width:
             return None
         if m is None:
@@ -496,10 +481,20 @@ class StepPlan:
             mp = m.data_ptr()
         else:
             return None
+        if rows is None:
+            if pt.shape != spt:
+                return None
+            rp, nrows = None, 0
+        elif isinstance(rows, Tensor) and rows.dtype is i32 and rows.device == dev and \
+                rows.layout is strided and rows.is_contiguous() and rows.shape == self._rows_shape \
+                and pt.dim() == 2 and pt.shape[1] == spt[1] and pt.shape[0] >= 1:
+            rp, nrows = rows.data_ptr(), pt.shape[0]
+        else:
+            return None
         return (q.data_ptr(), kv.data_ptr(), ks[0], pt.data_ptr(), mp, out.data_ptr(),
-                lse.data_ptr())
+                lse.data_ptr(), rp, nrows)
 
-    def _fast_numpy(self, q, kv, pt, m, out, lse):
+    def _fast_numpy(self, q, kv, pt, m, out, lse, rows):
         """As _fast_torch for numpy arrays on a CPU plan (q is an ndarray)."""
         nd = np.ndarray
         if self._device is not None or type(kv) is not nd or type(pt) is not nd or \
@@ -511,8 +506,18 @@ class StepPlan:
             return None
         sq, spt, sm, so, sl = self._shapes
         ks = kv.shape
-        if q.shape != sq or pt.shape != spt or out.shape != so or lse.shape != sl or \
+        if q.shape != sq or out.shape != so or lse.shape != sl or \
                 len(ks) != 3 or ks[1] != self.page_size or ks[2] != self.width:
+            return None
+        if rows is None:
+            if pt.shape != spt:
+                return None
+            rp, nrows = None, 0
+        elif type(rows) is nd and rows.dtype is _NP_I32 and rows.shape == self._rows_shape and \
+                rows.flags.c_contiguous and rows.flags.aligned and len(pt.shape) == 2 and \
+                pt.shape[1] == spt[1] and pt.shape[0] >= 1:
+            rp, nrows = _np_ptr(rows), pt.shape[0]
+        else:
             return None
         fq, fkv, fpt, fo, fl = q.flags, kv.flags, pt.flags, out.flags, lse.flags
         if not (fq.c_contiguous and fkv.c_contiguous and fpt.c_contiguous and fo.c_contiguous
@@ -526,22 +531,33 @@ class StepPlan:
             mp = _np_ptr(m)
         else:
             return None
-        return (_np_ptr(q), _np_ptr(kv), ks[0], _np_ptr(pt), mp, _np_ptr(out), _np_ptr(lse))
+        return (_np_ptr(q), _np_ptr(kv), ks[0], _np_ptr(pt), mp, _np_ptr(out), _np_ptr(lse),
+                rp, nrows)
 
-    def run(self, q, kv_cache, page_table, tree_mask=None, out=None, lse=None, kv_scale=None):
+    def run(self, q: Tensor, kv_cache: Tensor, page_table: Tensor,
+            tree_mask: Optional[Tensor] = None, out: Optional[Tensor] = None,
+            lse: Optional[Tensor] = None, kv_scale: Any = None,
+            page_table_rows: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """Run the last update's step on one layer's tensors; returns (out, lse).
 
         q          [max_tokens, H, Dl+Dr] in the plan's dtype (numpy uint16 bits for bf16)
         kv_cache   [num_pages, page_size, Dl+Dr] (kv_dtype "fp8_e4m3": uint8 bytes, or torch
                    float8_e4m3fn)
-        page_table [max_batch, max_pages] int32
+        page_table [max_batch, max_pages] int32; with page_table_rows [num_rows, max_pages]
+                   (num_rows >= 1): a table shared by the requests
         tree_mask  [max_tokens, words] uint32/int32, or None (a causal chain)
         out, lse   [max_tokens, H, Dl] / [max_tokens, H] float32, or None: the StepPlan's own
                    buffers (allocated once per kind of tensor, reused by every run: copy what
                    you keep). Rows past the step's tokens are left as they were.
-        kv_scale   an FP8 cache's per-tensor scale: a float, or a 1-element float32 tensor in
-                   the tensors' memory (read by the run itself: capturable, no host read);
-                   None leaves the library's fields unset
+        kv_scale   an FP8 cache's per-tensor scale, required there and refused on any other
+                   plan: a number, or a 1-element float32 tensor in the tensors' memory (read
+                   by the run itself: capturable, no host read); the rule of
+                   mlaverify.api.kv_scale_arg, Plan.run's
+        page_table_rows  None (request b's row of page_table is row b), or [max_batch] int32
+                   in the tensors' memory (the limits' shape, like page_table's rows: a fixed
+                   buffer a captured graph reads at replay): request b's row is
+                   page_table_rows[b], each of the step's in [0, num_rows); entries past the
+                   step's batch are not read
         All host (numpy / CPU torch) for a CPU plan, all CUDA on the plan's device for a CUDA
         plan (asynchronous on the current torch stream, capturable once out/lse exist).
         """
@@ -556,25 +572,25 @@ class StepPlan:
                     l = b[1] if l is None else l
             if o is not None and l is not None:
                 ptrs = (self._fast_numpy if numpy else self._fast_torch)(
-                    q, kv_cache, page_table, tree_mask, o, l)
+                    q, kv_cache, page_table, tree_mask, o, l, page_table_rows)
                 if ptrs is not None:
                     out, lse = o, l
         if ptrs is None:
-            out, lse, ptrs = self._checked(q, kv_cache, page_table, tree_mask, out, lse)
+            out, lse, ptrs = self._checked(q, kv_cache, page_table, tree_mask, out, lse,
+                                           page_table_rows)
+        scale = self._fp8 or kv_scale is not None
+        if scale:
+            scale = kv_scale_arg(kv_scale, self._device, self.kv_dtype)
         t = self._t
         with self._lock:
-            t.q, t.kv_cache, t.num_pages, t.page_table, t.tree_mask, t.out, t.lse = ptrs
-            if kv_scale is not None or self._scaled:
-                self._kv_scale(t, kv_scale)
+            (t.q, t.kv_cache, t.num_pages, t.page_table, t.tree_mask, t.out, t.lse,
+             t.page_table_rows, t.page_table_num_rows) = ptrs
+            if scale:
+                t.kv_scale, t.kv_scale_ptr = scale
             st = self._call(self._run_fn, self._t_ref)
         if st:
             check(st)
         return out, lse
-
-    def _kv_scale(self, t, kv_scale):
-        """Set (or, for None after a run that set them, clear) mlav_tensors.kv_scale and
-        kv_scale_ptr in t."""
-        self._scaled = set_kv_scale(t, kv_scale, self._device)
 
     def _run_ref(self, ref):
         """mlav_run on a prebuilt struct (byref of an MlavTensors whose pointers the caller
@@ -584,57 +600,29 @@ class StepPlan:
         if st:
             check(st)
 
-    def _checked(self, q, kv_cache, page_table, tree_mask, out, lse):
-        """Every check of a run's tensors, raising InvalidArgumentError with what is wrong;
-        returns (out, lse, pointers) where out/lse None are the plan's own buffers."""
-        T, H, W, Dl = self._limits["max_tokens"], self.num_heads, self.width, self.d_latent
-        a_q = wrap("q", q)
-        a_kv = wrap("kv_cache", kv_cache)
-        a_pt = wrap("page_table", page_table)
-        a_m = wrap("tree_mask", tree_mask) if tree_mask is not None else None
+    def _checked(self, q, kv_cache, page_table, tree_mask, out, lse, page_table_rows=None):
+        """Every check of a run's tensors (mlaverify.api.check_run_tensors, Plan's, with the
+        limits' shapes), raising InvalidArgumentError with what is wrong; returns
+        (out, lse, pointers) where out/lse None are the plan's own buffers."""
         if out is None or lse is None:
-            o, l = self.output_buffers(a_q)
+            o, l = self.output_buffers(wrap("q", q))
             out = o if out is None else out
             lse = l if lse is None else lse
-        a_out = wrap("out", out, writable=True)
-        a_lse = wrap("lse", lse, writable=True)
-        args = (a_q, a_kv, a_pt, a_m, a_out, a_lse)
-        dev = a_q.device
-        for a in args:
-            if a is not None and a.device != dev:
-                raise invalid("tensors are in different places: " + ", ".join(
-                    "%s on %s" % (x.name, x.where) for x in args if x is not None))
-        if dev != self._device:
+        a_q, a_kv, a_pt, a_m, a_out, a_lse, a_rows = check_run_tensors(
+            self, q, kv_cache, page_table, tree_mask, out, lse, page_table_rows,
+            tokens=self._limits["max_tokens"], batch=self._limits["max_batch"],
+            mask_words=self.mask_words, limits=True)
+        if a_q.device != self._device:
             raise invalid("this %s plan for limits takes %s tensors; q is on %s" % (
                 self.backend, "host" if self._device is None else "cuda:%d" % self._device,
                 a_q.where))
-        elems = _ELEMENTS[self.dtype]
-        kv_elems = _FP8_ELEMENTS if self.kv_dtype == "fp8_e4m3" else _ELEMENTS[self.kv_dtype]
-        for a, want, dt in ((a_q, elems, self.dtype), (a_kv, kv_elems, self.kv_dtype),
-                            (a_out, elems, self.dtype)):
-            if a.dtype not in want:
-                raise invalid("%s has dtype %s; the plan's dtype %s needs %s"
-                              % (a.name, a.dtype, dt, " or ".join(want)))
-        if a_pt.dtype != "int32":
-            raise invalid("page_table has dtype %s; it must be int32" % a_pt.dtype)
-        if a_m is not None and a_m.dtype not in ("uint32", "int32"):
-            raise invalid("tree_mask has dtype %s; it must be uint32 or int32" % a_m.dtype)
-        if a_lse.dtype != "float32":
-            raise invalid("lse has dtype %s; it must be float32" % a_lse.dtype)
-        for a, shape in ((a_q, (T, H, W)), (a_pt, (self._limits["max_batch"], self.max_pages)),
-                         (a_m, (T, self.mask_words)), (a_out, (T, H, Dl)), (a_lse, (T, H))):
-            if a is not None and a.shape != shape:
-                raise invalid("%s has shape %s, expected %s (the limits' shape)"
-                              % (a.name, list(a.shape), list(shape)))
-        if len(a_kv.shape) != 3 or a_kv.shape[1:] != (self.page_size, W):
-            raise invalid("kv_cache has shape %s, expected [num_pages, %d, %d]"
-                          % (list(a_kv.shape), self.page_size, W))
+        rows = (None, 0) if a_rows is None else (a_rows.ptr, a_pt.shape[0])
         return out, lse, (a_q.ptr, a_kv.ptr, a_kv.shape[0], a_pt.ptr,
-                          a_m.ptr if a_m is not None else None, a_out.ptr, a_lse.ptr)
+                          a_m.ptr if a_m is not None else None, a_out.ptr, a_lse.ptr) + rows
 
     # -- lifetime ------------------------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Free the plan. A CUDA graph that captured its update or runs must be destroyed
         first."""
         h, self._h = getattr(self, "_h", None), None
@@ -645,13 +633,13 @@ class StepPlan:
 
     __del__ = close
 
-    def __enter__(self):
+    def __enter__(self) -> "StepPlan":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return ("StepPlan(H=%d, Dl=%d, Dr=%d, %s, page_size=%d, max_pages=%d, limits=%s, "
                 "backend=%s, workspace=%d bytes %s)"
                 % (self.num_heads, self.d_latent, self.d_rope, self.dtype, self.page_size,

@@ -4,7 +4,10 @@ The packed mask layout is the library's: row t has ``words = ceil(max_q_len / 32
 words; bit k (word k // 32, bit k % 32) says draft node k of t's request is visible to t.
 torch takes it as int32: ``torch.from_numpy(mask.view(np.int32)).cuda()``.
 """
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -18,7 +21,8 @@ def _ptr(a):
     return a.ctypes.data if a.size else None
 
 
-def tree_mask_from_parents(parents, q_indptr=None, words=None):
+def tree_mask_from_parents(parents: Any, q_indptr: Any = None,
+                           words: Optional[int] = None) -> np.ndarray:
     """Packed tree mask: each node sees itself and its ancestors (mlav_tree_mask_from_parents).
 
     parents    one request's [q_len] local parents (parents[0] = -1, parents[i] < i), or, with
@@ -56,7 +60,7 @@ def tree_mask_from_parents(parents, q_indptr=None, words=None):
     return mask
 
 
-def pack_mask(visible, words=None):
+def pack_mask(visible: Any, words: Optional[int] = None) -> np.ndarray:
     """Pack a bool mask [rows, n] (visible[t, k]: node k visible to row t) into uint32 words
     [rows, words] (default ceil(n / 32), at least 1)."""
     v = np.asarray(visible.cpu() if is_torch(visible) else visible).astype(bool)
@@ -73,7 +77,7 @@ def pack_mask(visible, words=None):
     return np.ascontiguousarray(bits.reshape(rows, words, 4)).view("<u4").reshape(rows, words)
 
 
-def unpack_mask(mask, n):
+def unpack_mask(mask: Any, n: int) -> np.ndarray:
     """The bool mask [rows, n] of a packed uint32 (or int32) mask [rows, words]."""
     m = np.ascontiguousarray(np.asarray(mask.cpu() if is_torch(mask) else mask)).view("<u4")
     rows, words = m.shape
@@ -81,7 +85,7 @@ def unpack_mask(mask, n):
     return bits[:, :n].astype(bool)
 
 
-def parents_from_tree_mask(mask, q_indptr):
+def parents_from_tree_mask(mask: Any, q_indptr: Any) -> np.ndarray:
     """Inverse of tree_mask_from_parents for a tree mask (each row: itself and its
     ancestors, ancestors at lower indices): parents [T], -1 for each root. Raises
     InvalidArgumentError when the mask is not such a tree."""
@@ -106,7 +110,8 @@ def parents_from_tree_mask(mask, q_indptr):
     return parents
 
 
-def accept_greedy(parents, draft_tokens, target_tokens):
+def accept_greedy(parents: Any, draft_tokens: Any,
+                  target_tokens: Any) -> Tuple[np.ndarray, int]:
     """Greedy acceptance of one request's draft tree (mlav_tree_accept_greedy).
 
     parents, draft_tokens, target_tokens: [q_len] ints (target_tokens[p]: the target model's
@@ -128,7 +133,8 @@ def accept_greedy(parents, draft_tokens, target_tokens):
     return accepted[:num.value].copy(), int(bonus.value)
 
 
-def merge_states(outs, lses, out=None, lse=None):
+def merge_states(outs: Sequence[Any], lses: Sequence[Any], out: Optional[np.ndarray] = None,
+                 lse: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Merge attention states computed over disjoint KV ranges (mlav_merge_states).
 
     outs  sequence of float32 arrays [..., dim] (e.g. [T, H, Dl] from several GPUs' shards)

@@ -161,8 +161,9 @@ def test_bad_input_int_args_out_of_range():
         mv.tree_mask_words(2**32 + 1)
     with pytest.raises(mv.InvalidArgumentError, match="words = 4294967297 does not fit"):
         mv.tree_mask_from_parents([-1, 0], words=2**32 + 1)
-    with pytest.raises(mv.InvalidArgumentError, match="num_heads = 'x' is not an integer"):
-        mv.Problem(num_heads="x", softmax_scale=1.0, q_indptr=[0, 1], kv_lens=[1])
+    for bad in ("x", "2", 2.0, 2.5, True):  # never converted: int(2.5) would plan 2 heads
+        with pytest.raises(mv.InvalidArgumentError, match="num_heads = .* must be an integer"):
+            mv.Problem(num_heads=bad, softmax_scale=1.0, q_indptr=[0, 1], kv_lens=[1])
 
 
 def test_bad_input_outputs_alias_inputs(plan, case):

@@ -62,7 +62,8 @@ int main(void) {
     F(mlav_tensors, memory); F(mlav_tensors, q); F(mlav_tensors, kv_cache);
     F(mlav_tensors, num_pages); F(mlav_tensors, page_table); F(mlav_tensors, tree_mask);
     F(mlav_tensors, out); F(mlav_tensors, lse); F(mlav_tensors, kv_scale);
-    F(mlav_tensors, kv_scale_ptr);
+    F(mlav_tensors, kv_scale_ptr); F(mlav_tensors, page_table_rows);
+    F(mlav_tensors, page_table_num_rows);
     F(mlav_limits, max_batch); F(mlav_limits, max_tokens); F(mlav_limits, max_q_len);
     F(mlav_limits, max_kv_len);
     F(mlav_lengths, memory); F(mlav_lengths, batch); F(mlav_lengths, q_indptr);

@@ -62,12 +62,13 @@ class Engine:
         live = live[:batch]
         entries = live + [None] * (batch - len(live))        # None: padding (q_len 0)
         rng.shuffle(entries)
-        q_lens, kv_lens, parents, rows, budget = [], [], [], [], self.T
+        q_lens, kv_lens, parents, rows, slots, budget = [], [], [], [], [], self.T
         for s in entries:
             if s is None or budget == 0:
                 q_lens.append(0)
                 kv_lens.append(int(rng.integers(0, 3)))
-                rows.append(self.slot_pages[int(rng.integers(0, self.B))])
+                slots.append(int(rng.integers(0, self.B)))
+                rows.append(self.slot_pages[slots[-1]])
                 continue
             room = self.K - self.prefix[s]
             n = int(rng.integers(1, min(self.Q, budget, room) + 1)) if room > 0 else 0
@@ -80,14 +81,20 @@ class Engine:
                 parents.append(make_parents(rng, n, rng.choice(["chain", "bushy", "random"])))
                 budget -= n
             rows.append(self.slot_pages[s])
+            slots.append(s)
         for s in live:                                       # accepted drafts join the prefix
             self.prefix[s] = min(self.prefix[s] + int(rng.integers(1, 4)), self.K - 1)
         q_indptr = np.zeros(batch + 1, np.int32)
         q_indptr[1:] = np.cumsum(q_lens)
         page_table = np.full((self.B, self.P), self.slot_pages[0, 0], np.int32)
         page_table[:batch] = np.array(rows, np.int32)
+        # the same rows as a table shared by the slots (the engine's req_to_token, with spare
+        # rows of other pages after them) and each request's row in it
+        slot_rows = np.zeros(self.B, np.int32)  # past the batch: a valid row, unused
+        slot_rows[:batch] = slots
         return dict(batch=batch, q_indptr=q_indptr, kv_lens=np.array(kv_lens, np.int32),
-                    q_lens=np.array(q_lens, np.int32), parents=parents, page_table=page_table)
+                    q_lens=np.array(q_lens, np.int32), parents=parents, page_table=page_table,
+                    slot_rows=slot_rows)
 
 
 def _step_inputs(eng, st, words, rng, heads=H, width=W):
@@ -116,10 +123,16 @@ def _reference(eng, st, q, T):
                      dtype="f32", backend="reference")
 
 
-def _engine_loop(seed, steps, page_size, as_torch):
+def _engine_loop(seed, steps, page_size, as_torch, shared=False):
+    """Random engine steps on a CPU StepPlan against the reference backend; `shared`: the
+    page table is the engine's table of every slot (more rows than the step's requests, in
+    no request order) with page_table_rows naming each request's row."""
     rng = np.random.default_rng(seed)
     eng = Engine(rng, max_batch=8, max_tokens=96, max_q_len=40, max_kv_len=160,
                  page_size=page_size)
+    if shared:
+        spare = rng.integers(0, eng.pool.shape[0], (5, eng.P)).astype(np.int32)
+        table = np.concatenate([eng.slot_pages, spare]).astype(np.int32)
     plan = StepPlan(H, SCALE, "f32", page_size, eng.P, eng.B, eng.T, eng.Q, eng.K,
                     d_latent=DL, d_rope=DR, backend="cpu")
     assert plan.limits == dict(max_batch=8, max_tokens=96, max_q_len=40, max_kv_len=160)
@@ -137,7 +150,11 @@ def _engine_loop(seed, steps, page_size, as_torch):
         out0, lse0 = plan.output_buffers(conv(q))
         out0[:] = 7.0
         lse0[:] = 7.0
-        out, lse = plan.run(conv(q), pool, conv(st["page_table"]), conv(mask))
+        if shared:
+            out, lse = plan.run(conv(q), pool, conv(table), conv(mask),
+                                page_table_rows=conv(st["slot_rows"]))
+        else:
+            out, lse = plan.run(conv(q), pool, conv(st["page_table"]), conv(mask))
         assert out is out0 and lse is lse0  # the plan's fixed buffers
         out, lse = np.asarray(out), np.asarray(lse)
         assert np.all(out[T:] == 7.0) and np.all(lse[T:] == 7.0), "rows past the step written"
@@ -157,6 +174,14 @@ def test_steps_engine_loop_torch_cpu(seed):
     if _torch() is None:
         pytest.skip("torch is not importable")
     _engine_loop(seed, 60, page_size=1, as_torch=True)
+
+
+def test_steps_engine_loop_shared_page_table(seed):
+    """page_table_rows on a plan for limits: the engine's table of every slot plus spare rows,
+    each request's row named, against the reference backend on the gathered rows."""
+    _engine_loop(seed, 120, page_size=4, as_torch=False, shared=True)
+    if _torch() is not None:
+        _engine_loop(seed + 1, 40, page_size=1, as_torch=True, shared=True)
 
 
 def _small_plan(**kw):
@@ -200,7 +225,7 @@ def test_steps_binding_checks_lengths_before_ctypes(kw, words):
 
 
 @pytest.mark.parametrize("kw, words", [
-    (dict(max_pages=2**31), "max_pages = 2147483648 is outside"),
+    (dict(max_pages=2**31), "max_pages = 2147483648 does not fit the C field's int32"),
     (dict(max_batch=-2**31 - 1), "max_batch"),
     (dict(num_heads=True), "must be an integer"),
     (dict(max_tokens=16.0), "must be an integer"),
@@ -324,47 +349,28 @@ def test_steps_update_takes_any_host_lengths():
 
 
 def test_steps_fp8_kv_arguments():
-    """kv_dtype / kv_scale reach mlav_problem.kv_dtype and mlav_tensors.kv_scale(_ptr) when the
-    ctypes mirror has those fields; without them they raise a sentence, never pass silently."""
-    from mlaverify import steps
-    assert steps._kv_dtype_arg("fp8_e4m3") == ("fp8_e4m3", 3)
-    assert steps._kv_dtype_arg("float8_e4m3fn") == ("fp8_e4m3", 3)
-    assert steps._kv_dtype_arg(3) == ("fp8_e4m3", 3)
-    assert steps._kv_dtype_arg("bfloat16") == ("bf16", 1)
-    with pytest.raises(mv.InvalidArgumentError):
-        steps._kv_dtype_arg("int4")
-    problem_has = "kv_dtype" in [f for f, _ in mv._lib.MlavProblem._fields_]
-    tensors_has = "kv_scale" in [f for f, _ in mv._lib.MlavTensors._fields_]
-    plan = _small_plan(kv_dtype="float32")  # the q dtype said again: nothing to set
+    """kv_dtype / kv_scale follow Plan's rule (mlaverify.api.kv_dtype_name, kv_scale_arg): the
+    q dtype said again is that dtype; a scale on a cache that is not FP8 is refused, as is an
+    FP8 run without one."""
+    plan = _small_plan(kv_dtype="float32")  # the q dtype said again
     assert plan.kv_dtype == "f32"
     q = np.zeros((16, H, W), np.float32)
     pool = np.ones((40, 1, W), np.float32)
     pt = np.zeros((4, 32), np.int32)
     plan.update([0, 2], [5])
-    for scale in (0.5, np.array([0.5], np.float32)):
-        if tensors_has:  # a cache of the q dtype ignores the scale
-            assert np.allclose(plan.run(q, pool, pt, kv_scale=scale)[0][:2], 1.0)
-        else:
-            with pytest.raises(mv.UnsupportedError, match="kv_scale"):
-                plan.run(q, pool, pt, kv_scale=scale)
-    with pytest.raises(mv.InvalidArgumentError if tensors_has else mv.UnsupportedError,
-                       match="kv_scale"):
-        plan.run(q, pool, pt, kv_scale=np.array([0.5, 1.0], np.float32) if tensors_has
-                 else 1.0)
-    plan.run(q, pool, pt)  # None after a scale: cleared (or nothing to clear)
-    if problem_has:
-        try:
-            fp8 = _small_plan(kv_dtype="fp8_e4m3")
-        except mv.MlavError as e:  # a library whose backends do not run FP8 yet says so
-            assert "_lib.py" not in str(e), str(e)
-        else:
-            assert fp8.kv_dtype == "fp8_e4m3"
-            with pytest.raises(mv.InvalidArgumentError, match="kv_cache has dtype float32"):
-                fp8.update([0, 2], [5])
-                fp8.run(q, pool, pt, kv_scale=1.0)
-    else:
-        with pytest.raises(mv.UnsupportedError, match="kv_dtype"):
-            _small_plan(kv_dtype="fp8_e4m3")
+    for scale in (0.5, np.array([0.5], np.float32), 1):
+        with pytest.raises(mv.InvalidArgumentError, match="kv_scale is the scale of an FP8"):
+            plan.run(q, pool, pt, kv_scale=scale)
+    assert np.allclose(plan.run(q, pool, pt)[0][:2], 1.0)
+    fp8 = _small_plan(kv_dtype="fp8_e4m3")
+    assert fp8.kv_dtype == "fp8_e4m3"
+    fp8.update([0, 2], [5])
+    with pytest.raises(mv.InvalidArgumentError, match="kv_cache has dtype float32"):
+        fp8.run(q, pool, pt, kv_scale=1.0)
+    e4m3_one = np.full((40, 1, W), 0x38, np.uint8)
+    with pytest.raises(mv.InvalidArgumentError, match="needs kv_scale"):
+        fp8.run(q, e4m3_one, pt)
+    assert np.allclose(fp8.run(q, e4m3_one, pt, kv_scale=0.5)[0][:2], 0.5)
 
 
 def test_steps_overhead_tool_runs():
@@ -797,3 +803,38 @@ def test_sglang_backend_cuda_graph(seed):
     be.plan.step_status()
     del g
     be.close()
+
+
+def test_steps_cuda_refused_request_index(seed):
+    """Device lengths that break the rules skip their request; the binding reports its index as
+    an int (refused_request(), StepStatusError.bad_request). A fresh CUDA StepPlan (zeroed
+    workspace, empty step) reports -1; a shared page table (page_table_rows) there gives the
+    numbers of the gathered table."""
+    if not _cuda_ready():
+        pytest.skip("needs torch with CUDA, a CUDA build and a device")
+    import torch
+    from mlaverify import StepStatusError
+    rng = np.random.default_rng(seed)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    plan = StepPlan(H, SCALE, "f32", 1, 32, 4, 16, 8, 32, d_latent=DL, d_rope=DR,
+                    backend="cuda", device=dev)
+    assert plan.step_status() == -1 and plan.refused_request() == -1
+    i32 = dict(dtype=torch.int32, device=dev)
+    plan.update(torch.tensor([0, 2, 5, 6], **i32), torch.tensor([4, 2, 9], **i32))  # 1: kv < q
+    assert plan.refused_request() == 1
+    with pytest.raises(StepStatusError) as e:
+        plan.step_status()
+    assert e.value.bad_request == 1 and "request 1" in e.value.sentence
+    plan.update(torch.tensor([0, 2, 1, 6], **i32), torch.tensor([4, 9, 9], **i32))  # q_indptr
+    assert plan.refused_request() == 3
+    plan.update(torch.tensor([0, 2, 5, 6], **i32), torch.tensor([4, 9, 9], **i32))
+    assert plan.step_status() == -1 and plan.refused_request() == -1
+    pool = torch.from_numpy(rng.uniform(-1, 1, (64, 1, W)).astype(np.float32)).to(dev)
+    table = torch.from_numpy(rng.permutation(64)[:7 * 32].reshape(7, 32).astype(np.int32))
+    rows = torch.tensor([5, 0, 3, 6], dtype=torch.int32)
+    q = torch.from_numpy(rng.uniform(-1, 1, (16, H, W)).astype(np.float32)).to(dev)
+    o1, l1 = (x.clone() for x in plan.run(q, pool, table.to(dev), None,
+                                          page_table_rows=rows.to(dev)))
+    o2, l2 = plan.run(q, pool, table[rows.long()].contiguous().to(dev), None)
+    torch.cuda.synchronize()
+    assert torch.equal(o1[:6], o2[:6]) and torch.equal(l1[:6], l2[:6])

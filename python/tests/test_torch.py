@@ -367,6 +367,193 @@ def test_torch_cuda_second_device():
     compare(case, _np(out), _np(lse), *_reference(case), what="cuda:1", seed=seed)
 
 
+# ---- the torch ops (torch_ops): the out variant and opcheck -----------------------------------
+
+def _op_case(seed, device="cpu", full=True):
+    """A StepPlan on `device` (cpu: the cpu backend) with its last update applied and the op's
+    arguments: every max_tokens row belongs to the step when `full` (so each output element is
+    written, as opcheck's comparisons of two runs need)."""
+    from mlaverify import torch_ops
+    if not torch_ops.REGISTERED:
+        raise SkipTest("mlaverify ops not registered: " + torch_ops.HOW)
+    rng = np.random.default_rng(seed)
+    H, Dl, Dr, P = 2, 32, 16, 8
+    plan = mv.StepPlan(num_heads=H, softmax_scale=0.2, dtype="f32", page_size=4, max_pages=P,
+                       max_batch=3, max_tokens=8, max_q_len=4, max_kv_len=32, d_latent=Dl,
+                       d_rope=Dr, backend="cpu" if device == "cpu" else "cuda",
+                       device=None if device == "cpu" else device)
+    qi = [0, 3, 4, 8] if full else [0, 2, 3, 5]
+    plan.update(torch.tensor(qi, dtype=torch.int32, device=device) if device != "cpu" else qi,
+                torch.tensor([9, 1, 30], dtype=torch.int32, device=device)
+                if device != "cpu" else [9, 1, 30])
+    mask = np.zeros((8, 1), np.uint32)
+    par = [-1, 0, 0, -1, -1, 0, 1, 1] if full else [-1, 0, -1, -1, 0]
+    mask[:qi[-1]] = mv.tree_mask_from_parents(par, qi)
+    args = dict(q=torch.from_numpy(rng.uniform(-1, 1, (8, H, Dl + Dr)).astype(np.float32)),
+                kv=torch.from_numpy(rng.uniform(-1, 1, (40, 4, Dl + Dr)).astype(np.float32)),
+                pt=torch.from_numpy(rng.permutation(40)[:3 * P].reshape(3, P).astype(np.int32)),
+                mask=torch.from_numpy(mask.view(np.int32)))
+    return plan, {k: v.to(device) for k, v in args.items()}, torch_ops
+
+
+def test_torch_op_out_variant_cpu():
+    """verify_step_out writes the out and lse it is given (the step's rows, nothing else) and
+    allocates nothing; the same numbers as verify_step's fresh outputs."""
+    _need_torch()
+    seed = fresh_seed("test_torch_op_out_variant_cpu")
+    plan, a, torch_ops = _op_case(seed, full=False)
+    q, kv, pt, mask = a["q"], a["kv"], a["pt"], a["mask"]
+    want_o, want_l = torch.ops.mlaverify.verify_step(q, kv, pt, mask, plan.id, plan.d_latent)
+    out = torch.full((8, 2, 32), 7.0)
+    lse = torch.full((8, 2), 7.0)
+    empty = torch.empty
+
+    def no_alloc(*args, **kw):
+        raise AssertionError("the out variant allocated")
+    torch.empty = no_alloc
+    try:
+        r = torch.ops.mlaverify.verify_step_out(q, kv, pt, mask, plan.id, out, lse)
+        o, l = torch_ops.verify_step(plan, q, kv, pt, mask, out=out, lse=lse)
+    finally:
+        torch.empty = empty
+    assert r is None and o is out and l is lse
+    assert torch.equal(out[:5], want_o[:5]) and torch.equal(lse[:5], want_l[:5])
+    assert torch.all(out[5:] == 7.0) and torch.all(lse[5:] == 7.0), "rows past the step"
+    try:
+        torch_ops.verify_step(plan, q, kv, pt, mask, out=out)
+    except mv.InvalidArgumentError as e:
+        assert "out and lse given together" in str(e)
+    else:
+        raise AssertionError("out without lse accepted")
+    for bad in (True, "0.5"):
+        try:
+            torch_ops.verify_step(plan, q, kv, pt, mask, kv_scale=bad)
+        except mv.InvalidArgumentError as e:
+            assert "kv_scale" in str(e)
+        else:
+            raise AssertionError("kv_scale=%r accepted" % (bad,))
+    meta = [x.to("meta") for x in (q, kv, pt, mask)]
+    assert torch.ops.mlaverify.verify_step_out(*meta, plan.id, out.to("meta"),
+                                               lse.to("meta")) is None
+    # a shared page table through the op (rows given; checked even where the library
+    # predates them)
+    rows = torch.tensor([2, 0, 1], dtype=torch.int32)
+    table = pt[[1, 2, 0]].contiguous()
+    try:
+        torch_ops.verify_step(plan, q, kv, table, mask, page_table_rows=rows[:2])
+    except mv.InvalidArgumentError as e:
+        assert "page_table_rows has shape [2], expected [3]" in str(e), str(e)
+    else:
+        raise AssertionError("2 rows for max_batch 3 accepted")
+
+
+def test_torch_op_opcheck():
+    """torch.library.opcheck of both ops (schema, fake tensors, AOT dispatch with dynamic
+    shapes) on CPU tensors of a CPU StepPlan, and on CUDA tensors where a GPU is there. The
+    autograd-registration check is left out: the ops are inference only and opcheck refuses
+    to run it without an input that requires grad."""
+    _need_torch()
+    opcheck = getattr(torch.library, "opcheck", None)
+    if opcheck is None:
+        raise SkipTest("torch %s has no torch.library.opcheck (2.4 and later)"
+                       % torch.__version__)
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    seed = fresh_seed("test_torch_op_opcheck")
+    devices = ["cpu"]
+    if torch.cuda.is_available() and mv.backend_compiled("cuda") and mv.cuda_device_count():
+        devices.append("cuda")
+    for device in devices:
+        plan, a, _ = _op_case(seed, device)
+        args = (a["q"], a["kv"], a["pt"], a["mask"], plan.id)
+        opcheck(torch.ops.mlaverify.verify_step.default, args + (plan.d_latent,),
+                test_utils=utils)
+        out = torch.zeros((8, 2, 32), device=device)
+        lse = torch.zeros((8, 2), device=device)
+        opcheck(torch.ops.mlaverify.verify_step_out.default, args + (out, lse),
+                test_utils=utils)
+        rows = torch.tensor([2, 0, 1], dtype=torch.int32, device=device)
+        opcheck(torch.ops.mlaverify.verify_step.default, args + (plan.d_latent,),
+                {"page_table_rows": rows}, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_torch_cuda_op_out_variant_graph():
+    """The out variant captured in a CUDA graph: the capture allocates nothing (torch's
+    allocator holds the same bytes before and after) and each replay writes the given out
+    and lse as an eager verify_step does."""
+    _need_cuda()
+    seed = fresh_seed("test_torch_cuda_op_out_variant_graph")
+    plan, a, torch_ops = _op_case(seed, "cuda:0", full=False)
+    q, kv, pt, mask = a["q"], a["kv"], a["pt"], a["mask"]
+    out = torch.zeros((8, 2, 32), device="cuda:0")
+    lse = torch.zeros((8, 2), device="cuda:0")
+    torch_ops.verify_step(plan, q, kv, pt, mask, out=out, lse=lse)  # warm-up
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        torch.ops.mlaverify.verify_step_out(q, kv, pt, mask, plan.id, out, lse)
+    assert torch.cuda.memory_allocated() == before, "the captured out variant allocated"
+    for r in range(3):
+        q.copy_(torch.randn_like(q))
+        out.fill_(float("nan"))
+        g.replay()
+        want_o, want_l = torch.ops.mlaverify.verify_step(q, kv, pt, mask, plan.id,
+                                                         plan.d_latent)
+        torch.cuda.synchronize()
+        assert torch.equal(out[:5], want_o[:5]) and torch.equal(lse[:5], want_l[:5]), r
+    del g
+
+
+def test_torch_cuda_page_table_rows():
+    """A shared page table on the device (rows permuted, more rows than requests) with
+    page_table_rows as a CUDA tensor: the reference backend's numbers on the gathered table;
+    a device index outside the table makes that request's rows NaN (loud, as the header
+    says), the other requests' unchanged."""
+    _need_cuda()
+    seed = fresh_seed("test_torch_cuda_page_table_rows")
+    rng = np.random.default_rng(seed)
+    case = _case(seed)
+    pt = case["page_table"]
+    R = pt.shape[0] + 9
+    table = rng.integers(0, case["kv_cache"].shape[0], (R, pt.shape[1])).astype(np.int32)
+    rows = rng.permutation(R)[:pt.shape[0]].astype(np.int32)
+    table[rows] = pt
+    args = [_t(case[k], "cuda") for k in ("q", "kv_cache")]
+    with plan_for(case, "cuda", device="cuda:0") as plan:
+        out, lse = plan.run(*args, _t(table, "cuda"), _t(case["tree_mask"], "cuda"),
+                            page_table_rows=_t(rows, "cuda"))
+        torch.cuda.synchronize()
+        compare(case, _np(out), _np(lse), *_reference(case), what="cuda rows", seed=seed)
+        bad = rows.copy()
+        bad[1] = R + 5
+        o2, l2 = plan.run(*args, _t(table, "cuda"), _t(case["tree_mask"], "cuda"),
+                          page_table_rows=_t(bad, "cuda"))
+        torch.cuda.synchronize()
+        qi = case["q_indptr"]
+        lo, hi = int(qi[1]), int(qi[2])
+        assert torch.isnan(o2[lo:hi].float()).all(), "an index past the table gave numbers"
+        assert torch.equal(o2[:lo], out[:lo]) and torch.equal(o2[hi:], out[hi:])
+
+
+def test_torch_cuda_device_past_the_last_is_no_device():
+    """device= naming a CUDA device torch does not have is the library's NoDeviceError (not
+    torch's invalid-ordinal RuntimeError)."""
+    _need_cuda()
+    past = "cuda:%d" % torch.cuda.device_count()
+    case = _case(1, H=2, Dl=16, Dr=8, dtype="f32", reqs=[(3, 4, "bushy")])
+    for make in (lambda: plan_for(case, "cuda", device=past),
+                 lambda: mv.StepPlan(num_heads=2, softmax_scale=0.5, dtype="f32", page_size=1,
+                                     max_pages=8, max_batch=2, max_tokens=8, max_q_len=4,
+                                     max_kv_len=8, d_latent=16, d_rope=8, backend="cuda",
+                                     device=past)):
+        try:
+            make()
+        except mv.NoDeviceError as e:
+            assert "torch sees" in str(e), str(e)
+        else:
+            raise AssertionError("a plan on %s" % past)
+
+
 if __name__ == "__main__":
     # a runner for hosts without pytest: every test_ function, skips reported
     mv._lib.load()
