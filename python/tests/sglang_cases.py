@@ -27,7 +27,8 @@ class World:
         self.H, self.DL, self.DR, self.n = H, DL, DR, n
         self.W = DL + DR
         self.reqs, self.ctx_len, self.layers = reqs, ctx_len, layers
-        perm = rng.permutation(pool_rows)[:reqs * ctx_len].reshape(reqs, ctx_len)
+        # slot 0 stays free: SGLang's padded graph tokens write there
+        perm = 1 + rng.permutation(pool_rows - 1)[:reqs * ctx_len].reshape(reqs, ctx_len)
         self.r2t_np = perm.astype(np.int32)
         self.req_to_token = torch.from_numpy(self.r2t_np).to(device)
         self.dtype = dtype or torch.float32

@@ -43,7 +43,7 @@ class _StubMeta(type):
 
     def __call__(cls, *args, **kwargs):
         if len(args) == 1 and not kwargs and callable(args[0]) and \
-                not isinstance(args[0], _StubBase):
+                not isinstance(args[0], (_StubBase, _StubMeta)):
             return args[0]  # used as a decorator: the function unchanged
         return super().__call__(*args, **kwargs)
 
@@ -73,7 +73,7 @@ class _StubBase(metaclass=_StubMeta):
 
     def __call__(self, *args, **kwargs):
         if len(args) == 1 and not kwargs and callable(args[0]) and \
-                not isinstance(args[0], _StubBase):
+                not isinstance(args[0], (_StubBase, _StubMeta)):
             return args[0]
         return _StubBase()
 
@@ -129,12 +129,29 @@ class _Parallel:
     tp_rank = 0
 
 
+class _Struct:
+    """msgspec.Struct: keyword fields, class options ignored."""
+
+    def __init_subclass__(cls, **options):
+        pass
+
+    def __init__(self, **fields):
+        for k, v in type(self).__dict__.items():
+            if not k.startswith("_") and not callable(v):
+                setattr(self, k, v)
+        self.__dict__.update(fields)
+
+
 # stubbed names whose behaviour the tests reach: a CPU implementation each
 OVERRIDES = {
     "sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph."
     "get_tc_piecewise_forward_context": _no_tc_piecewise_context,
     "sglang.srt.mem_cache.utils.set_mla_kv_buffer_triton": _set_mla_kv_buffer,
     "sglang.srt.runtime_context.get_parallel": lambda: _Parallel,
+    "msgspec.Struct": _Struct,
+    # a plain MLA model: none of the hybrid-attention configs
+    "sglang.srt.configs.hybrid_arch.hybrid_gdn_config": lambda model_config: None,
+    "sglang.srt.configs.hybrid_arch.mambaish_config": lambda model_config: None,
 }
 
 
