@@ -30,6 +30,7 @@ static void range_state(const mlav_problem_info *info, const tu_problem *p, int3
 {
     const int32_t W = info->W, Dl = info->Dl, H = info->H;
     const int dt = (int)info->dtype;
+    const int32_t *pt_row = p->page_table + (size_t)b * (size_t)info->max_pages;
     size_t qrow = ((size_t)(info->q_indptr[b] + i) * (size_t)H + (size_t)h) * (size_t)W;
     double m = -INFINITY;
     double *s = xmalloc(sizeof(double) * (size_t)(j1 > j0 ? j1 - j0 : 1));
@@ -37,7 +38,7 @@ static void range_state(const mlav_problem_info *info, const tu_problem *p, int3
         s[j - j0] = -INFINITY;
         if (!mlav_visible(info, p->tree_mask, b, i, j))
             continue;
-        size_t krow = mlav_kv_row_index(info, p->page_table, b, j) * (size_t)W;
+        size_t krow = mlav_kv_row_index(info, pt_row, j) * (size_t)W;
         double acc = 0.0;
         for (int32_t d = 0; d < W; d++)
             acc += (double)mlav_load_as_f32(p->q, dt, qrow + (size_t)d) *
@@ -56,7 +57,7 @@ static void range_state(const mlav_problem_info *info, const tu_problem *p, int3
                 continue;
             double w = exp(s[j - j0] - m);
             sum += w;
-            size_t krow = mlav_kv_row_index(info, p->page_table, b, j) * (size_t)W;
+            size_t krow = mlav_kv_row_index(info, pt_row, j) * (size_t)W;
             for (int32_t d = 0; d < Dl; d++)
                 acc[d] += w * (double)mlav_load_as_f32(p->kv, dt, krow + (size_t)d);
         }

@@ -69,10 +69,11 @@ mlav_status mlav_gen_oracle_rows(const mlav_bundle *b, const mlav_problem_info *
     }
     for (int32_t k = 0; k < n; k++) {
         int32_t r = req[k], i = list[k] - b->q_indptr[r], c = 0;
+        const int32_t *pt_row = b->page_table + (size_t)r * (size_t)info->max_pages;
         for (int64_t j = 0; j < b->kv_lens[r]; j++)
             if (mlav_visible(info, mask, r, i, j))
                 pt[(size_t)k * (size_t)maxvis + (size_t)c++] =
-                    (int32_t)mlav_kv_row_index(info, b->page_table, r, j);
+                    (int32_t)mlav_kv_row_index(info, pt_row, j);
         for (; c < maxvis; c++)
             pt[(size_t)k * (size_t)maxvis + (size_t)c] = 0;
     }

@@ -67,6 +67,22 @@ static inline int32_t mlav_info_prefix(const mlav_problem_info *p, int32_t b)
     return p->kv_lens[b] - mlav_info_q_len(p, b);
 }
 
+/* Request b's row of the page table: row page_table_rows[b] of a table shared by every request
+ * when the tensors give one, else row b. Host tables only (validation checked the index); the
+ * kernels have their own form, which turns an index outside the table into NaN rows. */
+static inline const int32_t *mlav_page_row(const mlav_problem_info *p, const mlav_tensors *t,
+                                           int32_t b)
+{
+    const int64_t row = t->page_table_rows ? (int64_t)t->page_table_rows[b] : (int64_t)b;
+    return t->page_table + (size_t)row * (size_t)p->max_pages;
+}
+
+/* Rows of the page table the tensors describe: page_table_num_rows with a row index, else B. */
+static inline int64_t mlav_page_table_rows_of(const mlav_problem_info *p, const mlav_tensors *t)
+{
+    return t->page_table_rows ? t->page_table_num_rows : (int64_t)p->B;
+}
+
 #ifdef __cplusplus
 }
 #endif

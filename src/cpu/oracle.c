@@ -50,6 +50,7 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
                 b++;
             int32_t i = tok - p->q_indptr[b];
             int64_t kv_len = p->kv_lens[b];
+            const int32_t *pt_row = kv_len > 0 ? mlav_page_row(p, t, b) : NULL;
             for (int32_t d = 0; d < W; d++)
                 q[d] = mlav_load_as_f32(t->q, dt, (size_t)row * (size_t)W + (size_t)d);
 
@@ -68,7 +69,7 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
                         s[c] = -INFINITY;
                         continue;
                     }
-                    size_t base = mlav_kv_row_index(p, t->page_table, b, j) * (size_t)W;
+                    size_t base = mlav_kv_row_index(p, pt_row, j) * (size_t)W;
                     double acc = 0.0;
                     for (int32_t d = 0; d < W; d++)
                         acc += q[d] * kv_value(t->kv_cache, kdt, base + (size_t)d, kv_scale);
@@ -97,7 +98,7 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
                         continue;
                     double w = exp(s[c] - m);
                     sum += w;
-                    size_t base = mlav_kv_row_index(p, t->page_table, b, j0 + c) * (size_t)W;
+                    size_t base = mlav_kv_row_index(p, pt_row, j0 + c) * (size_t)W;
                     for (int32_t d = 0; d < Dl; d++)
                         o[d] += w * kv_value(t->kv_cache, kdt, base + (size_t)d, kv_scale);
                 }

@@ -25,11 +25,12 @@ static inline int mlav_visible(const mlav_problem_info *p, const uint32_t *tree_
                            mlav_info_prefix(p, b), j);
 }
 
-/* Address of KV row j of request b in the pool (no bounds check: validation did it). */
-static inline size_t mlav_kv_row_index(const mlav_problem_info *p, const int32_t *page_table,
-                                       int32_t b, int64_t j)
+/* Address of KV row j in the pool, for a request whose page-table row is `pt_row`
+ * (mlav_page_row; no bounds check: validation did it). */
+static inline size_t mlav_kv_row_index(const mlav_problem_info *p, const int32_t *pt_row,
+                                       int64_t j)
 {
-    int32_t page = page_table[(size_t)b * (size_t)p->max_pages + (size_t)(j / p->page_size)];
+    int32_t page = pt_row[(size_t)(j / p->page_size)];
     return (size_t)page * (size_t)p->page_size + (size_t)(j % p->page_size);
 }
 

@@ -433,6 +433,7 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
     const int32_t H = p->H, W = p->W, Dl = p->Dl, tile = st->tile, rows = it->rows;
     const int dt = (int)p->dtype, kdt = (int)p->kv_dtype;
     const int64_t prefix = mlav_info_prefix(p, it->b);
+    const int32_t *pt_row = it->k1 > it->k0 ? mlav_page_row(p, t, it->b) : NULL;
     const size_t row0 = (size_t)p->q_indptr[it->b] * (size_t)H + (size_t)it->r0; /* in q, out */
 
     const float *q;
@@ -457,7 +458,7 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
         int32_t np = (int32_t)(prefix - j0 < 0 ? 0 : (prefix - j0 > n ? n : prefix - j0));
         int draft_bad = 0;
         for (int32_t c = 0; c < n; c++) {
-            size_t src = mlav_kv_row_index(p, t->page_table, it->b, j0 + c) * (size_t)W;
+            size_t src = mlav_kv_row_index(p, pt_row, j0 + c) * (size_t)W;
             float *dst = sc->kt + (size_t)c * (size_t)W;
             widen(t->kv_cache, kdt, src, (size_t)W, e4m3, dst);
             if (c >= np)

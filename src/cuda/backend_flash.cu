@@ -131,6 +131,8 @@ mlav_flash_params make_params(const mlav_problem_info *p, const flash_config *c,
     fp.q = t->q;
     fp.kv = t->kv_cache;
     fp.page_table = t->page_table;
+    fp.page_table_rows = t->page_table_rows;
+    fp.page_table_num_rows = t->page_table_num_rows;
     fp.tree_mask = t->tree_mask;
     fp.out = t->out;
     fp.lse = t->lse;

@@ -1,6 +1,8 @@
 /* The common `run` of the CUDA backends: residency and alignment checks for device tensors, and
  * the offload mapping (allocate, copy in, run, copy back, free) for host tensors. */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_backend.h"
 
@@ -56,6 +58,7 @@ static mlav_status check_device_tensors(const mlav_problem_info *p, const mlav_t
         {t->q, "q", 16},
         {t->kv_cache, "kv_cache", 16},
         {t->page_table, "page_table", 4},
+        {t->page_table_rows, "page_table_rows", 4},
         {t->tree_mask, "tree_mask", 4},
         {t->out, "out", 16},
         {t->lse, "lse", 4},
@@ -127,24 +130,48 @@ static mlav_status run_offload(const mlav_problem_info *p, const void *state,
     if (s != MLAV_OK)
         return s;
 
+    /* A table shared by every request (page_table_rows) is mapped as the requests' own rows,
+     * gathered on the host (validation checked the indices of the requests that have KV rows),
+     * so the copy is B rows, never the whole shared table. */
+    int32_t *pt_gather = NULL;
+    if (pt_bytes && t->page_table_rows) {
+        pt_gather = (int32_t *)malloc(pt_bytes);
+        if (!pt_gather)
+            return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY,
+                                  "could not allocate %zu bytes to gather the page-table rows",
+                                  pt_bytes);
+        for (int32_t b = 0; b < p->B; b++) {
+            int32_t *dst = pt_gather + (size_t)b * (size_t)p->max_pages;
+            if (p->kv_lens[b] > 0)
+                memcpy(dst, mlav_page_row(p, t, b), (size_t)p->max_pages * sizeof(int32_t));
+            else
+                memset(dst, 0, (size_t)p->max_pages * sizeof(int32_t));
+        }
+    }
+
     char *base = NULL;
     cudaError_t e = cudaMalloc((void **)&base, total);
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
+        free(pt_gather);
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY,
                               "could not allocate %zu bytes of device memory to map the host "
                               "tensors (kv_cache alone is %zu bytes; pass device tensors to "
                               "avoid the copy)",
                               total, kv_bytes);
     }
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+        free(pt_gather);
         return mlav_cuda_error(e, "cudaMalloc(mapped tensors)", __FILE__, __LINE__);
+    }
 
     mlav_tensors d = *t;
     d.memory = MLAV_MEM_DEVICE;
     d.q = q_bytes ? base + off_q : NULL;
     d.kv_cache = kv_bytes ? base + off_kv : NULL;
     d.page_table = pt_bytes ? (const int32_t *)(const void *)(base + off_pt) : NULL;
+    d.page_table_rows = NULL; /* gathered above: row b is request b's */
+    d.page_table_num_rows = 0;
     d.tree_mask = mask_bytes ? (const uint32_t *)(const void *)(base + off_mask) : NULL;
     d.out = out_bytes ? base + off_out : NULL;
     d.lse = lse_bytes ? (float *)(void *)(base + off_lse) : NULL;
@@ -167,8 +194,8 @@ static mlav_status run_offload(const mlav_problem_info *p, const void *state,
         MLAV_STEP(cudaMemcpyAsync(base + off_kv, t->kv_cache, kv_bytes, cudaMemcpyHostToDevice,
                                   stream));
     if (pt_bytes)
-        MLAV_STEP(cudaMemcpyAsync(base + off_pt, t->page_table, pt_bytes, cudaMemcpyHostToDevice,
-                                  stream));
+        MLAV_STEP(cudaMemcpyAsync(base + off_pt, pt_gather ? pt_gather : t->page_table,
+                                  pt_bytes, cudaMemcpyHostToDevice, stream));
     if (mask_bytes)
         MLAV_STEP(cudaMemcpyAsync(base + off_mask, t->tree_mask, mask_bytes,
                                   cudaMemcpyHostToDevice, stream));
@@ -186,6 +213,7 @@ static mlav_status run_offload(const mlav_problem_info *p, const void *state,
         if (cudaStreamSynchronize(stream) != cudaSuccess)
             (void)cudaGetLastError();
     }
+    free(pt_gather); /* the stream was synchronized above: its copy has run */
     e = cudaFree(base);
     if (e != cudaSuccess && s == MLAV_OK)
         s = mlav_cuda_error(e, "cudaFree(mapped tensors)", __FILE__, __LINE__);

@@ -108,6 +108,9 @@ typedef struct mlav_flash_params {
                                      * block per SM and its blocks fill both warp groups, else 0:
                                      * a step of fewer blocks runs them one per TPC
                                      * (verify_flash.cu, step_item_index) */
+    const int32_t *page_table_rows; /* [B] device, or NULL: request b's page-table row
+                                     * (page_row.cuh) */
+    int64_t page_table_num_rows;    /* rows of page_table when page_table_rows is set */
 } mlav_flash_params;
 
 /* A plan's launch choices that no kernel reads (backend_flash.cu's flash_config holds them), so

@@ -37,6 +37,7 @@
 #include "../common/merge.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
+#include "page_row.cuh"
 #include "flash.h"
 #include "mma.cuh"
 
@@ -459,7 +460,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     constexpr bool Q_TO_F16 = FP8 && !std::is_same<T, __half>::value;
     float q_unshift = 1.0f;
     const T *qg = static_cast<const T *>(p.q) + (size_t)q_start * p.H * W;
-    const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
+    int32_t pg_bad; /* a row index outside the table: every page id reads as NaN */
+    const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
+                                            p.page_table_num_rows, p.max_pages, b, pg_bad);
     /* a group past the request's rows skips the MMAs unless ALL_GROUPS; its warps still gather
      * and meet every "full" barrier of the other group. Computing, it writes nothing: the
      * epilogue writes rows below M only, and its rows see Q = 0 (their scores, NaN where a key
@@ -472,8 +475,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     int32_t pg_first[AHEAD];
 #pragma unroll
     for (int s = 0; s < AHEAD; s++)
-        pg_first[s] = lookup_page(ptab, kv_begin + s * BN + g_row, kv_end, p);
-    int32_t pg_next = lookup_page(ptab, kv_begin + AHEAD * BN + g_row, kv_end, p);
+        pg_first[s] = lookup_page(ptab, kv_begin + s * BN + g_row, kv_end, p) | pg_bad;
+    int32_t pg_next = lookup_page(ptab, kv_begin + AHEAD * BN + g_row, kv_end, p) | pg_bad;
 
     /* Rope Q of the block's 64 rows into shared memory (rows past the request zero-filled), in
      * the first cp.async group. Q rows of a request are contiguous: (token, head) folds to row
@@ -726,7 +729,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                 gather_kv_row(sKV + ((t + AHEAD) % STAGES) * SKV_ELEMS, kv, pg_next, j_row,
                               kv_end, p, g_row, g_part);
         }
-        pg_next = lookup_page(ptab, kv_begin + (t + AHEAD + 1) * BN + g_row, kv_end, p);
+        pg_next =
+            lookup_page(ptab, kv_begin + (t + AHEAD + 1) * BN + g_row, kv_end, p) | pg_bad;
         mlav::cp_async_commit();
         if (active) {
             /* reduce-scatter: block x = 2 i + j (x = 1..3) belongs to warp dq ^ x and goes to

@@ -10,6 +10,7 @@
 #include "../common/merge.h"
 #include "../common/visibility.h"
 #include "flash.h"
+#include "page_row.cuh"
 #include "mma.cuh"
 
 namespace {
@@ -60,7 +61,9 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
     const KV *kv = static_cast<const KV *>(p.kv);
     const float kv_scale = FP8 ? f32_kv_scale_of(p) : 1.0f;
     const float scale_log2 = p.scale_log2 * kv_scale;
-    const int32_t *ptab = p.page_table + (size_t)b * p.max_pages;
+    int32_t pg_bad; /* a row index outside the table: every page id reads as NaN */
+    const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
+                                            p.page_table_num_rows, p.max_pages, b, pg_bad);
 
     for (int r = warp; r < BM; r += THREADS / 32) {
         const int m = item.mtile * BM + r;
@@ -79,7 +82,7 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
         for (int j = item.kv_begin; j < item.kv_end; j++) {
             if (!mlav_kv_visible(p.tree_mask, p.mask_words, q_start + i, i, prefix, j))
                 continue;
-            const int32_t page = ptab[j / p.page_size];
+            const int32_t page = ptab[j / p.page_size] | pg_bad;
             const bool bad = page < 0 || page >= p.num_pages; /* reads as NaN, never OOB */
             const KV *row =
                 kv + ((size_t)(bad ? 0 : page) * p.page_size + (size_t)(j % p.page_size)) * W;

@@ -11,6 +11,7 @@
 #include "../common/dtype.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
+#include "page_row.cuh"
 #include "verify_naive.h"
 
 namespace {
@@ -19,7 +20,9 @@ namespace {
 struct naive_args {
     const void *q;                /* [T, H, W] dtype */
     const void *kv;               /* [num_pages, page_size, W] kv_dtype */
-    const int32_t *page_table;    /* [B, max_pages] */
+    const int32_t *page_table;    /* [B, max_pages], or [page_table_num_rows, max_pages] */
+    const int32_t *page_table_rows; /* [B] or NULL: request b's row (page_row.cuh) */
+    int64_t page_table_num_rows;
     const uint32_t *tree_mask;    /* [T, mask_words], NULL = causal chain */
     void *out;                    /* [T, H, Dl] dtype */
     float *lse;                   /* [T, H], may be NULL */
@@ -190,7 +193,9 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
     const int32_t i = tok - a.q_indptr[b];
     const int32_t kv_len = a.kv_lens[b];
     const int32_t prefix = kv_len - q_len;
-    const int32_t *pt_row = a.page_table + (size_t)b * (size_t)a.max_pages;
+    int32_t pg_bad; /* a row index outside the table: every page id reads as NaN */
+    const int32_t *pt_row = mlav_page_row_dev(a.page_table, a.page_table_rows,
+                                              a.page_table_num_rows, a.max_pages, b, pg_bad);
     const KV *kv = static_cast<const KV *>(a.kv);
 
     /* An FP8 cache's values are e4m3 x kv_scale, so the scale is folded in where it costs one
@@ -226,7 +231,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
             unread[u] = -INFINITY;
             acc[u] = 0.0f;
             if (j < kv_len && mlav_kv_visible(a.tree_mask, a.mask_words, tok, i, prefix, j)) {
-                const int32_t page = pt_row[j / a.page_size];
+                const int32_t page = pt_row[j / a.page_size] | pg_bad;
                 if (page < 0 || page >= a.num_pages)
                     unread[u] = NAN;
                 else
@@ -314,7 +319,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
                 const int32_t j = j0 + u * G;
                 w[u] = j < kv_len ? s[j] : 0.0f;
                 if (w[u] != 0.0f) {
-                    const int32_t page = pt_row[j / a.page_size];
+                    const int32_t page = pt_row[j / a.page_size] | pg_bad;
                     load_chunk(kv + ((int64_t)page * a.page_size + j % a.page_size) * a.W +
                                    (size_t)c * E,
                                vx[u]);
@@ -428,6 +433,8 @@ mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indpt
     a.q = t->q;
     a.kv = t->kv_cache;
     a.page_table = t->page_table;
+    a.page_table_rows = t->page_table_rows;
+    a.page_table_num_rows = t->page_table_num_rows;
     a.tree_mask = t->tree_mask;
     a.out = t->out;
     a.lse = t->lse;

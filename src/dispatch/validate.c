@@ -166,7 +166,10 @@ static mlav_status check_overlap(const mlav_problem_info *p, const mlav_tensors 
         range_of("kv_cache", has_kv ? t->kv_cache : NULL,
                  (uint64_t)t->num_pages * (uint64_t)p->page_size * (uint64_t)p->W * kv_esz),
         range_of("page_table", has_kv ? t->page_table : NULL,
-                 (uint64_t)p->B * (uint64_t)p->max_pages * sizeof(int32_t)),
+                 (uint64_t)mlav_page_table_rows_of(p, t) * (uint64_t)p->max_pages *
+                     sizeof(int32_t)),
+        range_of("page_table_rows", has_kv ? t->page_table_rows : NULL,
+                 (uint64_t)p->B * sizeof(int32_t)),
         range_of("tree_mask", has_q ? t->tree_mask : NULL,
                  (uint64_t)p->T * (uint64_t)p->mask_words * sizeof(uint32_t)),
         range_of("kv_scale_ptr", fp8 ? t->kv_scale_ptr : NULL, sizeof(float)),
@@ -213,6 +216,18 @@ mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors
             return mlav_set_error(MLAV_ERR_INVALID_ARG,
                                   "num_pages = %lld times page_size %d is too many rows",
                                   (long long)t->num_pages, p->page_size);
+        /* a row index is an int32, and the table's bytes must stay far from overflow */
+        if (t->page_table_rows &&
+            (t->page_table_num_rows < 1 || t->page_table_num_rows > INT32_MAX ||
+             t->page_table_num_rows > MLAV_MAX_ROWS / p->max_pages))
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "page_table_num_rows = %lld must be in [1, %lld] for "
+                                  "max_pages %d (with page_table_rows set)",
+                                  (long long)t->page_table_num_rows,
+                                  (long long)(MLAV_MAX_ROWS / p->max_pages < INT32_MAX
+                                                  ? MLAV_MAX_ROWS / p->max_pages
+                                                  : INT32_MAX),
+                                  p->max_pages);
     }
     mlav_status s = check_overlap(p, t);
     if (s != MLAV_OK)
@@ -248,6 +263,7 @@ mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors
         {t->tree_mask, "tree_mask", sizeof(uint32_t), p->T > 0},
         {t->kv_cache, "kv_cache", kv_esz, p->total_kv > 0},
         {t->page_table, "page_table", sizeof(int32_t), p->total_kv > 0},
+        {t->page_table_rows, "page_table_rows", sizeof(int32_t), p->total_kv > 0},
     };
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         if (host[i].used && host[i].ptr && (uintptr_t)host[i].ptr % host[i].align != 0)
@@ -260,13 +276,29 @@ mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors
         int64_t pages = ((int64_t)p->kv_lens[b] + p->page_size - 1) / p->page_size;
         if (pages == 0)
             continue; /* page_table may be NULL when no request has a KV row: no row to form */
-        const int32_t *row = t->page_table + (size_t)b * (size_t)p->max_pages;
-        for (int64_t k = 0; k < pages; k++)
-            if (row[k] < 0 || row[k] >= t->num_pages)
+        int64_t r = b;
+        if (t->page_table_rows) {
+            r = t->page_table_rows[b];
+            if (r < 0 || r >= t->page_table_num_rows)
                 return mlav_set_error(MLAV_ERR_INVALID_ARG,
-                                      "page_table[%d][%lld] = %d is outside [0, num_pages = "
-                                      "%lld)",
-                                      b, (long long)k, row[k], (long long)t->num_pages);
+                                      "page_table_rows[%d] = %lld is outside [0, "
+                                      "page_table_num_rows = %lld)",
+                                      b, (long long)r, (long long)t->page_table_num_rows);
+        }
+        const int32_t *row = mlav_page_row(p, t, b);
+        for (int64_t k = 0; k < pages; k++) {
+            if (row[k] >= 0 && row[k] < t->num_pages)
+                continue;
+            if (t->page_table_rows)
+                return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                      "page_table[%lld][%lld] = %d (request %d's row, by "
+                                      "page_table_rows) is outside [0, num_pages = %lld)",
+                                      (long long)r, (long long)k, row[k], b,
+                                      (long long)t->num_pages);
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "page_table[%d][%lld] = %d is outside [0, num_pages = %lld)", b,
+                                  (long long)k, row[k], (long long)t->num_pages);
+        }
     }
     if (t->tree_mask) {
         for (int32_t b = 0; b < p->B; b++) {
