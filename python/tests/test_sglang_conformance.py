@@ -268,6 +268,10 @@ def test_factory_derives_everything_from_the_runner(sg, seed, monkeypatch):
         assert abs(be.softmax_scale - yarn_scale(sg)) <= 1e-12
         assert be.max_batch == runner.req_to_token_pool.size
         assert be.token_to_kv_pool is runner.token_to_kv_pool
+        hybrid.init_cuda_graph_state(2, 2 * be.n)
+        # req_to_token read in place through page_table_rows where the library reads them
+        assert be._rows == sg.backend_mod.library_reads_page_table_rows()
+        assert not be._rows or be.page_table is runner.req_to_token_pool.req_to_token
         assert hybrid.needs_cpu_seq_lens is False
         M = sg.ForwardMode
         for m, side in ((M.TARGET_VERIFY, be), (M.DECODE, be), (M.IDLE, be),
