@@ -291,6 +291,8 @@ class MlaVerifyAttnBackend(_Base):
         causal = self._node[None, :] <= local[:, None]
         self._causal = pack_visible_torch(causal, words, self._shifts)
         self._causal_rows = 0
+        self._mask_addr = self.tree_mask.data_ptr()
+        self._Tensor = torch.Tensor
         self._dev = self.kv_lens.device  # with its index
         r2t_src = None
         if not self._rows and r2t.dtype is i32 and r2t.device == self._dev:
@@ -494,7 +496,8 @@ class MlaVerifyAttnBackend(_Base):
     # -- forward -------------------------------------------------------------------------------
 
     def forward(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
-        kind = self._mode(getattr(forward_batch, "forward_mode", None))
+        mode = forward_batch.forward_mode
+        kind = self._kind_of.get(mode) or self._mode(mode)
         if kind is IDLE:
             return q.new_empty((q.shape[0], self.num_heads * self.d_latent))
         if kind is OTHER:
@@ -586,7 +589,7 @@ class MlaVerifyAttnBackend(_Base):
                                        kv_scale=kv_scale if self._fp8 else None)
             return (out if T == self._T else out[:T]).view(T, H * Dl)
         # q itself when it is a whole fixed-shape buffer, else copied into q_buf
-        if q_rope is None and type(q) is torch_module().Tensor and q.dtype is self._tdt and \
+        if q_rope is None and type(q) is self._Tensor and q.dtype is self._tdt and \
                 T == self._T and q.device == self._dev and q.is_contiguous() and \
                 q.numel() == T * H * W:
             qp = q.data_ptr()
@@ -594,7 +597,7 @@ class MlaVerifyAttnBackend(_Base):
             qp = self._q_buffer(q, q_rope, T).data_ptr()
         t = slot[1]
         t.q, t.kv_cache, t.num_pages = qp, self._pool_ptr(kv), kv.shape[0]
-        t.tree_mask = self._mask_ptr if mask is not None else None
+        t.tree_mask = self._mask_addr if mask is not None else None
         if self._fp8:
             set_kv_scale(t, kv_scale, self.plan.device)
         self.plan._run_ref(slot[2])
@@ -612,14 +615,15 @@ class MlaVerifyAttnBackend(_Base):
     def _pool_ptr(self, kv):
         """The pool's pointer after its checks (what the plan reads: [rows, 1, W] or
         [rows, W] rows of the pool's dtype, dense, beside the buffers)."""
-        torch = torch_module()
         W = self._W
-        if type(kv) is torch.Tensor and (kv.dtype is self._kvdt[0] or kv.dtype is self._kvdt[1]) \
+        if type(kv) is self._Tensor and (kv.dtype is self._kvdt[0] or
+                                          kv.dtype is self._kvdt[1]) \
                 and kv.device == self._dev and kv.is_contiguous():
             ks = kv.shape
             nd = len(ks)
             if (nd == 3 and ks[1] == 1 and ks[2] == W) or (nd == 2 and ks[1] == W):
                 return kv.data_ptr()
+        torch = torch_module()
         if not isinstance(kv, torch.Tensor):
             raise invalid("kv_cache is a %s, not a torch tensor" % type(kv).__name__)
         if kv.device != self._dev:
@@ -634,10 +638,6 @@ class MlaVerifyAttnBackend(_Base):
             raise invalid("kv_cache (strides %s) is not contiguous" % (list(kv.stride()),))
         raise invalid("kv_cache has shape %s, expected [rows, 1, %d] or [rows, %d]"
                       % (list(kv.shape), W, W))
-
-    @property
-    def _mask_ptr(self):
-        return self.tree_mask.data_ptr()
 
     def _slot(self, layer):
         """The layer's mlav_tensors with the fixed buffers' pointers, after the checks of the
