@@ -399,3 +399,92 @@ def test_page_table_rows_match_the_copied_rows(seed):
         st.check(got[0], q, w.pool_np[0], "rows step %d" % it, seed)
     rows.close()
     copy.close()
+
+
+def _cuda_ready():
+    return (torch.cuda.is_available() and mv.backend_compiled("cuda")
+            and mv.cuda_device_count() > 0)
+
+
+@pytest.mark.skipif(not _cuda_ready(), reason="needs torch with CUDA, a CUDA build and a device")
+@pytest.mark.parametrize("algo", ["EAGLE", "DFLASH"])
+def test_cuda_graph_replays(seed, algo):
+    """A real CUDA graph of two layers (k saved inside it), captured after
+    init_forward_metadata_out_graph(in_capture=True) and replayed 100 times with the metadata of
+    each step written before: EAGLE FULL_MASK trees, or DFlash blocks (an all-True mask at
+    capture, none at replay) — each step against the reference. (test_sglang_conformance.py
+    does the same through SGLang's own files, FP8 pools included.)"""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rng = np.random.default_rng(seed)
+    Hc, Dl, Dr, n, layers_, max_bs = 8, 512, 64, 8, 2, 4
+    Wc = Dl + Dr
+    w = World(rng, torch, H=Hc, DL=Dl, DR=Dr, n=n, reqs=9, ctx_len=256, pool_rows=2500,
+              layers=layers_, dtype=torch.bfloat16, device=dev, scale=SCALE)
+    bufs = [torch.from_numpy(p).to(torch.bfloat16).to(dev) for p in w.pool_np]
+
+    class Pool(TokenPool):
+        def set_kv_buffer(self, layer, loc_info, cache_k, cache_v):
+            self.kv_buffer[layer.layer_id][loc_info] = cache_k.reshape(-1, 1, Wc).to(
+                torch.bfloat16)
+
+    pool = Pool(bufs)
+    be = MlaVerifyAttnBackend(Hc, SCALE, n, w.req_to_token, d_latent=Dl, d_rope=Dr,
+                              dtype="bf16", token_to_kv_pool=pool,
+                              mask_mode="full" if algo == "EAGLE" else "causal")
+    be.init_cuda_graph_state(max_bs, max_bs * n)
+    T = max_bs * n
+    st = w.step(max_bs)
+    loc = torch.zeros(T, dtype=torch.int64, device=dev)
+    cap_mask = torch.ones((max_bs + T) * n, dtype=torch.bool, device=dev)
+    cap = Batch(VERIFY, st, Spec(cap_mask))
+    cap.out_cache_loc = loc
+    qb = [torch.zeros((T, Hc * Wc), dtype=torch.bfloat16, device=dev) for _ in range(layers_)]
+    kb = [torch.zeros((T, 1, Wc), dtype=torch.bfloat16, device=dev) for _ in range(layers_)]
+    lyr = [Layer(i, heads=Hc) for i in range(layers_)]
+    for layer in lyr:
+        layer.head_dim = Wc
+    outs = [None] * layers_
+
+    def body():
+        for li in range(layers_):
+            o = be.forward(qb[li], kb[li], kb[li], lyr[li], cap)
+            outs[li] = o.clone() if li < layers_ - 1 else o
+
+    be.init_forward_metadata_out_graph(cap, in_capture=True)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        body()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    for it in range(100):
+        st = w.step(int(rng.integers(1, max_bs + 1)))
+        fb = Batch(VERIFY, st, Spec(st.mask("full") if algo == "EAGLE" else None))
+        # the graph runner's padded buffers
+        rpi = torch.zeros(max_bs, dtype=torch.int64, device=dev)
+        seq = torch.ones(max_bs, dtype=torch.int64, device=dev)
+        rpi[:st.real] = st.req_pool_indices
+        seq[:st.real] = st.seq_lens
+        fb.batch_size, fb.req_pool_indices, fb.seq_lens = max_bs, rpi, seq
+        be.init_forward_metadata_out_graph(fb)
+        loc.zero_()
+        loc[:st.real * n].copy_(st.out_cache_loc)
+        qs = []
+        for li in range(layers_):
+            q = torch.nn.functional.pad(st.q(torch.bfloat16), (0, 0, 0, T - st.T))
+            qb[li].copy_(q)
+            kb[li].zero_()
+            kb[li][:st.real * n] = st.k(torch.bfloat16)
+            qs.append(q)
+        g.replay()
+        torch.cuda.synchronize()
+        be.plan.step_status()
+        for li in range(layers_):
+            assert torch.equal(bufs[li][st.out_cache_loc], kb[li][:st.real * n])
+            st.check(outs[li], qs[li], bufs[li].float().cpu().numpy(),
+                     "%s replay %d layer %d" % (algo, it, li), seed, tol=5e-3,
+                     causal=algo == "DFLASH")
+    del g
+    be.close()
