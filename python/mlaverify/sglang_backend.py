@@ -368,7 +368,7 @@ class MlaVerifyAttnBackend(_Base):
         k = self._kind_of.get(forward_mode)
         if k is None:
             k = VERIFY if forward_mode is None else _kind(forward_mode)
-            if forward_mode is not None:
+            if forward_mode is not None and len(self._kind_of) < 64:  # SGLang: a few enums
                 self._kind_of[forward_mode] = k
         return k
 
@@ -409,11 +409,24 @@ class MlaVerifyAttnBackend(_Base):
         else:
             self.kv_lens[:bs].copy_(seq + add)
         if verify:
-            mask = getattr(spec_info, "custom_mask", None) if spec_info is not None else None
+            mask = None
+            if spec_info is not None:
+                self._check_spec(spec_info)
+                mask = getattr(spec_info, "custom_mask", None)
             self._write_mask(bs, seq, mask)
         self._step, self.bs = kind, bs
         self.plan.update(self.q_indptr if verify else self.q_indptr_decode, self.kv_lens,
                          batch=bs)
+
+    def _check_spec(self, spec_info):
+        """Refuse verify inputs of another shape than n tokens per request."""
+        if getattr(spec_info, "ragged_verify_layout", None) is not None:
+            raise UnsupportedError(ERR_UNSUPPORTED, "MlaVerifyAttnBackend verifies %d tokens per "
+                                   "request; a ragged verify layout is not supported" % self.n)
+        per = getattr(spec_info, "draft_token_num", None)
+        if isinstance(per, int) and per != self.n:
+            raise invalid("the step verifies %d draft tokens per request but the backend was "
+                          "made for %d (num_draft_tokens)" % (per, self.n))
 
     # -- the tree mask -------------------------------------------------------------------------
 

@@ -187,6 +187,14 @@ def test_refusals_name_the_fix(seed):
         be.init_forward_metadata(Batch(VERIFY, w.step(3)))
     with pytest.raises(ValueError, match="max_kv_len"):
         backend(w, max_kv_len=w.ctx_len + 1)
+    other = Spec(None)
+    other.draft_token_num = 3
+    with pytest.raises(mv.InvalidArgumentError, match="3 draft tokens per request"):
+        be.init_forward_metadata(Batch(VERIFY, st, other))
+    ragged = Spec(None)
+    ragged.ragged_verify_layout = object()
+    with pytest.raises(mv.UnsupportedError, match="ragged"):
+        be.init_forward_metadata(Batch(VERIFY, st, ragged))
     be.init_forward_metadata(Batch(VERIFY, st, None, pools(w)))
     with pytest.raises(mv.InvalidArgumentError, match="layer has 5 heads"):
         be.forward(st.q(), None, None, Layer(0, heads=5), Batch(VERIFY, st, None, pools(w)))
