@@ -47,7 +47,7 @@ from . import _lib
 from ._arrays import torch_module
 from .api import MEM_DEVICE, MEM_HOST
 from .errors import ERR_UNSUPPORTED, UnsupportedError, invalid
-from .sglang import BITPACKED_DTYPES, bitpacked_to_words, pack_visible_torch
+from .sglang_masks import TreeMaskBuffer
 from .steps import StepPlan, int32_arg, set_kv_scale
 
 
@@ -276,21 +276,11 @@ class MlaVerifyAttnBackend(_Base):
         self.q_indptr = torch.arange(B + 1, dtype=i32, device=dev) * n
         self.q_indptr_decode = torch.arange(B + 1, dtype=i32, device=dev)
         self.kv_lens = torch.zeros(B, dtype=i32, device=dev)
-        self.tree_mask = torch.zeros((T, words), dtype=i32, device=dev)
+        self._masks = TreeMaskBuffer(T, n, words, dev)
+        self.tree_mask = self._masks.buf
         self.q_buf = torch.zeros((T, H, W), dtype=tdt, device=dev)
         self.out = torch.zeros((T, H, self.d_latent), dtype=tdt, device=dev)
         self.lse = torch.zeros((T, H), dtype=torch.float32, device=dev)
-        self._node = torch.arange(n, dtype=torch.int64, device=dev)
-        self._shifts = torch.arange(32, dtype=torch.int64, device=dev)
-        # int32 weights of nodes 0..n-1 for a one-word mask (node 31 is the sign bit)
-        self._bits = torch.tensor([(1 << k) if k < 31 else -2**31 for k in range(min(n, 32))],
-                                  dtype=i32, device=dev)
-        # the causal words of every row (node i of its request sees nodes 0..i), and how many
-        # leading rows of tree_mask hold them now (the backend is its only writer)
-        local = torch.arange(T, dtype=torch.int64, device=dev) % n
-        causal = self._node[None, :] <= local[:, None]
-        self._causal = pack_visible_torch(causal, words, self._shifts)
-        self._causal_rows = 0
         self._mask_addr = self.tree_mask.data_ptr()
         self._Tensor = torch.Tensor
         self._dev = self.kv_lens.device  # with its index
@@ -413,7 +403,7 @@ class MlaVerifyAttnBackend(_Base):
             if spec_info is not None:
                 self._check_spec(spec_info)
                 mask = getattr(spec_info, "custom_mask", None)
-            self._write_mask(bs, seq, mask)
+            self._masks.write(self.mask_mode, bs, seq, mask)
         self._step, self.bs = kind, bs
         self.plan.update(self.q_indptr if verify else self.q_indptr_decode, self.kv_lens,
                          batch=bs)
@@ -427,84 +417,6 @@ class MlaVerifyAttnBackend(_Base):
         if isinstance(per, int) and per != self.n:
             raise invalid("the step verifies %d draft tokens per request but the backend was "
                           "made for %d (num_draft_tokens)" % (per, self.n))
-
-    # -- the tree mask -------------------------------------------------------------------------
-
-    def _write_causal(self, rows):
-        if self._causal_rows < rows:
-            self.tree_mask.copy_(self._causal)
-            self._causal_rows = self.tree_mask.shape[0]
-
-    def _write_mask(self, bs, seq, mask):
-        """Write the packed mask of the first bs * n rows into tree_mask: from `mask`, or the
-        causal words when there is none (or the mode is "causal")."""
-        n, T, words = self.n, bs * self.n, self.plan.mask_words
-        if mask is None or self.mask_mode == "causal":
-            self._write_causal(T)
-            return
-        torch = torch_module()
-        dt = str(mask.dtype).replace("torch.", "")
-        mode = self.mask_mode
-        if mode == "auto":
-            if dt == "bool":
-                # A flat bool mask is FULL_MASK or QLEN_ONLY, a server-wide choice in SGLang,
-                # and its size cannot tell them apart without the prefix lengths, which live on
-                # the device (a padded batch's FULL_MASK of short prefixes has the size of a
-                # QLEN_ONLY one): guessing would be a silent wrong answer, so it is refused.
-                if mask.dim() != 2:
-                    raise invalid("a flat bool custom_mask may be FULL_MASK or QLEN_ONLY: pass "
-                                  "mask_mode='full' or 'qlen' (SGLang's tree_mask_mode)")
-                mode = "qlen"
-            elif mask.dim() == 2:
-                mode = "packed"
-            else:
-                mode = "bitpacking"
-        self._causal_rows = 0
-        # the mask may cover the real requests only (a padded graph batch): the rows it has
-        rows = min(int(mask.shape[0]), T) if mode in ("packed", "bitpacking") else T
-        if mode == "packed":
-            if mask.dim() != 2 or mask.shape[1] != words or dt not in ("int32", "uint32"):
-                raise invalid("a packed custom_mask must be int32 [<= %d, %d], not %s %s"
-                              % (T, words, dt, list(mask.shape)))
-            self.tree_mask[:rows].copy_(mask[:rows].view(torch.int32))
-            return
-        if mode == "bitpacking":
-            if mask.dim() != 1 or dt not in BITPACKED_DTYPES:
-                raise invalid("a QLEN_ONLY_BITPACKING custom_mask must be [<= %d] of %s, not "
-                              "%s %s" % (T, "/".join(BITPACKED_DTYPES), dt, list(mask.shape)))
-            if words != 1:
-                raise invalid("a bit-packed mask holds 32 nodes at most; num_draft_tokens = %d"
-                              % n)
-            self.tree_mask[:rows].copy_(bitpacked_to_words(mask[:rows]))
-            return
-        if dt not in ("bool", "uint8"):
-            raise invalid("a %s custom_mask must be bool or uint8 (nonzero: visible), not %s"
-                          % ({"full": "FULL_MASK", "qlen": "QLEN_ONLY"}[mode], dt))
-        if mode == "qlen":
-            flat = mask.reshape(-1)
-            rows = min(flat.numel() // n, T)
-            if rows == 0:
-                raise invalid("a QLEN_ONLY custom_mask needs n * n = %d entries per request, "
-                              "not %d in all" % (n * n, flat.numel()))
-            vis = flat[:rows * n].view(rows, n)
-        else:  # full: request b's rows [n, seq_b + n], the draft columns after the prefix
-            flat = mask.reshape(-1)
-            kv = seq.to(torch.int64) + n                                        # [bs]
-            start = torch.cumsum(kv * n, 0) - kv * n                            # [bs]
-            i = self._node
-            idx = (start + seq.to(torch.int64))[:, None, None] + \
-                i[None, :, None] * kv[:, None, None] + i[None, None, :]         # [bs, n, n]
-            if flat.numel() == 0:
-                raise invalid("the FULL_MASK custom_mask is empty")
-            vis = flat[idx.clamp_(0, flat.numel() - 1)].view(T, n)
-            rows = T
-        if vis.dtype is not torch.bool:
-            vis = vis != 0
-        if words == 1 and vis.device == self._dev:
-            # bit k = node k, summed in int32 (distinct bits: exact, no overflow)
-            torch.sum(vis * self._bits, -1, dtype=torch.int32, out=self.tree_mask[:rows, 0])
-        else:
-            self.tree_mask[:rows].copy_(pack_visible_torch(vis, words, self._shifts))
 
     # -- forward -------------------------------------------------------------------------------
 
