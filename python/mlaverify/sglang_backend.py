@@ -292,6 +292,7 @@ class MlaVerifyAttnBackend(_Base):
         self._tdt = tdt
         self._kvdt = kvdt
         self._T, self._W = T, W
+        self._q_numel = T * H * W
         self._fp8 = self.plan.kv_dtype == "fp8_e4m3"
         self._slots = {}
         self._out_views = {}
@@ -405,6 +406,8 @@ class MlaVerifyAttnBackend(_Base):
                 mask = getattr(spec_info, "custom_mask", None)
             self._masks.write(self.mask_mode, bs, seq, mask)
         self._step, self.bs = kind, bs
+        self._tokens = bs * self.n if verify else bs
+        self._step_mask = self._mask_addr if verify else None
         self.plan.update(self.q_indptr if verify else self.q_indptr_decode, self.kv_lens,
                          batch=bs)
 
@@ -491,42 +494,52 @@ class MlaVerifyAttnBackend(_Base):
         if kind is not self._step:
             raise invalid("forward of a %s batch after the metadata of a %s batch"
                           % (kind, self._step))
-        H, Dl, W = self.num_heads, self.d_latent, self._W
         slot = self._slots.get(layer.layer_id)
         if slot is None or slot[0] is not layer:
             slot = self._slot(layer)
-        pool = self._pool(forward_batch)
+        pool = self.token_to_kv_pool
+        if pool is None:
+            pool = self._pool(forward_batch)
         if save_kv_cache and k is not None:
             self._save(pool, layer, forward_batch, k, k_rope)
         kv = pool.get_key_buffer(layer.layer_id)
         T = q.shape[0]
-        tokens = self.bs * (self.n if kind is VERIFY else 1)
-        if T != tokens:
+        if T != self._tokens:
             raise invalid("q has %d tokens but the step's metadata %d (%d requests)"
-                          % (T, tokens, self.bs))
-        mask = self.tree_mask if kind is VERIFY else None
+                          % (T, self._tokens, self.bs))
         if self._fp8:
             kv_scale = self._layer_scale(layer, kv_scale)
         if self.custom_op:
-            q3 = self._q_buffer(q, q_rope, T)
-            kv3 = kv.view(kv.shape[0], 1, W) if kv.dim() == 2 else kv
-            out, _ = self._verify_step(self.plan, q3, kv3, self.page_table, mask,
-                                       kv_scale=kv_scale if self._fp8 else None)
-            return (out if T == self._T else out[:T]).view(T, H * Dl)
+            return self._attend_op(q, q_rope, kv, kind, kv_scale, T)
         # q itself when it is a whole fixed-shape buffer, else copied into q_buf
         if q_rope is None and type(q) is self._Tensor and q.dtype is self._tdt and \
                 T == self._T and q.device == self._dev and q.is_contiguous() and \
-                q.numel() == T * H * W:
+                q.numel() == self._q_numel:
             qp = q.data_ptr()
         else:
             qp = self._q_buffer(q, q_rope, T).data_ptr()
         t = slot[1]
-        t.q, t.kv_cache, t.num_pages = qp, self._pool_ptr(kv), kv.shape[0]
-        t.tree_mask = self._mask_addr if mask is not None else None
+        # the pool's pointer: checked once per tensor object (a pool hands out the same one)
+        kp = kv.data_ptr()
+        if kv is not slot[3] or kp != slot[4]:
+            self._pool_ptr(kv)
+            slot[3], slot[4] = kv, kp
+        t.q, t.kv_cache, t.num_pages = qp, kp, kv.shape[0]
+        t.tree_mask = self._step_mask
         if self._fp8:
             set_kv_scale(t, kv_scale, self.plan.device)
         self.plan._run_ref(slot[2])
         return self._out_view(T)
+
+    def _attend_op(self, q, q_rope, kv, kind, kv_scale, T):
+        """A layer through torch.ops.mlaverify.verify_step (fresh outputs)."""
+        q3 = self._q_buffer(q, q_rope, T)
+        kv3 = kv.view(kv.shape[0], 1, self._W) if kv.dim() == 2 else kv
+        self._pool_ptr(kv3)
+        out, _ = self._verify_step(self.plan, q3, kv3, self.page_table,
+                                   self.tree_mask if kind is VERIFY else None,
+                                   kv_scale=kv_scale if self._fp8 else None)
+        return (out if T == self._T else out[:T]).view(T, self.num_heads * self.d_latent)
 
     def _q_buffer(self, q, q_rope, T):
         H, Dl = self.num_heads, self.d_latent
@@ -585,7 +598,8 @@ class MlaVerifyAttnBackend(_Base):
         if self._rows:
             t.page_table_rows = self.page_rows.data_ptr()
             t.page_table_num_rows = int(self.page_table.shape[0])
-        slot = self._slots[layer.layer_id] = (layer, t, ctypes.byref(t))
+        # [layer, struct, its byref, the pool tensor last checked, its pointer]
+        slot = self._slots[layer.layer_id] = [layer, t, ctypes.byref(t), None, None]
         return slot
 
     def _out_view(self, T):
