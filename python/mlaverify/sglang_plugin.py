@@ -78,6 +78,25 @@ def kv_dtype_of(model_runner):
                   "(--kv-cache-dtype)" % dt)
 
 
+def _verify_backend_max_context_len(self):
+    """HybridAttnBackend.max_context_len: the backend that serves target verify's."""
+    side = self.decode_backend if self.spec_attn_is_decode else self.prefill_backend
+    n = getattr(side, "max_context_len", None)
+    return n if n is not None else self.model_runner.model_config.context_len
+
+
+def _complete_hybrid():
+    """SGLang's EAGLE draft reads model_runner.attn_backend.max_context_len (to size the tree
+    mask when a batch's seq_lens_sum is unknown), which HybridAttnBackend, the backend a
+    decode-only mlaverify sits in, does not have: give it the verify backend's (only where it
+    is missing; SGLang's module is already imported when its builder calls the factory)."""
+    import sys
+    mod = sys.modules.get("sglang.srt.layers.attention.hybrid_attn_backend")
+    cls = getattr(mod, "HybridAttnBackend", None)
+    if cls is not None and not hasattr(cls, "max_context_len"):
+        cls.max_context_len = property(_verify_backend_max_context_len)
+
+
 def factory(model_runner):
     """MlaVerifyAttnBackend for an SGLang ModelRunner (the registered backend's factory)."""
     from .errors import invalid
@@ -112,6 +131,7 @@ def factory(model_runner):
     hf = getattr(mc, "hf_text_config", None) or getattr(mc, "hf_config", None)
     d_latent = int(getattr(mc, "kv_lora_rank", None) or hf.kv_lora_rank)
     d_rope = int(getattr(mc, "qk_rope_head_dim", None) or hf.qk_rope_head_dim)
+    _complete_hybrid()
     return MlaVerifyAttnBackend(
         heads // tp, softmax_scale(mc), n, pool.req_to_token, max_batch=int(pool.size),
         d_latent=d_latent, d_rope=d_rope, dtype=dtype, device=dev, mask_mode=_MASK_MODE[algo],

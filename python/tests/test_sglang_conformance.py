@@ -273,6 +273,8 @@ def test_factory_derives_everything_from_the_runner(sg, seed, monkeypatch):
         assert be._rows == sg.backend_mod.library_reads_page_table_rows()
         assert not be._rows or be.page_table is runner.req_to_token_pool.req_to_token
         assert hybrid.needs_cpu_seq_lens is False
+        # what EAGLE's draft reads from the model runner's backend (eagle_worker_common)
+        assert hybrid.max_context_len == be.max_context_len == w.ctx_len
         M = sg.ForwardMode
         for m, side in ((M.TARGET_VERIFY, be), (M.DECODE, be), (M.IDLE, be),
                         (M.EXTEND, hybrid.prefill_backend)):
