@@ -12,9 +12,10 @@ The library is loaded on first use: $MLAVERIFY_LIBRARY, then next to this packag
 system search path. ``mlaverify.sglang`` adapts SGLang-style verify inputs;
 ``mlaverify.bundle`` writes golden bundles (capture_bundle). ``StepPlan`` is a plan for
 limits (engine steps: one plan, new lengths every step, capturable);
-``mlaverify.sglang_backend`` an SGLang target-verify attention backend on it and
-``mlaverify.torch_ops`` its run as the torch ops ``mlaverify::verify_step`` and
-``mlaverify::verify_step_out``. The package is typed (PEP 561: ``py.typed``).
+``mlaverify.sglang_backend`` the SGLang attention backend ``mlaverify`` on it (registered by
+``mlaverify.sglang_plugin`` through SGLang's plugin entry points) and ``mlaverify.torch_ops``
+its run as the torch ops ``mlaverify::verify_step`` and ``mlaverify::verify_step_out``. The
+package is typed (PEP 561: ``py.typed``).
 """
 from .api import (BACKENDS, DTYPES, Context, Plan, Problem, backend_compiled,
                   cuda_device_count, dtype_name, tree_mask_words, verify, version)

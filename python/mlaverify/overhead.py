@@ -13,8 +13,9 @@ and per step (once, whatever the layer count):
 
     bare_update     lib.mlav_plan_update on a prebuilt struct of host lengths
     steps_update    StepPlan.update(q_indptr, kv_lens) (int32 numpy, and CPU torch)
-    sglang_metadata init_forward_metadata_replay_cuda_graph (page table gather, q_indptr,
-                    kv_lens, mask packing, StepPlan.update), once per mask mode
+    sglang_metadata init_forward_metadata_out_graph (request rows, kv_lens, mask packing,
+                    StepPlan.update), once per mask mode; _copy: the rows gathered into a
+                    private page table instead of read in place (page_table="copy")
 
 Each figure is the median over `--repeats` samples of the mean over `--calls` calls, with the
 garbage collector off while a sample runs; "over bare" is the median of each sample minus a
@@ -89,6 +90,11 @@ class _Obj:
 
 
 class _Mode:
+    """SGLang's ForwardMode.TARGET_VERIFY as the backend reads it."""
+
+    def is_idle(self):
+        return False
+
     def is_target_verify(self):
         return True
 
@@ -218,26 +224,28 @@ def measure(calls=500, repeats=41, heads=1, d_latent=64, d_rope=16, draft=1, bat
         "packed": tmask,
         "qlen": torch.from_numpy(np.tile(vis.reshape(-1), B)).to(tq.device),
     }
-    for custom_op in ((False, True) if torch_ops.REGISTERED else (False,)):
+    variants = [(False, "auto", "")] + [(False, "copy", "_copy")] + \
+        ([(True, "copy", "_op")] if torch_ops.REGISTERED else [])
+    for custom_op, page_table, suffix in variants:
         for mode, m in masks.items():
             be = MlaVerifyAttnBackend(heads, 0.125, n, r2t, d_latent=d_latent, d_rope=d_rope,
                                       dtype=plan.dtype, device=tq.device, custom_op=custom_op,
                                       mask_mode="qlen" if mode == "qlen" else "auto",
-                                      backend="cuda" if cuda else "cpu")
+                                      backend="cuda" if cuda else "cpu", page_table=page_table,
+                                      token_to_kv_pool=pool)
             be.init_cuda_graph_state(B, T)
             spec = _Obj(custom_mask=m, draft_token_num=n)
             fm = _Mode()
             fb = _Obj(forward_mode=fm, batch_size=B, req_pool_indices=rpi, seq_lens=seq,
-                      out_cache_loc=None, token_to_kv_pool=pool, spec_info=spec)
+                      out_cache_loc=None, spec_info=spec)
 
-            def meta(be=be, spec=spec, fm=fm):
-                be.init_forward_metadata_replay_cuda_graph(B, rpi, seq, None, None, fm, spec,
-                                                           None)
+            def meta(be=be, fb=fb):
+                be.init_forward_metadata_out_graph(fb)
             meta()
             if not custom_op:
-                step("sglang_metadata_" + mode, meta)
-            if mode == "packed":
-                layer("sglang_op" if custom_op else "sglang",
+                step("sglang_metadata_" + mode + suffix, meta)
+            if mode == "packed" and suffix != "_copy":
+                layer("sglang" + suffix,
                       lambda be=be, fb=fb: be.forward(qx, None, None, sg_layer, fb,
                                                       save_kv_cache=False))
             be.close()
@@ -247,7 +255,8 @@ def measure(calls=500, repeats=41, heads=1, d_latent=64, d_rope=16, draft=1, bat
 
 PER_LAYER = ("steps_numpy", "steps_torch", "sglang", "sglang_op", "torch_op")
 PER_STEP = ("steps_update_numpy", "steps_update_torch", "sglang_metadata_causal",
-            "sglang_metadata_packed", "sglang_metadata_qlen")
+            "sglang_metadata_packed", "sglang_metadata_qlen", "sglang_metadata_causal_copy",
+            "sglang_metadata_packed_copy", "sglang_metadata_qlen_copy")
 
 
 def report(res):
