@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "mlaverify.h"
 
 void bench_usage(FILE *f)
@@ -80,11 +81,11 @@ int bench_parse_i64(const char *s, int64_t lo, int64_t hi, const char *opt, int6
     long long v = strtoll(s, &end, 10);
     /* strtoll skips blanks and takes a sign; the options take plain digits only */
     if (end == s || *end || *s == ' ' || *s == '\t' || *s == '+') {
-        fprintf(stderr, "mlaverify bench: %s: '%s' is not a decimal integer\n", opt, s);
+        cli_usage_error("bench", "%s: '%s' is not a decimal integer", opt, s);
         return -1;
     }
     if (errno == ERANGE || v < lo || v > hi) {
-        fprintf(stderr, "mlaverify bench: %s: %s is out of range (%lld to %lld)\n", opt, s,
+        cli_usage_error("bench", "%s: %s is out of range (%lld to %lld)", opt, s,
                 (long long)lo, (long long)hi);
         return -1;
     }
@@ -103,12 +104,12 @@ static int parse_int_list(const char *s, int64_t *out, int max, int64_t lo, int6
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char item[32];
         if (len == 0 || len >= sizeof item) {
-            fprintf(stderr, "mlaverify bench: %s: bad list '%s' (%s)\n", opt, s,
+            cli_usage_error("bench", "%s: bad list '%s' (%s)", opt, s,
                     len ? "an item too long" : "an empty item");
             return -1;
         }
         if (n == max) {
-            fprintf(stderr, "mlaverify bench: %s: more than %d values in '%s'\n", opt, max, s);
+            cli_usage_error("bench", "%s: more than %d values in '%s'", opt, max, s);
             return -1;
         }
         memcpy(item, p, len);
@@ -128,7 +129,7 @@ static int parse_kv_list(const char *s, bench_args *a)
 {
     char list[128];
     if (strlen(s) >= sizeof list) {
-        fprintf(stderr, "mlaverify bench: --kv-dtype: '%s' is too long\n", s);
+        cli_usage_error("bench", "--kv-dtype: '%s' is too long", s);
         return -1;
     }
     snprintf(list, sizeof list, "%s", s);
@@ -150,14 +151,14 @@ static int parse_kv_list(const char *s, bench_args *a)
         else if (!strcmp(p, "f32"))
             kv = MLAV_DTYPE_F32;
         else {
-            fprintf(stderr, "mlaverify bench: --kv-dtype: %s%s%s in '%s' (same, bf16, f16, f32, "
-                            "fp8)\n", *p ? "unknown dtype '" : "an empty entry", p, *p ? "'" : "",
+            cli_usage_error("bench", "--kv-dtype: %s%s%s in '%s' (same, bf16, f16, f32, "
+                            "fp8)", *p ? "unknown dtype '" : "an empty entry", p, *p ? "'" : "",
                     s);
             return -1;
         }
         if (a->nkv == BENCH_MAX_KV) {
-            fprintf(stderr, "mlaverify bench: --kv-dtype: more than %d entries in '%s' (the q "
-                            "dtype's cache and fp8)\n", BENCH_MAX_KV, s);
+            cli_usage_error("bench", "--kv-dtype: more than %d entries in '%s' (the q "
+                            "dtype's cache and fp8)", BENCH_MAX_KV, s);
             return -1;
         }
         a->kv[a->nkv++] = kv;
@@ -187,8 +188,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "mlaverify bench: '%s' needs a value (or is unknown)\n", arg);
-            bench_usage(stderr);
+            cli_usage_error("bench", "'%s' needs a value, or is not an option", arg);
             return 2;
         }
         const char *v = argv[++i];
@@ -224,7 +224,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             else if (!strcmp(v, "f32"))
                 a->dtype = MLAV_DTYPE_F32;
             else {
-                fprintf(stderr, "mlaverify bench: unknown dtype '%s' (bf16, f16, f32)\n", v);
+                cli_usage_error("bench", "unknown dtype '%s' (bf16, f16, f32)", v);
                 return 2;
             }
         } else if (!strcmp(arg, "--kv-dtype")) {
@@ -233,7 +233,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             o->kv_columns = 1;
         } else if (!strcmp(arg, "--tree")) {
             if (strcmp(v, "tree") && strcmp(v, "chain")) {
-                fprintf(stderr, "mlaverify bench: --tree takes tree or chain\n");
+                cli_usage_error("bench", "--tree takes tree or chain");
                 return 2;
             }
             o->tree = !strcmp(v, "tree");
@@ -249,12 +249,12 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             char *end;
             o->max_seconds = strtod(v, &end);
             if (end == v || *end || !(o->max_seconds >= 0.0 && o->max_seconds <= 86400.0)) {
-                fprintf(stderr, "mlaverify bench: bad --max-seconds '%s' (0 to 86400)\n", v);
+                cli_usage_error("bench", "bad --max-seconds '%s' (0 to 86400)", v);
                 return 2;
             }
         } else if (!strcmp(arg, "--l2")) {
             if (strcmp(v, "flush") && strcmp(v, "warm")) {
-                fprintf(stderr, "mlaverify bench: --l2 takes flush or warm\n");
+                cli_usage_error("bench", "--l2 takes flush or warm");
                 return 2;
             }
             o->warm_l2 = !strcmp(v, "warm");
@@ -262,7 +262,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             char *end;
             o->spread = strtod(v, &end);
             if (end == v || *end || !(o->spread >= 0.0 && o->spread < 1.0)) {
-                fprintf(stderr, "mlaverify bench: --prefix-spread takes F with 0 <= F < 1\n");
+                cli_usage_error("bench", "--prefix-spread takes F with 0 <= F < 1");
                 return 2;
             }
             a->grid_opts = 1;
@@ -272,15 +272,14 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             char *end;
             o->engine = strtod(v, &end);
             if (end == v || *end || !(o->engine >= 1.0 && o->engine <= 16.0)) {
-                fprintf(stderr, "mlaverify bench: --engine takes a capacity factor C with 1 <= C "
-                                "<= 16\n");
+                cli_usage_error("bench", "--engine takes a capacity factor C with 1 <= C "
+                                "<= 16");
                 return 2;
             }
         } else if (!strcmp(arg, "--engine-csv")) {
             o->engine_csv = v;
         } else {
-            fprintf(stderr, "mlaverify bench: unknown option '%s'\n", arg);
-            bench_usage(stderr);
+            cli_usage_error("bench", "unknown option '%s'", arg);
             return 2;
         }
         if (a->nh < 0 || a->nq < 0 || a->np < 0)
@@ -289,7 +288,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
     if (o->min_reps > o->reps)
         o->min_reps = o->reps;
     if (a->preset && a->grid_opts) {
-        fprintf(stderr, "mlaverify bench: --preset cannot be combined with grid options\n");
+        cli_usage_error("bench", "--preset cannot be combined with grid options");
         return 2;
     }
     return 0;
@@ -310,11 +309,11 @@ int bench_resolve_backends(bench_args *a, int ndev)
             return 2;
         }
         if (o->num_backends == BENCH_MAX_BACKENDS) {
-            fprintf(stderr, "mlaverify bench: at most %d backends\n", BENCH_MAX_BACKENDS);
+            cli_usage_error("bench", "at most %d backends", BENCH_MAX_BACKENDS);
             return 2;
         }
         if (!mlav_backend_compiled(b)) {
-            fprintf(stderr, "mlaverify bench: backend %s is not compiled into this build\n", tok);
+            cli_usage_error("bench", "backend %s is not compiled into this build", tok);
             return 2;
         }
         if (bench_is_gpu_backend(b) && ndev == 0) {
@@ -328,7 +327,7 @@ int bench_resolve_backends(bench_args *a, int ndev)
 #ifndef MLAV_WITH_CUDA
     for (int b = 0; b < o->num_backends; b++)
         if (bench_is_gpu_backend(o->backends[b])) {
-            fprintf(stderr, "mlaverify bench: this build has no CUDA support\n");
+            cli_usage_error("bench", "this build has no CUDA support");
             return 2;
         }
 #endif

@@ -21,9 +21,15 @@ int mlav_cmd_bench(int argc, char **argv)
     if (bench_resolve_backends(&a, mlav_cuda_device_count()) != 0)
         return 2;
     const bench_opts *o = &a.o;
-    int any_gpu = 0;
-    for (int b = 0; b < o->num_backends; b++)
+    int any_gpu = 0, any_cuda = 0;
+    for (int b = 0; b < o->num_backends; b++) {
         any_gpu |= bench_is_gpu_backend(o->backends[b]);
+        any_cuda |= o->backends[b] == MLAV_BACKEND_CUDA;
+    }
+    if (o->engine > 0 && !any_cuda && !a.list_only)
+        fprintf(stderr, "mlaverify bench: --engine times the engine path (a plan for limits, "
+                        "device lengths, CUDA graphs) on the cuda backend only; %s has none, so "
+                        "no engine rows are timed\n", mlav_backend_name(o->backends[0]));
 
     static bench_config cfg[BENCH_MAX_POINTS];
     const int ncfg = bench_points(&a, any_gpu, cfg, BENCH_MAX_POINTS);
