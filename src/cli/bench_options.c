@@ -17,7 +17,7 @@ void bench_usage(FILE *f)
         "                       [--heads LIST] [--qlen LIST] [--prefix LIST] [--batch N]\n"
         "                       [--page-size N] [--dtype bf16|f16|f32] [--kv-dtype LIST]\n"
         "                       [--tree tree|chain] [--reps N] [--min-reps N]\n"
-        "                       [--max-seconds S] [--csv FILE]\n"
+        "                       [--max-seconds S] [--csv FILE] [--plot FILE.png]\n"
         "                       [--l2 flush|warm] [--prefix-spread F] [--list]\n"
         "                       [--engine C] [--engine-csv FILE]\n"
         "  --backend LIST    comma-separated: cuda, cuda-naive, cpu, reference\n"
@@ -47,6 +47,12 @@ void bench_usage(FILE *f)
         "  --csv FILE        one row per backend and point:\n"
         "                    backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,\n"
         "                    gbps,frac_mma,frac_bw (with --kv-dtype: then kv_dtype,fp8_speedup)\n"
+        "  --plot FILE.png   draw the flash backend's rows with gnuplot (found on PATH when\n"
+        "                    the run starts): time and the fraction of the nearer ceiling\n"
+        "                    (max of frac_mma and frac_bw) against prefix, one line per\n"
+        "                    H x q_len. The CSV's min_us,max_us (last columns) and the table's\n"
+        "                    flash_min..max_us are the fastest and slowest rep: the spread\n"
+        "                    of a noisy host\n"
         "  --prefix-spread F request b's prefix is prefix x (1 + F u_b), u_b drawn uniformly from\n"
         "                    [-1, 1] (seeded: the same batch every run), 0 <= F < 1: an engine's\n"
         "                    batch of mixed lengths; the prefix column is the nominal (mean)\n"
@@ -68,9 +74,11 @@ void bench_usage(FILE *f)
         "Numbers are decimal integers: heads 1..4096, qlen 1..65536, prefix 0..2^30, batch\n"
         "1..256, page-size 1..2^20, reps and min-reps 1..10^6; anything else is refused.\n"
         "GPU times: CUDA-graph replays of mlav_run on device tensors, L2 flushed before each,\n"
-        "CUDA events, median. CPU times: clock_gettime, median. Ceilings are measured in the same\n"
-        "run: mma.sync BF16 rate and device copy bandwidth on a GPU; on the CPU, cblas_sgemm\n"
-        "M=576 N=16393 K=1088 (the H=64 q_len 9 prefix 16384 score product) and a parallel memcpy.\n",
+        "CUDA events, median. CPU times: clock_gettime, median. Runs longer than 2 s print\n"
+        "progress on stderr (point i/N, elapsed, an estimate of the rest). Ceilings are\n"
+        "measured in the same run: mma.sync BF16 rate and device copy bandwidth on a GPU; on the\n"
+        "CPU, cblas_sgemm M=576 N=16393 K=1088 (the H=64 q_len 9 prefix 16384 score product)\n"
+        "and a parallel memcpy.\n",
         1.0 / BENCH_KV_SCALE);
 }
 
@@ -268,6 +276,13 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             a->grid_opts = 1;
         } else if (!strcmp(arg, "--csv")) {
             o->csv = v;
+        } else if (!strcmp(arg, "--plot")) {
+            size_t n = strlen(v);
+            if (n < 5 || strcmp(v + n - 4, ".png")) {
+                cli_usage_error("bench", "--plot takes a FILE.png ('%s' given)", v);
+                return 2;
+            }
+            o->plot = v;
         } else if (!strcmp(arg, "--engine")) {
             char *end;
             o->engine = strtod(v, &end);

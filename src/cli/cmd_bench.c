@@ -39,6 +39,11 @@ int mlav_cmd_bench(int argc, char **argv)
         bench_print_list(cfg, ncfg, o);
         return 0;
     }
+    if (o->plot && !bench_find_gnuplot()) {
+        fprintf(stderr, "mlaverify bench: --plot needs gnuplot, which is not on PATH (Debian: "
+                        "apt-get install gnuplot-nox); nothing was measured\n");
+        return 2;
+    }
 
     /* from here every exit goes through `done`, which frees what was made */
     rc = 0;
@@ -67,6 +72,10 @@ int mlav_cmd_bench(int argc, char **argv)
     bench_print_roles(o, &flash, &naive);
 
     const bench_config *group = NULL;
+    int npoints = 0;
+    for (int i = 0; i < ncfg; i++)
+        npoints += i == 0 || !bench_same_point(&cfg[i], &cfg[i - 1]);
+    const double t0 = bench_now_s();
     /* point by point: its KV variants [i, e) are measured back to back, the first of them first at
      * even points and last at odd ones, so neither cache always follows the other; then printed
      * in the order given */
@@ -97,8 +106,11 @@ int mlav_cmd_bench(int argc, char **argv)
             if (o->engine > 0 && o->backends[flash] == MLAV_BACKEND_CUDA)
                 bench_print_engine(c, &row[flash]);
         }
+        bench_progress(o, cfg, ncfg, e - 1, e, point + 1, npoints, t0, res);
     }
     if (o->csv && bench_write_csv(o->csv, o, cfg, ncfg, res, &ceil) != 0)
+        rc = 2;
+    if (o->plot && bench_plot(o, flash, cfg, ncfg, res, &ceil) != 0)
         rc = 2;
     if (o->engine > 0 && o->engine_csv &&
         bench_write_engine_csv(o->engine_csv, o, cfg, ncfg, res, &ceil) != 0)
