@@ -1,4 +1,4 @@
-/* mlaverify bench, progress on stderr for long runs: point i/N, elapsed, an estimate of the rest. */
+/* mlaverify bench, progress on stderr for long runs: point i/N, elapsed, the rest estimated. */
 #include <stdio.h>
 
 #include "bench.h"

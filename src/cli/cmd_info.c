@@ -11,11 +11,11 @@ int mlav_cmd_info(int argc, char **argv)
         return cli_usage_error("info", "takes no arguments ('%s' given)", argv[1]);
     if (argc > 1) {
         printf("usage: mlaverify info\n\n"
-               "Prints, one per line: the library's version (and the header's it was built with);\n"
-               "the backends compiled in; the CUDA devices of compute capability 8.0 or more, each\n"
-               "with its name, compute capability, SMs, shared memory, L2 and driver; the backend\n"
-               "AUTO picks and why (MLAV_BACKEND in the environment overrides it). Exit status 0,\n"
-               "or 2 when AUTO cannot make a context (the line says why).\n");
+               "Prints, one per line: the library's version (and the header's it was built\n"
+               "with); the backends compiled in; the CUDA devices of compute capability 8.0 or\n"
+               "more, each with its name, compute capability, SMs, shared memory, L2 and driver;\n"
+               "the backend AUTO picks and why (MLAV_BACKEND in the environment overrides it).\n"
+               "Exit status 0, or 2 when AUTO cannot make a context (the line says why).\n");
         return 0;
     }
     printf("mlaverify %s (header %d, library %u)\n", mlav_version_string(), MLAV_VERSION_NUMBER,
