@@ -15,8 +15,8 @@ Two ways in, one builder:
   requirements), so ``pip install ./python`` builds offline in any venv. From the source tree
   there is no library to bundle: that wheel is ``py3-none-any`` and the package finds the
   library at run time (``MLAVERIFY_LIBRARY``, a CMake install, the system path). A library
-  given as ``--config-settings library=PATH`` (or ``$MLAVERIFY_WHEEL_LIBRARY``) is bundled as
-  above.
+  given as ``--config-settings library=PATH`` (or ``$MLAVERIFY_WHEEL_LIBRARY``), or copied into
+  ``mlaverify/`` (its symlinks become identical copies: one is kept), is bundled as above.
 
 The wheel is reproducible: entries sorted, timestamps from ``$SOURCE_DATE_EPOCH`` (default
 1980-01-01), fixed permissions.
@@ -199,9 +199,25 @@ def build(out_dir, library=None, pkg_dir=None, expect_version=None):
 
 # ---- PEP 517 -----------------------------------------------------------------------------------
 
+def _library_in_package(pkg_dir):
+    """The library copied into the package folder (``cp build/libmlaverify.so* mlaverify/``
+    makes the symlinks three identical files): that one file, or None; a sentence when the
+    copies differ."""
+    found = {}
+    for name in sorted(os.listdir(pkg_dir)):
+        path = os.path.realpath(os.path.join(pkg_dir, name))
+        if name.startswith("libmlaverify.so") and os.path.isfile(path):
+            with open(path, "rb") as f:
+                found.setdefault(hashlib.sha256(f.read()).digest(), path)
+    if len(found) > 1:
+        raise WheelError("%s holds %d different libmlaverify.so files: remove them and build the "
+                         "wheel with cmake --build build --target wheel" % (pkg_dir, len(found)))
+    return next(iter(found.values()), None)
+
+
 def _library_setting(config_settings):
     lib = (config_settings or {}).get("library") or os.environ.get("MLAVERIFY_WHEEL_LIBRARY")
-    return lib or None
+    return lib or _library_in_package(os.path.join(HERE, PACKAGE))
 
 
 def get_requires_for_build_wheel(config_settings=None):

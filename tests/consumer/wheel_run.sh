@@ -7,7 +7,8 @@
 #      MLAVERIFY_LIBRARY, LD_LIBRARY_PATH and PYTHONPATH unset: plan and run on the cpu backend,
 #      compared with the reference backend, the library loaded from the venv's package;
 #   3. pip install --no-index ./python (a copy) into a plain venv, which has no setuptools: the
-#      in-tree backend builds it offline.
+#      in-tree backend builds it offline; with build/libmlaverify.so* copied into the package
+#      (three identical files), the install holds one library, under the soname.
 # The venv of step 2 is made with --system-site-packages: a plain venv cannot get numpy offline
 # (pip has no index and Debian ships numpy only as python3-numpy), and the wheel needs numpy; the
 # package itself comes from the venv (asserted). Without python3-venv (no ensurepip) the venvs are
@@ -127,4 +128,15 @@ files = [str(f) for f in d.files]
 assert not [f for f in files if 'libmlaverify' in f], files
 print('   mlaverify', d.version, 'from source:', len(files), 'files, no library (found at run time)')
 "
+
+echo "== pip install ./python with build/libmlaverify.so* copied into the package: one library"
+cp "$build"/libmlaverify.so* "$work/src/mlaverify/"       # the symlinks become identical copies
+$pip install --no-index --no-deps --target "$work/copied" "$work/src" > "$work/pip-copied.log" 2>&1 \
+  || { cat "$work/pip-copied.log"; exit 1; }
+libs=$(cd "$work/copied/mlaverify" && ls libmlaverify*)
+v=$(basename "$whl" | cut -d- -f2)
+case "$v" in 0.*) want=libmlaverify.so.${v%.*} ;; *) want=libmlaverify.so.${v%%.*} ;; esac
+[ "$libs" = "$want" ] \
+  || { echo "installed libraries: $libs"; exit 1; }
+echo "   $(ls "$work/src/mlaverify/"libmlaverify* | wc -l) copies in, one library installed: $libs"
 echo "test_wheel: passed"
