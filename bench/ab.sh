@@ -46,9 +46,10 @@ done
   done
   printf '%6s %6s %6s %8s %5s %8s %12s %12s %7s\n' batch heads q_len prefix page kv base_us new_us \
     new/base
-  # the key: batch, heads, q_len, prefix, page_size and the KV dtype (column 14 of a --kv-dtype
-  # CSV; the q dtype, column 8, in one without)
-  key='NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7"|"(NF >= 14 ? $14 : $8)","$9}'
+  # the key: batch, heads, q_len, prefix, page_size and the KV dtype (the kv_dtype column of a
+  # --kv-dtype CSV, found by its header; the q dtype, column 8, in one without)
+  key='NR==1 {for (i = 1; i <= NF; i++) if ($i == "kv_dtype") k = i}
+       NR>1 && $1=="cuda" {print $3"|"$4"|"$5"|"$6"|"$7"|"(k ? $k : $8)","$9}'
   join -t, <(awk -F, "$key" "$csvd/ab-base.csv" | sort) <(awk -F, "$key" "$csvd/ab-new.csv" | sort) |
     awk -F'[|,]' '{printf "%6s %6s %6s %8s %5s %8s %12.1f %12.1f %7.3f\n", $1,$2,$3,$4,$5,$6,$7,$8,$8/$7}' |
     sort -k1,1n -k2,2n -k3,3n -k4,4n -k5,5n -k6,6

@@ -11,6 +11,9 @@ install(TARGETS mlaverify mlaverify_static EXPORT mlaverifyTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/mlaverify.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# Apache-2.0: the license travels with every installed tree
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE ${PROJECT_SOURCE_DIR}/CHANGELOG.md
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 # With CUDA, the archive's CUDA objects are host C++ (static-local guards, operator new). CMake
 # records that only as link language CUDA, which a C-only consumer never enables, so its link
@@ -84,15 +87,42 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/mlaverify.pc.in ${CMAKE_CURRENT_BINARY_
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/mlaverify.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # ---- the Python binding, installed beside the library -----------------------------------------
-# `cmake --install` puts python/mlaverify/ into MLAV_PYTHON_INSTALL_DIR (default
-# lib/python3/dist-packages under the prefix: on Debian's python3 that is on sys.path for the
-# default /usr/local prefix) and writes mlaverify/_install_paths.py, which records where the
-# library went: relative to the package (the tree may move) and as the install-time absolute
-# path. The package looks there after its own directory, so it needs no MLAVERIFY_LIBRARY.
-set(MLAV_PYTHON_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/python3/dist-packages" CACHE STRING
+# `cmake --install` puts python/mlaverify/ into MLAV_PYTHON_INSTALL_DIR and writes
+# mlaverify/_install_paths.py, which records where the library went: relative to the package (the
+# tree may move) and as the install-time absolute path. The package looks there after its own
+# directory, so it needs no MLAVERIFY_LIBRARY.
+# The default directory is one the interpreter MLAV_PYTHON_FOR_INSTALL (default: python3 on PATH)
+# searches for this prefix: the first entry of its sys.path under CMAKE_INSTALL_PREFIX that is a
+# site-packages or dist-packages directory (Debian's python3 and /usr/local:
+# lib/python3.X/dist-packages), else its own scheme's purelib path relative to its base
+# (lib/python3.X/site-packages: searched when the prefix is that interpreter's, e.g. a venv).
+# `cmake --install` says whether that interpreter searches the directory it installed into, and
+# otherwise which PYTHONPATH to set.
+find_program(MLAV_PYTHON_FOR_INSTALL NAMES python3
+  DOC "the Python whose search path picks the default MLAV_PYTHON_INSTALL_DIR")
+set(mlav_py_default "lib/python3/dist-packages")
+if(MLAV_PYTHON_FOR_INSTALL)
+  execute_process(COMMAND "${MLAV_PYTHON_FOR_INSTALL}" -c [=[
+import os, sys, sysconfig
+prefix = os.path.normpath(sys.argv[1])
+for p in sys.path:
+    p = os.path.normpath(p)
+    if p.startswith(prefix + os.sep) and os.path.basename(p) in ("site-packages", "dist-packages"):
+        print(os.path.relpath(p, prefix)); break
+else:
+    base = "/mlav-base"
+    print(os.path.relpath(sysconfig.get_path("purelib", "posix_prefix",
+                                             vars={"base": base, "platbase": base}), base))
+]=] "${CMAKE_INSTALL_PREFIX}" OUTPUT_VARIABLE mlav_py_found OUTPUT_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE mlav_py_rc ERROR_QUIET)
+  if(mlav_py_rc EQUAL 0 AND mlav_py_found)
+    set(mlav_py_default "${mlav_py_found}")
+  endif()
+endif()
+set(MLAV_PYTHON_INSTALL_DIR "${mlav_py_default}" CACHE STRING
   "where cmake --install puts the Python package mlaverify (relative: to the prefix)")
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/mlaverify DESTINATION ${MLAV_PYTHON_INSTALL_DIR}
-  FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE PATTERN "_install_paths.py" EXCLUDE)
+  FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE PATTERN "_install_paths.py" EXCLUDE)
 set(MLAV_PY_TO_LIBDIR "")
 if(NOT IS_ABSOLUTE "${MLAV_PYTHON_INSTALL_DIR}" AND NOT IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
   file(RELATIVE_PATH MLAV_PY_TO_LIBDIR /root/${MLAV_PYTHON_INSTALL_DIR}/mlaverify
@@ -103,4 +133,5 @@ install(CODE "set(MLAV_PKG_DIR [[${MLAV_PYTHON_INSTALL_DIR}/mlaverify]])
 set(MLAV_LIB_DIR [[${CMAKE_INSTALL_LIBDIR}]])
 set(MLAV_PY_TO_LIBDIR [[${MLAV_PY_TO_LIBDIR}]])
 set(MLAV_VERSION [[${PROJECT_VERSION}]])
+set(MLAV_PYTHON [[${MLAV_PYTHON_FOR_INSTALL}]])
 include([[${CMAKE_CURRENT_LIST_DIR}/write_install_paths.cmake]])")

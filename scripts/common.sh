@@ -4,15 +4,15 @@
 # build-essential: gcc, make (and gcc's ASan/UBSan/TSan runtimes); libopenblas-openmp-dev: BLAS
 # for the CPU backend (OpenMP flavour, so its threads and ours share one runtime); libcmocka-dev:
 # tests; libcjson-dev: golden bundle headers; python3-numpy, python3-pytest: bundle scripts and
-# the Python binding's tests (test_python); python3-pip, python3-setuptools, python3-wheel: an
-# offline `pip install --no-build-isolation ./python` (setuptools 66 builds the wheel through the
-# wheel package; test_install_python); python3-torch (CPU): the binding's torch paths in
+# the Python binding's tests (test_python); python3-pip (python3-setuptools and python3-wheel
+# are its dependencies; python/build_wheel.py needs neither): the offline pip installs of
+# test_install_python and test_wheel; python3-torch (CPU): the binding's torch paths in
 # test_python (torch tensors, StepPlan on torch, the SGLang backend's hooks, the torch op);
 # libgfortran-12-dev: the static link of OpenBLAS (its pkg-config Libs.private name -lgfortran;
 # test_install_consumer's static pkg-config case; a fresh Debian 12 lacks it); gnuplot-nox:
-# bench/plot.gp; clang, libclang-rt-dev (compiler-rt: libFuzzer and clang's sanitizer runtimes,
-# only recommended by clang) and libomp-dev (clang's OpenMP, with the Archer tool for TSan):
-# scripts/fuzz.sh and scripts/sanitize.sh tsan
+# bench --plot and bench/plot.gp (test_cli_bench_plot); clang, libclang-rt-dev (compiler-rt:
+# libFuzzer and clang's sanitizer runtimes, only recommended by clang) and libomp-dev (clang's
+# OpenMP, with the Archer tool for TSan): scripts/fuzz.sh and scripts/sanitize.sh tsan
 MLAV_DEB_PACKAGES="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev libcjson-dev python3 python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel python3-torch libgfortran-12-dev gnuplot-nox clang libclang-rt-dev libomp-dev"
 
 mlav_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

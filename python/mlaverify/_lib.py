@@ -26,7 +26,11 @@ import threading
 #: must have the same major and at least this minor.
 EXPECTED_VERSION = (0, 3, 0)
 
-_SONAMES = ("libmlaverify.so", "libmlaverify.so.0", "libmlaverify.dylib", "mlaverify.dll")
+#: The soname (CHANGELOG.md: libmlaverify.so.0.MINOR while the major version is 0), the name the
+#: wheel gives its one copy of the library.
+SONAME = ("libmlaverify.so.%d.%d" % EXPECTED_VERSION[:2] if EXPECTED_VERSION[0] == 0
+          else "libmlaverify.so.%d" % EXPECTED_VERSION[0])
+_SONAMES = (SONAME, "libmlaverify.so", "libmlaverify.dylib", "mlaverify.dll")
 
 
 class LibraryNotFoundError(OSError):
@@ -216,7 +220,8 @@ def load():
             return lib
         hint = ("" if from_env else
                 "; build it (cmake --build build) and set MLAVERIFY_LIBRARY to "
-                "build/libmlaverify.so, copy it next to the package, or install it")
+                "build/libmlaverify.so, install the wheel (cmake --build build --target "
+                "wheel), or install the library")
         raise LibraryNotFoundError("libmlaverify could not be loaded; tried " +
                                    "; ".join(tried) + hint)
 

@@ -229,11 +229,18 @@ def test_stand_ins_have_sglangs_interface(sg):
 # -- registration ---------------------------------------------------------------------------------
 
 def test_entry_point_registers_the_backend_and_its_flag(sg, monkeypatch):
-    """pyproject.toml's entry point in SGLang's group, run by SGLang's plugin loader, registers
-    the name with the attention registry and the --*-attention-backend choices."""
-    import tomllib
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        eps = tomllib.load(f)["project"]["entry-points"][sg.plugins.GENERAL_PLUGINS_GROUP]
+    """The wheel's entry point in SGLang's group (entry_points.txt, as build_wheel.py writes it
+    into every wheel), run by SGLang's plugin loader, registers the name with the attention
+    registry and the --*-attention-backend choices."""
+    import configparser
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("build_wheel",
+                                                  os.path.join(ROOT, "build_wheel.py"))
+    bw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bw)
+    ini = configparser.ConfigParser()
+    ini.read_string(bw.entry_points())
+    eps = dict(ini[sg.plugins.GENERAL_PLUGINS_GROUP])
     assert eps == {"mlaverify": "mlaverify.sglang_plugin:register"}
     ep = EntryPoint(name="mlaverify", value=eps["mlaverify"],
                     group=sg.plugins.GENERAL_PLUGINS_GROUP)

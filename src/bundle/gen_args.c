@@ -124,6 +124,8 @@ static mlav_status parse_req(const char *spec, mlav_gen_request *r)
 
 mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const char **out_path)
 {
+    char vocab_range[32];
+    snprintf(vocab_range, sizeof vocab_range, "2 to %d", MLAV_BUNDLE_MAX_VOCAB);
     mlav_gen_defaults(p);
     *out_path = NULL;
     int nreq = 0, shaped = 0, seed_set = 0, readout_set = 0, out_at = -1, kv_scale_set = 0;
@@ -144,17 +146,22 @@ mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const
             return mlav_set_error(MLAV_ERR_INVALID_ARG, "option %s needs a value", a);
         const char *v = argv[++i];
         int ok = 1;
+        const char *want = NULL; /* the values an option takes, for the sentence on a bad one */
         if (!strcmp(a, "--seed")) {
             ok = parse_seed(v, &p->seed);
+            want = "an unsigned 64-bit decimal integer";
             seed_set = 1;
         } else if (!strcmp(a, "--heads")) {
             ok = parse_i32(v, 1, 4096, &p->H);
+            want = "1 to 4096";
             shaped = 1;
         } else if (!strcmp(a, "--d-latent")) {
             ok = parse_i32(v, 1, 16384, &p->Dl);
+            want = "1 to 16384";
             shaped = 1;
         } else if (!strcmp(a, "--d-rope")) {
             ok = parse_i32(v, 0, 16384, &p->Dr);
+            want = "0 to 16384";
             shaped = 1;
         } else if (!strcmp(a, "--dtype")) {
             shaped = 1;
@@ -166,6 +173,7 @@ mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const
                 p->dtype = MLAV_DTYPE_F32;
             else
                 ok = 0;
+            want = "bf16, f16 or f32";
         } else if (!strcmp(a, "--kv-dtype")) {
             shaped = 1;
             kv_name = v;
@@ -179,31 +187,38 @@ mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const
                 kv_named = MLAV_DTYPE_F32;
             else
                 ok = 0;
+            want = "fp8, fp8_e4m3, bf16, f16 or f32";
         } else if (!strcmp(a, "--kv-scale")) {
             char *end;
             double x = strtod(v, &end);
             ok = *v && !*end && isfinite(x) && x > 0.0 && isfinite((float)x) && (float)x > 0.0f;
             p->kv_scale = (float)x;
+            want = "a finite number > 0";
             kv_scale_set = 1;
             shaped = 1;
         } else if (!strcmp(a, "--page-size")) {
             ok = parse_i32(v, 1, 1 << 20, &p->page_size);
+            want = "1 to 1048576";
             shaped = 1;
         } else if (!strcmp(a, "--vocab")) {
             ok = parse_i32(v, 2, MLAV_BUNDLE_MAX_VOCAB, &p->vocab);
+            want = vocab_range;
             shaped = 1;
         } else if (!strcmp(a, "--readout-seed")) {
             ok = parse_seed(v, &p->readout_seed);
+            want = "an unsigned 64-bit decimal integer";
             readout_set = 1;
             shaped = 1;
         } else if (!strcmp(a, "--spare-pages")) {
             ok = parse_i32(v, 1, 65536, &p->spare_pages);
+            want = "1 to 65536";
             shaped = 1;
         } else if (!strcmp(a, "--softmax-scale")) {
             char *end;
             double x = strtod(v, &end);
             ok = *v && !*end && isfinite(x) && x > 0.0;
             p->softmax_scale = (float)x;
+            want = "a finite number > 0";
             shaped = 1;
         } else if (!strcmp(a, "--req")) {
             if (nreq >= MLAV_GEN_MAX_REQUESTS)
@@ -218,11 +233,13 @@ mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const
             p->expect_from = v;
         } else if (!strcmp(a, "--readout-tries")) {
             ok = parse_i32(v, 1, 1 << 20, &p->readout_tries);
+            want = "1 to 1048576";
         } else {
             return mlav_set_error(MLAV_ERR_INVALID_ARG, "unknown option %s", a);
         }
         if (!ok)
-            return mlav_set_error(MLAV_ERR_INVALID_ARG, "bad value '%s' for %s", v, a);
+            return mlav_set_error(MLAV_ERR_INVALID_ARG, "bad value '%s' for %s (%s)", v, a,
+                                  want ? want : "see --help");
     }
     if (!*out_path)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "no output file given");

@@ -47,6 +47,7 @@ typedef struct bench_config {
 typedef struct bench_result {
     mlav_status status;     /* MLAV_OK, or why it is "n/a" (MLAV_ERR_UNSUPPORTED) */
     double time_us;         /* median */
+    double min_us, max_us;  /* the fastest and slowest timed rep: the spread a noisy host shows */
     int reps;
     double tflops, gbps, frac_mma, frac_bw;
     /* --engine: the same point through a plan for limits (cuda only; bench_engine.c) */
@@ -63,6 +64,7 @@ typedef struct bench_opts {
     int reps, min_reps;
     double max_seconds;
     const char *csv;
+    const char *plot;       /* --plot FILE.png (gnuplot; bench_plot.c) */
     int tree;               /* 1: random draft tree mask; 0: causal chain (tree_mask = NULL) */
     int warm_l2;            /* 1: no L2 flush before GPU replays (diagnostic, --l2 warm) */
     double spread;          /* --prefix-spread: request b's prefix is prefix * (1 + spread * u_b),
@@ -175,6 +177,25 @@ enum { BENCH_SGEMM_M = 576, BENCH_SGEMM_N = 16393, BENCH_SGEMM_K = 1088 };
 void bench_sanitize(char *s);
 /* Print the run's header lines and measure the ceilings of the backends' kinds. */
 void bench_measure_ceilings(const bench_opts *o, bench_ceilings *c);
+
+/* ---- bench_plot.c ---- */
+/* The gnuplot executable on PATH (a static buffer), or NULL. */
+const char *bench_find_gnuplot(void);
+/* Draw the flash backend's rows into o->plot: time and the fraction of the nearer ceiling
+ * against prefix, one line per H x q_len (and B, page size, dtypes where those vary). Written
+ * to a temporary file renamed into place, so a failure leaves no PNG. 0, or -1 after a
+ * sentence. */
+int bench_plot(const bench_opts *o, int flash, const bench_config *cfg, int ncfg,
+               const bench_result *res, const bench_ceilings *ceil);
+
+/* ---- bench_progress.c ---- */
+/* Progress on stderr after point `done` of `total` (the KV variants of a point count once;
+ * cfg[last] the last measured, cfg[next..ncfg) still to come; res every result): the elapsed
+ * time and an estimate of the rest, from each backend's time at the last point scaled by each
+ * point's work and capped by the stopping rule. Quiet for the first two seconds of points, so
+ * short runs print nothing. */
+void bench_progress(const bench_opts *o, const bench_config *cfg, int ncfg, int last, int next,
+                    int done, int total, double t0, const bench_result *res);
 
 /* ---- bench_print.c ---- */
 void bench_print_list(const bench_config *cfg, int n, const bench_opts *o);

@@ -269,6 +269,7 @@ static mlav_status time_captured(F body, const bench_reps *reps, bench_timing *o
     size_t n = us.size();
     out->reps = (int)n;
     out->min_us = us[0];
+    out->max_us = us[n - 1];
     out->median_us = n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
     return MLAV_OK;
 }

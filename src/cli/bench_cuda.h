@@ -35,7 +35,7 @@ typedef struct bench_reps {
 
 typedef struct bench_timing {
     double median_us;       /* median of the timed replays */
-    double min_us;
+    double min_us, max_us;  /* the fastest and the slowest */
     int reps;               /* replays timed */
     int graph;              /* 1: CUDA graph replays; 0: capture failed, direct mlav_run calls */
 } bench_timing;

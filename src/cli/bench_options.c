@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "mlaverify.h"
 
 void bench_usage(FILE *f)
@@ -16,7 +17,7 @@ void bench_usage(FILE *f)
         "                       [--heads LIST] [--qlen LIST] [--prefix LIST] [--batch N]\n"
         "                       [--page-size N] [--dtype bf16|f16|f32] [--kv-dtype LIST]\n"
         "                       [--tree tree|chain] [--reps N] [--min-reps N]\n"
-        "                       [--max-seconds S] [--csv FILE]\n"
+        "                       [--max-seconds S] [--csv FILE] [--plot FILE.png]\n"
         "                       [--l2 flush|warm] [--prefix-spread F] [--list]\n"
         "                       [--engine C] [--engine-csv FILE]\n"
         "  --backend LIST    comma-separated: cuda, cuda-naive, cpu, reference\n"
@@ -46,6 +47,12 @@ void bench_usage(FILE *f)
         "  --csv FILE        one row per backend and point:\n"
         "                    backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,\n"
         "                    gbps,frac_mma,frac_bw (with --kv-dtype: then kv_dtype,fp8_speedup)\n"
+        "  --plot FILE.png   draw the flash backend's rows with gnuplot (found on PATH when\n"
+        "                    the run starts): time and the fraction of the nearer ceiling\n"
+        "                    (max of frac_mma and frac_bw) against prefix, one line per\n"
+        "                    H x q_len. The CSV's min_us,max_us (last columns) and the table's\n"
+        "                    flash_min..max_us are the fastest and slowest rep: the spread\n"
+        "                    of a noisy host\n"
         "  --prefix-spread F request b's prefix is prefix x (1 + F u_b), u_b drawn uniformly from\n"
         "                    [-1, 1] (seeded: the same batch every run), 0 <= F < 1: an engine's\n"
         "                    batch of mixed lengths; the prefix column is the nominal (mean)\n"
@@ -67,9 +74,11 @@ void bench_usage(FILE *f)
         "Numbers are decimal integers: heads 1..4096, qlen 1..65536, prefix 0..2^30, batch\n"
         "1..256, page-size 1..2^20, reps and min-reps 1..10^6; anything else is refused.\n"
         "GPU times: CUDA-graph replays of mlav_run on device tensors, L2 flushed before each,\n"
-        "CUDA events, median. CPU times: clock_gettime, median. Ceilings are measured in the same\n"
-        "run: mma.sync BF16 rate and device copy bandwidth on a GPU; on the CPU, cblas_sgemm\n"
-        "M=576 N=16393 K=1088 (the H=64 q_len 9 prefix 16384 score product) and a parallel memcpy.\n",
+        "CUDA events, median. CPU times: clock_gettime, median. Runs longer than 2 s print\n"
+        "progress on stderr (point i/N, elapsed, an estimate of the rest). Ceilings are\n"
+        "measured in the same run: mma.sync BF16 rate and device copy bandwidth on a GPU; on the\n"
+        "CPU, cblas_sgemm M=576 N=16393 K=1088 (the H=64 q_len 9 prefix 16384 score product)\n"
+        "and a parallel memcpy.\n",
         1.0 / BENCH_KV_SCALE);
 }
 
@@ -80,11 +89,11 @@ int bench_parse_i64(const char *s, int64_t lo, int64_t hi, const char *opt, int6
     long long v = strtoll(s, &end, 10);
     /* strtoll skips blanks and takes a sign; the options take plain digits only */
     if (end == s || *end || *s == ' ' || *s == '\t' || *s == '+') {
-        fprintf(stderr, "mlaverify bench: %s: '%s' is not a decimal integer\n", opt, s);
+        cli_usage_error("bench", "%s: '%s' is not a decimal integer", opt, s);
         return -1;
     }
     if (errno == ERANGE || v < lo || v > hi) {
-        fprintf(stderr, "mlaverify bench: %s: %s is out of range (%lld to %lld)\n", opt, s,
+        cli_usage_error("bench", "%s: %s is out of range (%lld to %lld)", opt, s,
                 (long long)lo, (long long)hi);
         return -1;
     }
@@ -103,12 +112,12 @@ static int parse_int_list(const char *s, int64_t *out, int max, int64_t lo, int6
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char item[32];
         if (len == 0 || len >= sizeof item) {
-            fprintf(stderr, "mlaverify bench: %s: bad list '%s' (%s)\n", opt, s,
+            cli_usage_error("bench", "%s: bad list '%s' (%s)", opt, s,
                     len ? "an item too long" : "an empty item");
             return -1;
         }
         if (n == max) {
-            fprintf(stderr, "mlaverify bench: %s: more than %d values in '%s'\n", opt, max, s);
+            cli_usage_error("bench", "%s: more than %d values in '%s'", opt, max, s);
             return -1;
         }
         memcpy(item, p, len);
@@ -128,7 +137,7 @@ static int parse_kv_list(const char *s, bench_args *a)
 {
     char list[128];
     if (strlen(s) >= sizeof list) {
-        fprintf(stderr, "mlaverify bench: --kv-dtype: '%s' is too long\n", s);
+        cli_usage_error("bench", "--kv-dtype: '%s' is too long", s);
         return -1;
     }
     snprintf(list, sizeof list, "%s", s);
@@ -150,14 +159,14 @@ static int parse_kv_list(const char *s, bench_args *a)
         else if (!strcmp(p, "f32"))
             kv = MLAV_DTYPE_F32;
         else {
-            fprintf(stderr, "mlaverify bench: --kv-dtype: %s%s%s in '%s' (same, bf16, f16, f32, "
-                            "fp8)\n", *p ? "unknown dtype '" : "an empty entry", p, *p ? "'" : "",
+            cli_usage_error("bench", "--kv-dtype: %s%s%s in '%s' (same, bf16, f16, f32, "
+                            "fp8)", *p ? "unknown dtype '" : "an empty entry", p, *p ? "'" : "",
                     s);
             return -1;
         }
         if (a->nkv == BENCH_MAX_KV) {
-            fprintf(stderr, "mlaverify bench: --kv-dtype: more than %d entries in '%s' (the q "
-                            "dtype's cache and fp8)\n", BENCH_MAX_KV, s);
+            cli_usage_error("bench", "--kv-dtype: more than %d entries in '%s' (the q "
+                            "dtype's cache and fp8)", BENCH_MAX_KV, s);
             return -1;
         }
         a->kv[a->nkv++] = kv;
@@ -187,8 +196,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "mlaverify bench: '%s' needs a value (or is unknown)\n", arg);
-            bench_usage(stderr);
+            cli_usage_error("bench", "'%s' needs a value, or is not an option", arg);
             return 2;
         }
         const char *v = argv[++i];
@@ -224,7 +232,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             else if (!strcmp(v, "f32"))
                 a->dtype = MLAV_DTYPE_F32;
             else {
-                fprintf(stderr, "mlaverify bench: unknown dtype '%s' (bf16, f16, f32)\n", v);
+                cli_usage_error("bench", "unknown dtype '%s' (bf16, f16, f32)", v);
                 return 2;
             }
         } else if (!strcmp(arg, "--kv-dtype")) {
@@ -233,7 +241,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             o->kv_columns = 1;
         } else if (!strcmp(arg, "--tree")) {
             if (strcmp(v, "tree") && strcmp(v, "chain")) {
-                fprintf(stderr, "mlaverify bench: --tree takes tree or chain\n");
+                cli_usage_error("bench", "--tree takes tree or chain");
                 return 2;
             }
             o->tree = !strcmp(v, "tree");
@@ -249,12 +257,12 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             char *end;
             o->max_seconds = strtod(v, &end);
             if (end == v || *end || !(o->max_seconds >= 0.0 && o->max_seconds <= 86400.0)) {
-                fprintf(stderr, "mlaverify bench: bad --max-seconds '%s' (0 to 86400)\n", v);
+                cli_usage_error("bench", "bad --max-seconds '%s' (0 to 86400)", v);
                 return 2;
             }
         } else if (!strcmp(arg, "--l2")) {
             if (strcmp(v, "flush") && strcmp(v, "warm")) {
-                fprintf(stderr, "mlaverify bench: --l2 takes flush or warm\n");
+                cli_usage_error("bench", "--l2 takes flush or warm");
                 return 2;
             }
             o->warm_l2 = !strcmp(v, "warm");
@@ -262,25 +270,31 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             char *end;
             o->spread = strtod(v, &end);
             if (end == v || *end || !(o->spread >= 0.0 && o->spread < 1.0)) {
-                fprintf(stderr, "mlaverify bench: --prefix-spread takes F with 0 <= F < 1\n");
+                cli_usage_error("bench", "--prefix-spread takes F with 0 <= F < 1");
                 return 2;
             }
             a->grid_opts = 1;
         } else if (!strcmp(arg, "--csv")) {
             o->csv = v;
+        } else if (!strcmp(arg, "--plot")) {
+            size_t n = strlen(v);
+            if (n < 5 || strcmp(v + n - 4, ".png")) {
+                cli_usage_error("bench", "--plot takes a FILE.png ('%s' given)", v);
+                return 2;
+            }
+            o->plot = v;
         } else if (!strcmp(arg, "--engine")) {
             char *end;
             o->engine = strtod(v, &end);
             if (end == v || *end || !(o->engine >= 1.0 && o->engine <= 16.0)) {
-                fprintf(stderr, "mlaverify bench: --engine takes a capacity factor C with 1 <= C "
-                                "<= 16\n");
+                cli_usage_error("bench", "--engine takes a capacity factor C with 1 <= C "
+                                "<= 16");
                 return 2;
             }
         } else if (!strcmp(arg, "--engine-csv")) {
             o->engine_csv = v;
         } else {
-            fprintf(stderr, "mlaverify bench: unknown option '%s'\n", arg);
-            bench_usage(stderr);
+            cli_usage_error("bench", "unknown option '%s'", arg);
             return 2;
         }
         if (a->nh < 0 || a->nq < 0 || a->np < 0)
@@ -289,7 +303,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
     if (o->min_reps > o->reps)
         o->min_reps = o->reps;
     if (a->preset && a->grid_opts) {
-        fprintf(stderr, "mlaverify bench: --preset cannot be combined with grid options\n");
+        cli_usage_error("bench", "--preset cannot be combined with grid options");
         return 2;
     }
     return 0;
@@ -310,11 +324,11 @@ int bench_resolve_backends(bench_args *a, int ndev)
             return 2;
         }
         if (o->num_backends == BENCH_MAX_BACKENDS) {
-            fprintf(stderr, "mlaverify bench: at most %d backends\n", BENCH_MAX_BACKENDS);
+            cli_usage_error("bench", "at most %d backends", BENCH_MAX_BACKENDS);
             return 2;
         }
         if (!mlav_backend_compiled(b)) {
-            fprintf(stderr, "mlaverify bench: backend %s is not compiled into this build\n", tok);
+            cli_usage_error("bench", "backend %s is not compiled into this build", tok);
             return 2;
         }
         if (bench_is_gpu_backend(b) && ndev == 0) {
@@ -328,7 +342,7 @@ int bench_resolve_backends(bench_args *a, int ndev)
 #ifndef MLAV_WITH_CUDA
     for (int b = 0; b < o->num_backends; b++)
         if (bench_is_gpu_backend(o->backends[b])) {
-            fprintf(stderr, "mlaverify bench: this build has no CUDA support\n");
+            cli_usage_error("bench", "this build has no CUDA support");
             return 2;
         }
 #endif

@@ -24,8 +24,9 @@ int bench_write_csv(const char *path, const bench_opts *o, const bench_config *c
     }
     /* --kv-dtype's columns go last, so that readers of the columns before (plot.gp, ab.sh) read
      * either form */
+    /* min_us,max_us last of all: the spread of the reps whose median is time_us */
     fprintf(f, "backend,gpu,batch,heads,q_len,prefix,page_size,dtype,time_us,tflops,gbps,"
-               "frac_mma,frac_bw%s\n", o->kv_columns ? ",kv_dtype,fp8_speedup" : "");
+               "frac_mma,frac_bw%s,min_us,max_us\n", o->kv_columns ? ",kv_dtype,fp8_speedup" : "");
     /* backend outer: each (backend, q_len) line of the plot is a contiguous block of rows */
     for (int b = 0; b < o->num_backends; b++)
         for (int i = 0; i < ncfg; i++) {
@@ -48,7 +49,10 @@ int bench_write_csv(const char *path, const bench_opts *o, const bench_config *c
                 else
                     fprintf(f, "nan");
             }
-            fprintf(f, "\n");
+            if (r->status == MLAV_OK)
+                fprintf(f, ",%.3f,%.3f\n", r->min_us, r->max_us);
+            else
+                fprintf(f, ",nan,nan\n");
         }
     if (fclose(f) != 0) {
         fprintf(stderr, "mlaverify bench: error writing %s\n", path);
@@ -107,13 +111,13 @@ void bench_print_group(const bench_config *c, const bench_opts *o)
                1.0 + spread);
     printf("\n");
     if (o->kv_columns)
-        printf("%7s %6s %8s %8s %11s %11s %8s %8s %8s %8s %8s %11s %7s\n", "streams", "q_len",
+        printf("%7s %6s %8s %8s %11s %11s %8s %8s %8s %8s %8s %11s %7s %21s\n", "streams", "q_len",
                "prefix", "kv", "naive_us", "flash_us", "speedup", "TFLOP/s", "GB/s", "frac_mma",
-               "frac_bw", "fp8_speedup", "reps");
+               "frac_bw", "fp8_speedup", "reps", "flash_min..max_us");
     else
-        printf("%7s %6s %8s %11s %11s %8s %8s %8s %8s %8s %7s\n", "streams", "q_len", "prefix",
-               "naive_us", "flash_us", "speedup", "TFLOP/s", "GB/s", "frac_mma", "frac_bw",
-               "reps");
+        printf("%7s %6s %8s %11s %11s %8s %8s %8s %8s %8s %7s %21s\n", "streams", "q_len",
+               "prefix", "naive_us", "flash_us", "speedup", "TFLOP/s", "GB/s", "frac_mma",
+               "frac_bw", "reps", "flash_min..max_us");
 }
 
 void bench_print_row(const bench_config *c, const bench_opts *o, const bench_result *rf,
@@ -130,6 +134,9 @@ void bench_print_row(const bench_config *c, const bench_opts *o, const bench_res
     if (rf->status == MLAV_OK)
         snprintf(rf_s, sizeof rf_s, "%d", rf->reps);
     snprintf(reps, sizeof reps, "%s/%s", rn_s, rf_s);
+    char range[48] = "-";
+    if (rf->status == MLAV_OK)
+        snprintf(range, sizeof range, "%.1f..%.1f", rf->min_us, rf->max_us);
     char tput[64];
     snprintf(tput, sizeof tput, "%8s %8s %8s %8s", "-", "-", "-", "-");
     if (rf->status == MLAV_OK)
@@ -140,11 +147,12 @@ void bench_print_row(const bench_config *c, const bench_opts *o, const bench_res
         char fs[32] = "-";
         if (rs && rs->status == MLAV_OK && rf->status == MLAV_OK)
             snprintf(fs, sizeof fs, "%.2fx", rs->time_us / rf->time_us);
-        printf("%7d %6d %8lld %8s %11s %11s %8s %s %11s %7s\n", c->B, c->q_len,
-               (long long)c->prefix, mlav_dtype_name(c->kv_dtype), tn, tf, sp, tput, fs, reps);
+        printf("%7d %6d %8lld %8s %11s %11s %8s %s %11s %7s %21s\n", c->B, c->q_len,
+               (long long)c->prefix, mlav_dtype_name(c->kv_dtype), tn, tf, sp, tput, fs, reps,
+               range);
     } else {
-        printf("%7d %6d %8lld %11s %11s %8s %s %7s\n", c->B, c->q_len, (long long)c->prefix, tn,
-               tf, sp, tput, reps);
+        printf("%7d %6d %8lld %11s %11s %8s %s %7s %21s\n", c->B, c->q_len, (long long)c->prefix,
+               tn, tf, sp, tput, reps, range);
     }
     fflush(stdout);
 }

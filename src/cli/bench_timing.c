@@ -78,7 +78,7 @@ static void host_tensors_free(host_tensors *h)
 
 /* Time a plan on host tensors: one untimed run, then reps by the same stopping rule as the GPU. */
 static mlav_status cpu_time(const mlav_plan *plan, const mlav_tensors *t, const bench_opts *o,
-                            double *time_us, int *reps)
+                            bench_result *r)
 {
     size_t wsb = mlav_plan_workspace_bytes(plan);
     void *ws = wsb ? bench_host_alloc(wsb) : NULL;
@@ -98,8 +98,10 @@ static mlav_status cpu_time(const mlav_plan *plan, const mlav_tensors *t, const 
             break;
     }
     if (s == MLAV_OK) {
-        *time_us = median(us, n);
-        *reps = n;
+        r->time_us = median(us, n); /* sorts us */
+        r->min_us = us[0];
+        r->max_us = us[n - 1];
+        r->reps = n;
     }
     free(us);
     free(ws);
@@ -184,6 +186,8 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
                 r->status = bench_gpu_time(plan, &dt, ws, wsb, &rp, &tm);
                 bench_gpu_free(ws);
                 r->time_us = tm.median_us;
+                r->min_us = tm.min_us;
+                r->max_us = tm.max_us;
                 r->reps = tm.reps;
                 r->engine_status = MLAV_ERR_UNSUPPORTED;
                 if (r->status == MLAV_OK && o->engine > 0 && o->backends[b] == MLAV_BACKEND_CUDA &&
@@ -194,7 +198,7 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
                 }
 #endif
             } else {
-                r->status = cpu_time(plan, &htt, o, &r->time_us, &r->reps);
+                r->status = cpu_time(plan, &htt, o, r);
             }
         }
         if (r->status != MLAV_OK && r->status != MLAV_ERR_UNSUPPORTED) {

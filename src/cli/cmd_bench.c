@@ -21,9 +21,15 @@ int mlav_cmd_bench(int argc, char **argv)
     if (bench_resolve_backends(&a, mlav_cuda_device_count()) != 0)
         return 2;
     const bench_opts *o = &a.o;
-    int any_gpu = 0;
-    for (int b = 0; b < o->num_backends; b++)
+    int any_gpu = 0, any_cuda = 0;
+    for (int b = 0; b < o->num_backends; b++) {
         any_gpu |= bench_is_gpu_backend(o->backends[b]);
+        any_cuda |= o->backends[b] == MLAV_BACKEND_CUDA;
+    }
+    if (o->engine > 0 && !any_cuda && !a.list_only)
+        fprintf(stderr, "mlaverify bench: --engine times the engine path (a plan for limits, "
+                        "device lengths, CUDA graphs) on the cuda backend only; %s has none, so "
+                        "no engine rows are timed\n", mlav_backend_name(o->backends[0]));
 
     static bench_config cfg[BENCH_MAX_POINTS];
     const int ncfg = bench_points(&a, any_gpu, cfg, BENCH_MAX_POINTS);
@@ -32,6 +38,11 @@ int mlav_cmd_bench(int argc, char **argv)
     if (a.list_only) {
         bench_print_list(cfg, ncfg, o);
         return 0;
+    }
+    if (o->plot && !bench_find_gnuplot()) {
+        fprintf(stderr, "mlaverify bench: --plot needs gnuplot, which is not on PATH (Debian: "
+                        "apt-get install gnuplot-nox); nothing was measured\n");
+        return 2;
     }
 
     /* from here every exit goes through `done`, which frees what was made */
@@ -61,6 +72,10 @@ int mlav_cmd_bench(int argc, char **argv)
     bench_print_roles(o, &flash, &naive);
 
     const bench_config *group = NULL;
+    int npoints = 0;
+    for (int i = 0; i < ncfg; i++)
+        npoints += i == 0 || !bench_same_point(&cfg[i], &cfg[i - 1]);
+    const double t0 = bench_now_s();
     /* point by point: its KV variants [i, e) are measured back to back, the first of them first at
      * even points and last at odd ones, so neither cache always follows the other; then printed
      * in the order given */
@@ -91,8 +106,11 @@ int mlav_cmd_bench(int argc, char **argv)
             if (o->engine > 0 && o->backends[flash] == MLAV_BACKEND_CUDA)
                 bench_print_engine(c, &row[flash]);
         }
+        bench_progress(o, cfg, ncfg, e - 1, e, point + 1, npoints, t0, res);
     }
     if (o->csv && bench_write_csv(o->csv, o, cfg, ncfg, res, &ceil) != 0)
+        rc = 2;
+    if (o->plot && bench_plot(o, flash, cfg, ncfg, res, &ceil) != 0)
         rc = 2;
     if (o->engine > 0 && o->engine_csv &&
         bench_write_engine_csv(o->engine_csv, o, cfg, ncfg, res, &ceil) != 0)

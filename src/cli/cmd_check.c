@@ -97,15 +97,13 @@ int mlav_cmd_check(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--backend")) {
             if (i + 1 >= argc || mlav_backend_from_name(argv[i + 1], &want) != MLAV_OK) {
-                fprintf(stderr, "mlaverify check: --backend needs auto, cpu, cuda, cuda-naive or "
-                                "reference\n");
-                status = 2;
+                status = cli_usage_error("check", "--backend needs auto, cpu, cuda, cuda-naive or "
+                                                  "reference");
                 goto out;
             }
             i++;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "mlaverify check: unknown option %s\n\n%s", argv[i], usage);
-            status = 2;
+            status = cli_usage_error("check", "unknown option %s", argv[i]);
             goto out;
         } else {
             int got = expand(argv[i], &files);
@@ -125,9 +123,7 @@ int mlav_cmd_check(int argc, char **argv)
         }
     }
     if (files.n == 0) {
-        fprintf(stderr, "mlaverify check: no bundles given (or none in the directory)\n\n%s",
-                usage);
-        status = 2;
+        status = cli_usage_error("check", "no bundles given");
         goto out;
     }
     mlav_context *ctx = NULL;

@@ -17,8 +17,7 @@ int mlav_cmd_gen(int argc, char **argv)
     const char *out = NULL;
     mlav_status s = mlav_gen_parse_args(argc - 1, argv + 1, &p, &out);
     if (s != MLAV_OK) {
-        fprintf(stderr, "mlaverify gen: %s\n\n%s", mlav_last_error(NULL), mlav_gen_usage());
-        return 2;
+        return cli_usage_error("gen", "%s", mlav_last_error(NULL));
     }
     mlav_gen_stats st;
     mlav_bundle b;

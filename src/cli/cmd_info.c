@@ -7,8 +7,15 @@
 
 int mlav_cmd_info(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: mlaverify info\n");
+    if (argc > 1 && strcmp(argv[1], "-h") && strcmp(argv[1], "--help"))
+        return cli_usage_error("info", "takes no arguments ('%s' given)", argv[1]);
+    if (argc > 1) {
+        printf("usage: mlaverify info\n\n"
+               "Prints, one per line: the library's version (and the header's it was built\n"
+               "with); the backends compiled in; the CUDA devices of compute capability 8.0 or\n"
+               "more, each with its name, compute capability, SMs, shared memory, L2 and driver;\n"
+               "the backend AUTO picks and why (MLAV_BACKEND in the environment overrides it).\n"
+               "Exit status 0, or 2 when AUTO cannot make a context (the line says why).\n");
         return 0;
     }
     printf("mlaverify %s (header %d, library %u)\n", mlav_version_string(), MLAV_VERSION_NUMBER,

@@ -4,8 +4,9 @@
 #   1. cmake --install into a scratch prefix puts the package beside the library; imported from
 #      there (PYTHONPATH only), it loads that prefix's libmlaverify and runs cpu vs reference;
 #      the same after the whole prefix is moved (the recorded libdir is relative).
-#   2. pip install --no-build-isolation --no-index of a copy of python/ (offline: setuptools and
-#      wheel from Debian, nothing fetched), imported with the library on the loader's path.
+#   2. pip install --no-build-isolation --no-index of a copy of python/ (offline: its build backend
+#      is python/build_wheel.py, standard library only), imported with the library on the
+#      loader's path.
 #   python_run.sh CMAKE BUILD_DIR WORK_DIR PYTHON SOURCE_DIR          (exit 77: skipped)
 set -euo pipefail
 cmake=$1 build=$2 work=$3 py=$4 src=$5
@@ -46,6 +47,7 @@ if ! "$py" -m pip --version > /dev/null 2>&1; then
   exit 77
 fi
 cp -r "$src/python" "$work/src"
+cp "$src/LICENSE" "$work/LICENSE"   # the wheel carries it (python/build_wheel.py)
 rm -rf "$work/src/build" "$work/src/"*.egg-info
 "$py" -m pip install --no-build-isolation --no-index --no-deps --target "$work/pip" \
   "$work/src" > "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }

@@ -18,12 +18,24 @@ cfg=$(find "$prefix" -name mlaverifyConfig.cmake | head -n1)
 [ -n "$pc" ] && [ -n "$cfg" ] || { echo "no mlaverify.pc or mlaverifyConfig.cmake installed"; exit 1; }
 libdir=$(dirname "$(dirname "$pc")")
 ls "$libdir"/libmlaverify.so.* "$libdir"/libmlaverify.a > /dev/null
+# the license everywhere it is installed: the .pc file, the CMake package, share/doc
+grep -qx 'License: Apache-2.0' "$pc" || { echo "$pc: no License: Apache-2.0"; exit 1; }
+grep -q 'mlaverify_LICENSE "Apache-2.0"' "$cfg" || { echo "$cfg: no mlaverify_LICENSE"; exit 1; }
+grep -q 'Apache License' "$prefix"/share/doc/mlaverify/LICENSE || { echo "no share/doc/mlaverify/LICENSE"; exit 1; }
+# the soname carries MAJOR.MINOR while the major version is 0 (CHANGELOG.md)
+version=$(sed -n 's/^Version: //p' "$pc")
+case "$version" in 0.*) want_soname=libmlaverify.so.${version%.*} ;; *) want_soname=libmlaverify.so.${version%%.*} ;; esac
+if command -v readelf > /dev/null; then
+  soname=$(readelf -d "$libdir/libmlaverify.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+  [ "$soname" = "$want_soname" ] || { echo "soname '$soname', expected $want_soname"; exit 1; }
+  echo "== soname $soname, license Apache-2.0 in the .pc file, the CMake package and share/doc"
+fi
 
 # the binary must not load libmlaverify.so (static variants) / must (shared variants)
 check_needed() {
   local exe=$1 want=$2 has=0
   if command -v readelf > /dev/null; then
-    readelf -d "$exe" | grep -q 'NEEDED.*libmlaverify' && has=1
+    readelf -d "$exe" | grep -q "NEEDED.*\\[$want_soname\\]" && has=1
     if [ "$has" != "$want" ]; then
       echo "$exe: NEEDED libmlaverify is $has, expected $want"; readelf -d "$exe" | grep NEEDED; exit 1
     fi

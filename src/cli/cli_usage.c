@@ -1,0 +1,16 @@
+/* The one form of a usage error: a sentence and where the options are listed. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "cli.h"
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "mlaverify %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(mlaverify %s --help lists the options)\n", cmd);
+    return 2;
+}
