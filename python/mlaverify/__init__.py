@@ -27,7 +27,7 @@ from .tree import (accept_greedy, merge_states, pack_mask, parents_from_tree_mas
 from .steps import StepPlan
 from ._lib import LibraryNotFoundError
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "BACKENDS", "DTYPES", "Context", "Plan", "Problem", "backend_compiled", "cuda_device_count",

@@ -24,7 +24,7 @@ import threading
 
 #: The header version this binding was written for (MLAV_VERSION_NUMBER): the loaded library
 #: must have the same major and at least this minor.
-EXPECTED_VERSION = (0, 3, 0)
+EXPECTED_VERSION = (0, 4, 0)
 
 #: The soname (CHANGELOG.md: libmlaverify.so.0.MINOR while the major version is 0), the name the
 #: wheel gives its one copy of the library.
@@ -184,11 +184,15 @@ def _declare(lib):
 def _check_version(lib, path):
     v = lib.mlav_version_number()
     major, minor = v // 10000, (v // 100) % 100
-    if major != EXPECTED_VERSION[0] or minor < EXPECTED_VERSION[1]:
+    # while the major version is 0 a minor release may change the structs (CHANGELOG.md): only
+    # the same 0.MINOR will do; from 1.0 on, a later minor only adds
+    want = EXPECTED_VERSION
+    ok = major == want[0] and (minor == want[1] if major == 0 else minor >= want[1])
+    if not ok:
         raise LibraryNotFoundError(
-            "%s is libmlaverify %s, but this binding needs %d.%d or a later %d.x"
-            % (path, lib.mlav_version_string().decode(), EXPECTED_VERSION[0],
-               EXPECTED_VERSION[1], EXPECTED_VERSION[0]))
+            "%s is libmlaverify %s, but this binding needs %d.%d%s"
+            % (path, lib.mlav_version_string().decode(), want[0], want[1],
+               ".x" if want[0] == 0 else " or a later %d.x" % want[0]))
 
 
 def load():
