@@ -1,5 +1,5 @@
 """mlaverify as an SGLang attention backend named ``mlaverify``, registered by SGLang's plugin
-loader: python/pyproject.toml declares ``register`` in the entry-point group
+loader: the wheel (python/build_wheel.py) declares ``register`` in the entry-point group
 ``sglang.srt.plugins``, which SGLang runs in every process before it parses its flags.
 
     --prefill-attention-backend fa3 --decode-attention-backend mlaverify
