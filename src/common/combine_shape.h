@@ -23,9 +23,8 @@
 
 /* Which combine kernel merges items of at most `max_nsplit` splits (combine.cu): the row combine
  * where a lane per split suffices; else the block combine, in its instance with one split per
- * thread for the weights where that suffices, so that the common instance stays the one measured
- * before the wide one existed (session 10, docs/PERFORMANCE.md#combine: a single instance for up to
- * 256 splits was 0.5 us slower at 33-128 splits on the H200). */
+ * thread for the weights where that suffices: one instance for every split count needs more
+ * registers and slows the common items (docs/PERFORMANCE.md#combine). */
 enum { MLAV_COMBINE_ROWS = 0, MLAV_COMBINE_BLOCKS = 1, MLAV_COMBINE_BLOCKS_WIDE = 2 };
 static MLAV_HD int mlav_combine_kind(int max_nsplit)
 {
@@ -38,9 +37,8 @@ static MLAV_HD int mlav_combine_kind(int max_nsplit)
  * when `wave` blocks are resident at once: 16 (max_col) where that takes every split group to
  * one batch of `preload` loads from four or more and the grid still fits the wave (a lone
  * 64-row request split 113 to 128 ways); else the most of 4, 2 that fit the wave; else 1.
- * On the H200 (session 8, docs/PERFORMANCE.md#combine) 16 column blocks were 2-4% faster end to end
- * at 121-125 splits, but 4% faster to 3% slower at 103 (H = 64 against 16) and 5-7% slower at 65;
- * 8 column blocks at 64 splits were 1-3% slower. */
+ * 16 column blocks pay only where they save a whole batch of loads; with fewer splits the extra
+ * blocks cost more than they spread, and 8 never paid (docs/PERFORMANCE.md#combine). */
 static MLAV_HD int mlav_combine_col_blocks_for(int64_t rows, int max_nsplit, int64_t wave,
                                               int preload, int max_col)
 {
@@ -58,7 +56,7 @@ static MLAV_HD int mlav_combine_col_blocks_for(int64_t rows, int max_nsplit, int
  * fewer than 2 per SM). 0 when no cap is needed (k >= per_sm, the uncapped blocks per SM) or
  * possible. per_sm: occupancy without a reservation; smem_per_sm and reserved:
  * cudaDevAttrMaxSharedMemoryPerMultiprocessor and cudaDevAttrReservedSharedMemoryPerBlock;
- * static_bytes: the kernel's static shared memory. Why (session 8, docs/PERFORMANCE.md#combine):
+ * static_bytes: the kernel's static shared memory. Why (docs/PERFORMANCE.md#combine):
  * under PDL the combine grid launches while the split grid holds most SMs, and uncapped its blocks
  * crowd onto the SMs that are free first. */
 static inline size_t mlav_combine_spread_bytes(int64_t blocks, int sm_count, int per_sm,

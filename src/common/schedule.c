@@ -282,15 +282,14 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
     /* Then the model (mlav_schedule_model_time, evaluated without building: model_at) weighs
      * more chunks and keeps the shortest:
      * - splits of twice and four times that chunk, where the many short splits' blocks and
-     *   combine cost more than their parallelism gives (a lone q_len 1 request at prefix 4096:
-     *   129 splits of 32 keys measured 1.07 of 65 of 64 on the H200);
+     *   combine cost more than their parallelism gives (a lone q_len 1 request at prefix 4096,
+     *   docs/PERFORMANCE.md#schedule);
      * - up to more_waves more waves of shorter splits, where the fewest waves leave SMs idle
      *   (9 row tiles x 14 splits = 126 blocks on 132 SMs; 16 requests x 9 row tiles = 144 row
      *   tiles, whose fewest waves are 3 splits in 3.3 waves and whose shortest modelled time is
      *   7 splits in 7.6) and the splits are long enough that a block's fixed cost is worth
-     *   paying again (session 10, docs/PERFORMANCE.md#schedule: two waves measured 0.94 of one at 8
-     *   x (H 16, q_len 9), prefix 32k, and 0.98 at H 64, q_len 9, prefix 131k; 1.06-1.19 up to 16k,
-     *   which the model also rejects; session 13: more waves for batches). */
+     *   paying again: at short prefixes it is not, and the model rejects them there too
+     *   (docs/PERFORMANCE.md#schedule, where the model's predictions meet the measurements). */
     dispatch d = {.free_at = malloc((size_t)sp->target_blocks * sizeof(int64_t))};
     if (!d.free_at)
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory scheduling splits");

@@ -18,8 +18,8 @@
 
 /* Whether draft key k (0 <= k < q_len) is visible to the request's node i, whose global query
  * index is q (row q of mask [T, mask_words]; may be NULL: the causal chain k <= i). The shape (an
- * if, a bool per branch) is the one the flash kernel's main loop was tuned with: ptxas compiles it
- * to the same code as the expression it replaced (bench/diag/sass_identity.py). */
+ * if, a bool per branch) keeps the flash kernel's main loop as measured: other forms can change
+ * how ptxas allocates it (docs/PERFORMANCE.md#ptxas; check with bench/diag/sass_identity.py). */
 static MLAV_HD bool mlav_draft_visible(const uint32_t *mask, int32_t mask_words, int64_t q,
                                        int32_t i, int32_t k)
 {

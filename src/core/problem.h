@@ -50,7 +50,8 @@ const char *mlav_get_error(void);
  * which turn a bad one into NaN. */
 #define MLAV_KV_SCALE_OK(v) ((v) > 0.0f && (v) <= 3.402823466e38f)
 /* (A macro, not an inline function: as a function returning int it changed three instructions
- * of the flash kernel's FP8 instances, whose measured code this keeps byte for byte.) */
+ * of the flash kernel's FP8 instances, whose measured code this keeps byte for byte;
+ * docs/PERFORMANCE.md#ptxas.) */
 
 /* The FP8 KV scale of a run whose scale the host can read (tensors.kv_scale, or a host
  * kv_scale_ptr), checked: finite and > 0, else MLAV_ERR_INVALID_ARG with a sentence. 1 for a
