@@ -412,9 +412,9 @@ __device__ __forceinline__ int32_t step_item_index(const mlav_flash_params &p)
 /* FP8: the instance of an FP8 E4M3 cache (raw tiles converted in registers, see RAW_RS; the
  * scale). Its products run in F16 (MmaT), also for BF16 q (q_to_f16); q and out stay T. */
 /* ROWS: the instance of a page table shared by every request (mlav_tensors.page_table_rows):
- * the row index's load before the first page lookup made ptxas allocate the whole kernel anew
- * and the BF16 instances 2-5% slower on the H200, with or without a row index given
- * (docs/PERFORMANCE.md#page-rows), so the runs without one keep their code. */
+ * the row index's load before the first page lookup made ptxas allocate the whole kernel anew,
+ * and the BF16 instances slower, with or without a row index given (docs/PERFORMANCE.md#page-rows),
+ * so the runs without one keep their code. */
 template <typename T, bool FP8, bool ALL_GROUPS, bool STEP, bool ROWS>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
