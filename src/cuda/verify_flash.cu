@@ -413,8 +413,8 @@ __device__ __forceinline__ int32_t step_item_index(const mlav_flash_params &p)
  * scale). Its products run in F16 (MmaT), also for BF16 q (q_to_f16); q and out stay T. */
 /* ROWS: the instance of a page table shared by every request (mlav_tensors.page_table_rows):
  * the row index's load before the first page lookup made ptxas allocate the whole kernel anew,
- * and the BF16 instances slower, with or without a row index given (docs/PERFORMANCE.md#page-rows),
- * so the runs without one keep their code. */
+ * and the BF16 instances slower, with or without a row index given
+ * (docs/PERFORMANCE.md#page-rows), so the runs without one keep their code. */
 template <typename T, bool FP8, bool ALL_GROUPS, bool STEP, bool ROWS>
 __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_params p)
 {
