@@ -57,6 +57,7 @@ typedef struct mlav_step_sched_params {
     mlav_combine_item *combine;  /* [bd.max_combine] */
     mlav_fastdiv ka_div;         /* division by sp.key_align */
     size_t region_bytes;         /* the step region, zero past the combine items */
+    unsigned long long owner;    /* the plan's id, stamped into the header with lim */
 } mlav_step_sched_params;
 
 /* Once per device before its first launch (a plan for limits' creation): the device scheduler's
@@ -108,7 +109,44 @@ typedef struct mlav_flash_params {
                                      * block per SM and its blocks fill both warp groups, else 0:
                                      * a step of fewer blocks runs them one per TPC
                                      * (verify_flash.cu, step_item_index) */
+    /* Plans for limits (0 for a plan for one problem): the running plan's id, which the step
+     * header must carry for any item to run (a workspace another plan, or no update, wrote runs
+     * nothing), and the bounds every item is checked against before it reads or writes
+     * (mlav_step_item_fits), whatever the workspace holds. Last, for the offsets above. */
+    unsigned long long step_owner;
+    mlav_limits step_lim;
+    int32_t step_max_slots;
 } mlav_flash_params;
+
+/* Whether a split item of a plan for limits stays within the plan's own limits: its request
+ * (b < max_batch), its rows (q_start + q_len <= max_tokens, q_len <= max_q_len, the row tile
+ * within q_len x H), its KV rows (within prefix + q_len <= max_kv_len) and its partial state
+ * (slot < max_slots). Such an item reads q, the page table, the mask and the cache only within
+ * the limits' shapes and writes out, lse or its slot only within theirs. */
+static __host__ __device__ __forceinline__ bool mlav_step_item_fits(const mlav_split_item &x,
+                                                                    const mlav_flash_params &p)
+{
+    const mlav_limits &l = p.step_lim;
+    return (uint32_t)x.b < (uint32_t)l.max_batch && x.q_len > 0 && x.q_len <= l.max_q_len &&
+           x.q_start >= 0 && x.q_start <= l.max_tokens - x.q_len && x.mtile >= 0 &&
+           (int64_t)x.mtile * MLAV_FLASH_BLOCK_M < (int64_t)x.q_len * p.H && x.prefix >= 0 &&
+           x.prefix <= l.max_kv_len - x.q_len && x.kv_begin >= 0 && x.kv_begin < x.kv_end &&
+           x.kv_end <= x.prefix + x.q_len && x.slot >= -1 && x.slot < p.step_max_slots;
+}
+
+/* The same for a combine item: its rows within max_tokens x H and max_q_len x H, its splits'
+ * slots within max_slots, at most MLAV_FLASH_MAX_SPLITS of them. */
+static __host__ __device__ __forceinline__ bool mlav_step_combine_fits(const mlav_combine_item &c,
+                                                                       const mlav_flash_params &p)
+{
+    const mlav_limits &l = p.step_lim;
+    return c.nsplit > 1 && c.nsplit <= MLAV_FLASH_MAX_SPLITS && c.rows > 0 &&
+           c.rows <= l.max_q_len * p.H && c.q_start >= 0 &&
+           (int64_t)c.q_start * p.H + c.rows <= (int64_t)l.max_tokens * p.H && c.mtile >= 0 &&
+           (int64_t)c.mtile * MLAV_FLASH_BLOCK_M < c.rows && c.slot0 >= 0 &&
+           c.slot_stride >= 1 &&
+           (int64_t)c.slot0 + (int64_t)(c.nsplit - 1) * c.slot_stride < p.step_max_slots;
+}
 
 /* A plan's launch choices that no kernel reads (backend_flash.cu's flash_config holds them), so
  * that they take no room in the kernels' parameters. */
