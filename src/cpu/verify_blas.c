@@ -433,6 +433,12 @@ static void softmax_tile(int32_t rows, int32_t n, int32_t Dl, float *s, int32_t 
     }
 }
 
+/* The unit of a split's partial lse: kv_scale where it is above 1, else 1 (merge_row). */
+static double lse_unit(double kv_scale)
+{
+    return kv_scale > 1.0 ? kv_scale : 1.0;
+}
+
 /* An FP8 cache over huge q: q's rows times 2^-sh, so that the largest finite |q| is below
  * 2^100 and its dot products with e4m3 values (|x| <= 448) stay finite in fp32, where the scores
  * they make with a small kv_scale are finite (q ~ 1e36 over kv_scale 2^-126). Into sc->qf;
@@ -545,7 +551,9 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
         const double *drow = sc->od + (size_t)rr * (size_t)Dl;
         const double lsum = sc->ld[rr];
         /* mlav_finish_lse in fp64: max + log(sum), -inf for an empty row, NaN for a NaN sum */
-        float lse = lsum > 0.0 ? (float)(tau * (double)sc->m[rr] + log(lsum))
+        /* a split's partial lse is kept divided by lse_unit (merge_row says why) */
+        float lse = lsum > 0.0 ? (float)((tau * (double)sc->m[rr] + log(lsum)) /
+                                         (it->split < 0 ? 1.0 : lse_unit(kv_scale)))
                                : (lsum == 0.0 ? -INFINITY : NAN);
         if (lsum == 0.0) {
             memset(orow, 0, sizeof(float) * (size_t)Dl);
@@ -580,7 +588,26 @@ static void merge_row(const mlav_problem_info *p, const mlav_tensors *t, const c
     const float *po = parts + g->part, *pl = po + (size_t)g->nsplit * (size_t)rows * (size_t)Dl;
     for (int32_t s = 0; s < g->nsplit; s++)
         lv[s] = pl[(size_t)s * (size_t)rows + (size_t)rr];
+    /* An FP8 cache's partial lse values are kept in units of lse_unit: at kv_scale FLT_MAX an lse
+     * is past fp32's range where the output is not (scores of 1e38 and more, a one-hot softmax),
+     * and inf - inf would make the merge NaN; divided by the scale they are finite. The merge
+     * rule then weighs their differences times the unit (exp(u (x_s - x_max))), in fp64, and the
+     * merged lse is u x_max plus the rule's. */
+    const double u = lse_unit(kv_scale);
+    double base = 0.0;
+    if (u != 1.0) {
+        float mx = -INFINITY;
+        for (int32_t s = 0; s < g->nsplit; s++)
+            mx = lv[s] > mx ? lv[s] : mx;
+        if (isfinite(mx)) {
+            base = u * (double)mx;
+            for (int32_t s = 0; s < g->nsplit; s++)
+                lv[s] = (float)(u * ((double)lv[s] - (double)mx));
+        }
+    }
     float lse = mlav_merge_weights(g->nsplit, lv, w);
+    if (u != 1.0)
+        lse = (float)(base + (double)lse);
     for (int32_t d = 0; d < Dl; d++)
         acc[d] = 0.0f;
     for (int32_t s = 0; s < g->nsplit; s++) {
