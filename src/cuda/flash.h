@@ -126,12 +126,18 @@ typedef struct mlav_flash_params {
 static __host__ __device__ __forceinline__ bool mlav_step_item_fits(const mlav_split_item &x,
                                                                     const mlav_flash_params &p)
 {
+    /* 32-bit unsigned compares (a negative field wraps past every bound): q_len <= max_q_len
+     * bounds q_len x H below 2^31 (the limits' rule), and each difference or sum is formed only
+     * of terms the compares before it bounded. A kv_end below kv_begin runs no tile. With 64-bit
+     * products and signed pairs of compares the check made two STEP instances spill on sm_120. */
     const mlav_limits &l = p.step_lim;
-    return (uint32_t)x.b < (uint32_t)l.max_batch && x.q_len > 0 && x.q_len <= l.max_q_len &&
-           x.q_start >= 0 && x.q_start <= l.max_tokens - x.q_len && x.mtile >= 0 &&
-           (int64_t)x.mtile * MLAV_FLASH_BLOCK_M < (int64_t)x.q_len * p.H && x.prefix >= 0 &&
-           x.prefix <= l.max_kv_len - x.q_len && x.kv_begin >= 0 && x.kv_begin < x.kv_end &&
-           x.kv_end <= x.prefix + x.q_len && x.slot >= -1 && x.slot < p.step_max_slots;
+    return (uint32_t)x.b < (uint32_t)l.max_batch &&
+           (uint32_t)x.q_len - 1u < (uint32_t)l.max_q_len &&
+           (uint32_t)x.q_start <= (uint32_t)(l.max_tokens - x.q_len) &&
+           (uint32_t)x.mtile <= (uint32_t)(x.q_len * p.H - 1) / MLAV_FLASH_BLOCK_M &&
+           (uint32_t)x.prefix <= (uint32_t)(l.max_kv_len - x.q_len) &&
+           (uint32_t)x.kv_begin < (uint32_t)x.kv_end && x.kv_end <= x.prefix + x.q_len &&
+           (uint32_t)x.slot + 1u <= (uint32_t)p.step_max_slots;
 }
 
 /* The same for a combine item: its rows within max_tokens x H and max_q_len x H, its splits'
@@ -139,13 +145,20 @@ static __host__ __device__ __forceinline__ bool mlav_step_item_fits(const mlav_s
 static __host__ __device__ __forceinline__ bool mlav_step_combine_fits(const mlav_combine_item &c,
                                                                        const mlav_flash_params &p)
 {
+    /* unsigned compares as mlav_step_item_fits' (max_tokens x H below 2^31, so q_start x H +
+     * rows below 2^32 once both are bounded) */
     const mlav_limits &l = p.step_lim;
-    return c.nsplit > 1 && c.nsplit <= MLAV_FLASH_MAX_SPLITS && c.rows > 0 &&
-           c.rows <= l.max_q_len * p.H && c.q_start >= 0 &&
-           (int64_t)c.q_start * p.H + c.rows <= (int64_t)l.max_tokens * p.H && c.mtile >= 0 &&
-           (int64_t)c.mtile * MLAV_FLASH_BLOCK_M < c.rows && c.slot0 >= 0 &&
-           c.slot_stride >= 1 &&
-           (int64_t)c.slot0 + (int64_t)(c.nsplit - 1) * c.slot_stride < p.step_max_slots;
+    return (uint32_t)c.nsplit - 2u < (uint32_t)MLAV_FLASH_MAX_SPLITS - 1u &&
+           (uint32_t)c.rows - 1u < (uint32_t)(l.max_q_len * p.H) &&
+           (uint32_t)c.q_start <= (uint32_t)l.max_tokens &&
+           (uint32_t)c.q_start * (uint32_t)p.H + (uint32_t)c.rows <=
+               (uint32_t)(l.max_tokens * p.H) &&
+           (uint32_t)c.mtile <= (uint32_t)(c.rows - 1) / MLAV_FLASH_BLOCK_M &&
+           (uint32_t)c.slot0 < (uint32_t)p.step_max_slots &&
+           (uint32_t)c.slot_stride - 1u < (uint32_t)p.step_max_slots &&
+           (uint64_t)(uint32_t)c.slot0 +
+                   (uint64_t)(uint32_t)(c.nsplit - 1) * (uint32_t)c.slot_stride <
+               (uint64_t)(uint32_t)p.step_max_slots;
 }
 
 /* A plan's launch choices that no kernel reads (backend_flash.cu's flash_config holds them), so
