@@ -366,12 +366,13 @@ __device__ __forceinline__ void fp8_score_factors(float unshift, float scale_log
  * over 2^17 keys kept 6 bits of it), nor does any value but the output itself. */
 struct fp8_out_scale {
     float mant, pw;
+    int pexp; /* pw = 2^pexp */
 };
 __device__ __forceinline__ fp8_out_scale fp8_out_of(float kv_scale)
 {
     int e;
     const float m = frexpf(kv_scale, &e);
-    return {2.0f * m, ldexpf(1.0f, e - 1)};
+    return {2.0f * m, ldexpf(1.0f, e - 1), e - 1};
 }
 
 /* Zero the Inf and NaN elements of one V fragment (four registers of two elements each), on
@@ -1007,7 +1008,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     mlav::named_barrier(bar, GROUP_THREADS);
     const bool final_out = item.slot < 0;
     [[maybe_unused]] const fp8_out_scale fp8_out =
-        FP8 ? fp8_out_of(fp8_scale) : fp8_out_scale{1.0f, 1.0f};
+        FP8 ? fp8_out_of(fp8_scale) : fp8_out_scale{1.0f, 1.0f, 0};
     float inv[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -1105,10 +1106,18 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
             /* biased exponent, at least 15 so that the scale below stays a normal fp32 */
             const int ex = max((int)((mb >> 23) & 0xffu), 15);
-            const float sc = __uint_as_float((uint32_t)(268 - ex) << 23) * inv[k]; /* 2^(141-ex) / l */
+            float sc = __uint_as_float((uint32_t)(268 - ex) << 23) * inv[k]; /* 2^(141-ex) / l */
             float ps = __uint_as_float((uint32_t)(ex - 14) << 23); /* 2^(ex-141) */
-            if constexpr (FP8)
-                ps *= fp8_out.pw; /* the scale's power of two: exact down to 2^-149 */
+            if constexpr (FP8) {
+                /* the scale's power of two 2^pexp goes into part_scale as far as it stays a
+                 * normal fp32 (the combine's weights take it: a subnormal one kept a few bits
+                 * at kv_scale 2^-126), the rest into the fp16 values, which have 29 binades of
+                 * room below 2^15 */
+                const int t = ex - 141 + fp8_out.pexp, tc = min(max(t, -126), 127);
+                ps = __uint_as_float((uint32_t)(tc + 127) << 23);
+                if (t < tc)
+                    sc *= ldexpf(1.0f, t - tc);
+            }
             if (qd == 0 && row0 + g < M)
                 p.part_scale[((size_t)item.slot * BM + (row0 + g - m0)) * QUARTERS + dq] = ps;
             stage_o(i, e0, [sc](float a, float b) {
