@@ -349,7 +349,8 @@ static void test_steps_foreign_workspace(void **state)
 
         /* A's step written over since its update: a kv_len past the limits, a batch past them */
         assert_int_equal(mlav_plan_update(a, &la, ws, bytes, NULL), MLAV_OK);
-        int32_t *words = (int32_t *)((char *)ws + 64); /* q_indptr [max_batch + 1], kv_lens */
+        /* after the header: q_indptr [max_batch + 1], then kv_lens */
+        int32_t *words = (int32_t *)((char *)ws + sizeof(mlav_step_header));
         const int32_t keep = words[LIM.max_batch + 1];
         words[LIM.max_batch + 1] = LIM.max_kv_len + 1;
         sf_poison(e);
