@@ -291,10 +291,32 @@ else
     step memcheck-steps 120 "$OUT/sanitizer.log" \
       "MLAV_TEST_STEPS=25 compute-sanitizer --tool memcheck --error-exitcode 99 '$steps_test'"
   fi
-  # the FP8 cache's kernels (flash and naive: NaN bytes, a bad device scale, misaligned caches)
+  # the FP8 cache's kernels (flash and naive: NaN bytes, a bad device scale, misaligned caches,
+  # the extreme scales on both plan kinds)
   if [ -x "$build/tests/test_fp8" ]; then
-    step memcheck-fp8 60 "$OUT/sanitizer.log" \
+    step memcheck-fp8 150 "$OUT/sanitizer.log" \
       "compute-sanitizer --tool memcheck --error-exitcode 99 '$build/tests/test_fp8'"
+  fi
+  # issue 37's hostile cases, by name: a plan running on another plan's workspace (outputs of
+  # exactly its own size), items written over past the limits under the owner's header, runs
+  # before any update, padding requests with garbage lengths and page ids, device kv_scale_ptr
+  # holding 0, -1, NaN, Inf, FLT_MAX, FLT_MIN and subnormals on plans for one problem and for
+  # limits
+  hostile() {
+    local f
+    for f in '*foreign_workspace_gpu*' '*padding_garbage_gpu*' '*run_before_update*'; do
+      echo "--- memcheck test_steps_gpu $f"
+      MLAV_TEST_FILTER=$f compute-sanitizer --tool memcheck --error-exitcode 99 "$steps_test" \
+        || return $?
+    done
+    echo "--- memcheck test_fp8 *scale_extremes_gpu*"
+    MLAV_TEST_FILTER='*scale_extremes_gpu*' compute-sanitizer --tool memcheck --error-exitcode 99 \
+      "$fp8_test" || return $?
+  }
+  export -f hostile
+  export steps_test
+  if [ -x "$steps_test" ] && [ -x "$build/tests/test_fp8" ]; then
+    step memcheck-hostile 150 "$OUT/sanitizer.log" "hostile"
   fi
   step racecheck 150 "$OUT/sanitizer.log" "san racecheck"
   step synccheck 60 "$OUT/sanitizer.log" "san synccheck streams"

@@ -256,11 +256,16 @@ MLAV_API mlav_status mlav_verify(mlav_context *ctx, const mlav_problem *p, const
  * schedule is built on the host and copied on `stream` from pinned staging owned by the plan
  * (not capturable: call it before each replay). Both build the same schedule from the same
  * lengths. A workspace holds one step's schedule: streams that run different steps at once need
- * one workspace each. A run on a workspace that no update has written is the caller's error; on
- * CUDA one zeroed or filled with 0xff bytes runs nothing and writes nothing.
+ * one workspace each. A workspace belongs to the plan whose update wrote it last (its step is
+ * laid out for that plan's limits and stamped with that plan): a run of any other plan on it,
+ * or of any plan on a workspace no update wrote, runs nothing and writes nothing, with
+ * MLAV_ERR_WORKSPACE where the workspace is host memory (cpu, reference) and MLAV_OK on CUDA
+ * (which cannot read it without a synchronization; mlav_plan_step_status says so there), and
+ * the CUDA kernels never read or write past the running plan's limits whatever it holds.
  *
  * Requests past the step's count, and requests with q_len 0 (padding, as engines pad a graph's
- * batch), are skipped: their rows are not written. A request whose lengths break the limits or
+ * batch), are skipped on every backend: their rows are not written, and their kv_len and page
+ * ids, whatever they hold, are not read. A request whose lengths break the limits or
  * the rules of mlav_problem (kv_len < q_len) is skipped the same way: host lengths get
  * MLAV_ERR_INVALID_ARG and a sentence at once; device lengths cannot be read on the host without
  * a synchronization, so the step goes on without that request's rows and records it in the
@@ -322,10 +327,12 @@ MLAV_API mlav_status mlav_plan_update(const mlav_plan *plan, const mlav_lengths 
                                       void *workspace, size_t workspace_bytes, void *stream);
 
 /** Whether the last update of `workspace` took every request: MLAV_OK, or MLAV_ERR_INVALID_ARG
- *  with a sentence naming the first refused request (or the broken q_indptr). Reads the
- *  workspace: on CUDA it copies 8 bytes on `stream` and synchronizes it (a check for after the
- *  step, not for the hot loop). *bad_request (may be NULL) gets -1 when all were taken, the
- *  index of the first refused request, or batch when q_indptr itself was refused. */
+ *  with a sentence naming the first refused request (or the broken q_indptr), or
+ *  MLAV_ERR_WORKSPACE when this plan's update did not write the workspace last (another plan's
+ *  step, or none: its runs run nothing). Reads the workspace: on CUDA it copies the 64-byte step
+ *  header on `stream` and synchronizes it (a check for after the step, not for the hot loop).
+ *  *bad_request (may be NULL) gets -1 when all were taken (or the workspace is not the plan's),
+ *  the index of the first refused request, or batch when q_indptr itself was refused. */
 MLAV_API mlav_status mlav_plan_step_status(const mlav_plan *plan, const void *workspace,
                                            size_t workspace_bytes, void *stream,
                                            int32_t *bad_request);

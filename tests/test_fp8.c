@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -498,6 +499,163 @@ static void test_fp8_nan_rows(void **state)
     mlav_context_free(ctx);
 }
 
+/* ---- extreme scales -------------------------------------------------------------------------- */
+
+/* The smallest positive subnormal of an output dtype: the spacing of its values near 0. */
+static double subnormal_step(mlav_dtype d)
+{
+    return d == MLAV_DTYPE_F32 ? 0x1p-149 : d == MLAV_DTYPE_BF16 ? 0x1p-133 : 0x1p-24;
+}
+
+/* The comparison of a result at an extreme scale with the fp64 oracle: nothing NaN or infinite;
+ * out within the dtype's rel-L2 tolerance, each element's error first reduced by a few of the
+ * dtype's subnormal steps (a result in the subnormal range keeps only the bits above that step,
+ * in the oracle's own rounding as in ours: `steps`, one per partial state a split merges and
+ * one for the store); lse within the tolerance plus its magnitude's share of fp32 (an lse near
+ * 1e37 is held to the relative precision of its fp32 dot products, 2^-14 where their terms
+ * cancel, not to 1e-3 absolute). */
+static int compare_extreme(const tu_problem *p, double steps, char *msg, size_t len)
+{
+    const mlav_dtype dt = p->c.dtype;
+    const double floor_abs = steps * subnormal_step(dt);
+    double num = 0.0, den = 0.0;
+    for (size_t k = 0; k < p->out_elems; k++) {
+        const double got = mlav_load_as_f32(p->out, (int)dt, k), ref = p->ref_out[k];
+        if (!isfinite(got)) {
+            snprintf(msg, len, "out[%zu] = %g where the oracle's is %g", k, got, ref);
+            return 0;
+        }
+        const double e = fabs(got - ref) > floor_abs ? fabs(got - ref) - floor_abs : 0.0;
+        num += e * e;
+        den += ref * ref;
+    }
+    const double rel = den > 0.0 ? sqrt(num / den) : (num > 0.0 ? INFINITY : 0.0);
+    double worst = 0.0;
+    for (size_t k = 0; k < p->lse_elems; k++) {
+        const double got = p->lse[k], ref = p->ref_lse[k];
+        /* an lse past fp32's range (scores of softmax_scale x kv_scale x dot beyond it) is the
+         * infinity of its sign */
+        const int over = fabs(ref) > FLT_MAX && isfinite(ref);
+        if (ref == -INFINITY || over ? got != (ref > 0 ? INFINITY : -INFINITY) : !isfinite(got)) {
+            snprintf(msg, len, "lse[%zu] = %g where the oracle's is %g", k, got, ref);
+            return 0;
+        }
+        if (ref == -INFINITY || over)
+            continue;
+        const double d = fabs(got - ref) - 0x1p-14 * fabs(ref);
+        worst = d > worst ? d : worst;
+    }
+    snprintf(msg, len, "out rel-L2 %.3g (beyond %g subnormal steps), lse err %.3g", rel, steps,
+             worst);
+    return rel <= tu_out_tol(dt) && worst <= tu_lse_tol(dt) && tu_guards_ok(p);
+}
+
+/* Every byte of the pool whose e4m3 value exceeds `cap` in magnitude replaced by the byte of
+ * cap (of its sign); NaN bytes (unused pages) stay. */
+static void cap_bytes(tu_problem *p, float cap)
+{
+    uint8_t *kv = p->kv;
+    const uint8_t pos = mlav_f32_to_e4m3(cap), neg = mlav_f32_to_e4m3(-cap);
+    for (size_t i = 0; i < p->kv_elems; i++) {
+        const float v = mlav_e4m3_to_f32(kv[i]);
+        if (v == v && fabsf(v) > cap)
+            kv[i] = v > 0 ? pos : neg;
+    }
+}
+
+/* Any finite kv_scale > 0 gives results within tolerance of the fp64 oracle wherever the oracle's
+ * are representable (docs/DESIGN.md#fp8-kv): kv_scale FLT_MAX over bytes of magnitude <= 1/2
+ * and small q (the softmax nearly one-hot, lse near 1e37), and on the CPU backends also with
+ * q of magnitude 1 (scores past fp32's range: the out of the one-hot softmax, lse +-inf; the
+ * CUDA kernels scale scores before their max is taken, so such rows are NaN there, which
+ * docs/RELIABILITY.md records); 2^-126 (FLT_MIN) with q scaled up
+ * by 2^126 (huge q whose scores are those of kv_scale 1: a dot product of q and the bytes alone
+ * is past fp32's range); 2^-140 and 2^-149 (subnormal) with q up by 2^100. BF16 and F32 q (F16
+ * q cannot be that large: its cases keep q and take the small scales as they are), a short
+ * problem and one of splits, through plans for one problem with host tensors (on CUDA, the
+ * offload path). */
+static void test_fp8_scale_extremes(void **state)
+{
+    const mlav_backend b = *(const mlav_backend *)*state;
+    mlav_context *ctx = tu_context_or_skip(b);
+    const uint64_t seed = tu_seed();
+    static const mlav_dtype dts[] = {MLAV_DTYPE_BF16, MLAV_DTYPE_F32, MLAV_DTYPE_F16};
+    enum { S_MAX, S_MAX_Q1, S_MIN, S_2M140, S_2M149, S_CASES };
+    static const char *names[S_CASES] = {"FLT_MAX", "FLT_MAX (q ~ 1)", "FLT_MIN", "2^-140",
+                                         "2^-149"};
+    const int gpu = b == MLAV_BACKEND_CUDA || b == MLAV_BACKEND_CUDA_NAIVE;
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (int shape = 0; shape < 2; shape++)
+            for (int sc = 0; sc < S_CASES; sc++) {
+                const mlav_dtype dt = dts[d];
+                if (dt == MLAV_DTYPE_F16 && (sc == S_MAX || sc == S_MAX_Q1))
+                    continue; /* out near FLT_MAX is past F16's range: nothing representable */
+                if (gpu && sc == S_MAX_Q1)
+                    continue;
+                tu_case c = {.H = 2, .Dl = 512, .Dr = 64, .page_size = 2, .B = 2, .dtype = dt,
+                             .q_lens = {3, 2}, .prefixes = {5, 0}, .tree = TU_BUSHY,
+                             .seed = seed + (uint64_t)(d * 16 + shape * 8 + sc),
+                             .kv_dtype = MLAV_DTYPE_FP8_E4M3, .kv_scale = 1.0f};
+                if (shape) { /* long enough for split-KV on the GPU and the CPU */
+                    c.H = 8;
+                    c.page_size = 16;
+                    c.q_lens[0] = 4;
+                    c.prefixes[0] = 3000;
+                    c.prefixes[1] = 1200;
+                }
+                tu_problem *p = tu_make(&c);
+                if (sc == S_MAX || sc == S_MAX_Q1) {
+                    cap_bytes(p, 0.5f);
+                    if (sc == S_MAX)
+                        tu_scale_magnitudes(p, 10); /* q down by 2^10: scores near 0.3 */
+                    p->kv_scale = FLT_MAX;
+                } else if (dt == MLAV_DTYPE_F16) {
+                    p->kv_scale = sc == S_MIN ? FLT_MIN : sc == S_2M140 ? 0x1p-140f : 0x1p-149f;
+                } else if (sc == S_MIN) {
+                    tu_scale_magnitudes(p, -126);
+                } else {
+                    tu_scale_magnitudes(p, -100);
+                    p->kv_scale = sc == S_2M140 ? 0x1p-140f : 0x1p-149f;
+                }
+                p->c.kv_scale = p->kv_scale;
+                tu_reference(p);
+                tu_poison(p);
+                mlav_tensors t = tu_tensors(p);
+                char name[160], msg[256];
+                tu_case_name(&p->c, name, sizeof name);
+                mlav_plan *plan = NULL;
+                mlav_status s = mlav_plan_create(ctx, &p->prob, &plan);
+                if (s == MLAV_OK) {
+                    const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
+                    void *ws = NULL;
+                    if (ws_bytes && mlav_plan_workspace_memory(plan) == MLAV_MEM_HOST)
+                        ws = aligned_alloc(256, (ws_bytes + 255) / 256 * 256);
+#ifdef MLAV_WITH_CUDA
+                    else if (ws_bytes)
+                        TU_CK(cudaMalloc(&ws, ws_bytes));
+#endif
+                    s = mlav_run(plan, &t, ws, ws_bytes, NULL);
+                    if (mlav_plan_workspace_memory(plan) == MLAV_MEM_HOST)
+                        free(ws);
+#ifdef MLAV_WITH_CUDA
+                    else if (ws)
+                        TU_CK(cudaFree(ws));
+#endif
+                    mlav_plan_free(plan);
+                }
+                if (s != MLAV_OK)
+                    fail_msg("%s, kv_scale %s, %s: %s: %s", mlav_backend_name(b), names[sc], name,
+                             mlav_status_string(s), mlav_last_error(NULL));
+                if (!compare_extreme(p, 1.0, msg, sizeof msg))
+                    fail_msg("%s, kv_scale %s, %s: %s", mlav_backend_name(b), names[sc], name,
+                             msg);
+                print_message("  %s, kv_scale %s, %s: %s\n", mlav_backend_name(b), names[sc],
+                              name, msg);
+                tu_free(p);
+            }
+    mlav_context_free(ctx);
+}
+
 /* ---- a device kv_scale_ptr (GPU backends) ---------------------------------------------------- */
 
 /* Device tensors with the scale in device memory: the good scale agrees with the oracle (with
@@ -602,6 +760,169 @@ static void test_fp8_device_scale_gpu(void **state)
     mlav_context_free(ctx);
 }
 
+#ifdef MLAV_WITH_CUDA
+/* Run p on the device, as a plan for one problem or (limits) as a plan for limits at exactly
+ * its sizes (its lengths through a host update), with the scale `scale` in device memory
+ * through kv_scale_ptr; out and lse back into p (exactly sized device buffers, so that
+ * compute-sanitizer sees any write past them). */
+static void run_device(mlav_context *ctx, tu_problem *p, int limits, float scale)
+{
+    const mlav_dtype dt = p->c.dtype;
+    const size_t esz = mlav_dtype_size(dt);
+    const int32_t T = p->q_indptr[p->c.B];
+    int32_t max_q = 0, max_kv = 0;
+    for (int32_t b = 0; b < p->c.B; b++) {
+        const int32_t q = p->q_indptr[b + 1] - p->q_indptr[b];
+        max_q = q > max_q ? q : max_q;
+        max_kv = p->kv_lens[b] > max_kv ? p->kv_lens[b] : max_kv;
+    }
+    const size_t q_bytes = p->q_elems * esz, kv_bytes = p->kv_elems * p->kv_esz;
+    const size_t pt_bytes = (size_t)p->c.B * (size_t)p->prob.max_pages * sizeof(int32_t);
+    const size_t mask_bytes = (size_t)T * (size_t)mlav_tree_mask_words(max_q) * sizeof(uint32_t);
+    const size_t out_bytes = p->out_elems * esz, lse_bytes = p->lse_elems * sizeof(float);
+    void *dq, *dkv, *dpt, *dmask = NULL, *dout, *dlse, *dscale;
+    TU_CK(cudaMalloc(&dq, q_bytes));
+    TU_CK(cudaMalloc(&dkv, kv_bytes));
+    TU_CK(cudaMalloc(&dpt, pt_bytes));
+    TU_CK(cudaMalloc(&dout, out_bytes));
+    TU_CK(cudaMalloc(&dlse, lse_bytes));
+    TU_CK(cudaMalloc(&dscale, sizeof(float)));
+    TU_CK(cudaMemcpy(dq, p->q, q_bytes, cudaMemcpyHostToDevice));
+    TU_CK(cudaMemcpy(dkv, p->kv, kv_bytes, cudaMemcpyHostToDevice));
+    TU_CK(cudaMemcpy(dpt, p->page_table, pt_bytes, cudaMemcpyHostToDevice));
+    if (p->tree_mask) {
+        TU_CK(cudaMalloc(&dmask, mask_bytes));
+        TU_CK(cudaMemcpy(dmask, p->tree_mask, mask_bytes, cudaMemcpyHostToDevice));
+    }
+    TU_CK(cudaMemcpy(dscale, &scale, sizeof scale, cudaMemcpyHostToDevice));
+    TU_CK(cudaMemset(dout, 0xff, out_bytes));
+    TU_CK(cudaMemset(dlse, 0xff, lse_bytes));
+    const mlav_tensors t = {.memory = MLAV_MEM_DEVICE, .q = dq, .kv_cache = dkv,
+                            .num_pages = p->num_pages, .page_table = dpt, .tree_mask = dmask,
+                            .out = dout, .lse = dlse, .kv_scale = 0.0f, .kv_scale_ptr = dscale};
+    mlav_plan *plan = NULL;
+    mlav_status s;
+    if (limits) {
+        const mlav_limits lim = {.max_batch = p->c.B, .max_tokens = T, .max_q_len = max_q,
+                                 .max_kv_len = max_kv};
+        s = mlav_plan_create_for_limits(ctx, &p->prob, &lim, &plan);
+    } else {
+        s = mlav_plan_create(ctx, &p->prob, &plan);
+    }
+    if (s != MLAV_OK)
+        fail_msg("plan: %s: %s", mlav_status_string(s), mlav_last_error(NULL));
+    const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
+    void *ws = NULL;
+    if (ws_bytes)
+        TU_CK(cudaMalloc(&ws, ws_bytes));
+    if (limits) {
+        const mlav_lengths len = {MLAV_MEM_HOST, p->c.B, p->q_indptr, p->kv_lens};
+        s = mlav_plan_update(plan, &len, ws, ws_bytes, NULL);
+        if (s != MLAV_OK)
+            fail_msg("update: %s: %s", mlav_status_string(s), mlav_last_error(NULL));
+    }
+    s = mlav_run(plan, &t, ws, ws_bytes, NULL);
+    if (s != MLAV_OK)
+        fail_msg("run: %s: %s", mlav_status_string(s), mlav_last_error(NULL));
+    TU_CK(cudaDeviceSynchronize());
+    TU_CK(cudaMemcpy(p->out, dout, out_bytes, cudaMemcpyDeviceToHost));
+    TU_CK(cudaMemcpy(p->lse, dlse, lse_bytes, cudaMemcpyDeviceToHost));
+    if (ws)
+        TU_CK(cudaFree(ws));
+    mlav_plan_free(plan);
+    cudaFree(dq);
+    cudaFree(dkv);
+    cudaFree(dpt);
+    cudaFree(dmask);
+    cudaFree(dout);
+    cudaFree(dlse);
+    cudaFree(dscale);
+}
+#endif
+
+/* The extreme scales of test_fp8_scale_extremes on the device path: device tensors, the scale
+ * through a device kv_scale_ptr, a plan for one problem and a plan for limits (the STEP
+ * instances), exactly sized outputs. Before the score factor was split (fp8_score_factors),
+ * 2^-126 under q near 2^126 gave NaN lse and out on both kinds. A scale that is not finite and
+ * > 0 (0, -1, NaN, Inf) makes every row NaN on both (each row here sees a key). */
+static void test_fp8_scale_extremes_gpu(void **state)
+{
+    const mlav_backend b = *(const mlav_backend *)*state;
+    mlav_context *ctx = tu_context_or_skip(b);
+#ifdef MLAV_WITH_CUDA
+    const uint64_t seed = tu_seed();
+    static const mlav_dtype dts[] = {MLAV_DTYPE_BF16, MLAV_DTYPE_F32, MLAV_DTYPE_F16};
+    enum { S_MAX, S_MIN, S_2M140, S_2M149, S_ZERO, S_NEG, S_NAN, S_INF, S_CASES };
+    static const char *names[S_CASES] = {"FLT_MAX", "FLT_MIN", "2^-140", "2^-149",
+                                         "0",       "-1",      "NaN",    "Inf"};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (int shape = 0; shape < 2; shape++)
+            for (int sc = 0; sc < S_CASES; sc++)
+                for (int limits = 0; limits < 2; limits++) {
+                    const mlav_dtype dt = dts[d];
+                    if (dt == MLAV_DTYPE_F16 && sc == S_MAX)
+                        continue;
+                    if (limits && b != MLAV_BACKEND_CUDA)
+                        continue; /* cuda-naive has no plan for limits */
+                    tu_case c = {.H = 2, .Dl = 512, .Dr = 64, .page_size = 2, .B = 2,
+                                 .dtype = dt, .q_lens = {3, 2}, .prefixes = {5, 0},
+                                 .tree = TU_BUSHY,
+                                 .seed = seed + (uint64_t)(d * 64 + shape * 32 + sc * 2 + limits),
+                                 .kv_dtype = MLAV_DTYPE_FP8_E4M3, .kv_scale = 1.0f};
+                    if (shape) {
+                        c.H = 8;
+                        c.page_size = 16;
+                        c.q_lens[0] = 4;
+                        c.prefixes[0] = 3000;
+                        c.prefixes[1] = 1200;
+                    }
+                    tu_problem *p = tu_make(&c);
+                    float scale = 1.0f;
+                    if (sc == S_MAX) {
+                        cap_bytes(p, 0.5f);
+                        tu_scale_magnitudes(p, 10);
+                        scale = FLT_MAX;
+                    } else if (sc >= S_ZERO) {
+                        scale = sc == S_ZERO ? 0.0f : sc == S_NEG ? -1.0f
+                                : sc == S_NAN ? NAN : INFINITY;
+                    } else if (dt == MLAV_DTYPE_F16) {
+                        scale = sc == S_MIN ? FLT_MIN : sc == S_2M140 ? 0x1p-140f : 0x1p-149f;
+                    } else if (sc == S_MIN) {
+                        tu_scale_magnitudes(p, -126);
+                        scale = p->kv_scale;
+                    } else {
+                        tu_scale_magnitudes(p, -100);
+                        scale = sc == S_2M140 ? 0x1p-140f : 0x1p-149f;
+                    }
+                    if (sc < S_ZERO) {
+                        p->kv_scale = scale;
+                        p->c.kv_scale = scale;
+                        tu_reference(p);
+                    }
+                    char name[160], msg[256];
+                    tu_case_name(&p->c, name, sizeof name);
+                    run_device(ctx, p, limits, scale);
+                    const char *kind = limits ? "plan for limits" : "plan";
+                    if (sc >= S_ZERO) {
+                        for (size_t r = 0; r < p->lse_elems; r++)
+                            if (!isnan(p->lse[r]) ||
+                                !isnan(mlav_load_as_f32(p->out, (int)dt, r * (size_t)c.Dl)))
+                                fail_msg("%s %s, device kv_scale %s, %s: row %zu not NaN",
+                                         mlav_backend_name(b), kind, names[sc], name, r);
+                        tu_free(p);
+                        continue;
+                    }
+                    if (!compare_extreme(p, 1.0, msg, sizeof msg))
+                        fail_msg("%s %s, device kv_scale %s, %s: %s", mlav_backend_name(b), kind,
+                                 names[sc], name, msg);
+                    print_message("  %s %s, device kv_scale %s, %s: %s\n", mlav_backend_name(b),
+                                  kind, names[sc], name, msg);
+                    tu_free(p);
+                }
+#endif
+    mlav_context_free(ctx);
+}
+
 int main(void)
 {
     static struct CMUnitTest tests[32];
@@ -620,7 +941,9 @@ int main(void)
         {test_fp8_bad_scale, "test_fp8_bad_scale", 0},
         {test_fp8_alignment, "test_fp8_alignment", 0},
         {test_fp8_nan_rows, "test_fp8_nan_rows", 0},
+        {test_fp8_scale_extremes, "test_fp8_scale_extremes", 0},
         {test_fp8_device_scale_gpu, "test_fp8_device_scale_gpu", 1},
+        {test_fp8_scale_extremes_gpu, "test_fp8_scale_extremes_gpu", 1},
     };
     for (size_t f = 0; f < sizeof per_backend / sizeof per_backend[0]; f++)
         for (size_t k = 0; k < sizeof backends / sizeof backends[0]; k++) {

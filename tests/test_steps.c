@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,276 @@ static void test_steps_bad_limits(void **state)
     mlav_context_free(ctx);
 }
 
+/* ---- hostile use of plans for limits (cpu and reference: the host path) ---------------------- */
+
+static const mlav_backend HOST_BACKENDS[] = {MLAV_BACKEND_CPU, MLAV_BACKEND_REFERENCE};
+
+/* A run refused: the status, a sentence containing `words`, and out/lse still their NaN poison
+ * (n_out elements of dtype, n_lse floats). */
+static void run_refused(const mlav_plan *plan, const mlav_tensors *t, void *ws, size_t bytes,
+                        mlav_status want, const char *words, const char *what)
+{
+    const mlav_status s = mlav_run(plan, t, ws, bytes, NULL);
+    if (s != want)
+        fail_msg("%s: mlav_run gave %s, expected %s (%s)", what, mlav_status_string(s),
+                 mlav_status_string(want), mlav_last_error(NULL));
+    if (words && !strstr(mlav_last_error(NULL), words))
+        fail_msg("%s: the sentence '%s' does not say '%s'", what, mlav_last_error(NULL), words);
+}
+
+static int all_nan_bytes(const void *p, size_t bytes)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < bytes; i++)
+        if (c[i] != 0xff)
+            return 0;
+    return 1;
+}
+
+/* Layer 0's out and lse still sf_poison's NaN (F32 engines). */
+static int untouched(const sf_engine *e)
+{
+    const float *o = e->out[0];
+    for (size_t i = 0; i < e->out_bytes / sizeof(float); i++)
+        if (!isnan(o[i]))
+            return 0;
+    for (size_t i = 0; i < e->lse_bytes / sizeof(float); i++)
+        if (!isnan(e->lse[0][i]))
+            return 0;
+    return 1;
+}
+
+/* A workspace belongs to the plan whose update wrote it last. Plan B (smaller limits) running on
+ * plan A's step, with out and lse of exactly B's limits' sizes, is refused (MLAV_ERR_WORKSPACE)
+ * and writes nothing (before the provenance check it wrote all of A's rows past B's out); A on
+ * B's step likewise (it mixed B's q_indptr with A's stale kv_lens: a wrong answer with
+ * MLAV_OK); a second plan of the same limits too; step_status says so for each; a workspace no
+ * update wrote (zeroed, 0xff) is refused; a step written over past the limits since its update
+ * is refused; the owner's own runs go on as before. */
+static void test_steps_foreign_workspace(void **state)
+{
+    (void)state;
+    const uint64_t seed = tu_seed();
+    const mlav_limits LB = {.max_batch = 2, .max_tokens = 8, .max_q_len = 4, .max_kv_len = 200};
+    for (size_t k = 0; k < sizeof HOST_BACKENDS / sizeof HOST_BACKENDS[0]; k++) {
+        const mlav_backend be = HOST_BACKENDS[k];
+        sf_engine *e = sf_make(&LIM, 2, 32, 8, 16, MLAV_DTYPE_F32, 0, 1, seed);
+        mlav_context *ctx;
+        assert_int_equal(mlav_context_create(&ctx, be), MLAV_OK);
+        const mlav_problem shape = sf_shape(e);
+        mlav_plan *a, *a2, *b;
+        assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &LIM, &a), MLAV_OK);
+        assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &LIM, &a2), MLAV_OK);
+        assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &LB, &b), MLAV_OK);
+        const size_t ba = mlav_plan_workspace_bytes(a), bb = mlav_plan_workspace_bytes(b);
+        const size_t bytes = ba > bb ? ba : bb;
+        void *ws = ws_alloc(bytes);
+        /* B's outputs of exactly its limits' sizes (ASan sees a write past them) */
+        const size_t b_out = (size_t)LB.max_tokens * (size_t)e->H * (size_t)e->Dl * e->esz;
+        const size_t b_lse = (size_t)LB.max_tokens * (size_t)e->H * sizeof(float);
+        void *out_b = malloc(b_out);
+        float *lse_b = malloc(b_lse);
+        assert_true(out_b && lse_b);
+        memset(out_b, 0xff, b_out);
+        memset(lse_b, 0xff, b_lse);
+        mlav_tensors tb = sf_tensors(e, 0);
+        tb.out = out_b;
+        tb.lse = lse_b;
+        char what[96];
+
+        /* a workspace no update wrote */
+        for (int fill = 0; fill < 2; fill++) {
+            memset(ws, fill ? 0xff : 0x00, bytes);
+            snprintf(what, sizeof what, "%s, run before any update (0x%02x)",
+                     mlav_backend_name(be), fill ? 0xff : 0);
+            const mlav_tensors ta = sf_tensors(e, 0);
+            sf_poison(e);
+            run_refused(a, &ta, ws, bytes, MLAV_ERR_WORKSPACE, "no mlav_plan_update", what);
+            assert_true(untouched(e));
+            int32_t bad = 7;
+            assert_int_equal(mlav_plan_step_status(a, ws, bytes, NULL, &bad), MLAV_ERR_WORKSPACE);
+            assert_int_equal(bad, -1);
+        }
+
+        /* A's step (its first rows long, past B's limits), run by B, A2, and by A */
+        const int32_t prefixes[6] = {150, 120, 3, 0, 60, 9};
+        sf_step_prefixes(e, 6, prefixes, 0);
+        const mlav_lengths la = sf_lengths(e);
+        assert_true(e->q_indptr[e->batch] > LB.max_tokens);
+        assert_int_equal(mlav_plan_update(a, &la, ws, bytes, NULL), MLAV_OK);
+        snprintf(what, sizeof what, "%s, plan B on plan A's step", mlav_backend_name(be));
+        run_refused(b, &tb, ws, bytes, MLAV_ERR_WORKSPACE, "another plan", what);
+        assert_true(all_nan_bytes(out_b, b_out) && all_nan_bytes(lse_b, b_lse));
+        int32_t bad = 7;
+        assert_int_equal(mlav_plan_step_status(b, ws, bytes, NULL, &bad), MLAV_ERR_WORKSPACE);
+        assert_int_equal(bad, -1);
+        sf_poison(e);
+        mlav_tensors ta = sf_tensors(e, 0);
+        snprintf(what, sizeof what, "%s, plan A2 (same limits) on plan A's step",
+                 mlav_backend_name(be));
+        run_refused(a2, &ta, ws, bytes, MLAV_ERR_WORKSPACE, "another plan", what);
+        assert_true(untouched(e));
+        assert_int_equal(mlav_plan_step_status(a2, ws, bytes, NULL, NULL), MLAV_ERR_WORKSPACE);
+        /* the owner's run */
+        assert_int_equal(mlav_plan_step_status(a, ws, bytes, NULL, &bad), MLAV_OK);
+        assert_int_equal(bad, -1);
+        assert_int_equal(mlav_run(a, &ta, ws, bytes, NULL), MLAV_OK);
+        char msg[256];
+        if (!sf_check(e, 0, e->out[0], e->lse[0], msg, sizeof msg))
+            fail_msg("%s, A on its own step: %s (seed 0x%llx)", mlav_backend_name(be), msg,
+                     (unsigned long long)seed);
+
+        /* B's step, run by A */
+        const int32_t qb[3] = {0, 3, 5}, kb[2] = {40, 2};
+        const mlav_lengths lb = {MLAV_MEM_HOST, 2, qb, kb};
+        assert_int_equal(mlav_plan_update(b, &lb, ws, bytes, NULL), MLAV_OK);
+        sf_poison(e);
+        snprintf(what, sizeof what, "%s, plan A on plan B's step", mlav_backend_name(be));
+        run_refused(a, &ta, ws, bytes, MLAV_ERR_WORKSPACE, "another plan", what);
+        assert_true(untouched(e));
+        assert_int_equal(mlav_plan_step_status(a, ws, bytes, NULL, NULL), MLAV_ERR_WORKSPACE);
+        assert_int_equal(mlav_plan_step_status(b, ws, bytes, NULL, NULL), MLAV_OK);
+
+        /* A's step written over since its update: a kv_len past the limits, a batch past them */
+        assert_int_equal(mlav_plan_update(a, &la, ws, bytes, NULL), MLAV_OK);
+        /* after the header: q_indptr [max_batch + 1], then kv_lens */
+        int32_t *words = (int32_t *)((char *)ws + sizeof(mlav_step_header));
+        const int32_t keep = words[LIM.max_batch + 1];
+        words[LIM.max_batch + 1] = LIM.max_kv_len + 1;
+        sf_poison(e);
+        snprintf(what, sizeof what, "%s, a kv_len written over", mlav_backend_name(be));
+        run_refused(a, &ta, ws, bytes, MLAV_ERR_WORKSPACE, "written over", what);
+        assert_true(untouched(e));
+        words[LIM.max_batch + 1] = keep;
+        ((int32_t *)ws)[1] = LIM.max_batch + 1; /* the header's batch */
+        snprintf(what, sizeof what, "%s, a batch written over", mlav_backend_name(be));
+        run_refused(a, &ta, ws, bytes, MLAV_ERR_WORKSPACE, "written over", what);
+        assert_true(untouched(e));
+
+        free(out_b);
+        free(lse_b);
+        free(ws);
+        mlav_plan_free(a);
+        mlav_plan_free(a2);
+        mlav_plan_free(b);
+        mlav_context_free(ctx);
+        sf_free(e);
+    }
+}
+
+/* Padding requests (q_len 0), as engines pad a graph's batch: whatever their kv_len (negative,
+ * past the limits, INT32_MAX) and page ids (-1, past the pool), the update takes the step and
+ * the run skips them, on the host path as on the device one (before: the run refused the whole
+ * step). */
+static void test_steps_padding_garbage(void **state)
+{
+    (void)state;
+    const uint64_t seed = tu_seed();
+    static const int32_t garbage[] = {-1, -100000, LIM.max_kv_len + 1, INT32_MAX, INT32_MIN};
+    for (size_t k = 0; k < sizeof HOST_BACKENDS / sizeof HOST_BACKENDS[0]; k++) {
+        const mlav_backend be = HOST_BACKENDS[k];
+        sf_engine *e = sf_make(&LIM, 2, 32, 8, 16, MLAV_DTYPE_F32, 0, 1, seed);
+        mlav_context *ctx;
+        assert_int_equal(mlav_context_create(&ctx, be), MLAV_OK);
+        const mlav_problem shape = sf_shape(e);
+        mlav_plan *plan;
+        assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &LIM, &plan), MLAV_OK);
+        const size_t bytes = mlav_plan_workspace_bytes(plan);
+        void *ws = ws_alloc(bytes);
+        int32_t kv[LIM.max_batch];
+        int padded = 0;
+        for (int s = 0; s < 40 || !padded; s++) {
+            sf_step(e, 1);
+            if (e->live == e->batch) {
+                if (s > 400)
+                    fail_msg("no padded step in 400 (seed 0x%llx)", (unsigned long long)seed);
+                continue;
+            }
+            padded++;
+            memcpy(kv, e->kv_lens, sizeof(int32_t) * (size_t)e->batch);
+            for (int32_t b = e->live; b < e->batch; b++) {
+                kv[b] = garbage[(size_t)(s + b) % (sizeof garbage / sizeof garbage[0])];
+                for (int32_t j = 0; j < e->max_pages; j++)
+                    e->page_table[(size_t)b * (size_t)e->max_pages + (size_t)j] =
+                        (s + j) % 2 ? -1 : (int32_t)e->num_pages + j;
+            }
+            mlav_lengths len = sf_lengths(e);
+            len.kv_lens = kv;
+            const mlav_status su = mlav_plan_update(plan, &len, ws, bytes, NULL);
+            if (su != MLAV_OK)
+                fail_msg("%s step %d: update of a padded step: %s: %s", mlav_backend_name(be), s,
+                         mlav_status_string(su), mlav_last_error(NULL));
+            sf_poison(e);
+            const mlav_tensors t = sf_tensors(e, 0);
+            const mlav_status sr = mlav_run(plan, &t, ws, bytes, NULL);
+            if (sr != MLAV_OK)
+                fail_msg("%s step %d (%d live of %d): run of a padded step: %s: %s (seed 0x%llx)",
+                         mlav_backend_name(be), s, e->live, e->batch, mlav_status_string(sr),
+                         mlav_last_error(NULL), (unsigned long long)seed);
+            char msg[256];
+            if (!sf_check(e, 0, e->out[0], e->lse[0], msg, sizeof msg))
+                fail_msg("%s step %d: %s (seed 0x%llx)", mlav_backend_name(be), s, msg,
+                         (unsigned long long)seed);
+            int32_t bad = 7;
+            assert_int_equal(mlav_plan_step_status(plan, ws, bytes, NULL, &bad), MLAV_OK);
+            assert_int_equal(bad, -1);
+        }
+        free(ws);
+        mlav_plan_free(plan);
+        mlav_context_free(ctx);
+        sf_free(e);
+    }
+}
+
+/* One tensor validation for every run: after an update of batch 0, or of padding alone (no
+ * token), mlav_run(plan, NULL, ...) and tensors of an invalid memory kind are refused as an
+ * exact plan refuses them (before: MLAV_OK); good tensors run and write nothing. */
+static void test_steps_empty_step_tensors(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof HOST_BACKENDS / sizeof HOST_BACKENDS[0]; k++) {
+        const mlav_backend be = HOST_BACKENDS[k];
+        sf_engine *e = sf_make(&LIM, 2, 32, 8, 16, MLAV_DTYPE_F32, 0, 1, tu_seed());
+        mlav_context *ctx;
+        assert_int_equal(mlav_context_create(&ctx, be), MLAV_OK);
+        const mlav_problem shape = sf_shape(e);
+        mlav_plan *plan;
+        assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &LIM, &plan), MLAV_OK);
+        const size_t bytes = mlav_plan_workspace_bytes(plan);
+        void *ws = ws_alloc(bytes);
+        const int32_t qi[4] = {0, 0, 0, 0}, kv[3] = {5, -1, 0};
+        for (int32_t batch = 0; batch <= 3; batch += 3) {
+            const mlav_lengths len = {MLAV_MEM_HOST, batch, qi, kv};
+            assert_int_equal(mlav_plan_update(plan, &len, ws, bytes, NULL), MLAV_OK);
+            char what[96];
+            snprintf(what, sizeof what, "%s, step of batch %d, no token", mlav_backend_name(be),
+                     batch);
+            run_refused(plan, NULL, ws, bytes, MLAV_ERR_INVALID_ARG, "NULL", what);
+            mlav_tensors t = sf_tensors(e, 0);
+            t.memory = (mlav_memory)7;
+            run_refused(plan, &t, ws, bytes, MLAV_ERR_INVALID_ARG, "mlav_memory", what);
+            t.memory = MLAV_MEM_HOST;
+            sf_poison(e);
+            assert_int_equal(mlav_run(plan, &t, ws, bytes, NULL), MLAV_OK);
+            assert_true(untouched(e));
+        }
+        /* as an exact plan of no token refuses them */
+        mlav_problem one = shape;
+        const int32_t kv0[3] = {0, 0, 0};
+        one.batch = 3;
+        one.q_indptr = qi;
+        one.kv_lens = kv0;
+        mlav_plan *exact;
+        assert_int_equal(mlav_plan_create(ctx, &one, &exact), MLAV_OK);
+        assert_int_equal(mlav_run(exact, NULL, NULL, 0, NULL), MLAV_ERR_INVALID_ARG);
+        mlav_plan_free(exact);
+        free(ws);
+        mlav_plan_free(plan);
+        mlav_context_free(ctx);
+        sf_free(e);
+    }
+}
+
 /* The step rule's schedule: within the bounds, every (request, row tile) covers its KV rows
  * [0, kv_len) exactly once in split order, slots distinct, one combine item per split row tile
  * whose slots are its splits', padding past the counts, refused requests skipped. */
@@ -331,6 +602,12 @@ int main(void)
         cmocka_unit_test(test_steps_bad_host_lengths),
         cmocka_unit_test(test_steps_bad_limits),
         cmocka_unit_test(test_steps_schedule_rule),
+        cmocka_unit_test(test_steps_foreign_workspace),
+        cmocka_unit_test(test_steps_padding_garbage),
+        cmocka_unit_test(test_steps_empty_step_tensors),
     };
+    const char *filter = getenv("MLAV_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -379,6 +379,10 @@ static void test_steps_run_before_update(void **state)
         for (size_t i = 0; i < lse_bytes; i++)
             if (hl[i] != 0xa5)
                 fail_msg("workspace of 0x%02x bytes: lse written at byte %zu", fills[f], i);
+        /* and the step status says that no update of this plan wrote it */
+        int32_t bad = 7;
+        assert_int_equal(mlav_plan_step_status(plan, ws, bytes, NULL, &bad), MLAV_ERR_WORKSPACE);
+        assert_int_equal(bad, -1);
     }
     free(ho);
     free(hl);
@@ -389,6 +393,295 @@ static void test_steps_run_before_update(void **state)
     cudaFree(lse);
     cudaFree(pt);
     mlav_plan_free(plan);
+    mlav_context_free(ctx);
+}
+
+/* The device data of a small BF16 engine for the hostile cases below: H 16, page 64, causal
+ * chains, every page id valid; out and lse of exactly `lim`'s sizes (compute-sanitizer sees a
+ * write past them), followed by nothing. */
+typedef struct hostile_dev {
+    mlav_limits lim;
+    int32_t max_pages;
+    int64_t pages;
+    size_t out_bytes, lse_bytes;
+    void *q, *kv, *out;
+    float *lse;
+    int32_t *pt;
+} hostile_dev;
+
+enum { HD_H = 16, HD_PAGE = 64, HD_W = 576, HD_DL = 512 };
+
+static mlav_problem hostile_shape(int32_t max_pages)
+{
+    const mlav_problem shape = {.num_heads = HD_H, .d_latent = HD_DL, .d_rope = HD_W - HD_DL,
+                                .softmax_scale = 0.1f, .dtype = MLAV_DTYPE_BF16,
+                                .page_size = HD_PAGE, .max_pages = max_pages};
+    return shape;
+}
+
+static void hostile_make(hostile_dev *d, const mlav_limits *lim, int32_t max_pages,
+                         uint64_t *rng)
+{
+    d->lim = *lim;
+    d->max_pages = max_pages;
+    d->pages = (int64_t)lim->max_batch * max_pages;
+    const size_t rows = (size_t)lim->max_tokens * HD_H;
+    const size_t q_bytes = rows * HD_W * 2, kv_bytes = (size_t)d->pages * HD_PAGE * HD_W * 2;
+    d->out_bytes = rows * HD_DL * 2;
+    d->lse_bytes = rows * 4;
+    d->q = dmalloc(q_bytes);
+    d->kv = dmalloc(kv_bytes);
+    d->out = dmalloc(d->out_bytes);
+    d->lse = dmalloc(d->lse_bytes);
+    d->pt = dmalloc(sizeof(int32_t) * (size_t)d->pages);
+    /* BF16 values in [-1, 1): random upper halves of small floats */
+    uint16_t *h = tu_xcalloc(kv_bytes / 2, 2);
+    for (size_t i = 0; i < kv_bytes / 2; i++)
+        h[i] = (uint16_t)(0x3c00u + (tu_next(rng) % 0x380u)) | (uint16_t)(tu_next(rng) & 0x8000u);
+    CK(cudaMemcpy(d->kv, h, kv_bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d->q, h, q_bytes, cudaMemcpyHostToDevice));
+    free(h);
+    int32_t *pt = tu_xcalloc((size_t)d->pages, sizeof(int32_t));
+    for (int64_t i = 0; i < d->pages; i++)
+        pt[i] = (int32_t)((i * 7919) % d->pages);
+    CK(cudaMemcpy(d->pt, pt, sizeof(int32_t) * (size_t)d->pages, cudaMemcpyHostToDevice));
+    free(pt);
+}
+
+static void hostile_free(hostile_dev *d)
+{
+    cudaFree(d->q);
+    cudaFree(d->kv);
+    cudaFree(d->out);
+    cudaFree(d->lse);
+    cudaFree(d->pt);
+}
+
+/* Tensors of d's q and pool, with the outputs `o` (a plan's own, exactly its size). */
+static mlav_tensors hostile_tensors(const hostile_dev *d, const hostile_dev *o)
+{
+    const mlav_tensors t = {.memory = MLAV_MEM_DEVICE, .q = d->q, .kv_cache = d->kv,
+                            .num_pages = d->pages, .page_table = d->pt, .out = o->out,
+                            .lse = o->lse};
+    return t;
+}
+
+/* Whether o's outputs hold nothing but the byte `fill`. */
+static int hostile_untouched(const hostile_dev *o, int fill)
+{
+    CK(cudaDeviceSynchronize());
+    unsigned char *h = tu_xcalloc(o->out_bytes + o->lse_bytes, 1);
+    CK(cudaMemcpy(h, o->out, o->out_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h + o->out_bytes, o->lse, o->lse_bytes, cudaMemcpyDeviceToHost));
+    int ok = 1;
+    for (size_t i = 0; i < o->out_bytes + o->lse_bytes && ok; i++)
+        ok = h[i] == fill;
+    free(h);
+    return ok;
+}
+
+static void hostile_poison(const hostile_dev *o, int fill)
+{
+    CK(cudaMemset(o->out, fill, o->out_bytes));
+    CK(cudaMemset(o->lse, fill, o->lse_bytes));
+}
+
+/* A workspace belongs to the plan whose update wrote it last (mlaverify.h): plan B (smaller
+ * limits, outputs of exactly its sizes) running on plan A's step runs nothing (before: it wrote
+ * A's rows past B's out and faulted the stream), and B's step_status says MLAV_ERR_WORKSPACE;
+ * likewise A on B's step, and a second plan of A's limits on A's step; A's own run works. A's
+ * step written over (its items moved past the limits, then random bytes) under its intact
+ * header runs nothing past A's outputs. Host and device updates alike. Under compute-sanitizer
+ * memcheck (bench/gpu-suite.sh): no access past any buffer. */
+static void test_steps_foreign_workspace_gpu(void **state)
+{
+    (void)state;
+    need_device();
+    const uint64_t seed = tu_seed();
+    uint64_t rng = seed;
+    mlav_context *ctx;
+    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    const mlav_limits la = {.max_batch = 8, .max_tokens = 64, .max_q_len = 8,
+                            .max_kv_len = 4000};
+    const mlav_limits lb = {.max_batch = 2, .max_tokens = 8, .max_q_len = 4, .max_kv_len = 300};
+    const int32_t max_pages = (la.max_kv_len + HD_PAGE - 1) / HD_PAGE;
+    const mlav_problem shape = hostile_shape(max_pages);
+    hostile_dev A, B;
+    hostile_make(&A, &la, max_pages, &rng);
+    hostile_make(&B, &lb, max_pages, &rng);
+    mlav_plan *pa, *pa2, *pb;
+    OK(mlav_plan_create_for_limits(ctx, &shape, &la, &pa));
+    OK(mlav_plan_create_for_limits(ctx, &shape, &la, &pa2));
+    OK(mlav_plan_create_for_limits(ctx, &shape, &lb, &pb));
+    const size_t ba = mlav_plan_workspace_bytes(pa), bb = mlav_plan_workspace_bytes(pb);
+    const size_t bytes = ba > bb ? ba : bb;
+    void *ws = dmalloc(bytes);
+    /* A's step: eight requests of 8 tokens, long prefixes (splits, combines) */
+    int32_t qa[9], ka[8];
+    qa[0] = 0;
+    for (int b = 0; b < 8; b++) {
+        qa[b + 1] = qa[b] + 8;
+        ka[b] = 8 + (int32_t)(tu_next(&rng) % (uint64_t)(la.max_kv_len - 8));
+    }
+    const int32_t qb[3] = {0, 4, 7}, kb[2] = {250, 3};
+    int32_t *dqa = dmalloc(sizeof qa), *dka = dmalloc(sizeof ka);
+    int32_t *dqb = dmalloc(sizeof qb), *dkb = dmalloc(sizeof kb);
+    CK(cudaMemcpy(dqa, qa, sizeof qa, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dka, ka, sizeof ka, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dqb, qb, sizeof qb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dkb, kb, sizeof kb, cudaMemcpyHostToDevice));
+    const mlav_tensors ta = hostile_tensors(&A, &A), tb = hostile_tensors(&A, &B);
+    for (int dev = 0; dev < 2; dev++) {
+        const mlav_lengths lena = {dev ? MLAV_MEM_DEVICE : MLAV_MEM_HOST, 8, dev ? dqa : qa,
+                                   dev ? dka : ka};
+        const mlav_lengths lenb = {dev ? MLAV_MEM_DEVICE : MLAV_MEM_HOST, 2, dev ? dqb : qb,
+                                   dev ? dkb : kb};
+        const char *how = dev ? "device" : "host";
+        CK(cudaMemset(ws, 0x5a, bytes));
+        OK(mlav_plan_update(pa, &lena, ws, bytes, NULL));
+        /* B and A2 on A's step */
+        hostile_poison(&B, 0xa5);
+        OK(mlav_run(pb, &tb, ws, bytes, NULL));
+        if (!hostile_untouched(&B, 0xa5))
+            fail_msg("%s update: plan B wrote on plan A's step (seed 0x%llx)", how,
+                     (unsigned long long)seed);
+        int32_t bad = 7;
+        assert_int_equal(mlav_plan_step_status(pb, ws, bytes, NULL, &bad), MLAV_ERR_WORKSPACE);
+        assert_int_equal(bad, -1);
+        hostile_poison(&A, 0xa5);
+        OK(mlav_run(pa2, &ta, ws, bytes, NULL));
+        if (!hostile_untouched(&A, 0xa5))
+            fail_msg("%s update: plan A2 wrote on plan A's step", how);
+        assert_int_equal(mlav_plan_step_status(pa2, ws, bytes, NULL, NULL), MLAV_ERR_WORKSPACE);
+        /* A on its own step */
+        OK(mlav_plan_step_status(pa, ws, bytes, NULL, &bad));
+        assert_int_equal(bad, -1);
+        OK(mlav_run(pa, &ta, ws, bytes, NULL));
+        if (hostile_untouched(&A, 0xa5))
+            fail_msg("%s update: plan A wrote nothing on its own step", how);
+        /* A on B's step */
+        OK(mlav_plan_update(pb, &lenb, ws, bytes, NULL));
+        hostile_poison(&A, 0xa5);
+        OK(mlav_run(pa, &ta, ws, bytes, NULL));
+        if (!hostile_untouched(&A, 0xa5))
+            fail_msg("%s update: plan A wrote on plan B's step", how);
+        assert_int_equal(mlav_plan_step_status(pa, ws, bytes, NULL, NULL), MLAV_ERR_WORKSPACE);
+        OK(mlav_plan_step_status(pb, ws, bytes, NULL, NULL));
+    }
+    /* A's step written over under its own header: items moved past the limits (q_start past
+     * max_tokens, slot past the partial states, request past max_batch), then random bytes */
+    const mlav_lengths lena = {MLAV_MEM_HOST, 8, qa, ka};
+    OK(mlav_plan_update(pa, &lena, ws, bytes, NULL));
+    CK(cudaDeviceSynchronize());
+    unsigned char *h = tu_xcalloc(ba, 1);
+    CK(cudaMemcpy(h, ws, ba, cudaMemcpyDeviceToHost));
+    mlav_step_header hdr;
+    memcpy(&hdr, h, sizeof hdr);
+    assert_true(hdr.n_items > 0);
+    mlav_split_item *it = (mlav_split_item *)(h + sizeof hdr);
+    for (int32_t i = 0; i < hdr.n_items; i++) {
+        switch (i % 4) {
+        case 0: it[i].q_start += la.max_tokens; break;
+        case 1: it[i].b += la.max_batch; break;
+        case 2: it[i].slot = it[i].slot < 0 ? -2 : it[i].slot + (1 << 20); break;
+        default: it[i].kv_end += la.max_kv_len; break;
+        }
+    }
+    CK(cudaMemcpy(ws, h, ba, cudaMemcpyHostToDevice));
+    hostile_poison(&A, 0xa5);
+    OK(mlav_run(pa, &ta, ws, bytes, NULL));
+    CK(cudaDeviceSynchronize());
+    for (int round = 0; round < 4; round++) {
+        for (size_t i = sizeof hdr; i < ba; i++)
+            h[i] = (unsigned char)tu_next(&rng);
+        memcpy(h, &hdr, sizeof hdr);
+        CK(cudaMemcpy(ws, h, ba, cudaMemcpyHostToDevice));
+        OK(mlav_run(pa, &ta, ws, bytes, NULL));
+        CK(cudaDeviceSynchronize());
+    }
+    free(h);
+    cudaFree(ws);
+    cudaFree(dqa);
+    cudaFree(dka);
+    cudaFree(dqb);
+    cudaFree(dkb);
+    mlav_plan_free(pa);
+    mlav_plan_free(pa2);
+    mlav_plan_free(pb);
+    hostile_free(&A);
+    hostile_free(&B);
+    mlav_context_free(ctx);
+}
+
+/* Padding requests (q_len 0) with garbage lengths (negative, past the limits, INT32_MAX) and
+ * page ids (-1, past the pool), through host and device lengths: the live requests' rows come
+ * out bit for bit as in the step without the padding, the padding's rows are not written, and
+ * step_status says every request was taken. */
+static void test_steps_padding_garbage_gpu(void **state)
+{
+    (void)state;
+    need_device();
+    const uint64_t seed = tu_seed();
+    uint64_t rng = seed;
+    mlav_context *ctx;
+    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    const mlav_limits lim = {.max_batch = 8, .max_tokens = 32, .max_q_len = 4,
+                             .max_kv_len = 3000};
+    const int32_t max_pages = (lim.max_kv_len + HD_PAGE - 1) / HD_PAGE;
+    const mlav_problem shape = hostile_shape(max_pages);
+    hostile_dev D;
+    hostile_make(&D, &lim, max_pages, &rng);
+    mlav_plan *plan;
+    OK(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan));
+    const size_t bytes = mlav_plan_workspace_bytes(plan);
+    void *ws = dmalloc(bytes);
+    const mlav_tensors t = hostile_tensors(&D, &D);
+    /* three live requests, then five padding slots */
+    int32_t qi[9] = {0, 4, 5, 8, 8, 8, 8, 8, 8};
+    int32_t kv[8] = {2900, 5, 1200, -1, INT32_MAX, lim.max_kv_len + 1, INT32_MIN, 0};
+    unsigned char *ref = tu_xcalloc(D.out_bytes + D.lse_bytes, 1);
+    unsigned char *got = tu_xcalloc(D.out_bytes + D.lse_bytes, 1);
+    /* the reference: the live requests alone */
+    const mlav_lengths live = {MLAV_MEM_HOST, 3, qi, kv};
+    hostile_poison(&D, 0xa5);
+    OK(mlav_plan_update(plan, &live, ws, bytes, NULL));
+    OK(mlav_run(plan, &t, ws, bytes, NULL));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(ref, D.out, D.out_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ref + D.out_bytes, D.lse, D.lse_bytes, cudaMemcpyDeviceToHost));
+    /* the padding slots' page-table rows: -1 and ids past the pool */
+    int32_t *pt = tu_xcalloc((size_t)D.pages, sizeof(int32_t));
+    CK(cudaMemcpy(pt, D.pt, sizeof(int32_t) * (size_t)D.pages, cudaMemcpyDeviceToHost));
+    for (int32_t b = 3; b < 8; b++)
+        for (int32_t j = 0; j < max_pages; j++)
+            pt[(size_t)b * max_pages + j] = j % 2 ? -1 : (int32_t)D.pages + j;
+    CK(cudaMemcpy(D.pt, pt, sizeof(int32_t) * (size_t)D.pages, cudaMemcpyHostToDevice));
+    free(pt);
+    int32_t *dqi = dmalloc(sizeof qi), *dkv = dmalloc(sizeof kv);
+    CK(cudaMemcpy(dqi, qi, sizeof qi, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dkv, kv, sizeof kv, cudaMemcpyHostToDevice));
+    for (int dev = 0; dev < 2; dev++) {
+        const mlav_lengths len = {dev ? MLAV_MEM_DEVICE : MLAV_MEM_HOST, 8, dev ? dqi : qi,
+                                  dev ? dkv : kv};
+        hostile_poison(&D, 0xa5);
+        OK(mlav_plan_update(plan, &len, ws, bytes, NULL));
+        OK(mlav_run(plan, &t, ws, bytes, NULL));
+        int32_t bad = 7;
+        OK(mlav_plan_step_status(plan, ws, bytes, NULL, &bad));
+        assert_int_equal(bad, -1);
+        CK(cudaMemcpy(got, D.out, D.out_bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(got + D.out_bytes, D.lse, D.lse_bytes, cudaMemcpyDeviceToHost));
+        if (memcmp(ref, got, D.out_bytes + D.lse_bytes) != 0)
+            fail_msg("%s lengths: the padded step's outputs differ from the live requests' "
+                     "(seed 0x%llx)", dev ? "device" : "host", (unsigned long long)seed);
+    }
+    free(ref);
+    free(got);
+    cudaFree(dqi);
+    cudaFree(dkv);
+    cudaFree(ws);
+    mlav_plan_free(plan);
+    hostile_free(&D);
     mlav_context_free(ctx);
 }
 
@@ -546,6 +839,8 @@ int main(void)
         cmocka_unit_test(test_steps_naive_refused),
         cmocka_unit_test(test_steps_run_before_update),
         cmocka_unit_test(test_step_schedule_device_matches_host),
+        cmocka_unit_test(test_steps_foreign_workspace_gpu),
+        cmocka_unit_test(test_steps_padding_garbage_gpu),
     };
     /* MLAV_TEST_FILTER=*schedule* (wildcards * and ?) runs a subset */
     const char *filter = getenv("MLAV_TEST_FILTER");

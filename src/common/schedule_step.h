@@ -27,7 +27,11 @@ extern "C" {
 #endif
 
 /* The step region at the start of a plan for limits' workspace: this header, then (CUDA) the
- * items and combine items of the step, or (CPU backends) the step's lengths. */
+ * items and combine items of the step, or (CPU backends) the step's lengths. A workspace belongs
+ * to the plan whose update wrote it last: the header carries that plan's id and limits (`owner`,
+ * `limits`), which the host path checks before a run reads the step and the CUDA kernels compare
+ * with the running plan's before they read an item, so that another plan's step (laid out for
+ * other limits), or a workspace no update wrote, runs nothing. */
 typedef struct mlav_step_header {
     int32_t bad;        /* INT32_MAX: every request taken; else the first refused request, or
                            `batch` when q_indptr itself was refused */
@@ -38,7 +42,16 @@ typedef struct mlav_step_header {
      * items: which kind (mlav_combine_kind of their most splits) and column blocks per row; the
      * plan's one combine launch follows them (combine.cu) */
     int32_t combine_kind, combine_col_blocks;
+    uint64_t owner;     /* the writing plan's id (mlav_step_owner_of; never 0 or all ones) */
+    mlav_limits limits; /* the writing plan's limits */
+    int32_t reserved[2]; /* zero: the items that follow stay 16-byte aligned */
 } mlav_step_header;
+
+#ifdef __cplusplus
+static_assert(sizeof(mlav_step_header) == 64, "the step header is 64 bytes");
+#else
+_Static_assert(sizeof(mlav_step_header) == 64, "the step header is 64 bytes");
+#endif
 
 /* The most a step within the limits can need: fixed at plan time. */
 typedef struct mlav_step_bounds {

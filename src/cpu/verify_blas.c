@@ -88,7 +88,8 @@ static int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
 
 /* Per-thread scratch (floats, each piece line-aligned). */
 typedef struct cpu_scratch {
-    float *qf; /* [rows_max, W] Q widened to fp32 (absent for F32 problems: q is used in place) */
+    float *qf; /* [rows_max, W] Q widened to fp32 (absent for F32 problems of a 16/32-bit cache:
+                  q is used in place; an FP8 cache's may scale it, see fp8_q_shift) */
     float *kt; /* [tile, W] gathered KV tile */
     float *s;  /* [rows_max, tile] scores, then probabilities */
     float *o;  /* [rows_max, Dl] unnormalised output of the tiles since the last fold */
@@ -103,7 +104,8 @@ static size_t scratch_layout(const mlav_problem_info *p, int32_t rows, int32_t t
                              float *base, cpu_scratch *sc)
 {
     /* in floats; the two fp64 pieces take two floats per double (and stay 64-byte aligned) */
-    const size_t sizes[8] = {p->dtype == MLAV_DTYPE_F32 ? 0 : (size_t)rows * (size_t)p->W,
+    const int q_in_place = p->dtype == MLAV_DTYPE_F32 && p->kv_dtype != MLAV_DTYPE_FP8_E4M3;
+    const size_t sizes[8] = {q_in_place ? 0 : (size_t)rows * (size_t)p->W,
                              (size_t)tile * (size_t)p->W,
                              (size_t)rows * (size_t)tile,
                              (size_t)rows * (size_t)p->Dl,
@@ -398,9 +400,13 @@ static void fold_row(int32_t rr, int32_t Dl, double alpha, float *o, float *l, d
 /* Online softmax over one tile for every row: turn scores into probabilities relative to the
  * new running max and add their sum to the row's fp32 sum; when the max moves, the sums so far
  * are folded into the fp64 state rescaled to the new max (in fp64, so that many rescales of a
- * long split do not add up fp32 rounding). */
+ * long split do not add up fp32 rounding). The scores are s / tau, the probabilities
+ * exp(tau (s - max)): tau is an FP8 cache's kv_scale (times the power of two fp8_q_shift took
+ * out of q), tf the same in fp32 (clamped to FLT_MAX), 1 for other caches. Applied to the
+ * differences, after the max is taken out, the scale meets no product it could overflow or
+ * underflow in: a difference times a finite factor is finite or -inf, and the max's is 0. */
 static void softmax_tile(int32_t rows, int32_t n, int32_t Dl, float *s, int32_t ld, float *o,
-                         float *m, float *l, double *od, double *lsum)
+                         float *m, float *l, double *od, double *lsum, float tf, double tau)
 {
     for (int32_t rr = 0; rr < rows; rr++) {
         float *sr = s + (size_t)rr * (size_t)ld;
@@ -414,12 +420,12 @@ static void softmax_tile(int32_t rows, int32_t n, int32_t Dl, float *s, int32_t 
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
         for (int32_t c = 0; c < n; c++) {
-            float e = softmax_exp(sr[c] - mref);
+            float e = softmax_exp(tf * (sr[c] - mref));
             sr[c] = e;
             sum += e;
         }
         /* mlav_rescale_factor in fp64: 0 from an empty state, NaN from +inf to +inf */
-        double alpha = m[rr] == -INFINITY ? 0.0 : exp((double)m[rr] - (double)mnew);
+        double alpha = m[rr] == -INFINITY ? 0.0 : exp(tau * ((double)m[rr] - (double)mnew));
         if (alpha != 1.0)
             fold_row(rr, Dl, alpha, o, l, od, lsum);
         l[rr] += sum;
@@ -427,8 +433,38 @@ static void softmax_tile(int32_t rows, int32_t n, int32_t Dl, float *s, int32_t 
     }
 }
 
+/* The unit of a split's partial lse: kv_scale where it is above 1, else 1 (merge_row). */
+static double lse_unit(double kv_scale)
+{
+    return kv_scale > 1.0 ? kv_scale : 1.0;
+}
+
+/* An FP8 cache over huge q: q's rows times 2^-sh, so that the largest finite |q| is below
+ * 2^100 and its dot products with e4m3 values (|x| <= 448) stay finite in fp32, where the scores
+ * they make with a small kv_scale are finite (q ~ 1e36 over kv_scale 2^-126). Into sc->qf;
+ * returns sh (0: q unchanged). */
+static int fp8_q_shift(const float **q, size_t n, float *qf)
+{
+    float mx = 0.0f;
+    for (size_t k = 0; k < n; k++) {
+        const float a = fabsf((*q)[k]);
+        mx = a <= 3.402823466e38f && a > mx ? a : mx;
+    }
+    int e;
+    frexpf(mx, &e);
+    if (e <= 100)
+        return 0;
+    const int sh = e - 100;
+    const float down = ldexpf(1.0f, -sh);
+    for (size_t k = 0; k < n; k++)
+        qf[k] = (*q)[k] * down;
+    *q = qf;
+    return sh;
+}
+
 static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav_tensors *t,
-                     const cpu_item *it, const cpu_scratch *sc, const float *e4m3, float *parts)
+                     const cpu_item *it, const cpu_scratch *sc, const float *e4m3,
+                     double kv_scale, float *parts)
 {
     const int32_t H = p->H, W = p->W, Dl = p->Dl, tile = st->tile, rows = it->rows;
     const int dt = (int)p->dtype, kdt = (int)p->kv_dtype;
@@ -443,6 +479,11 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
         widen(t->q, dt, row0 * (size_t)W, (size_t)rows * (size_t)W, NULL, sc->qf);
         q = sc->qf;
     }
+    /* the softmax's temperature (softmax_tile): kv_scale x 2^sh */
+    double tau = 1.0;
+    if (kdt == MLAV_DTYPE_FP8_E4M3)
+        tau = ldexp(kv_scale, fp8_q_shift(&q, (size_t)rows * (size_t)W, sc->qf));
+    const float tf = tau < 3.402823466e38 ? (float)tau : 3.402823466e38f;
     memset(sc->o, 0, sizeof(float) * (size_t)rows * (size_t)Dl);
     memset(sc->od, 0, sizeof(double) * (size_t)rows * (size_t)Dl);
     for (int32_t rr = 0; rr < rows; rr++) {
@@ -469,7 +510,7 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
                     W, 0.0f, sc->s, tile);
         if (np < n)
             mask_tile(p, t, it, prefix, j0, np, n, sc->s, tile);
-        softmax_tile(rows, n, Dl, sc->s, tile, sc->o, sc->m, sc->l, sc->od, sc->ld);
+        softmax_tile(rows, n, Dl, sc->s, tile, sc->o, sc->m, sc->l, sc->od, sc->ld, tf, tau);
 
         if (!draft_bad) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, Dl, n, 1.0f, sc->s, tile,
@@ -502,18 +543,23 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
         for (int32_t rr = 0; rr < rows; rr++)
             fold_row(rr, Dl, 1.0, sc->o, sc->l, sc->od, sc->ld);
 
-    /* finish: normalise; a row that saw nothing is out = 0, lse = -inf */
+    /* finish: normalise; a row that saw nothing is out = 0, lse = -inf. An FP8 cache's values
+     * were e4m3 alone: kv_scale multiplies the output here, in fp64 with the normalisation, so
+     * that it rounds once (a split's partial state keeps the unscaled values: merge_row) */
+    const double out_scale = it->split < 0 ? kv_scale : 1.0;
     for (int32_t rr = 0; rr < rows; rr++) {
         float *orow = sc->o + (size_t)rr * (size_t)Dl;
         const double *drow = sc->od + (size_t)rr * (size_t)Dl;
         const double lsum = sc->ld[rr];
         /* mlav_finish_lse in fp64: max + log(sum), -inf for an empty row, NaN for a NaN sum */
-        float lse = lsum > 0.0 ? (float)((double)sc->m[rr] + log(lsum))
+        /* a split's partial lse is kept divided by lse_unit (merge_row says why) */
+        float lse = lsum > 0.0 ? (float)((tau * (double)sc->m[rr] + log(lsum)) /
+                                         (it->split < 0 ? 1.0 : lse_unit(kv_scale)))
                                : (lsum == 0.0 ? -INFINITY : NAN);
         if (lsum == 0.0) {
             memset(orow, 0, sizeof(float) * (size_t)Dl);
         } else {
-            double inv = 1.0 / lsum;
+            double inv = out_scale / lsum;
             for (int32_t d = 0; d < Dl; d++)
                 orow[d] = (float)(drow[d] * inv);
         }
@@ -532,16 +578,37 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
     }
 }
 
-/* Merge row rr of a split group into out/lse, with the shared merge math (merge.h). */
+/* Merge row rr of a split group into out/lse, with the shared merge math (merge.h); an FP8
+ * cache's partial states are unscaled, and kv_scale multiplies the merged row (in fp64, one
+ * rounding). */
 static void merge_row(const mlav_problem_info *p, const mlav_tensors *t, const cpu_group *g,
-                      int32_t rr, const float *parts, float *acc)
+                      int32_t rr, const float *parts, double kv_scale, float *acc)
 {
     const int32_t Dl = p->Dl, rows = g->rows;
     float lv[CPU_MAX_SPLITS], w[CPU_MAX_SPLITS];
     const float *po = parts + g->part, *pl = po + (size_t)g->nsplit * (size_t)rows * (size_t)Dl;
     for (int32_t s = 0; s < g->nsplit; s++)
         lv[s] = pl[(size_t)s * (size_t)rows + (size_t)rr];
+    /* An FP8 cache's partial lse values are kept in units of lse_unit: at kv_scale FLT_MAX an lse
+     * is past fp32's range where the output is not (scores of 1e38 and more, a one-hot softmax),
+     * and inf - inf would make the merge NaN; divided by the scale they are finite. The merge
+     * rule then weighs their differences times the unit (exp(u (x_s - x_max))), in fp64, and the
+     * merged lse is u x_max plus the rule's. */
+    const double u = lse_unit(kv_scale);
+    double base = 0.0;
+    if (u != 1.0) {
+        float mx = -INFINITY;
+        for (int32_t s = 0; s < g->nsplit; s++)
+            mx = lv[s] > mx ? lv[s] : mx;
+        if (isfinite(mx)) {
+            base = u * (double)mx;
+            for (int32_t s = 0; s < g->nsplit; s++)
+                lv[s] = (float)(u * ((double)lv[s] - (double)mx));
+        }
+    }
     float lse = mlav_merge_weights(g->nsplit, lv, w);
+    if (u != 1.0)
+        lse = (float)(base + (double)lse);
     for (int32_t d = 0; d < Dl; d++)
         acc[d] = 0.0f;
     for (int32_t s = 0; s < g->nsplit; s++) {
@@ -551,6 +618,9 @@ static void merge_row(const mlav_problem_info *p, const mlav_tensors *t, const c
         for (int32_t d = 0; d < Dl; d++)
             acc[d] += w[s] * o[d];
     }
+    if (kv_scale != 1.0)
+        for (int32_t d = 0; d < Dl; d++)
+            acc[d] = (float)((double)acc[d] * kv_scale);
     size_t row = (size_t)p->q_indptr[g->b] * (size_t)p->H + (size_t)g->r0 + (size_t)rr;
     narrow(acc, (int)p->dtype, row * (size_t)Dl, (size_t)Dl, t->out);
     if (t->lse)
@@ -574,19 +644,19 @@ static mlav_status cpu_run(const mlav_problem_info *p, const void *state, const 
                               "the cpu backend needs a %zu-byte workspace, got %zu bytes", need,
                               workspace ? workspace_bytes : 0);
 
-    /* An FP8 cache is dequantized as its tiles are widened, through this table of the 256 values
-     * e4m3(byte) x kv_scale, each rounded once to fp32: the scale is applied to the KV values
-     * themselves rather than folded into the score scale and the output, so both GEMMs, the
-     * NaN/Inf check of draft rows, the splits' partial states and their merge see true KV values
-     * and stay the code of the 16-bit caches. A fold would save nothing here: the widening pass
-     * is made for every cache dtype, and the table already holds the products. */
+    /* An FP8 cache is widened through this table of the 256 values e4m3(byte), exact in fp32;
+     * kv_scale is applied outside the products (docs/DESIGN.md#fp8-kv): on the scores' softmax
+     * (softmax_tile's tau) and on the output (run_item's finish, merge_row), in fp64. Folded
+     * into the table, the values x kv_scale overflowed the scores' GEMM at kv_scale FLT_MAX
+     * (inf - inf = NaN where the oracle's output is finite) and rounded as subnormals at 2^-140
+     * (rel-L2 9e-4 against 1e-5). */
     float kv_scale, e4m3[256];
     mlav_status s = mlav_kv_scale_host(p, t, &kv_scale);
     if (s != MLAV_OK)
         return s;
     if (p->kv_dtype == MLAV_DTYPE_FP8_E4M3)
         for (int b = 0; b < 256; b++)
-            e4m3[b] = mlav_e4m3_to_f32((uint8_t)b) * kv_scale;
+            e4m3[b] = mlav_e4m3_to_f32((uint8_t)b);
 
     float *ws = workspace;
     float *parts = ws + (size_t)st->nthreads * st->thread_floats;
@@ -599,12 +669,12 @@ static mlav_status cpu_run(const mlav_problem_info *p, const void *state, const 
         scratch_layout(p, st->rows_max, st->tile, ws + (size_t)tid * st->thread_floats, &sc);
 #pragma omp for schedule(dynamic, 1)
         for (int32_t k = 0; k < st->n_items; k++)
-            run_item(p, st, t, &st->items[k], &sc, e4m3, parts);
+            run_item(p, st, t, &st->items[k], &sc, e4m3, (double)kv_scale, parts);
         /* the implicit barrier above: every partial state is written before any merge */
         for (int32_t g = 0; g < st->n_groups; g++) {
 #pragma omp for schedule(static) nowait
             for (int32_t rr = 0; rr < st->groups[g].rows; rr++)
-                merge_row(p, t, &st->groups[g], rr, parts, sc.o);
+                merge_row(p, t, &st->groups[g], rr, parts, (double)kv_scale, sc.o);
         }
     }
     return MLAV_OK;

@@ -314,6 +314,7 @@ struct flash_step_state {
     flash_config cfg;
     int32_t H;
     mlav_limits lim;
+    unsigned long long owner;     /* the plan's id, stamped into every step header it writes */
     mlav_step_bounds bd;
     void *d_nan_row;
     size_t region_bytes;          /* the step region at the start of the workspace */
@@ -359,9 +360,10 @@ void step_free(void *state)
 }
 
 mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *lim,
-                           flash_step_state *st, size_t *ws)
+                           uint64_t owner, flash_step_state *st, size_t *ws)
 {
     st->lim = *lim;
+    st->owner = owner;
     st->H = shape->H;
     mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
     if (s != MLAV_OK)
@@ -411,15 +413,15 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
     return MLAV_OK;
 }
 
-mlav_status step_plan(const mlav_problem_info *shape, const mlav_limits *lim, void **state,
-                      size_t *ws)
+mlav_status step_plan(const mlav_problem_info *shape, const mlav_limits *lim, uint64_t owner,
+                      void **state, size_t *ws)
 {
     *state = NULL;
     *ws = 0;
     flash_step_state *st = static_cast<flash_step_state *>(calloc(1, sizeof(flash_step_state)));
     if (!st)
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
-    mlav_status s = step_plan_into(shape, lim, st, ws);
+    mlav_status s = step_plan_into(shape, lim, owner, st, ws);
     if (s != MLAV_OK) {
         step_free(st);
         return s;
@@ -449,9 +451,12 @@ mlav_status step_update_host(flash_step_state *st, const mlav_lengths *len, void
         s = mlav_cuda_error(e, "cudaEventSynchronize", __FILE__, __LINE__);
     if (s == MLAV_OK) {
         void *slot = st->staging + (size_t)k * st->region_bytes;
+        mlav_step_header *hdr = static_cast<mlav_step_header *>(slot);
         mlav_step_schedule_build(len->batch, len->q_indptr, len->kv_lens, st->H, &st->lim,
-                                 &st->cfg.sp, &st->bd, static_cast<mlav_step_header *>(slot),
-                                 region_items(slot), region_combine(slot, &st->bd), st->scratch);
+                                 &st->cfg.sp, &st->bd, hdr, region_items(slot),
+                                 region_combine(slot, &st->bd), st->scratch);
+        hdr->owner = st->owner;
+        hdr->limits = st->lim;
         e = cudaMemcpyAsync(ws, slot, st->region_bytes, cudaMemcpyHostToDevice, stream);
         if (e == cudaSuccess)
             e = cudaEventRecord(st->ev[k], stream);
@@ -497,6 +502,7 @@ mlav_status step_update(const mlav_problem_info *shape, const void *state,
     sp.combine = region_combine(ws, &st->bd);
     sp.ka_div = st->ka_div;
     sp.region_bytes = st->region_bytes;
+    sp.owner = st->owner;
     return mlav_step_schedule_launch(&sp, stream);
 }
 
@@ -516,6 +522,10 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
     fp.step_spread = st->cfg.all_groups && st->bd.max_items >= st->cfg.dev.sm_count
                          ? st->cfg.dev.sm_count / 2 + 1
                          : 0;
+    /* whatever the workspace holds, the kernels run only this plan's step, within its limits */
+    fp.step_owner = st->owner;
+    fp.step_lim = st->lim;
+    fp.step_max_slots = st->bd.max_slots;
     const mlav_flash_launch_opts lo = launch_opts(&st->cfg);
     return mlav_flash_launch(shape->dtype, &fp, &lo, st->cfg.combine_step, stream);
 }
@@ -528,10 +538,10 @@ mlav_status step_run(const mlav_problem_info *shape, const void *state, const ml
                                 "cuda");
 }
 
-mlav_status step_words(const void *ws, void *stream, int32_t words[2])
+mlav_status step_read(const void *ws, void *stream, void *header, size_t bytes)
 {
     cudaStream_t st = static_cast<cudaStream_t>(stream);
-    MLAV_CUDA_TRY(cudaMemcpyAsync(words, ws, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    MLAV_CUDA_TRY(cudaMemcpyAsync(header, ws, bytes, cudaMemcpyDeviceToHost, st));
     MLAV_CUDA_TRY(cudaStreamSynchronize(st));
     return MLAV_OK;
 }
@@ -541,5 +551,5 @@ mlav_status step_words(const void *ws, void *stream, int32_t words[2])
 extern "C" const mlav_backend_ops mlav_backend_cuda_ops = {
     "cuda", MLAV_BACKEND_CUDA, MLAV_MEM_DEVICE, mlav_cuda_available, flash_plan, flash_run,
     flash_free, mlav_cuda_workspace_alloc, mlav_cuda_workspace_free, step_plan, step_free,
-    step_update, step_run, step_words,
+    step_update, step_run, step_read,
 };

@@ -474,11 +474,15 @@ template <typename T, int MIN_BLOCKS>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) combine_step_kernel(const mlav_flash_params p)
 {
     const mlav_step_header *h = step_header(p);
+    /* a header another plan (or no update) wrote merges nothing, as the split kernel runs
+     * nothing on it: its step is laid out for other limits (flash.h, step_owner). The kind and
+     * column count are then this plan's scheduler's (checking them as well spilled 36-52 bytes
+     * more on sm_90); a count past the grid's items, or an item past the limits, merges
+     * nothing either (mlav_step_combine_fits). */
+    if (__ldg(reinterpret_cast<const unsigned long long *>(&h->owner)) != p.step_owner)
+        return;
     const int32_t n_step = __ldg(&h->n_combine), kind = __ldg(&h->combine_kind);
     const int q = __ldg(&h->combine_col_blocks);
-    /* a workspace no update wrote, zeroed or of 0xff bytes (counts 0 or -1), merges nothing, as
-     * the split kernel runs nothing on it (checking the kind and column count as well spilled
-     * 36-52 bytes more on sm_90) */
     if (n_step <= 0 || n_step > p.n_combine)
         return;
     /* the step's blocks are the grid's last (the scheduler's column blocks keep them within
@@ -493,12 +497,15 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) combine_step_kernel(const
     const uint32_t t = blockIdx.x - lead;
     if (kind == MLAV_COMBINE_ROWS) {
         const mlav_combine_item it = p.combine[t / BM]; /* the step's: ready before the wait */
-        combine_row_piece<T>(p, it, (int)(t % BM), threadIdx.x >> 5);
+        if (mlav_step_combine_fits(it, p))
+            combine_row_piece<T>(p, it, (int)(t % BM), threadIdx.x >> 5);
         return;
     }
     const uint32_t per_z = n * BM;
     const uint32_t z = t / per_z, rest = t - z * per_z, r = rest / n, x = rest - r * n;
     const mlav_combine_item it = p.combine[x];
+    if (!mlav_step_combine_fits(it, p))
+        return;
     if (kind == MLAV_COMBINE_BLOCKS)
         combine_block<T, 1>(p, it, (int)r, (int)z, q);
     else

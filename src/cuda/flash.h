@@ -57,6 +57,7 @@ typedef struct mlav_step_sched_params {
     mlav_combine_item *combine;  /* [bd.max_combine] */
     mlav_fastdiv ka_div;         /* division by sp.key_align */
     size_t region_bytes;         /* the step region, zero past the combine items */
+    unsigned long long owner;    /* the plan's id, stamped into the header with lim */
 } mlav_step_sched_params;
 
 /* Once per device before its first launch (a plan for limits' creation): the device scheduler's
@@ -113,7 +114,58 @@ typedef struct mlav_flash_params {
     int64_t page_table_num_rows;    /* rows of page_table when page_table_rows is set */
     const int32_t *bad_pages;       /* [max_pages] of -1, plan-owned: the row a device index
                                      * outside the table reads (page_row.cuh) */
+    /* Plans for limits (0 for a plan for one problem): the running plan's id, which the step
+     * header must carry for any item to run (a workspace another plan, or no update, wrote runs
+     * nothing), and the bounds every item is checked against before it reads or writes
+     * (mlav_step_item_fits), whatever the workspace holds. After the fields the kernels read
+     * before, for their offsets. */
+    unsigned long long step_owner;
+    mlav_limits step_lim;
+    int32_t step_max_slots;
 } mlav_flash_params;
+
+/* Whether a split item of a plan for limits stays within the plan's own limits: its request
+ * (b < max_batch), its rows (q_start + q_len <= max_tokens, q_len <= max_q_len, the row tile
+ * within q_len x H), its KV rows (within prefix + q_len <= max_kv_len) and its partial state
+ * (slot < max_slots). Such an item reads q, the page table, the mask and the cache only within
+ * the limits' shapes and writes out, lse or its slot only within theirs. */
+static __host__ __device__ __forceinline__ bool mlav_step_item_fits(const mlav_split_item &x,
+                                                                    const mlav_flash_params &p)
+{
+    /* 32-bit unsigned compares (a negative field wraps past every bound): q_len <= max_q_len
+     * bounds q_len x H below 2^31 (the limits' rule), and each difference or sum is formed only
+     * of terms the compares before it bounded. A kv_end below kv_begin runs no tile. With 64-bit
+     * products and signed pairs of compares the check made two STEP instances spill on sm_120. */
+    const mlav_limits &l = p.step_lim;
+    return (uint32_t)x.b < (uint32_t)l.max_batch &&
+           (uint32_t)x.q_len - 1u < (uint32_t)l.max_q_len &&
+           (uint32_t)x.q_start <= (uint32_t)(l.max_tokens - x.q_len) &&
+           (uint32_t)x.mtile <= (uint32_t)(x.q_len * p.H - 1) / MLAV_FLASH_BLOCK_M &&
+           (uint32_t)x.prefix <= (uint32_t)(l.max_kv_len - x.q_len) &&
+           (uint32_t)x.kv_begin < (uint32_t)x.kv_end && x.kv_end <= x.prefix + x.q_len &&
+           (uint32_t)x.slot + 1u <= (uint32_t)p.step_max_slots;
+}
+
+/* The same for a combine item: its rows within max_tokens x H and max_q_len x H, its splits'
+ * slots within max_slots, at most MLAV_FLASH_MAX_SPLITS of them. */
+static __host__ __device__ __forceinline__ bool mlav_step_combine_fits(const mlav_combine_item &c,
+                                                                       const mlav_flash_params &p)
+{
+    /* unsigned compares as mlav_step_item_fits' (max_tokens x H below 2^31, so q_start x H +
+     * rows below 2^32 once both are bounded) */
+    const mlav_limits &l = p.step_lim;
+    return (uint32_t)c.nsplit - 2u < (uint32_t)MLAV_FLASH_MAX_SPLITS - 1u &&
+           (uint32_t)c.rows - 1u < (uint32_t)(l.max_q_len * p.H) &&
+           (uint32_t)c.q_start <= (uint32_t)l.max_tokens &&
+           (uint32_t)c.q_start * (uint32_t)p.H + (uint32_t)c.rows <=
+               (uint32_t)(l.max_tokens * p.H) &&
+           (uint32_t)c.mtile <= (uint32_t)(c.rows - 1) / MLAV_FLASH_BLOCK_M &&
+           (uint32_t)c.slot0 < (uint32_t)p.step_max_slots &&
+           (uint32_t)c.slot_stride - 1u < (uint32_t)p.step_max_slots &&
+           (uint64_t)(uint32_t)c.slot0 +
+                   (uint64_t)(uint32_t)(c.nsplit - 1) * (uint32_t)c.slot_stride <
+               (uint64_t)(uint32_t)p.step_max_slots;
+}
 
 /* A plan's launch choices that no kernel reads (backend_flash.cu's flash_config holds them), so
  * that they take no room in the kernels' parameters. */

@@ -524,6 +524,8 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         h.n_slots = tot.v[2];
         h.chunk_keys = (int32_t)chunk;
         mlav_step_combine_shape(n_comb, most_all, sp.rows_per_tile, &p.bd, &h);
+        h.owner = p.owner;
+        h.limits = p.lim;
         *p.hdr = h;
     }
     MLAV_SCHED_STAMP(9);

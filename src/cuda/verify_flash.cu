@@ -342,6 +342,40 @@ __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[MT][KSTEPS][4], __half 
     return __uint_as_float((uint32_t)(127 + shift) << 23);
 }
 
+/* The score factor of BF16 q over an FP8 cache, 2^shift x scale_log2 x kv_scale (unshift =
+ * 2^shift from q_to_f16, shift in [-126, 113]), as the two factors the scores are multiplied by:
+ * a power of two `a` and `b`, splitting the factor's exponent in halves. Taken in the order
+ * 2^shift, then scale_log2 x kv_scale, a large shift with a small kv_scale overflowed the
+ * scores to inf (and the softmax to NaN) where their true values are small: q near BF16's top
+ * over a kv_scale of 2^-126 scores 2^33 x 2^113 before the scale. With halves, neither product
+ * passes fp32's range unless the score itself does (|dot| < 2^35 with F16 operands), and a
+ * factor that underflows belongs to scores far below any softmax's resolution. Per block, in
+ * the prologue. A bad kv_scale (NaN, from kv_scale_of) stays NaN. */
+__device__ __forceinline__ void fp8_score_factors(float unshift, float scale_log2, float kv_scale,
+                                                  float &a, float &b)
+{
+    int e;
+    const float m = frexpf(kv_scale, &e); /* kv_scale = m 2^e, m in [0.5, 1) */
+    const int E = ((int)(__float_as_uint(unshift) >> 23) - 127) + e, h = E / 2;
+    a = ldexpf(1.0f, E - h);
+    b = ldexpf(scale_log2 * m, h);
+}
+
+/* An FP8 cache's scale on the output, kv_scale = mant x 2^e with mant in [1, 2): inv takes the
+ * mantissa, and the power of two pw = 2^e (2^-149 .. 2^127, exact) is applied on its own as
+ * the output is stored, so that 1 / l x kv_scale never rounds as a subnormal (kv_scale 2^-126
+ * over 2^17 keys kept 6 bits of it), nor does any value but the output itself. */
+struct fp8_out_scale {
+    float mant, pw;
+    int pexp; /* pw = 2^pexp */
+};
+__device__ __forceinline__ fp8_out_scale fp8_out_of(float kv_scale)
+{
+    int e;
+    const float m = frexpf(kv_scale, &e);
+    return {2.0f * m, ldexpf(1.0f, e - 1), e - 1};
+}
+
 /* Zero the Inf and NaN elements of one V fragment (four registers of two elements each), on
  * tiles with draft rows or rows past the split end. Exact, because c_kv is also the key: a
  * non-finite c_kv element makes that key's score NaN or +-inf for every row, so a row that sees
@@ -389,9 +423,13 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
  * bench/diag/sass_identity.py), and that instance ran up to 2.6% slower at 1 x (H 8, q_len 1). */
 __device__ __forceinline__ int32_t step_item_index(const mlav_flash_params &p)
 {
-    return mlav_step_item_of_block(
-        blockIdx.x, __ldg(&(reinterpret_cast<const mlav_step_header *>(p.items) - 1)->n_items),
-        (uint32_t)p.step_spread);
+    /* a header another plan (or no update) wrote counts no item: its step is laid out for other
+     * limits (the owner shares the header's 64 bytes, and so a line, with the count) */
+    const mlav_step_header *h = reinterpret_cast<const mlav_step_header *>(p.items) - 1;
+    const bool mine = __ldg(reinterpret_cast<const unsigned long long *>(&h->owner)) ==
+                      p.step_owner;
+    return mlav_step_item_of_block(blockIdx.x, mine ? __ldg(&h->n_items) : 0,
+                                   (uint32_t)p.step_spread);
 }
 
 /* ALL_GROUPS: a group whose 32 rows lie past the request's (H x q_len not a multiple of 64)
@@ -437,6 +475,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     /* blockIdx.x read here, not above, keeps the non-STEP instances' sm_120 code as it was */
     const mlav_split_item item = p.items[STEP ? (uint32_t)step_ix : blockIdx.x];
+    if (STEP && !mlav_step_item_fits(item, p))
+        return; /* an item past the plan's limits (a workspace written over): nothing */
     const int tid = threadIdx.x, lane = tid & 31;
     /* through a shuffle, so that ptxas can prove the warp index and everything derived from it
      * (group, quarter, barrier ids, row offsets) warp-uniform: a build with this alone used 30
@@ -459,8 +499,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     /* FP8: the scale multiplies the scores (with softmax_scale) and the output (through inv in
      * the epilogue), in fp32 outside the products */
     const float fp8_scale = FP8 ? kv_scale_of(p) : 1.0f;
-    const float fp8_scale_log2 = FP8 ? p.scale_log2 * fp8_scale : 0.0f;
-    /* BF16 q over an FP8 cache: the power of two q_to_f16 took out of Q, put back into the scores */
+    float fp8_scale_log2 = FP8 ? p.scale_log2 * fp8_scale : 0.0f;
+    /* BF16 q over an FP8 cache: the power of two q_to_f16 took out of Q, put back into the scores
+     * (with fp8_scale_log2: fp8_score_factors) */
     constexpr bool Q_TO_F16 = FP8 && !std::is_same<T, __half>::value;
     float q_unshift = 1.0f;
     const T *qg = static_cast<const T *>(p.q) + (size_t)q_start * p.H * W;
@@ -558,8 +599,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     }
     __syncthreads(); /* the staging area is free again */
     if constexpr (Q_TO_F16)
-        q_unshift = q_to_f16(qf, reinterpret_cast<__half *>(sQ),
-                             reinterpret_cast<uint32_t *>(sMax), tid, warp, lane);
+        fp8_score_factors(q_to_f16(qf, reinterpret_cast<__half *>(sQ),
+                                   reinterpret_cast<uint32_t *>(sMax), tid, warp, lane),
+                          p.scale_log2, fp8_scale, q_unshift, fp8_scale_log2);
     if constexpr (FP8)
         gather_kv_row(sKV8 + RAW_TILE_BYTES, kv8, pg_first[1], kv_begin + BN + g_row, kv_end, p,
                       g_row, g_part);
@@ -973,14 +1015,16 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     }
     mlav::named_barrier(bar, GROUP_THREADS);
     const bool final_out = item.slot < 0;
+    [[maybe_unused]] const fp8_out_scale fp8_out =
+        FP8 ? fp8_out_of(fp8_scale) : fp8_out_scale{1.0f, 1.0f, 0};
     float inv[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int mt = (k >> 1) ^ own_m, r16 = g + 8 * (k & 1);
         const float l = lrow[2 * mt * 16 + r16] + lrow[(2 * mt + 1) * 16 + r16];
         inv[k] = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
-        if constexpr (FP8)
-            inv[k] = l == 0.0f ? 0.0f : inv[k] * fp8_scale; /* a row of no key stays 0 */
+        if constexpr (FP8) /* a row of no key stays 0; the scale's power of two: fp8_out */
+            inv[k] = l == 0.0f ? 0.0f : inv[k] * fp8_out.mant;
         const int m = gm0 + mt * 16 + r16;
         if (m < M && dq == 0 && qd == 0) {
             const float lse = mlav_finish_lse(ref_max[k] * LN2, l);
@@ -1036,7 +1080,14 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         __syncwarp(); /* the previous round's reads are done */
         if (final_out) {
             const float sc = inv[k];
-            stage_o(i, e0, [sc](float a, float b) { return OTY::pack(a * sc, b * sc); });
+            if constexpr (FP8) {
+                const float pw = fp8_out.pw;
+                stage_o(i, e0, [sc, pw](float a, float b) {
+                    return OTY::pack(a * sc * pw, b * sc * pw);
+                });
+            } else {
+                stage_o(i, e0, [sc](float a, float b) { return OTY::pack(a * sc, b * sc); });
+            }
             __syncwarp();
             /* a row is 128 T = 16 lanes x 16 bytes: two rows per instruction */
             T *out = static_cast<T *>(p.out) + ((size_t)q_start * p.H + row0) * DL + dq * COLS_Q;
@@ -1063,10 +1114,20 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
             mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
             /* biased exponent, at least 15 so that the scale below stays a normal fp32 */
             const int ex = max((int)((mb >> 23) & 0xffu), 15);
-            const float sc = __uint_as_float((uint32_t)(268 - ex) << 23) * inv[k]; /* 2^(141-ex) / l */
+            float sc = __uint_as_float((uint32_t)(268 - ex) << 23) * inv[k]; /* 2^(141-ex) / l */
+            float ps = __uint_as_float((uint32_t)(ex - 14) << 23); /* 2^(ex-141) */
+            if constexpr (FP8) {
+                /* the scale's power of two 2^pexp goes into part_scale as far as it stays a
+                 * normal fp32 (the combine's weights take it: a subnormal one kept a few bits
+                 * at kv_scale 2^-126), the rest into the fp16 values, which have 29 binades of
+                 * room below 2^15 */
+                const int t = ex - 141 + fp8_out.pexp, tc = min(max(t, -126), 127);
+                ps = __uint_as_float((uint32_t)(tc + 127) << 23);
+                if (t < tc)
+                    sc *= ldexpf(1.0f, t - tc);
+            }
             if (qd == 0 && row0 + g < M)
-                p.part_scale[((size_t)item.slot * BM + (row0 + g - m0)) * QUARTERS + dq] =
-                    __uint_as_float((uint32_t)(ex - 14) << 23); /* 2^(ex-141) */
+                p.part_scale[((size_t)item.slot * BM + (row0 + g - m0)) * QUARTERS + dq] = ps;
             stage_o(i, e0, [sc](float a, float b) {
                 const __half2 h = __floats2half2_rn(a * sc, b * sc);
                 return *reinterpret_cast<const uint32_t *>(&h);

@@ -50,8 +50,16 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
 {
     constexpr bool FP8 = sizeof(KV) == 1;
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
+    /* a plan for limits (step_owner set): only the items of a step header this plan wrote, and
+     * only those within its limits (flash.h), whatever the workspace holds */
+    if (p.step_owner) {
+        const mlav_step_header *h = reinterpret_cast<const mlav_step_header *>(p.items) - 1;
+        if (*reinterpret_cast<const unsigned long long *>(&h->owner) != p.step_owner ||
+            (int32_t)blockIdx.x >= h->n_items)
+            return;
+    }
     const mlav_split_item item = p.items[blockIdx.x];
-    if (item.b < 0)
+    if (item.b < 0 || (p.step_owner && !mlav_step_item_fits(item, p)))
         return; /* past the schedule of a plan for limits (schedule_step.h); the F32 variant is
                    for exactness, so one check serves both kinds of plan */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -60,7 +68,11 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
     const int M = item.q_len * p.H;
     const KV *kv = static_cast<const KV *>(p.kv);
     const float kv_scale = FP8 ? f32_kv_scale_of(p) : 1.0f;
-    const float scale_log2 = p.scale_log2 * kv_scale;
+    /* FP8: kv_scale = mant 2^e, mant in [1, 2): the output takes 1 / l x mant, then 2^e on its
+     * own, so that no factor rounds as a subnormal where the output does not */
+    int kv_e = 0;
+    const float kv_mant = FP8 ? 2.0f * frexpf(kv_scale, &kv_e) : 1.0f;
+    const float kv_pow = FP8 ? ldexpf(1.0f, kv_e - 1) : 1.0f;
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, b);
 
@@ -74,6 +86,34 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
 #pragma unroll
         for (int k = 0; k < W / 32; k++)
             qv[k] = qr[lane + 32 * k];
+        /* FP8: the row's q times 2^-s so that its largest finite |q| is below 2^100, where a dot
+         * product with e4m3 values (|x| <= 448, W terms) stays finite; 2^s goes back into the
+         * score factor, split into halves with the scales' (fp8_factors): huge q over a tiny
+         * kv_scale has finite scores that the unshifted dot product overflowed */
+        float f1 = 1.0f, f2 = p.scale_log2 * kv_scale;
+        if constexpr (FP8) {
+            float mq = 0.0f;
+#pragma unroll
+            for (int k = 0; k < W / 32; k++)
+                mq = fabsf(qv[k]) <= 3.402823466e38f ? fmaxf(mq, fabsf(qv[k])) : mq;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                mq = fmaxf(mq, __shfl_xor_sync(0xffffffffu, mq, o));
+            int eq;
+            frexpf(mq, &eq);
+            const int sh = eq > 100 ? eq - 100 : 0;
+            if (sh > 0) {
+                const float down = ldexpf(1.0f, -sh);
+#pragma unroll
+                for (int k = 0; k < W / 32; k++)
+                    qv[k] *= down;
+            }
+            int e;
+            const float m = frexpf(kv_scale, &e);
+            const int E = sh + e, h = E / 2;
+            f1 = ldexpf(1.0f, E - h);
+            f2 = ldexpf(p.scale_log2 * m, h);
+        }
 #pragma unroll
         for (int k = 0; k < DL / 32; k++)
             acc[k] = 0.0f;
@@ -91,7 +131,7 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
                 for (int k = 0; k < W / 32; k++)
                     dot = fmaf(qv[k], kv_elem(row, lane + 32 * k), dot);
             }
-            const float s = bad ? NAN : warp_sum(dot) * scale_log2;
+            const float s = bad ? NAN : warp_sum(dot) * f1 * f2;
             const float new_max = fmaxf(run_max, s);
             const float alpha = run_max == -INFINITY ? 0.0f : exp2f(run_max - new_max);
             const float w = exp2f(s - (new_max == -INFINITY ? 0.0f : new_max));
@@ -103,19 +143,19 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
         }
         const float lse = mlav_finish_lse(run_max * LN2, run_sum);
         const float inv =
-            run_sum > 0.0f ? kv_scale / run_sum : (run_sum == 0.0f ? 0.0f : run_sum * kv_scale);
+            run_sum > 0.0f ? kv_mant / run_sum : (run_sum == 0.0f ? 0.0f : run_sum * kv_mant);
         if (item.slot < 0) {
             float *out = static_cast<float *>(p.out) + ((size_t)q_start * p.H + m) * DL;
 #pragma unroll
             for (int k = 0; k < DL / 32; k++)
-                out[lane + 32 * k] = acc[k] * inv;
+                out[lane + 32 * k] = acc[k] * inv * kv_pow;
             if (p.lse && lane == 0)
                 p.lse[(size_t)q_start * p.H + m] = lse;
         } else {
             float *po = static_cast<float *>(p.part_o) + ((size_t)item.slot * BM + r) * DL;
 #pragma unroll
             for (int k = 0; k < DL / 32; k++)
-                po[lane + 32 * k] = acc[k] * inv;
+                po[lane + 32 * k] = acc[k] * inv * kv_pow;
             if (lane == 0)
                 p.part_lse[(size_t)item.slot * BM + r] = lse;
         }

@@ -217,6 +217,35 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
     for (int32_t d = tid; d < a.W; d += MLAV_NAIVE_THREADS)
         q_s[d] = to_float(q[d]);
     __syncthreads();
+    /* The score is dot x f1 x f2 and the output sum x out_scale x out_pow. An FP8 cache: q
+     * times 2^-sh where its largest finite |q| passes 2^100 (a dot with e4m3 values, |x| <= 448,
+     * then stays finite where the score is: q near 2^126 over kv_scale 2^-126), and the factor
+     * 2^sh x kv_scale x scale split in halves, so that no product overflows or underflows where
+     * the score does not; kv_scale's power of two on the output on its own, so that 1 / sum x
+     * kv_scale never rounds as a subnormal. A NaN scale stays NaN through both. */
+    float f1 = kv_scale, f2 = a.scale, kv_mant = kv_scale, kv_pow = 1.0f;
+    if constexpr (kFp8) {
+        float mq = 0.0f;
+        for (int32_t d = tid; d < a.W; d += MLAV_NAIVE_THREADS)
+            mq = fabsf(q_s[d]) <= 3.402823466e38f ? fmaxf(mq, fabsf(q_s[d])) : mq;
+        mq = block_reduce(mq, red, op_max());
+        int eq;
+        frexpf(mq, &eq);
+        const int sh = eq > 100 ? eq - 100 : 0;
+        if (sh > 0) {
+            const float down = ldexpf(1.0f, -sh);
+            for (int32_t d = tid; d < a.W; d += MLAV_NAIVE_THREADS)
+                q_s[d] *= down;
+            __syncthreads();
+        }
+        int e;
+        const float mk = frexpf(kv_scale, &e);
+        const int E = sh + e, h = E / 2;
+        f1 = ldexpf(1.0f, E - h);
+        f2 = ldexpf(a.scale * mk, h);
+        kv_mant = 2.0f * mk;
+        kv_pow = ldexpf(1.0f, e - 1);
+    }
 
     /* Pass 1: a warp scores kKeysPerWarp keys at once, lanes across the row's chunks. Invisible
      * keys are never read; a visible key on a page id outside the pool scores NaN unread. */
@@ -267,7 +296,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
 #pragma unroll
             for (int u = 0; u < kKeysPerWarp; u++)
                 if (j0 + u < kv_len)
-                    s[j0 + u] = krow[u] ? acc[u] * kv_scale * a.scale : unread[u];
+                    s[j0 + u] = krow[u] ? acc[u] * f1 * f2 : unread[u];
         }
     }
     __syncthreads();
@@ -306,7 +335,8 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
         sum += w;
     }
     sum = block_reduce(sum, red, op_add()); /* its barriers also publish s[] */
-    const float out_scale = 1.0f / sum * kv_scale; /* the normalisation, and the FP8 scale */
+    const float out_scale = 1.0f / sum * kv_mant; /* the normalisation, and the FP8 scale's
+                                                      mantissa (its power: kv_pow) */
 
     /* Pass 2: `groups` groups of threads; in a group each thread owns one chunk of the latent
      * columns (coalesced across the group), and group g takes keys g, g + groups, ... Zero
@@ -346,7 +376,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
             accumulate(c, 0, acc);
 #pragma unroll
             for (int e = 0; e < E; e++)
-                out[(size_t)c * E + e] = from_float<T>(acc[e] * out_scale);
+                out[(size_t)c * E + e] = from_float<T>(acc[e] * out_scale * kv_pow);
         }
     } else {
         const int32_t g = tid / n_dch, c = tid % n_dch;
@@ -368,7 +398,7 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
             float v = 0.0f;
             for (int32_t k = 0; k < G; k++)
                 v += part[(size_t)k * a.Dl + d];
-            out[d] = from_float<T>(v * out_scale);
+            out[d] = from_float<T>(v * out_scale * kv_pow);
         }
     }
     if (tid == 0 && a.lse)

@@ -39,20 +39,23 @@ typedef struct mlav_backend_ops {
      * limits in place of lengths (B = max_batch, T = max_tokens, max_q_len, max_kv_len; no
      * q_indptr or kv_lens arrays). */
     mlav_status (*plan_limits)(const mlav_problem_info *shape, const mlav_limits *lim,
-                               void **state, size_t *workspace_bytes);
+                               uint64_t owner, void **state, size_t *workspace_bytes);
     void (*plan_limits_free)(void *state);
-    /* Write one step's schedule into the workspace on `stream`; host lengths were checked
-     * against the limits by dispatch. */
+    /* Write one step's schedule into the workspace on `stream`, its header stamped with the
+     * plan's `owner` id and limits (mlav_step_header); host lengths were checked against the
+     * limits by dispatch. */
     mlav_status (*update)(const mlav_problem_info *shape, const void *state,
                           const mlav_lengths *len, void *workspace, size_t workspace_bytes,
                           void *stream);
-    /* Run the workspace's step on validated tensors. */
+    /* Run the workspace's step on validated tensors: nothing of a step whose header another
+     * plan (or no update) wrote, and no read or write past the plan's limits whatever the
+     * workspace holds. */
     mlav_status (*run_limits)(const mlav_problem_info *shape, const void *state,
                               const mlav_tensors *t, void *workspace, size_t workspace_bytes,
                               void *stream);
-    /* Read the step header's first two words (bad, batch: schedule_step.h) from the workspace,
-     * ordered on `stream`; synchronizes. NULL: the workspace is host memory. */
-    mlav_status (*step_words)(const void *workspace, void *stream, int32_t words[2]);
+    /* Copy the step header's `bytes` (sizeof mlav_step_header, schedule_step.h) from the
+     * workspace, ordered on `stream`; synchronizes. NULL: the workspace is host memory. */
+    mlav_status (*step_read)(const void *workspace, void *stream, void *header, size_t bytes);
 } mlav_backend_ops;
 
 /* Host workspace helpers for the CPU backends (256-byte aligned, as the API promises). */

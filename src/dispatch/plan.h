@@ -18,6 +18,8 @@ struct mlav_plan {
     size_t workspace_bytes;
     int for_limits;              /* made by mlav_plan_create_for_limits */
     mlav_limits limits;
+    uint64_t id;                 /* plans for limits: unique per plan made, stamped into the
+                                    step header of every workspace it updates (steps.c) */
 };
 
 /* The workspace rules of mlav_run and mlav_plan_update: present, large enough, 256-byte

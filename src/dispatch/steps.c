@@ -1,5 +1,6 @@
 /* Plans for limits (engine steps): creation, the per-step update and run, and the host path of
  * the backends that keep a step's lengths in a host workspace (cpu, reference). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,46 @@ static int32_t *host_step_kv_lens(void *ws, const mlav_limits *lim)
 static int host_path(const mlav_plan *plan)
 {
     return plan->ops->plan_limits == NULL;
+}
+
+/* A new plan's id: unique per plan made in this process (a counter), through a bijective mix
+ * so that ids of consecutive plans differ in every byte, and never 0 or all ones (what a zeroed
+ * or 0xff-filled workspace holds where a header's owner would be). */
+static uint64_t next_plan_id(void)
+{
+    static atomic_uint_fast64_t counter;
+    for (;;) {
+        uint64_t z = (uint64_t)atomic_fetch_add(&counter, 1) + 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        if (z != 0 && z != UINT64_MAX)
+            return z;
+    }
+}
+
+/* Whether the workspace's step header was written by this plan: its id and limits. */
+static int header_is_plans(const mlav_plan *plan, const mlav_step_header *hdr)
+{
+    return hdr->owner == plan->id &&
+           memcmp(&hdr->limits, &plan->limits, sizeof plan->limits) == 0;
+}
+
+static mlav_status foreign_step(const mlav_plan *plan, const mlav_step_header *hdr)
+{
+    if (hdr->owner == 0 || hdr->owner == UINT64_MAX)
+        return mlav_set_error(MLAV_ERR_WORKSPACE,
+                              "no mlav_plan_update of this plan wrote this workspace (its step "
+                              "header is blank): update it before running");
+    return mlav_set_error(MLAV_ERR_WORKSPACE,
+                          "the workspace holds a step written by another plan (limits "
+                          "max_batch %d, max_tokens %d, max_q_len %d, max_kv_len %d; this plan's "
+                          "are %d, %d, %d, %d): a workspace belongs to the plan whose update "
+                          "wrote it last",
+                          hdr->limits.max_batch, hdr->limits.max_tokens, hdr->limits.max_q_len,
+                          hdr->limits.max_kv_len, plan->limits.max_batch,
+                          plan->limits.max_tokens, plan->limits.max_q_len,
+                          plan->limits.max_kv_len);
 }
 
 /* The shape of a plan for limits: the problem's fields checked as mlav_plan_create checks them
@@ -75,7 +116,8 @@ static mlav_status shape_validate(const mlav_problem *shape, const mlav_limits *
 static mlav_status plan_backend(const mlav_backend_ops *ops, mlav_plan *plan)
 {
     if (ops->plan_limits)
-        return ops->plan_limits(&plan->info, &plan->limits, &plan->state, &plan->workspace_bytes);
+        return ops->plan_limits(&plan->info, &plan->limits, plan->id, &plan->state,
+                                &plan->workspace_bytes);
     if (ops->workspace_memory != MLAV_MEM_HOST)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED, "the %s backend has no plan for limits",
                               ops->name);
@@ -100,6 +142,7 @@ mlav_status mlav_plan_create_for_limits(mlav_context *ctx, const mlav_problem *s
     }
     plan->for_limits = 1;
     plan->limits = *limits;
+    plan->id = next_plan_id();
     plan->ops = ctx->ops;
     s = plan_backend(plan->ops, plan);
     if (s == MLAV_ERR_UNSUPPORTED && ctx->is_auto && plan->ops->id != MLAV_BACKEND_CPU) {
@@ -205,11 +248,15 @@ mlav_status mlav_plan_update(const mlav_plan *plan, const mlav_lengths *len, voi
     memset(hdr, 0, sizeof *hdr);
     hdr->bad = INT32_MAX;
     hdr->batch = len->batch;
+    hdr->owner = plan->id;
+    hdr->limits = plan->limits;
     memcpy(host_step_q_indptr(workspace), len->q_indptr,
            sizeof(int32_t) * (size_t)(len->batch + 1));
-    if (len->batch > 0)
-        memcpy(host_step_kv_lens(workspace, &plan->limits), len->kv_lens,
-               sizeof(int32_t) * (size_t)len->batch);
+    /* a padding request (q_len 0) is skipped: its kv_len (which may be anything) is kept as 0,
+     * so that the run reads none of its page ids */
+    int32_t *kv = host_step_kv_lens(workspace, &plan->limits);
+    for (int32_t b = 0; b < len->batch; b++)
+        kv[b] = len->q_indptr[b + 1] > len->q_indptr[b] ? len->kv_lens[b] : 0;
     return MLAV_OK;
 }
 
@@ -226,15 +273,17 @@ mlav_status mlav_plan_step_status(const mlav_plan *plan, const void *workspace,
     mlav_status s = mlav_workspace_check(plan, workspace, workspace_bytes);
     if (s != MLAV_OK)
         return s;
-    int32_t w[2];
-    if (plan->ops->step_words) {
-        s = plan->ops->step_words(workspace, stream, w);
+    mlav_step_header hdr;
+    if (plan->ops->step_read) {
+        s = plan->ops->step_read(workspace, stream, &hdr, sizeof hdr);
         if (s != MLAV_OK)
             return s;
     } else {
-        memcpy(w, workspace, sizeof w);
+        memcpy(&hdr, workspace, sizeof hdr);
     }
-    const int32_t bad = w[0], batch = w[1];
+    if (!header_is_plans(plan, &hdr))
+        return foreign_step(plan, &hdr);
+    const int32_t bad = hdr.bad, batch = hdr.batch;
     if (bad == INT32_MAX)
         return MLAV_OK;
     if (bad_request)
@@ -249,29 +298,56 @@ mlav_status mlav_plan_step_status(const mlav_plan *plan, const void *workspace,
                           bad);
 }
 
-/* The host path's run: a plan of the step made from the lengths in the workspace. */
+/* The host path's run: a plan of the step made from the lengths in the workspace, which must
+ * be this plan's step (its header) and still keep within its limits (the caller owns the
+ * workspace and may have written over it since the update). */
 static mlav_status host_step_run(const mlav_plan *plan, const mlav_tensors *t, void *workspace)
 {
     const mlav_step_header *hdr = workspace;
-    if (hdr->batch == 0)
-        return MLAV_OK;
+    if (!header_is_plans(plan, hdr))
+        return foreign_step(plan, hdr);
+    if (hdr->batch < 0 || hdr->batch > plan->limits.max_batch)
+        return mlav_set_error(MLAV_ERR_WORKSPACE,
+                              "the workspace's step has batch %d, outside [0, limits.max_batch = "
+                              "%d]: was it written over since its update?",
+                              hdr->batch, plan->limits.max_batch);
+    /* an empty step runs an empty problem: the tensors are checked as for any run */
+    const int32_t zero[2] = {0, 0};
+    const int32_t batch = hdr->batch > 0 ? hdr->batch : 1;
+    const mlav_lengths len = {MLAV_MEM_HOST, hdr->batch,
+                              hdr->batch > 0 ? host_step_q_indptr(workspace) : zero,
+                              hdr->batch > 0 ? host_step_kv_lens(workspace, &plan->limits) : zero};
+    mlav_status s = check_host_lengths(&plan->limits, &len);
+    if (s == MLAV_OK) {
+        for (int32_t b = 0; b < len.batch && s == MLAV_OK; b++)
+            if (len.q_indptr[b + 1] == len.q_indptr[b] && len.kv_lens[b] != 0)
+                s = mlav_set_error(MLAV_ERR_INVALID_ARG, "padding request %d has kv_len %d",
+                                   b, len.kv_lens[b]);
+    }
+    if (s != MLAV_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", mlav_get_error());
+        return mlav_set_error(MLAV_ERR_WORKSPACE,
+                              "the workspace's step breaks the rules its update checked (%s): "
+                              "was it written over since?",
+                              why);
+    }
     mlav_problem p = {
         .num_heads = plan->info.H, .d_latent = plan->info.Dl, .d_rope = plan->info.Dr,
         .softmax_scale = plan->info.scale, .dtype = plan->info.dtype,
-        .kv_dtype = plan->info.kv_dtype, .page_size = plan->info.page_size, .batch = hdr->batch,
-        .q_indptr = host_step_q_indptr(workspace),
-        .kv_lens = host_step_kv_lens(workspace, &plan->limits), .max_pages = plan->info.max_pages};
+        .kv_dtype = plan->info.kv_dtype, .page_size = plan->info.page_size, .batch = batch,
+        .q_indptr = len.q_indptr, .kv_lens = len.kv_lens, .max_pages = plan->info.max_pages};
     mlav_problem_info info;
-    mlav_status s = mlav_problem_validate(&p, &info);
+    s = mlav_problem_validate(&p, &info);
     if (s != MLAV_OK)
         return s;
-    if (info.T == 0) {
-        mlav_problem_info_free(&info);
-        return MLAV_OK;
-    }
     /* the masks' row stride is the plan's (limits.max_q_len), not the step's */
     info.mask_words = plan->info.mask_words;
     s = mlav_tensors_validate(&info, t);
+    if (s != MLAV_OK || info.T == 0) {
+        mlav_problem_info_free(&info);
+        return s;
+    }
     void *state = NULL, *ws = NULL;
     size_t bytes = 0;
     if (s == MLAV_OK)

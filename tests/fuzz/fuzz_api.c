@@ -2,7 +2,8 @@
  * values (NaN/Inf included), FP8 caches with their scales (values and kv_scale_ptr, bad ones
  * too), workspaces, residency and alignment thrown at plan + run / verify on the cpu and
  * reference backends with small dims, plus the tree helpers, merge_states and names, and plans
- * for limits (any limits, then steps of any lengths, updated and run).
+ * for limits (any limits, then steps of any lengths, updated and run; two plans sharing one
+ * workspace, each refused on the other's step).
  * Every call must give a status and a sentence, never write outside out/lse, never touch an
  * input; a run that succeeds writes every out/lse element and agrees with the fp64 oracle. */
 #include <float.h>
@@ -527,9 +528,12 @@ static void fuzz_problem(rd *r, int lying)
             /* no visible key: out = 0, lse = -inf. The converse holds on the cpu backend (its
              * fp32 scores overflow first, and such a row reads as empty), but not on the fp64
              * oracle, whose exact lse may lie past fp32's range (|scale x q.k| > 3.4e38, from a
-             * huge scale or FLT_MAX inputs) and round to -inf while its out is right */
+             * huge scale or FLT_MAX inputs) and round to -inf while its out is right, nor on the
+             * cpu backend over an FP8 cache, which applies kv_scale to the score differences
+             * (docs/DESIGN.md#fp8-kv) and so has the oracle's out where kv_scale x score passes
+             * fp32's range */
             if (l[k] == -INFINITY &&
-                (ctx == ctx_cpu || (!poisoned && fabsf(p.softmax_scale) <= 1e6f)))
+                ((ctx == ctx_cpu && !fp8) || (!poisoned && fabsf(p.softmax_scale) <= 1e6f)))
                 for (int32_t d = 0; d < Dl; d++)
                     FUZZ_REQUIRE(mlav_load_as_f32(t.out, (int)p.dtype, k * (size_t)Dl + d) == 0.0f,
                                  "row %zu has lse -inf but a non-zero out", k);
@@ -740,90 +744,149 @@ static void fuzz_steps(rd *r)
         lim.max_q_len = 1 + (int32_t)(u8(r) % lim.max_tokens);
         lim.max_kv_len = lim.max_q_len + (int32_t)(u8(r) % 40);
     }
+    mlav_context *const ctx = u8(r) & 1 ? ctx_cpu : ctx_ref;
     mlav_plan *plan = (mlav_plan *)&lim; /* must be reset */
-    mlav_status s = mlav_plan_create_for_limits(u8(r) & 1 ? ctx_cpu : ctx_ref, &shape, &lim, &plan);
+    mlav_status s = mlav_plan_create_for_limits(ctx, &shape, &lim, &plan);
     if (s != MLAV_OK) {
         require_failure(s, "plan_create_for_limits");
         FUZZ_REQUIRE(plan == NULL, "a refused plan for limits was not reset to NULL");
         return;
     }
+    /* A second plan of the same shape sharing the one workspace: its own small limits, or the
+     * first's (another plan all the same). A workspace belongs to the plan whose update wrote it
+     * last: the other's runs are refused (MLAV_ERR_WORKSPACE) and write nothing. */
+    mlav_limits lim2 = lim;
+    if (u8(r) & 1) {
+        lim2.max_batch = 1 + (int32_t)(u8(r) % MAXB);
+        lim2.max_tokens = 1 + (int32_t)(u8(r) % 24);
+        lim2.max_q_len = 1 + (int32_t)(u8(r) % lim2.max_tokens);
+        lim2.max_kv_len = lim2.max_q_len + (int32_t)(u8(r) % 40);
+    }
+    mlav_plan *plan2 = NULL;
+    if (mlav_plan_create_for_limits(ctx, &shape, &lim2, &plan2) != MLAV_OK)
+        plan2 = NULL;
+    mlav_plan *const plans[2] = {plan, plan2};
+    const mlav_limits lims[2] = {lim, lim2};
+    mlav_limits big = lim;
+    if (plan2) {
+        big.max_batch = lim2.max_batch > big.max_batch ? lim2.max_batch : big.max_batch;
+        big.max_tokens = lim2.max_tokens > big.max_tokens ? lim2.max_tokens : big.max_tokens;
+        big.max_q_len = lim2.max_q_len > big.max_q_len ? lim2.max_q_len : big.max_q_len;
+        big.max_kv_len = lim2.max_kv_len > big.max_kv_len ? lim2.max_kv_len : big.max_kv_len;
+    }
     const int32_t H = shape.num_heads, W = shape.d_latent + shape.d_rope, P = shape.max_pages;
     const int64_t pool_rows = (int64_t)(1 + u8(r) % 8) * shape.page_size;
-    if ((int64_t)lim.max_tokens * H * W > MAX_Q_ELEMS || pool_rows * W > MAX_POOL_ELEMS ||
-        (int64_t)lim.max_batch * P > MAX_TABLE ||
-        (double)lim.max_tokens * H * lim.max_kv_len * W > MAX_WORK) {
+    if ((int64_t)big.max_tokens * H * W > MAX_Q_ELEMS || pool_rows * W > MAX_POOL_ELEMS ||
+        (int64_t)big.max_batch * P > MAX_TABLE ||
+        (double)big.max_tokens * H * big.max_kv_len * W > MAX_WORK) {
         mlav_plan_free(plan);
+        mlav_plan_free(plan2);
         return;
     }
-    const size_t esz = mlav_dtype_size(shape.dtype), words = (size_t)mlav_tree_mask_words(lim.max_q_len);
-    const size_t q_elems = (size_t)lim.max_tokens * H * W, out_elems = (size_t)lim.max_tokens * H * shape.d_latent;
-    const size_t wsb = mlav_plan_workspace_bytes(plan);
+    const size_t esz = mlav_dtype_size(shape.dtype);
+    const size_t q_elems = (size_t)big.max_tokens * H * W;
+    size_t wsb = mlav_plan_workspace_bytes(plan);
+    if (plan2 && mlav_plan_workspace_bytes(plan2) > wsb)
+        wsb = mlav_plan_workspace_bytes(plan2);
     void *ws = NULL;
     FUZZ_REQUIRE(posix_memalign(&ws, 256, wsb ? wsb : 256) == 0, "out of memory");
     memset(ws, 0xff, wsb); /* NaN poison */
     uint64_t x = u32(r);
     void *q = malloc(q_elems * esz), *kv = malloc((size_t)pool_rows * W * kv_esz);
-    int32_t *pt = malloc(sizeof(int32_t) * (size_t)lim.max_batch * P);
-    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)lim.max_tokens * words);
+    int32_t *pt = malloc(sizeof(int32_t) * (size_t)big.max_batch * P);
+    const size_t big_words = (size_t)mlav_tree_mask_words(big.max_q_len);
+    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)big.max_tokens * big_words);
     FUZZ_REQUIRE(q && kv && pt && mask, "out of memory");
     for (size_t k = 0; k < q_elems; k++)
         mlav_store_from_f32(q, (int)shape.dtype, k, uniform(&x));
     for (size_t k = 0; k < (size_t)pool_rows * W; k++)
         store_kv(kv, kdt, k, uniform(&x), kv_scale);
-    for (size_t k = 0; k < (size_t)lim.max_batch * P; k++)
+    for (size_t k = 0; k < (size_t)big.max_batch * P; k++)
         pt[k] = u8(r) & 7 ? (int32_t)(mix(&x) % (uint64_t)(pool_rows / shape.page_size)) : lie(r);
-    memset(mask, 0, sizeof(uint32_t) * (size_t)lim.max_tokens * words);
-    guarded out = guarded_new(out_elems * esz), lse = guarded_new(sizeof(float) * (size_t)lim.max_tokens * H);
-    for (int step = 0; step < 3; step++) {
-        int32_t qi[MAXB + 2] = {0}, kvl[MAXB + 1] = {0};
-        mlav_lengths len = {MLAV_MEM_HOST, (int32_t)(u8(r) % (MAXB + 2)) - (int32_t)(u8(r) % 2), qi, kvl};
-        for (int b = 0; b <= MAXB; b++) {
-            /* wrapping on purpose (unsigned): a liar's lengths overflow as they like */
-            const uint32_t d = u8(r) & 3 ? u8(r) % 4 : (uint32_t)lie(r);
-            qi[b + 1] = (int32_t)((uint32_t)qi[b] + d);
-            kvl[b] = u8(r) & 3 ? (int32_t)(d + u8(r) % 40) : lie(r);
+    /* each plan's outputs of exactly its limits' sizes, guarded */
+    guarded outs[2], lses[2];
+    for (int k = 0; k < 2; k++) {
+        outs[k] = guarded_new((size_t)lims[k].max_tokens * H * shape.d_latent * esz);
+        lses[k] = guarded_new(sizeof(float) * (size_t)lims[k].max_tokens * H);
+    }
+    int owner = -1; /* the plan whose update wrote the workspace last */
+    int32_t owner_T = 0;
+    for (int step = 0; step < 4; step++) {
+        const int up = plan2 && (u8(r) & 1), run = plan2 && (u8(r) & 1);
+        const mlav_limits *lu = &lims[up], *lr = &lims[run];
+        if (u8(r) % 4) {
+            int32_t qi[MAXB + 2] = {0}, kvl[MAXB + 1] = {0};
+            mlav_lengths len = {MLAV_MEM_HOST, (int32_t)(u8(r) % (MAXB + 2)) - (int32_t)(u8(r) % 2), qi, kvl};
+            for (int b = 0; b <= MAXB; b++) {
+                /* wrapping on purpose (unsigned): a liar's lengths overflow as they like */
+                const uint32_t d = u8(r) & 3 ? u8(r) % 4 : (uint32_t)lie(r);
+                qi[b + 1] = (int32_t)((uint32_t)qi[b] + d);
+                kvl[b] = u8(r) & 3 ? (int32_t)(d + u8(r) % 40) : lie(r);
+            }
+            if (len.batch > MAXB)
+                len.batch = MAXB; /* qi holds MAXB + 1 entries past 0; larger batches are refused
+                                     before any read (checked against max_batch <= MAXB first) */
+            s = mlav_plan_update(plans[up], &len, ws, u8(r) % 16 ? wsb : wsb / 2, NULL);
+            if (s != MLAV_OK) {
+                require_failure(s, "plan_update"); /* the last good step stays */
+            } else {
+                /* the lengths were taken: every request fits the limits */
+                owner = up;
+                owner_T = qi[len.batch];
+                FUZZ_REQUIRE(owner_T >= 0 && owner_T <= lu->max_tokens,
+                             "update took %d tokens past %d", owner_T, lu->max_tokens);
+            }
         }
-        if (len.batch > MAXB)
-            len.batch = MAXB; /* qi holds MAXB + 1 entries past 0; larger batches are refused
-                                 before any read (checked against max_batch <= MAXB first) */
-        s = mlav_plan_update(plan, &len, ws, u8(r) % 16 ? wsb : wsb / 2, NULL);
-        if (s != MLAV_OK) {
-            require_failure(s, "plan_update");
-            continue;
-        }
-        /* the lengths were taken: every request fits the limits */
-        const int32_t T = qi[len.batch];
-        FUZZ_REQUIRE(T >= 0 && T <= lim.max_tokens, "update took %d tokens past %d", T, lim.max_tokens);
-        poison(out.p, out_elems, esz);
-        poison(lse.p, (size_t)lim.max_tokens * H, sizeof(float));
-        for (int32_t t = 0; t < T; t++) /* causal-chain bits within each row's request */
+        const size_t words = (size_t)mlav_tree_mask_words(lr->max_q_len);
+        const size_t out_elems = (size_t)lr->max_tokens * H * shape.d_latent;
+        poison(outs[run].p, out_elems, esz);
+        poison(lses[run].p, (size_t)lr->max_tokens * H, sizeof(float));
+        memset(mask, 0, sizeof(uint32_t) * (size_t)big.max_tokens * big_words);
+        for (int32_t t = 0; t < lr->max_tokens; t++) /* causal-chain bits of the runner's rows */
             mask[(size_t)t * words] = 1u;
         mlav_tensors t = {.memory = MLAV_MEM_HOST, .q = q, .kv_cache = kv,
                           .num_pages = pool_rows / shape.page_size, .page_table = pt,
-                          .tree_mask = u8(r) & 1 ? mask : NULL, .out = out.p, .lse = lse.p,
-                          .kv_scale = (k8 & 8) ? 0.0f : kv_scale,
+                          .tree_mask = u8(r) & 1 ? mask : NULL, .out = outs[run].p,
+                          .lse = lses[run].p, .kv_scale = (k8 & 8) ? 0.0f : kv_scale,
                           .kv_scale_ptr = (k8 & 8) ? &kv_scale : NULL};
-        s = mlav_run(plan, &t, ws, wsb, NULL);
-        FUZZ_REQUIRE(guarded_ok(&out) && guarded_ok(&lse), "a run of a plan for limits wrote "
-                                                           "past out or lse");
+        s = mlav_run(plans[run], &t, ws, wsb, NULL);
+        FUZZ_REQUIRE(guarded_ok(&outs[run]) && guarded_ok(&lses[run]),
+                     "a run of a plan for limits wrote past out or lse");
+        const mlav_status ss = mlav_plan_step_status(plans[run], ws, wsb, NULL, NULL);
+        if (owner != run) {
+            FUZZ_REQUIRE(s == MLAV_ERR_WORKSPACE && ss == MLAV_ERR_WORKSPACE,
+                         "plan %d on a workspace %s: run %s, step_status %s", run,
+                         owner < 0 ? "no update wrote" : "the other plan's update wrote",
+                         mlav_status_string(s), mlav_status_string(ss));
+            require_failure(s, "run on another plan's workspace");
+            FUZZ_REQUIRE(all_poison(outs[run].p, out_elems, esz) &&
+                             all_poison(lses[run].p, (size_t)lr->max_tokens * H, sizeof(float)),
+                         "a run on another plan's workspace wrote out or lse");
+            continue;
+        }
+        FUZZ_REQUIRE(ss == MLAV_OK, "step_status of the owner's step: %s", mlav_status_string(ss));
         if (s != MLAV_OK) {
             require_failure(s, "run of a plan for limits");
             continue;
         }
-        FUZZ_REQUIRE(all_poison((char *)out.p + (size_t)T * H * shape.d_latent * esz,
+        const int32_t T = owner_T;
+        FUZZ_REQUIRE(all_poison((char *)outs[run].p + (size_t)T * H * shape.d_latent * esz,
                                 out_elems - (size_t)T * H * shape.d_latent, esz),
                      "a run wrote rows past the step's %d tokens", T);
         for (size_t k = 0; k < (size_t)T * H * shape.d_latent; k++)
-            FUZZ_REQUIRE(!is_poison(out.p, k, esz), "out[%zu] of the step was not written", k);
+            FUZZ_REQUIRE(!is_poison(outs[run].p, k, esz), "out[%zu] of the step was not written", k);
     }
-    free(out.alloc);
-    free(lse.alloc);
+    for (int k = 0; k < 2; k++) {
+        free(outs[k].alloc);
+        free(lses[k].alloc);
+    }
     free(q);
     free(kv);
     free(pt);
     free(mask);
     free(ws);
     mlav_plan_free(plan);
+    mlav_plan_free(plan2);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
