@@ -177,10 +177,18 @@ fi
 
 # ---- the Python binding on the GPU: torch CUDA tensors, graphs of StepPlan and the SGLang backend -
 if ok build && python3 -c "import torch, numpy; assert torch.cuda.is_available()" 2>/dev/null; then
-  step python-cuda 120 "$OUT/ctest.log" \
-    "MLAVERIFY_LIBRARY='$lib' PYTHONPATH='$root/python' python3 -m pytest -q -p no:cacheprovider '$root/python/tests'"
+  # SGLang's own files (the conformance test and its CUDA-graph flows): SGLANG_SRC, or a copy
+  # carried as build-sglang-src (../shared/sglang does not travel to the GPU host)
+  sglang_src=${SGLANG_SRC:-$root/build-sglang-src}
+  step python-cuda 150 "$OUT/ctest.log" \
+    "SGLANG_SRC='$sglang_src' MLAVERIFY_LIBRARY='$lib' PYTHONPATH='$root/python' python3 -m pytest -q -rs -p no:cacheprovider '$root/python/tests'"
+  # the SGLang backend's own costs: per layer over a bare mlav_run, per step's metadata at batch
+  # 1, 16, 64 and max_kv_len 4096 and 200000, with the page table copied and read in place
+  step sglang-bench 90 /dev/null \
+    "MLAVERIFY_LIBRARY='$lib' PYTHONPATH='$root/python' python3 -m mlaverify.sglang_bench"
 else
   skip python-cuda "no build, or no torch with CUDA"
+  skip sglang-bench "no build, or no torch with CUDA"
 fi
 
 # ---- golden bundles on both CUDA backends ----------------------------------------------------------
