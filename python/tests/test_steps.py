@@ -525,7 +525,9 @@ def test_steps_cuda_refused_request_index(seed):
     from mlaverify import StepStatusError
     rng = np.random.default_rng(seed)
     dev = torch.device("cuda", torch.cuda.current_device())
-    plan = StepPlan(H, SCALE, "f32", 1, 32, 4, 16, 8, 32, d_latent=DL, d_rope=DR,
+    Dl, Dr = 512, 64  # the flash kernel's dims: a plan for limits runs on it
+    Wd = Dl + Dr
+    plan = StepPlan(H, SCALE, "f32", 1, 32, 4, 16, 8, 32, d_latent=Dl, d_rope=Dr,
                     backend="cuda", device=dev)
     assert plan.step_status() == -1 and plan.refused_request() == -1
     i32 = dict(dtype=torch.int32, device=dev)
@@ -538,10 +540,10 @@ def test_steps_cuda_refused_request_index(seed):
     assert plan.refused_request() == 3
     plan.update(torch.tensor([0, 2, 5, 6], **i32), torch.tensor([4, 9, 9], **i32))
     assert plan.step_status() == -1 and plan.refused_request() == -1
-    pool = torch.from_numpy(rng.uniform(-1, 1, (64, 1, W)).astype(np.float32)).to(dev)
-    table = torch.from_numpy(rng.permutation(64)[:7 * 32].reshape(7, 32).astype(np.int32))
+    pool = torch.from_numpy(rng.uniform(-1, 1, (256, 1, Wd)).astype(np.float32)).to(dev)
+    table = torch.from_numpy(rng.permutation(256)[:7 * 32].reshape(7, 32).astype(np.int32))
     rows = torch.tensor([5, 0, 3, 6], dtype=torch.int32)
-    q = torch.from_numpy(rng.uniform(-1, 1, (16, H, W)).astype(np.float32)).to(dev)
+    q = torch.from_numpy(rng.uniform(-1, 1, (16, H, Wd)).astype(np.float32)).to(dev)
     o1, l1 = (x.clone() for x in plan.run(q, pool, table.to(dev), None,
                                           page_table_rows=rows.to(dev)))
     o2, l2 = plan.run(q, pool, table[rows.long()].contiguous().to(dev), None)

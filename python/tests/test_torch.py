@@ -377,7 +377,9 @@ def _op_case(seed, device="cpu", full=True):
     if not torch_ops.REGISTERED:
         raise SkipTest("mlaverify ops not registered: " + torch_ops.HOW)
     rng = np.random.default_rng(seed)
-    H, Dl, Dr, P = 2, 32, 16, 8
+    # the cpu backend takes any dims; CUDA's plans for limits run the flash kernel's
+    H, P = 2, 8
+    Dl, Dr = (32, 16) if device == "cpu" else (512, 64)
     plan = mv.StepPlan(num_heads=H, softmax_scale=0.2, dtype="f32", page_size=4, max_pages=P,
                        max_batch=3, max_tokens=8, max_q_len=4, max_kv_len=32, d_latent=Dl,
                        d_rope=Dr, backend="cpu" if device == "cpu" else "cuda",
@@ -467,7 +469,7 @@ def test_torch_op_opcheck():
         args = (a["q"], a["kv"], a["pt"], a["mask"], plan.id)
         opcheck(torch.ops.mlaverify.verify_step.default, args + (plan.d_latent,),
                 test_utils=utils)
-        out = torch.zeros((8, 2, 32), device=device)
+        out = torch.zeros((8, 2, plan.d_latent), device=device)
         lse = torch.zeros((8, 2), device=device)
         opcheck(torch.ops.mlaverify.verify_step_out.default, args + (out, lse),
                 test_utils=utils)
@@ -484,7 +486,7 @@ def test_torch_cuda_op_out_variant_graph():
     seed = fresh_seed("test_torch_cuda_op_out_variant_graph")
     plan, a, torch_ops = _op_case(seed, "cuda:0", full=False)
     q, kv, pt, mask = a["q"], a["kv"], a["pt"], a["mask"]
-    out = torch.zeros((8, 2, 32), device="cuda:0")
+    out = torch.zeros((8, 2, plan.d_latent), device="cuda:0")
     lse = torch.zeros((8, 2), device="cuda:0")
     torch_ops.verify_step(plan, q, kv, pt, mask, out=out, lse=lse)  # warm-up
     torch.cuda.synchronize()
