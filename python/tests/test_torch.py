@@ -480,8 +480,9 @@ def test_torch_op_opcheck():
 
 def test_torch_cuda_op_out_variant_graph():
     """The out variant captured in a CUDA graph: the capture allocates nothing (torch's
-    allocator holds the same bytes before and after) and each replay writes the given out
-    and lse as an eager verify_step does."""
+    allocator grows by what the capture of an empty graph costs it, no more: on the H200 host
+    torch 2.11 itself took 1,024 bytes for a capture) and each replay writes the given out and
+    lse as an eager verify_step does."""
     _need_cuda()
     seed = fresh_seed("test_torch_cuda_op_out_variant_graph")
     plan, a, torch_ops = _op_case(seed, "cuda:0", full=False)
@@ -491,10 +492,17 @@ def test_torch_cuda_op_out_variant_graph():
     torch_ops.verify_step(plan, q, kv, pt, mask, out=out, lse=lse)  # warm-up
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
+    g0 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g0):  # torch's own cost of a capture
+        pass
+    own = torch.cuda.memory_allocated() - before
+    before = torch.cuda.memory_allocated()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         torch.ops.mlaverify.verify_step_out(q, kv, pt, mask, plan.id, out, lse)
-    assert torch.cuda.memory_allocated() == before, "the captured out variant allocated"
+    grew = torch.cuda.memory_allocated() - before
+    assert grew == own, "the captured out variant allocated %d bytes over an empty capture's %d" \
+        % (grew, own)
     for r in range(3):
         q.copy_(torch.randn_like(q))
         out.fill_(float("nan"))
