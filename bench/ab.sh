@@ -35,7 +35,9 @@ for side in base new; do
   dir=build-ab-new extra=(); [ $side = base ] && dir=build-ab-base-$tag
   # shellcheck disable=SC2206
   [ $side = new ] && extra=(${NEW_ARGS:-})
-  "$dir/src/cli/mlaverify" bench --backend cuda "${args[@]}" "${extra[@]}" \
+  # the command is at the build folder's top; a baseline tree from before tools/ has it in src/cli
+  cli=$dir/mlaverify; [ -x "$cli" ] || cli=$dir/src/cli/mlaverify
+  "$cli" bench --backend cuda "${args[@]}" "${extra[@]}" \
     --csv "$csvd/ab-$side.csv" > "$logs/ab-$side.txt" 2>&1 || { cat "$logs/ab-$side.txt"; exit 1; }
 done
 {

@@ -26,7 +26,7 @@ root=$PWD
 OUT=${OUT:-$root/build-gpu-out}   # build*/ is git-ignored
 mkdir -p "$OUT"
 build=${BUILD_DIR:-$root/build-gpu}
-cli=$build/src/cli/mlaverify
+cli=$build/mlaverify
 lib=$build/libmlaverify.so
 start=$(date +%s)
 deadline=$((start + ${SUITE_BUDGET:-530}))

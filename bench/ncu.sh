@@ -26,7 +26,7 @@ for s in $sections; do args+=(--section "$s"); done
 [ -n "${DETAILS:-}" ] && args+=(--print-details all)
 if [ -n "${SASS:-}" ]; then
   pick='/Function : .*flash_verify_kernel.*bfloat16/{f=1;print;next} /Function :/{f=0} f'
-  cuobjdump -sass "$build/src/cli/mlaverify" | awk "$pick" > "$OUT/sass-flash-bf16.txt"
+  cuobjdump -sass "$build/mlaverify" | awk "$pick" > "$OUT/sass-flash-bf16.txt"
   grep -oE '^\s+/\*[0-9a-f]+\*/\s+(@!?U?P[0-9T] )?[A-Z][A-Z0-9_.]*' "$OUT/sass-flash-bf16.txt" \
     | awk '{print $NF}' | sort | uniq -c | sort -rn > "$OUT/sass-hist.txt"
 fi
@@ -34,7 +34,7 @@ for pt in "$@"; do
   read -r h q p <<< "$pt"
   echo "##### heads $h q_len $q prefix $p"
   ncu --clock-control none "${args[@]}" -k regex:'flash_verify|combine' --launch-skip 4 -c 2 \
-    "$build/src/cli/mlaverify" bench --backend cuda --heads "$h" --qlen "$q" --prefix "$p" \
+    "$build/mlaverify" bench --backend cuda --heads "$h" --qlen "$q" --prefix "$p" \
     --reps 10 --min-reps 10 2>&1 | grep -v '^==PROF==' 
 done | tee "$OUT/ncu.txt"
 
@@ -42,7 +42,7 @@ if [ -n "${SOURCE:-}" ] && [ $# -gt 0 ]; then
   read -r h q p <<< "$1"
   ncu --clock-control none --section SourceCounters --section WarpStateStats \
     -k regex:'flash_verify' --launch-skip 4 -c 1 -f -o "$OUT/ncu-source" \
-    "$build/src/cli/mlaverify" bench --backend cuda --heads "$h" --qlen "$q" --prefix "$p" \
+    "$build/mlaverify" bench --backend cuda --heads "$h" --qlen "$q" --prefix "$p" \
     --reps 10 --min-reps 10 > /dev/null 2>&1
   ncu -i "$OUT/ncu-source.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-source.csv" 2>&1 \
     && rm -f "$OUT/ncu-source.ncu-rep"   # kept when the CLI cannot print the source page

@@ -1,10 +1,10 @@
 #!/bin/sh
 # Regenerate the committed golden bundles, byte for byte (golden/README.md says what each one
-# covers). Usage: golden/regen.sh [path/to/mlaverify]   (default: build/src/cli/mlaverify, or
+# covers). Usage: golden/regen.sh [path/to/mlaverify]   (default: build/mlaverify, or
 # $MLAVERIFY). tests/test_golden.c reruns one of these lines and compares the bytes.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-mlav=${1:-${MLAVERIFY:-$here/../build/src/cli/mlaverify}}
+mlav=${1:-${MLAVERIFY:-$here/../build/mlaverify}}
 mlav=$(cd "$(dirname "$mlav")" && pwd)/$(basename "$mlav")
 cd "$here"
 

@@ -73,8 +73,8 @@ typedef enum mlav_status {
     MLAV_ERR_WORKSPACE = 4,     /* workspace missing, too small or misaligned */
     MLAV_ERR_NO_DEVICE = 5,     /* the backend needs a GPU that is not there (or not built in) */
     MLAV_ERR_CUDA = 6,          /* a CUDA call failed; the sentence names the call and file:line */
-    MLAV_ERR_FORMAT = 7,        /* a golden bundle is malformed (used by the tools) */
-    MLAV_ERR_IO = 8,            /* a file could not be read or written (used by the tools) */
+    /* 7 and 8 are reserved: the tools' MLAV_ERR_FORMAT and MLAV_ERR_IO (a golden bundle
+       malformed, a file unreadable), which the library never returns */
     MLAV_ERR_INTERNAL = 9       /* a bug: please report the sentence */
 } mlav_status;
 

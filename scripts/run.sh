@@ -9,7 +9,7 @@ if [ -n "$(mlav_missing_packages)" ] && command -v apt-get > /dev/null; then
   mlav_install_deps
 fi
 mlav_build "$build"
-cli=$build/src/cli/mlaverify
+cli=$build/mlaverify
 "$cli" info
 shopt -s nullglob
 bundles=("$mlav_root"/golden/*.safetensors)

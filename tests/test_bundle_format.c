@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/bundle/bundle.h"
-#include "../src/bundle/gen.h"
-#include "../src/bundle/readout.h"
-#include "../src/bundle/safetensors.h"
+#include "bundle.h"
+#include "gen.h"
+#include "readout.h"
+#include "safetensors.h"
 #include "../src/common/dtype.h"
 #include "../src/cpu/oracle.h"
 #include "../src/dispatch/validate.h"
@@ -60,7 +60,7 @@ static void make_bundle_kv(const char *path, const char *dtype, const char *kv,
     mlav_bundle b;
     mlav_status s = mlav_gen_run(&p, path, &st, &b);
     if (s != MLAV_OK)
-        fail_msg("gen %s%s: %s: %s", dtype, kv ? " --kv-dtype fp8" : "", mlav_status_string(s),
+        fail_msg("gen %s%s: %s: %s", dtype, kv ? " --kv-dtype fp8" : "", mlav_tool_status_string(s),
                  mlav_last_error(NULL));
     if (out)
         *out = b;
@@ -201,7 +201,7 @@ static void expect_format_error(const char *what, ...)
     mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
     const char *msg = mlav_last_error(NULL);
     if (s != MLAV_ERR_FORMAT) {
-        print_error("%s: expected MLAV_ERR_FORMAT, got %s (%s)\n", what, mlav_status_string(s),
+        print_error("%s: expected MLAV_ERR_FORMAT, got %s (%s)\n", what, mlav_tool_status_string(s),
                     msg);
         if (s == MLAV_OK)
             mlav_bundle_free(&b);
@@ -772,7 +772,7 @@ static void test_bundle_format_fuzz(void **state)
         mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
         if (s != MLAV_OK && s != MLAV_ERR_FORMAT)
             fail_msg("seed 0x%llx iteration %d: %s (%s)", (unsigned long long)seed, it,
-                     mlav_status_string(s), mlav_last_error(NULL));
+                     mlav_tool_status_string(s), mlav_last_error(NULL));
         if (s == MLAV_OK) {
             ok++;
             mlav_bundle_free(&b);
@@ -1025,7 +1025,7 @@ static void test_bundle_format_gen_unsatisfiable(void **state)
             mlav_bundle_free(&b);
         if (s != MLAV_ERR_INVALID_ARG)
             fail_msg("case %d: expected MLAV_ERR_INVALID_ARG, got %s (%s)", k,
-                     mlav_status_string(s), mlav_last_error(NULL));
+                     mlav_tool_status_string(s), mlav_last_error(NULL));
         assert_non_null(strstr(mlav_last_error(NULL), "no redraw gives it the decisive margin"));
     }
 }
@@ -1063,7 +1063,7 @@ static void expect_read_ok(const char *what)
     mlav_bundle b;
     mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
     if (s != MLAV_OK)
-        fail_msg("%s: expected MLAV_OK, got %s (%s)", what, mlav_status_string(s),
+        fail_msg("%s: expected MLAV_OK, got %s (%s)", what, mlav_tool_status_string(s),
                  mlav_last_error(NULL));
     mlav_bundle_free(&b);
 }
@@ -1165,8 +1165,8 @@ static double read_with_keys(const raw *r, long count, long dup, mlav_status wan
     mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
     double dt = now_s() - t0;
     if (s != want)
-        fail_msg("%ld keys: expected %s, got %s (%s)", count, mlav_status_string(want),
-                 mlav_status_string(s), mlav_last_error(NULL));
+        fail_msg("%ld keys: expected %s, got %s (%s)", count, mlav_tool_status_string(want),
+                 mlav_tool_status_string(s), mlav_last_error(NULL));
     if (s == MLAV_OK)
         mlav_bundle_free(&b);
     return dt;

@@ -16,11 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/bundle/bundle.h"
+#include "bundle.h"
 #include "../src/common/dtype.h"
-#include "../src/bundle/check.h"
-#include "../src/bundle/gen.h"
-#include "../src/bundle/readout.h"
+#include "check.h"
+#include "gen.h"
+#include "readout.h"
 #include "test_util.h"
 
 #ifndef MLAV_GOLDEN_DIR

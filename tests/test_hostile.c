@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/bundle/bundle.h"
-#include "../src/bundle/gen.h"
+#include "bundle.h"
+#include "gen.h"
 #include "../src/common/dtype.h"
 #include "mlaverify.h"
 #include "test_util.h"
@@ -42,12 +42,12 @@ static void expect_status(mlav_status got, mlav_status want, const char *what, .
     n_cases++;
     const char *msg = mlav_last_error(NULL);
     if (got != want)
-        fail_msg("%s: got %s, expected %s (%s)", what, mlav_status_string(got),
-                 mlav_status_string(want), msg);
+        fail_msg("%s: got %s, expected %s (%s)", what, mlav_tool_status_string(got),
+                 mlav_tool_status_string(want), msg);
     if (want == MLAV_OK)
         return;
     if (!msg[0])
-        fail_msg("%s: %s without a sentence", what, mlav_status_string(got));
+        fail_msg("%s: %s without a sentence", what, mlav_tool_status_string(got));
     va_list ap;
     va_start(ap, what);
     for (const char *k; (k = va_arg(ap, const char *)) != NULL;)
@@ -771,7 +771,7 @@ static void expect_format(const char *what, ...)
         if (s != MLAV_ERR_FORMAT) {
             if (s == MLAV_OK)
                 mlav_bundle_free(&b);
-            fail_msg("%s: expected MLAV_ERR_FORMAT, got %s (%s)", what, mlav_status_string(s),
+            fail_msg("%s: expected MLAV_ERR_FORMAT, got %s (%s)", what, mlav_tool_status_string(s),
                      msg);
         }
         va_list ap;
@@ -1085,7 +1085,7 @@ static void test_hostile_bundle_not_a_regular_file(void **state)
             n_cases++;
             if (s != MLAV_ERR_IO)
                 fail_msg("%s: expected MLAV_ERR_IO, got %s (%s)", cases[k].path,
-                         mlav_status_string(s), mlav_last_error(NULL));
+                         mlav_tool_status_string(s), mlav_last_error(NULL));
             const char *msg = mlav_last_error(NULL);
             if (!strstr(msg, cases[k].kind) || !strstr(msg, "a bundle is a regular file"))
                 fail_msg("%s: the sentence \"%s\" lacks \"%s\"", cases[k].path, msg,

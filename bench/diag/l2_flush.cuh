@@ -1,5 +1,5 @@
-/* The L2 flush of the engine-step diagnostics (step_costs.cu, sched_stamps.cu), as the benchmark
- * flushes (src/cli/bench_cuda.cu): a read of twice the L2, which leaves clean lines, so no
+/* The L2 flush of the engine-step diagnostics (step_costs.cu), as the benchmark
+ * flushes (bench/program/bench_cuda.cu): a read of twice the L2, which leaves clean lines, so no
  * write-back lands in what is timed after it. */
 #ifndef MLAV_DIAG_L2_FLUSH_CUH
 #define MLAV_DIAG_L2_FLUSH_CUH

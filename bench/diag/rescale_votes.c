@@ -1,14 +1,12 @@
 /* How often does the flash kernel's rescale vote run after a split's first tile? A host model of
  * its lazy reference max (per 32-row group, 16-key tile, RESCALE_SLACK 8 log2 units) on the test
  * fixtures' data: random (period 0) and tu_rising_scores (period N). docs/PERFORMANCE.md#rescale (v4).
- *   cc -O2 -std=c11 -I include bench/diag/rescale_votes.c tests/test_util.c -Lbuild -l:libmlaverify.a \
- *      -lopenblas -fopenmp -lm [CUDA build: -lstdc++ -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt]
- *   ./a.out 64; ./a.out 0 */
+ *   built with the tests: build/bench/diag/rescale_votes 64; build/bench/diag/rescale_votes 0 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "../src/common/dtype.h"
-#include "../tests/test_util.h"
+#include "mlaverify_internal.h"
+#include "test_util.h"
 int main(int argc, char **argv)
 {
     int period = argc > 1 ? atoi(argv[1]) : 64;

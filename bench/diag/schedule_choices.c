@@ -8,10 +8,8 @@
  * at B = 1, 16, 32, 64 and 2048.
  * docs/PERFORMANCE.md#schedule, session 13: the model's ratios at the batched points matched the H200 within
  * ~1% (0.914 measured at 16 x (H 64, q_len 9), prefix 8192, against 0.913 modelled).
- *   cc -O2 -std=c11 -Iinclude -o schedule_choices bench/diag/schedule_choices.c \
- *      src/common/schedule.c src/common/schedule_step.c src/core/error.c -lm
- *   ./schedule_choices [MW ...]            (default: 2 8; 2 is the plan before session 13)
- *   ./schedule_choices --step-times        (only the host step times) */
+ *   build/bench/diag/schedule_choices [MW ...]      (default: 2 8; 2 is the plan before session 13)
+ *   build/bench/diag/schedule_choices --step-times  (only the host step times) */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #endif
@@ -22,8 +20,7 @@
 
 #include <math.h>
 
-#include "../../src/common/schedule.h"
-#include "../../src/common/schedule_step.h"
+#include "mlaverify_internal.h"
 
 /* The step rule's scratch, one for the whole run (a plan for limits keeps one likewise). */
 static mlav_step_scratch *rule_scratch(void)
@@ -94,7 +91,7 @@ static int64_t model(const mlav_problem_info *p, int mw, int32_t *blocks, int32_
     return t;
 }
 
-/* The bench's draw of request b's prefix under --prefix-spread (src/cli/bench_points.c), so that
+/* The bench's draw of request b's prefix under --prefix-spread (bench/program/bench_points.c), so that
  * the batches below are the production preset's. */
 static int32_t spread_prefix(int64_t prefix, double spread, int b)
 {

@@ -29,10 +29,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "flash.h"
 #include "l2_flush.cuh"
-#include "mlaverify.h"
-#include "../../src/common/schedule_step.h"
+#include "mlaverify_internal.h"
 
 #define CK(call)                                                                              \
     do {                                                                                      \

@@ -382,7 +382,7 @@ def capture_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, softmax_
 
 def find_cli():
     """Path of the `mlaverify` command: $MLAVERIFY_CLI, then PATH, then beside the loaded
-    library (a build tree's src/cli/mlaverify or an install's bin/mlaverify)."""
+    library (a build tree's mlaverify, an install's bin/mlaverify)."""
     env = os.environ.get("MLAVERIFY_CLI")
     if env:
         return env
@@ -392,7 +392,7 @@ def find_cli():
     try:
         from . import _lib
         libdir = os.path.dirname(os.path.abspath(_lib.path()))
-        for rel in ("src/cli/mlaverify", "../bin/mlaverify", "mlaverify"):
+        for rel in ("mlaverify", "../bin/mlaverify"):
             p = os.path.normpath(os.path.join(libdir, rel))
             if os.path.isfile(p) and os.access(p, os.X_OK):
                 return p

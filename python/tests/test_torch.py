@@ -5,7 +5,7 @@ Every test skips (with its reason) when torch, a GPU, or a CUDA build of the lib
 
 On the GPU host (after building with CUDA into build/):
 
-    MLAVERIFY_LIBRARY=$PWD/build/libmlaverify.so MLAVERIFY_CLI=$PWD/build/src/cli/mlaverify \
+    MLAVERIFY_LIBRARY=$PWD/build/libmlaverify.so MLAVERIFY_CLI=$PWD/build/mlaverify \
         python3 -m pytest -q -rs python/tests/test_torch.py
     # without pytest, the same tests:
     MLAVERIFY_LIBRARY=... python3 python/tests/test_torch.py

@@ -36,8 +36,6 @@ const char *mlav_status_string(mlav_status s)
     case MLAV_ERR_WORKSPACE: return "MLAV_ERR_WORKSPACE";
     case MLAV_ERR_NO_DEVICE: return "MLAV_ERR_NO_DEVICE";
     case MLAV_ERR_CUDA: return "MLAV_ERR_CUDA";
-    case MLAV_ERR_FORMAT: return "MLAV_ERR_FORMAT";
-    case MLAV_ERR_IO: return "MLAV_ERR_IO";
     case MLAV_ERR_INTERNAL: return "MLAV_ERR_INTERNAL";
     }
     return "MLAV_ERR_UNKNOWN";

@@ -4,7 +4,7 @@
  * Launched by mlav_plan_update with device lengths, so nothing is read on the host and the
  * launch can be captured.
  *
- * Its time is a dependent chain through the phases (bench/diag/sched_stamps): the lengths in
+ * Its time is a dependent chain through the phases: the lengths in
  * one coalesced load, one barrier for the sums, each chunk search in its own warp (lanes over
  * the requests, warp reductions only) which then weighs its search's candidates, one barrier,
  * one prefix sum (one barrier), the items. The searches' probes learn only their plateau, and
@@ -14,12 +14,6 @@
 #include "../common/fastdiv.h"
 #include "../common/schedule_step.h"
 #include "flash.h"
-
-/* Phase timestamps for bench/diag/sched_stamps.cu, which compiles this file with its own
- * definition; nothing in the library's build. */
-#ifndef MLAV_SCHED_STAMP
-#define MLAV_SCHED_STAMP(i)
-#endif
 
 namespace {
 
@@ -253,7 +247,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     const mlav_schedule_params sp = p.sp;
     const int32_t batch = p.batch;
 
-    MLAV_SCHED_STAMP(0);
     /* the lengths, coalesced (one load of each per thread up to 512 requests), and while the
      * first are in flight the table of 1 / d */
     int32_t q0 = 0, q1 = 0, kv = 0;
@@ -297,7 +290,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             all += t;
         }
     }
-    MLAV_SCHED_STAMP(1);
     /* block sums: a warp's, then every thread over the warps' (one barrier) */
     sums x = {work, (uint32_t)all, max_kv, first_bad, flag};
     x = warp_sums(x);
@@ -309,7 +301,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     else
         x = sums{0, 0u, 1, INT32_MAX, 0};
     x = warp_sums(x);
-    MLAV_SCHED_STAMP(2);
     work = x.work;
     all = x.tiles;
     max_kv = x.max_kv;
@@ -337,7 +328,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         if (warp < searches) {
             const int64_t L = warp_search(s, batch, cap0 + warp * S, lo, hi, work, all_tiles, sp,
                                           fka, lane);
-            MLAV_SCHED_STAMP(3);
             const int64_t c = chunk_of(L, ka, top);
             if (warp == 0) {
                 const uint32_t k[3] = {mlav_fastdiv_div((uint32_t)c, fka),
@@ -364,7 +354,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             if (lane == 0)
                 s.found[warp] = c;
         }
-        MLAV_SCHED_STAMP(4);
         __syncthreads();
         /* every thread: the first best of the list, in the host's order */
         const int64_t c0 = s.found[0];
@@ -388,7 +377,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             last = c;
         }
     }
-    MLAV_SCHED_STAMP(5);
 
     /* each request's blocks, combine items and slots at the chosen chunk, and their offsets: a
      * run of consecutive requests per thread, a warp scan of the runs' sums, the warps' totals
@@ -462,7 +450,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     }
     __syncthreads();
 
-    MLAV_SCHED_STAMP(6);
     const int32_t n_items = tot.v[0], n_comb = tot.v[1];
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_items; i += NTH) {
@@ -489,7 +476,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         dst[0] = lo;
         dst[1] = hi;
     }
-    MLAV_SCHED_STAMP(7);
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_combine; i += NTH) {
         int4 lo = make_int4(-1, 0, 0, 0), hi = make_int4(0, 0, 0, 0); /* mlav_combine_item */
@@ -503,7 +489,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         dst[0] = lo;
         dst[1] = hi;
     }
-    MLAV_SCHED_STAMP(8);
     /* the region's tail past the combine items, zero as in the host's staging slots, so that
      * both updates write the same region_bytes */
     {
@@ -528,7 +513,6 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         h.limits = p.lim;
         *p.hdr = h;
     }
-    MLAV_SCHED_STAMP(9);
 }
 
 } // namespace

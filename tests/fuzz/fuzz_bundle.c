@@ -141,9 +141,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (s != MLAV_OK) {
             /* a status the reader promises, with a sentence, and nothing left allocated */
             FUZZ_REQUIRE(s == MLAV_ERR_FORMAT || s == MLAV_ERR_OUT_OF_MEMORY,
-                         "unexpected status %s: %s", mlav_status_string(s), mlav_last_error(NULL));
+                         "unexpected status %s: %s", mlav_tool_status_string(s),
+                         mlav_last_error(NULL));
             FUZZ_REQUIRE(mlav_last_error(NULL)[0] != '\0', "%s without a sentence",
-                         mlav_status_string(s));
+                         mlav_tool_status_string(s));
             FUZZ_REQUIRE(b.q == NULL && b.kv_cache == NULL && b.source == NULL,
                          "a failed read left data behind");
             continue;

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/dtype.h"
+#include "mlaverify_internal.h"
 #include "bench.h"
 #include "mlaverify.h"
 #ifdef MLAV_WITH_CUDA

@@ -2,13 +2,24 @@
  * parser, and the backend list. */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
-#include "cli.h"
 #include "mlaverify.h"
+
+int bench_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "mlaverify bench: ");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(mlaverify bench --help lists the options)\n");
+    return 2;
+}
 
 void bench_usage(FILE *f)
 {
@@ -89,11 +100,11 @@ int bench_parse_i64(const char *s, int64_t lo, int64_t hi, const char *opt, int6
     long long v = strtoll(s, &end, 10);
     /* strtoll skips blanks and takes a sign; the options take plain digits only */
     if (end == s || *end || *s == ' ' || *s == '\t' || *s == '+') {
-        cli_usage_error("bench", "%s: '%s' is not a decimal integer", opt, s);
+        bench_usage_error("%s: '%s' is not a decimal integer", opt, s);
         return -1;
     }
     if (errno == ERANGE || v < lo || v > hi) {
-        cli_usage_error("bench", "%s: %s is out of range (%lld to %lld)", opt, s,
+        bench_usage_error("%s: %s is out of range (%lld to %lld)", opt, s,
                 (long long)lo, (long long)hi);
         return -1;
     }
@@ -112,12 +123,12 @@ static int parse_int_list(const char *s, int64_t *out, int max, int64_t lo, int6
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char item[32];
         if (len == 0 || len >= sizeof item) {
-            cli_usage_error("bench", "%s: bad list '%s' (%s)", opt, s,
+            bench_usage_error("%s: bad list '%s' (%s)", opt, s,
                     len ? "an item too long" : "an empty item");
             return -1;
         }
         if (n == max) {
-            cli_usage_error("bench", "%s: more than %d values in '%s'", opt, max, s);
+            bench_usage_error("%s: more than %d values in '%s'", opt, max, s);
             return -1;
         }
         memcpy(item, p, len);
@@ -137,7 +148,7 @@ static int parse_kv_list(const char *s, bench_args *a)
 {
     char list[128];
     if (strlen(s) >= sizeof list) {
-        cli_usage_error("bench", "--kv-dtype: '%s' is too long", s);
+        bench_usage_error("--kv-dtype: '%s' is too long", s);
         return -1;
     }
     snprintf(list, sizeof list, "%s", s);
@@ -159,13 +170,13 @@ static int parse_kv_list(const char *s, bench_args *a)
         else if (!strcmp(p, "f32"))
             kv = MLAV_DTYPE_F32;
         else {
-            cli_usage_error("bench", "--kv-dtype: %s%s%s in '%s' (same, bf16, f16, f32, "
+            bench_usage_error("--kv-dtype: %s%s%s in '%s' (same, bf16, f16, f32, "
                             "fp8)", *p ? "unknown dtype '" : "an empty entry", p, *p ? "'" : "",
                     s);
             return -1;
         }
         if (a->nkv == BENCH_MAX_KV) {
-            cli_usage_error("bench", "--kv-dtype: more than %d entries in '%s' (the q "
+            bench_usage_error("--kv-dtype: more than %d entries in '%s' (the q "
                             "dtype's cache and fp8)", BENCH_MAX_KV, s);
             return -1;
         }
@@ -196,7 +207,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             continue;
         }
         if (i + 1 >= argc) {
-            cli_usage_error("bench", "'%s' needs a value, or is not an option", arg);
+            bench_usage_error("'%s' needs a value, or is not an option", arg);
             return 2;
         }
         const char *v = argv[++i];
@@ -232,7 +243,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             else if (!strcmp(v, "f32"))
                 a->dtype = MLAV_DTYPE_F32;
             else {
-                cli_usage_error("bench", "unknown dtype '%s' (bf16, f16, f32)", v);
+                bench_usage_error("unknown dtype '%s' (bf16, f16, f32)", v);
                 return 2;
             }
         } else if (!strcmp(arg, "--kv-dtype")) {
@@ -241,7 +252,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             o->kv_columns = 1;
         } else if (!strcmp(arg, "--tree")) {
             if (strcmp(v, "tree") && strcmp(v, "chain")) {
-                cli_usage_error("bench", "--tree takes tree or chain");
+                bench_usage_error("--tree takes tree or chain");
                 return 2;
             }
             o->tree = !strcmp(v, "tree");
@@ -257,12 +268,12 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             char *end;
             o->max_seconds = strtod(v, &end);
             if (end == v || *end || !(o->max_seconds >= 0.0 && o->max_seconds <= 86400.0)) {
-                cli_usage_error("bench", "bad --max-seconds '%s' (0 to 86400)", v);
+                bench_usage_error("bad --max-seconds '%s' (0 to 86400)", v);
                 return 2;
             }
         } else if (!strcmp(arg, "--l2")) {
             if (strcmp(v, "flush") && strcmp(v, "warm")) {
-                cli_usage_error("bench", "--l2 takes flush or warm");
+                bench_usage_error("--l2 takes flush or warm");
                 return 2;
             }
             o->warm_l2 = !strcmp(v, "warm");
@@ -270,7 +281,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             char *end;
             o->spread = strtod(v, &end);
             if (end == v || *end || !(o->spread >= 0.0 && o->spread < 1.0)) {
-                cli_usage_error("bench", "--prefix-spread takes F with 0 <= F < 1");
+                bench_usage_error("--prefix-spread takes F with 0 <= F < 1");
                 return 2;
             }
             a->grid_opts = 1;
@@ -279,7 +290,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
         } else if (!strcmp(arg, "--plot")) {
             size_t n = strlen(v);
             if (n < 5 || strcmp(v + n - 4, ".png")) {
-                cli_usage_error("bench", "--plot takes a FILE.png ('%s' given)", v);
+                bench_usage_error("--plot takes a FILE.png ('%s' given)", v);
                 return 2;
             }
             o->plot = v;
@@ -287,14 +298,14 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             char *end;
             o->engine = strtod(v, &end);
             if (end == v || *end || !(o->engine >= 1.0 && o->engine <= 16.0)) {
-                cli_usage_error("bench", "--engine takes a capacity factor C with 1 <= C "
+                bench_usage_error("--engine takes a capacity factor C with 1 <= C "
                                 "<= 16");
                 return 2;
             }
         } else if (!strcmp(arg, "--engine-csv")) {
             o->engine_csv = v;
         } else {
-            cli_usage_error("bench", "unknown option '%s'", arg);
+            bench_usage_error("unknown option '%s'", arg);
             return 2;
         }
         if (a->nh < 0 || a->nq < 0 || a->np < 0)
@@ -303,7 +314,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
     if (o->min_reps > o->reps)
         o->min_reps = o->reps;
     if (a->preset && a->grid_opts) {
-        cli_usage_error("bench", "--preset cannot be combined with grid options");
+        bench_usage_error("--preset cannot be combined with grid options");
         return 2;
     }
     return 0;
@@ -324,11 +335,11 @@ int bench_resolve_backends(bench_args *a, int ndev)
             return 2;
         }
         if (o->num_backends == BENCH_MAX_BACKENDS) {
-            cli_usage_error("bench", "at most %d backends", BENCH_MAX_BACKENDS);
+            bench_usage_error("at most %d backends", BENCH_MAX_BACKENDS);
             return 2;
         }
         if (!mlav_backend_compiled(b)) {
-            cli_usage_error("bench", "backend %s is not compiled into this build", tok);
+            bench_usage_error("backend %s is not compiled into this build", tok);
             return 2;
         }
         if (bench_is_gpu_backend(b) && ndev == 0) {
@@ -342,7 +353,7 @@ int bench_resolve_backends(bench_args *a, int ndev)
 #ifndef MLAV_WITH_CUDA
     for (int b = 0; b < o->num_backends; b++)
         if (bench_is_gpu_backend(o->backends[b])) {
-            cli_usage_error("bench", "this build has no CUDA support");
+            bench_usage_error("this build has no CUDA support");
             return 2;
         }
 #endif

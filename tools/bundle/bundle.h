@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "mlaverify.h"
+#include "tool_status.h"
 
 #define MLAV_BUNDLE_FORMAT "mlaverify-bundle"
 #define MLAV_BUNDLE_VERSION 1

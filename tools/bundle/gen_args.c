@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/problem.h"
+#include "mlaverify_internal.h"
 #include "gen.h"
 
 static const char usage_text[] =

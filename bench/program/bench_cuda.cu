@@ -1,7 +1,5 @@
 /* The GPU half of `mlaverify bench`: device buffers, CUDA-graph replays timed with events after
  * an L2 flush, and the ceilings (register-only mma.sync rate, device copy bandwidth). */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,8 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../common/dtype.h"
-#include "../cuda/convert.cuh"
+#include "mlaverify_internal.h"
 #include "bench_cuda.h"
 
 #define BENCH_CHECK(call)                                                                    \
@@ -157,41 +154,23 @@ __device__ __forceinline__ float bench_uniform(uint64_t seed, size_t i)
     return (float)((double)(z >> 40) / 16777216.0 * 2.0 - 1.0);
 }
 
-template <typename T> __global__ void bench_fill_kernel(T *p, size_t n, uint64_t seed)
+/* The same uniform values in any storage dtype, rounded to nearest even by the library's one
+ * conversion rule; an FP8 cache's values are over the scale, quantized (their value is the byte
+ * times kv_scale = scale). */
+__global__ void bench_fill_kernel(void *p, int dtype, size_t n, float fp8_scale, uint64_t seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        p[i] = mlav::from_float<T>(bench_uniform(seed, i));
-}
-
-/* An FP8 cache: the same uniform values over the scale, quantized (their value is the byte times
- * kv_scale = scale). */
-__global__ void bench_fill_e4m3_kernel(uint8_t *p, size_t n, float scale, uint64_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        p[i] = mlav_f32_to_e4m3(bench_uniform(seed, i) / scale);
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float v = bench_uniform(seed, i);
+        mlav_store_from_f32(p, dtype, i, dtype == MLAV_DTYPE_FP8_E4M3 ? v / fp8_scale : v);
+    }
 }
 
 extern "C" void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, float fp8_scale,
                                       uint64_t seed)
 {
     const int blocks = 1024, threads = 256;
-    switch (dtype) {
-    case MLAV_DTYPE_F32:
-        bench_fill_kernel<<<blocks, threads, 0, g.stream>>>((float *)ptr, n, seed);
-        break;
-    case MLAV_DTYPE_BF16:
-        bench_fill_kernel<<<blocks, threads, 0, g.stream>>>((__nv_bfloat16 *)ptr, n, seed);
-        break;
-    case MLAV_DTYPE_F16:
-        bench_fill_kernel<<<blocks, threads, 0, g.stream>>>((__half *)ptr, n, seed);
-        break;
-    case MLAV_DTYPE_FP8_E4M3:
-        bench_fill_e4m3_kernel<<<blocks, threads, 0, g.stream>>>((uint8_t *)ptr, n, fp8_scale,
-                                                                  seed);
-        break;
-    }
+    bench_fill_kernel<<<blocks, threads, 0, g.stream>>>(ptr, (int)dtype, n, fp8_scale, seed);
     BENCH_CHECK(cudaGetLastError());
     BENCH_CHECK(cudaStreamSynchronize(g.stream));
 }

@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../core/problem.h"
+#include "mlaverify_internal.h"
 #include "readout.h"
 
 /* Canary bytes on both sides of out and lse: a backend that writes past them fails. */
@@ -284,7 +283,8 @@ void mlav_check_file(mlav_context *ctx, const char *path, mlav_check_result *r)
         r->out_rel_l2 = NAN;
         r->lse_max_abs = NAN;
         r->verdict = MLAV_VERDICT_FAIL;
-        snprintf(r->reason, sizeof r->reason, "%s: %s", mlav_status_string(s), mlav_get_error());
+        snprintf(r->reason, sizeof r->reason, "%s: %s", mlav_tool_status_string(s),
+                 mlav_get_error());
         return;
     }
     mlav_check_bundle(ctx, &b, r);

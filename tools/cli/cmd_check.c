@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../bundle/check.h"
+#include "check.h"
 #include "cli.h"
 #include "mlaverify.h"
 

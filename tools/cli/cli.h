@@ -4,10 +4,11 @@
 #ifndef MLAV_CLI_H
 #define MLAV_CLI_H
 
+#include "bench_command.h" /* bench: the benchmark program of bench/program */
+
 int mlav_cmd_info(int argc, char **argv);
 int mlav_cmd_check(int argc, char **argv);
 int mlav_cmd_gen(int argc, char **argv);
-int mlav_cmd_bench(int argc, char **argv);
 
 /* A usage error of `mlaverify CMD`: the sentence, then a line pointing at CMD --help (the help
  * itself is not reprinted). Returns 2, the exit status of a usage error. */

@@ -1,12 +1,12 @@
 /* What the generator's files share: the seeded streams, oracle and readout rows, the decisive
- * ratio, draft tokens and the expectations' store. Internal to src/bundle. */
+ * ratio, draft tokens and the expectations' store. Internal to tools/bundle. */
 #ifndef MLAV_BUNDLE_GEN_INTERNAL_H
 #define MLAV_BUNDLE_GEN_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/problem.h"
+#include "mlaverify_internal.h"
 #include "bundle.h"
 #include "gen.h"
 

@@ -2,8 +2,8 @@
  * graph-replay timing with an L2 flush before every replay, and the two measured ceilings.
  * Every CUDA call inside is checked; a failure prints the call, the error and file:line and
  * exits with status 2 (this is the command-line tool, never the library). */
-#ifndef MLAV_CLI_BENCH_CUDA_H
-#define MLAV_CLI_BENCH_CUDA_H
+#ifndef MLAV_BENCH_PROGRAM_BENCH_CUDA_H
+#define MLAV_BENCH_PROGRAM_BENCH_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "../core/problem.h"
+#include "mlaverify_internal.h"
 
 static const struct {
     const char *name;

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "cli.h"
 #include "mlaverify.h"
 
 static const int64_t ref_prefixes[6] = {256, 1024, 4096, 16384, 65536, 131072};
@@ -71,7 +70,7 @@ static int preset_configs(const char *name, bench_config *out, int max)
                 out[k++] = out[i];
         return k;
     }
-    cli_usage_error("bench", "unknown preset '%s' (reference, full, production, cpu)", name);
+    bench_usage_error("unknown preset '%s' (reference, full, production, cpu)", name);
     return -1;
 }
 

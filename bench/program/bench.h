@@ -2,8 +2,8 @@
  * bench_points.c (the point lists, presets and each point's layout), bench_timing.c (host tensors
  * and the timing of one point), bench_ceilings.c (the measured ceilings and the machine lines),
  * bench_print.c (the table and the CSV); cmd_bench.c runs them in order. */
-#ifndef MLAV_CLI_BENCH_H
-#define MLAV_CLI_BENCH_H
+#ifndef MLAV_BENCH_PROGRAM_BENCH_H
+#define MLAV_BENCH_PROGRAM_BENCH_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -129,6 +129,13 @@ static inline int bench_is_gpu_backend(mlav_backend b)
 
 /* ---- bench_options.c ---- */
 void bench_usage(FILE *f);
+/* A usage error of `mlaverify bench`, in the form of the command's other subcommands (the
+ * sentence, then a line pointing at --help; tests/cli/conventions.sh checks both): returns 2. */
+int bench_usage_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
 /* A decimal integer in [lo, hi], all of `s` (strtoll, overflow checked); on failure prints a
  * sentence naming the option and returns -1. */
 int bench_parse_i64(const char *s, int64_t lo, int64_t hi, const char *opt, int64_t *out);

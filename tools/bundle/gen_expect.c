@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cpu/oracle.h"
-#include "../dispatch/validate.h"
+#include "mlaverify_internal.h"
 #include "gen_internal.h"
 #include "readout.h"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/problem.h"
+#include "mlaverify_internal.h"
 
 /* R rows generated per block: up to 64, at most 256 KB of floats (64 rows of a 1024-token
  * vocab), cache-resident while every token's logits take them in. */

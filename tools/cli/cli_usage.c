@@ -1,4 +1,6 @@
-/* The one form of a usage error: a sentence and where the options are listed. */
+/* The one form of a usage error: a sentence and where the options are listed. The benchmark
+ * program prints the same form for `bench` (bench_usage_error, bench/program): the lab does not
+ * include the tools, and tests/cli/conventions.sh holds both to it. */
 #include <stdarg.h>
 #include <stdio.h>
 

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "mlaverify.h"
+#include "tool_status.h"
 
 #define MLAV_ST_MAX_RANK 8
 /* safetensors' own limit on the JSON header (100 MB): a larger length is corruption */

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../bundle/gen.h"
+#include "gen.h"
 #include "cli.h"
 #include "mlaverify.h"
 
@@ -23,7 +23,8 @@ int mlav_cmd_gen(int argc, char **argv)
     mlav_bundle b;
     s = mlav_gen_run(&p, out, &st, &b);
     if (s != MLAV_OK) {
-        fprintf(stderr, "mlaverify gen: %s: %s\n", mlav_status_string(s), mlav_last_error(NULL));
+        fprintf(stderr, "mlaverify gen: %s: %s\n", mlav_tool_status_string(s),
+                mlav_last_error(NULL));
         return 2;
     }
     char shape[200];

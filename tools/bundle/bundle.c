@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dispatch/validate.h"
+#include "mlaverify_internal.h"
 #include "safetensors.h"
 
 /* Dims limits of the library's validation (validate.c), restated so a bundle that passes here

@@ -6,9 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../cpu/oracle.h"
-#include "../dispatch/validate.h"
+#include "mlaverify_internal.h"
 #include "gen_internal.h"
 #include "readout.h"
 

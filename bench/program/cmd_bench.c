@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "bench.h"
-#include "cli.h"
+#include "bench_command.h"
 #include "mlaverify.h"
 #ifdef MLAV_WITH_CUDA
 #include "bench_cuda.h"
