@@ -275,7 +275,9 @@ MLAV_API mlav_status mlav_verify(mlav_context *ctx, const mlav_problem *p, const
  * Tensors of a plan for limits keep the limits' shapes from step to step: q [max_tokens, H, W],
  * out [max_tokens, H, Dl], lse [max_tokens, H], page_table [max_batch, max_pages], tree_mask
  * [max_tokens, ceil(max_q_len / 32)] (the limits' max_q_len: the row stride does not change
- * with the step); rows past the step's q_indptr[batch] are neither read nor written.
+ * with the step); rows past the step's q_indptr[batch] are neither read nor written. A shared
+ * page table keeps its own rows ([page_table_num_rows, max_pages]) with page_table_rows
+ * [max_batch], of which the step's first `batch` entries are read.
  */
 
 /** The most one step of a plan for limits will run. */
