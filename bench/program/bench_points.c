@@ -62,7 +62,7 @@ static int preset_configs(const char *name, bench_config *out, int max)
         return n;
     }
     if (!strcmp(name, "cpu")) {
-        /* issue 7: the CPU table covers full's points up to prefix 16384, in full's order */
+        /* the CPU table covers full's points up to prefix 16384, in full's order */
         n = preset_configs("full", out, max);
         int k = 0;
         for (int i = 0; i < n; i++)

@@ -517,8 +517,8 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
                     region_combine(ws, &st->bd), st->bd.max_combine);
     /* a step of at most half as many blocks as SMs runs them one per TPC, on the grid's even
      * blocks (verify_flash.cu, step_item_index), where the grid has a block per SM and its
-     * blocks fill both warp groups: one per TPC made 1 x (H 8 and 16, q_len 1) at prefix 4096
-     * 1-2% slower, and 1 x (H 64, q_len 1) 5% faster (docs/PERFORMANCE.md#engine-steps) */
+     * blocks fill both warp groups: only there was one per TPC faster
+     * (docs/PERFORMANCE.md#engine-steps) */
     fp.step_spread = st->cfg.all_groups && st->bd.max_items >= st->cfg.dev.sm_count
                          ? st->cfg.dev.sm_count / 2 + 1
                          : 0;

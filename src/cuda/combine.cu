@@ -86,14 +86,14 @@ template <> struct partial<float> {
  * columns per row, each with q split groups of 128 / q threads (one float4 each); group k sums
  * the splits s = k, k + q, ... and the groups meet in shared memory. q = 16 gives a lone 64-row
  * request with 113-128 splits 16 x 16 ways of parallel loads, all in the first batch; q = 1 keeps
- * many-row combines to one wave of blocks (v2 and session 8, docs/PERFORMANCE.md#combine). The
+ * many-row combines to one wave of blocks (docs/PERFORMANCE.md#combine). The
  * weights come first, SPT splits per thread (s = tid + k x THREADS; SPT = 2 only for items of more
  * than THREADS splits, mlav_combine_kind) with block reductions for the max, the NaN flag and the
  * sum, under the rules of merge.h; a 16-bit plan's weights also carry the
  * part_scale factor of each of the block's 128-column blocks, loaded with the lse values, so that
- * the loop over the splits reads no more than the partial rows. (Earlier versions: a serial chain
- * of dependent loads, then one thread computing all weights serially, each cost more than the
- * split kernel for a lone q_len 1 request.) */
+ * the loop over the splits reads no more than the partial rows. (A serial chain of dependent
+ * loads, or one thread computing all weights serially, each cost more than the split kernel for
+ * a lone q_len 1 request: docs/PERFORMANCE.md#kernel.) */
 template <typename T, int SPT>
 __device__ __forceinline__ void combine_block(const mlav_flash_params &p,
                                               const mlav_combine_item &it, int r, int z, int q)
@@ -112,7 +112,7 @@ __device__ __forceinline__ void combine_block(const mlav_flash_params &p,
 
     /* This thread's first PRELOAD partial rows are loaded together with the lse values: they do
      * not depend on the weights, and loaded after them they cost a second round trip to L2 on
-     * the path of every combine (session 6, docs/PERFORMANCE.md#combine). */
+     * the path of every combine (docs/PERFORMANCE.md#decisions). */
     const int d = z * (DL / q) + c * 4;
     const partial<T> part(p, it, r, d);
     float4 pre[PRELOAD];
@@ -199,7 +199,7 @@ __device__ __forceinline__ void combine_block(const mlav_flash_params &p,
     }
     /* the rest in batches of 8 loads issued before their first use (written as an unrolled
      * loop with a run-time bound, the fp16 loads and their conversions came out one load per
-     * use: 4-5 us slower at 128 splits on the H200, session 7, docs/PERFORMANCE.md#combine), then
+     * use, slower at 128 splits: docs/PERFORMANCE.md#decisions), then
      * one by one; an empty split holds o = 0 with weight 0, so no branch is needed here */
     constexpr int BATCH = 8;
     int s = grp + PRELOAD * q;
@@ -298,8 +298,8 @@ template <> struct row_io<float> { /* F32 plans: fp32 pieces, unscaled */
  * every partial load of the row is issued before the weights are known, in batches of
  * row_io::BATCH splits. Against combine_kernel (a block per row and column block, weights
  * through shared memory and four block barriers) this is one round trip to L2 per row, and a
- * block per 4 rows instead of 1-4 per row for the PDL launch to place (session 10,
- * docs/PERFORMANCE.md#combine). */
+ * block per 4 rows instead of 1-4 per row for the PDL launch to place
+ * (docs/PERFORMANCE.md#combine). */
 constexpr int ROW_WARPS = 4; /* 128 threads: ~170 registers each leave room for 3 blocks per SM */
 static_assert(MLAV_COMBINE_ROW_MAX_SPLITS <= 32, "one lane per split for the weights");
 template <typename T>
@@ -464,9 +464,9 @@ __device__ __forceinline__ void combine_row_piece(const mlav_flash_params &p,
  * blocks any step can take (backend_flash.cu), and a block past the step's exits on reads that
  * every block of an SM shares. Row kind: a block per row, a warp per 128-column block
  * (combine_row_piece); block kinds: blockIdx.x as the exact grid's (item, row, column block),
- * item fastest, into combine_block. Before it (session 18), the plan for limits took the wide
- * block combine for every step, chosen for the limits' longest request:
- * docs/PERFORMANCE.md#engine-steps. Two instances (MLAV_COMBINE_STEP_DENSE, _ROOMY): at 8 blocks
+ * item fastest, into combine_block. Chosen per step, because the wide block combine that the
+ * limits' longest request needs is slower where a step takes the row combine
+ * (docs/PERFORMANCE.md#engine-steps). Two instances (MLAV_COMBINE_STEP_DENSE, _ROOMY): at 8 blocks
  * per SM, the block combine's registers (64; the three paths together spill 12 bytes on sm_90),
  * so that the column blocks chosen from its residency fit one wave; at 6, with room for all
  * three (78 registers, no spill), for plans whose steps never need more than 6 per SM. */
@@ -487,9 +487,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) combine_step_kernel(const
         return;
     /* the step's blocks are the grid's last (the scheduler's column blocks keep them within
      * it): the work distributor fills a one-wave grid's early blocks unevenly, the SMs of a
-     * small GPC first, so the leading blocks of a grid larger than the step crowd onto them
-     * (H200, session 20: 512 blocks leading a grid of 792 at 6 per SM ran up to 6 on one SM,
-     * trailing it up to 4, as a grid of 512 at the exact plan's 4 per SM does) */
+     * small GPC first, so the leading blocks of a grid larger than the step crowd onto them,
+     * where the trailing ones spread as the exact plan's grid does
+     * (docs/PERFORMANCE.md#engine-steps) */
     const uint32_t n = (uint32_t)n_step;
     const uint32_t lead = gridDim.x - n * BM * (kind == MLAV_COMBINE_ROWS ? 1u : (uint32_t)q);
     if (blockIdx.x < lead)
@@ -657,9 +657,8 @@ void mlav_combine_step_shape(const mlav_cuda_device *dev, int step, int combine_
 mlav_status mlav_combine_spread_smem(int64_t blocks, int kind, int step,
                                      const mlav_cuda_device *dev, int *bytes)
 {
-    /* Measured on the H200 (session 8, docs/PERFORMANCE.md#combine): a lone q_len 1 request at
-     * prefix 16k 7-8% faster, H = 128 at q_len 1 from prefix 1024 on 3-7.5%; the uncapped grid
-     * without PDL gained less there (4-6%, 1-4%) and lost 3-8.5% at short prefixes. */
+    /* The cap is faster for q_len 1 from prefix 1024 on, where the uncapped grid without PDL
+     * gains less and loses at short prefixes (docs/PERFORMANCE.md#combine). */
     *bytes = 0;
     const int per_sm = combine_blocks_per_sm(kind, step, 0);
     cudaFuncAttributes a;

@@ -29,7 +29,7 @@ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 
 /* Two e4m3fn bytes (element 0 in the low byte) as a packed F16 pair (element 0 in the low half).
  * Exact: every e4m3 value, subnormals included, is a normal F16, and NaN stays NaN.
- * One instruction from sm_89 on (cvt.rn.f16x2.e4m3x2; on the H200 an F2FP unpack), emulated by
+ * One instruction from sm_89 on (cvt.rn.f16x2.e4m3x2; on sm_90 an F2FP unpack), emulated by
  * cuda_fp8.h on sm_80. The flash kernel's FP8 instances convert K and V fragments with it. */
 __device__ __forceinline__ __half2_raw e4m3x2_to_half2(uint16_t two)
 {

@@ -22,26 +22,22 @@
 #define MLAV_LOG2E 1.4426950408889634f
 /* Most splits of one request: the plan's cap and the combine's shared-memory arrays (two splits
  * per thread). 256 lets a lone 64-row request (q_len 1, H = 64) fill one block per SM of an
- * sm_120 (170-188 SMs), and on the H200 take the 129th split that a prefix of 2^k keys plus its
+ * sm_120 (170-188 SMs), and on 132 SMs take the 129th split that a prefix of 2^k keys plus its
  * draft rows needs to keep whole 32-key splits of 2^k / 128 keys (128 rounded every split up by
  * a tile: 125 splits of 1056 keys at q_len 1, prefix 131072). */
 #define MLAV_FLASH_MAX_SPLITS 256
 /* A split block's fixed cost in KV rows of loop work, for the schedule's choice of waves
- * (mlav_schedule_params.block_cost_keys). Fitted on the H200 (session 10,
- * docs/PERFORMANCE.md#schedule): one wave against two at q_len 9 put it at 75-126 keys for H = 64
- * (prefix 4096 to 131k) and ~190 for 8 x H = 16; 128 keeps every choice that measured faster there
- * and none that measured slower. */
+ * (mlav_schedule_params.block_cost_keys), fitted to measured one- against two-wave ratios: 128
+ * keeps every choice that measured faster and none that measured slower
+ * (docs/PERFORMANCE.md#schedule). */
 #define MLAV_FLASH_BLOCK_COST_KEYS 128
-/* The combine's cost per split (mlav_schedule_params.split_cost_keys), fitted on the H200 (session
- * 10, docs/PERFORMANCE.md#schedule): a lone q_len 1 request at prefixes 4096 to 131k, 65-125 splits
- * against 129, put it at 0.6-0.8 keys per split. */
+/* The combine's cost per split (mlav_schedule_params.split_cost_keys), fitted to a lone q_len 1
+ * request in fewer splits against 129 (docs/PERFORMANCE.md#schedule). */
 #define MLAV_FLASH_SPLIT_COST_KEYS 1
 /* The most waves beyond the fewest that the plan weighs (mlav_schedule_params.more_waves). A
  * batch whose row tiles a little exceed the SMs (16 requests x 9 row tiles = 144 on 132) is best
- * in 6 more (the model; measured 0.914 of the plan with 2 on the H200). Over random engine-like
- * batches 8 more model 0.9841 of 2's time and 16 more 0.9834, at ~110 and ~180 us of host time
- * per plan on the development VM (bench/diag/schedule_choices.c; session 13,
- * docs/PERFORMANCE.md#schedule). */
+ * in 6 more. Over random engine-like batches 16 gain almost nothing over 8 for much more host
+ * time per plan (bench/diag/schedule_choices.c; docs/PERFORMANCE.md#schedule). */
 #define MLAV_FLASH_MORE_WAVES 8
 
 /* The device scheduler's parameters (schedule_step.cu): one step's lengths to its schedule. */
@@ -195,11 +191,10 @@ static inline int mlav_flash_all_groups(int32_t max_q_len, int32_t H)
  * resident blocks (backend_flash.cu's plan).
  * Whole waves of resident blocks: the splits of a request are equal, so a wave is balanced, and
  * with one 8-warp block per SM a second wave doubles the per-block prologue at short prefixes
- * (v2, docs/PERFORMANCE.md#schedule); more waves only where the fewest leave SMs idle and the
+ * (docs/PERFORMANCE.md#schedule); more waves only where the fewest leave SMs idle and the
  * splits are long (block_cost_keys). Splits go down to 32 keys (two KV tiles): with one 8-warp
  * block per SM 64 rows x 32 keys take microseconds, so at short prefixes latency, not the
- * combine, decides (v2, docs/PERFORMANCE.md#schedule: 256-key minimum splits left q_len 9 / prefix
- * 256 on 18 blocks, 28 us; session 5: fewer blocks were never faster). */
+ * combine, decides: fewer, longer splits were never faster (docs/PERFORMANCE.md#schedule). */
 static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int blocks_per_sm)
 {
     mlav_schedule_params sp;

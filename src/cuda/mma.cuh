@@ -103,7 +103,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 }
 
 /* 2^x on the special-function unit, subnormals flushed: exp2f's range fix-up costs three more
- * instructions per element (1-2% of the kernel's time, v2, docs/PERFORMANCE.md#decisions), and a
+ * instructions per element (docs/PERFORMANCE.md#decisions), and a
  * softmax weight below 2^-126 is noise. -inf gives +0, NaN stays NaN. */
 __device__ __forceinline__ float exp2_fast(float x)
 {

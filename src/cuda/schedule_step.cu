@@ -9,8 +9,7 @@
  * the requests, warp reductions only) which then weighs its search's candidates, one barrier,
  * one prefix sum (one barrier), the items. The searches' probes learn only their plateau, and
  * the items divide by the table of 1 / d: docs/PERFORMANCE.md#engine-steps gives each phase's
- * cycles and what paid. Code size is not what costs: cut from 100 KB to 34 KB of sm_90 code,
- * and run warm, it measured the same. */
+ * cycles and what paid. Code size is not what costs, nor a cold start (same anchor). */
 #include "../common/fastdiv.h"
 #include "../common/schedule_step.h"
 #include "flash.h"

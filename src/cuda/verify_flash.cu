@@ -18,14 +18,14 @@
  *   O += P V   : P goes through shared memory (the group's 32 x 16 tile); warp dq owns output
  *                columns [128 dq, +128) of all 32 rows (128 fp32 registers), so each V fragment
  *                also feeds two m16 tiles.
- * Against v2 (16 rows per warp, P in registers, 32-key tiles) this halves the K and V bytes read
- * from shared memory per MMA; on the H200 it runs within 1.5% of v2 at long prefixes and 1-8%
- * faster at short ones: the time goes to latency chains, not bandwidth (v4,
- * docs/PERFORMANCE.md#kernel). Each warp orders its m-tiles (and its S n-tiles) so that the block
- * it finishes comes first: register indices stay compile-time, with no selects. O (128) and Q (64)
- * leave ~60 of 255 registers for fragments in flight. The softmax reference max is shared by the
- * group's four warps and moves only on a vote (bar.red.or) when a score passes it by more than
- * RESCALE_SLACK, so the common tile needs two group barriers and no max exchange.
+ * Against 16 rows per warp, P in registers and 32-key tiles this halves the K and V bytes read
+ * from shared memory per MMA; it was no faster at long prefixes, only at short ones: the time goes
+ * to latency chains, not bandwidth (docs/PERFORMANCE.md#kernel). Each warp orders its m-tiles (and
+ * its S n-tiles) so that the block it finishes comes first: register indices stay compile-time,
+ * with no selects. O (128) and Q (64) leave ~60 of 255 registers for fragments in flight. The
+ * softmax reference max is shared by the group's four warps and moves only on a vote (bar.red.or)
+ * when a score passes it by more than RESCALE_SLACK, so the common tile needs two group barriers
+ * and no max exchange.
  * Shared memory (flash_smem_layout; sm_120 fits it): four KV tiles of 16 x 576 (rows padded to
  * 584 elements = 73 16-byte chunks, so the 8 row addresses of every ldmatrix fall in distinct
  * bank groups), Q's rope part, the S exchange, the P tiles and two small row arrays. Registers
@@ -190,8 +190,7 @@ static_assert(NT % BN == 0, "gather mapping");
 /* The page id of KV row j (0 past kv_end, where nothing is read). Issued one tile before the
  * gather that uses it, into the one register the loop carries (pg_next). With two ids in
  * flight (two tiles ahead) ptxas rotated them through register copies, which can wait for the
- * load (in one build a copy right after it held 8% of the stall samples); with one, 3-8%
- * faster from 16k on (session 5, docs/PERFORMANCE.md#decisions). */
+ * load; one is faster from 16k on (docs/PERFORMANCE.md#decisions). */
 __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int kv_end,
                                                const mlav_flash_params &p)
 {
@@ -202,8 +201,8 @@ __device__ __forceinline__ int32_t lookup_page(const int32_t *ptab, int j, int k
  * zero-filled without reading (their scores are masked to -inf, and 0 * 0 keeps P V clean;
  * the source address is then row 0 of the pool, never read); a page id outside the pool reads
  * the plan's NaN row, never out of bounds. Branch-free 32-bit index arithmetic, one 64-bit
- * product: the gather runs every tile for every thread, and its address code was 58
- * instructions per warp and tile (session 4, docs/PERFORMANCE.md#decisions). kv_row_src is that
+ * product: the gather runs every tile for every thread, so its address code is on the loop's
+ * path (docs/PERFORMANCE.md#decisions). kv_row_src is that
  * address rule, for the 16-bit gather and the FP8 one (elements E: T, or e4m3 bytes), where
  * page_elems and W count elements either way. */
 template <typename E>
@@ -382,9 +381,9 @@ __device__ __forceinline__ fp8_out_scale fp8_out_of(float kv_scale)
  * the key comes out NaN (or gives it weight 0 at -inf) through the softmax, and a row that does
  * not has it masked; no row needs the value itself. Without this, P = 0 times NaN on the tensor
  * cores would carry a hidden draft row's NaN into rows that do not see it. Done on the fragment
- * in registers, so the tile in shared memory is never written after the gather (v4 zeroed it in
- * place between two block barriers, and racecheck intermittently reported that pass against
- * the other group's P V reads; session 4, docs/PERFORMANCE.md#decisions). */
+ * in registers, so the tile in shared memory is never written after the gather (zeroed in place
+ * between two block barriers, racecheck intermittently reported that pass against the other
+ * group's P V reads; docs/PERFORMANCE.md#decisions). */
 template <typename T> __device__ __forceinline__ void zero_nonfinite_fragment(uint32_t r[4])
 {
     const uint32_t m = mlav::mma_type<T>::exp_mask;
@@ -415,12 +414,10 @@ __device__ __forceinline__ void softmax_weights(const float sv[4], const float r
  * on the grid's even blocks (p.step_spread). The work distributor gives a grid's first round of
  * blocks one per SM, consecutive blocks to the two SMs of a TPC, so the leading blocks of a grid
  * larger than the step pair up on half the TPCs, where a grid of the step's own size spreads
- * one per TPC (H200, session 20: 65 blocks leading a grid of 396 ran on 33 TPCs, a grid of 65
- * on 61; the split kernel at 1 x (H 64, q_len 1), prefix 4096, 13.33 us against the exact
- * plan's 12.16: docs/PERFORMANCE.md#engine-steps). Branch-free with the one parameter: with a
- * select between the two index forms, or a second parameter, ptxas laid out the whole STEP
- * instance anew (its longest run of instructions in the non-STEP order 10 instead of 1,347,
- * bench/diag/sass_identity.py), and that instance ran up to 2.6% slower at 1 x (H 8, q_len 1). */
+ * one per TPC, and a small step ran slower than the exact plan (docs/PERFORMANCE.md#engine-steps).
+ * Branch-free with the one parameter: with a select between the two index forms, or a second
+ * parameter, ptxas laid out the whole STEP instance anew (bench/diag/sass_identity.py), and that
+ * instance ran slower (docs/PERFORMANCE.md#engine-steps). */
 __device__ __forceinline__ int32_t step_item_index(const mlav_flash_params &p)
 {
     /* a header another plan (or no update) wrote counts no item: its step is laid out for other
@@ -435,8 +432,8 @@ __device__ __forceinline__ int32_t step_item_index(const mlav_flash_params &p)
 /* ALL_GROUPS: a group whose 32 rows lie past the request's (H x q_len not a multiple of 64)
  * still runs the loop's MMAs, on the zero Q rows the prologue loaded, and writes nothing. With
  * `active` a compile-time true the loop has no branches around S, the exchange, the softmax and
- * P V, and ptxas schedules it as one piece: 5-7.5% faster from prefix 16k on (H200, session 9,
- * docs/PERFORMANCE.md#decisions). A block's time is that of its full groups anyway, as long as
+ * P V, and ptxas schedules it as one piece, faster from prefix 4096 on
+ * (docs/PERFORMANCE.md#decisions). A block's time is that of its full groups anyway, as long as
  * some block has two (the plan's all_groups); the skipping instance is for plans where none does
  * (every request's H x q_len <= 32), where an idle group would take tensor time from the only
  * working one. */
@@ -479,10 +476,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         return; /* an item past the plan's limits (a workspace written over): nothing */
     const int tid = threadIdx.x, lane = tid & 31;
     /* through a shuffle, so that ptxas can prove the warp index and everything derived from it
-     * (group, quarter, barrier ids, row offsets) warp-uniform: a build with this alone used 30
-     * uniform registers instead of 24. With V fragments in pairs (P V below) it measured 6%
-     * faster at q33/131k on the H200; either change alone gained at most 2% (session 5,
-     * docs/PERFORMANCE.md#decisions). */
+     * (group, quarter, barrier ids, row offsets) warp-uniform and keep it in uniform registers.
+     * Together with V fragments in pairs (P V below) it is faster at long prefixes; neither
+     * change alone paid (docs/PERFORMANCE.md#decisions). */
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const int grp = warp / QUARTERS, dq = warp % QUARTERS;
     const int own_m = dq >> 1, own_n = dq & 1; /* the S block this warp finishes */
@@ -539,8 +535,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
      * copies per thread, then read into the A fragments with 4-byte shared loads. Loaded straight
      * from global memory it took 64 four-byte loads per thread, each touching 8 rows, and the
      * first S MMA waited on them. Read back by ldmatrix instead of 4-byte loads, the prologue was
-     * as fast but the loop 9% slower at q33/131k: ldmatrix writes aligned register quads, and
-     * ptxas then allocated the loop differently (session 6, docs/PERFORMANCE.md#ptxas). The
+     * as fast but the loop slower: ldmatrix writes aligned register quads, and ptxas then
+     * allocated the loop differently (docs/PERFORMANCE.md#ptxas). The
      * staging area is KV buffers 1-3 and the S exchange area (FP8: and the P tiles and beyond),
      * contiguous and unused until tile 1's gather and the first exchange; tile 0's gather goes
      * to buffer 0 meanwhile, tile 1's after the reads. */
@@ -653,8 +649,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     mlav::named_barrier_arrive(bar_full(grp ^ 1, 0), NT);
     /* Group 1 starts once group 0 has its first S, so the groups run staggered (ping-pong): one
      * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
-     * offset bounded (A/B on the H200: 3% faster than starting together; v4,
-     * docs/PERFORMANCE.md#kernel). */
+     * offset bounded (faster than starting together: docs/PERFORMANCE.md#kernel). */
     if (grp == 1 && n_tiles > 0) /* group 0 (always active) arrives in its first tile */
         mlav::named_barrier(BAR_START, NT);
     for (int t = 0; t < n_tiles; t++) {
@@ -766,7 +761,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         /* The gather of tile t + 2 goes after the S MMAs are issued, so that its copies queue
          * under them. Issued before S, they filled the memory pipe, and the S ldmatrix address
          * code, which ptxas rebuilds from the thread index (S2R) every tile, waited behind them
-         * (session 5, docs/PERFORMANCE.md#decisions). */
+         * (docs/PERFORMANCE.md#decisions). */
         if (t + AHEAD < n_tiles) {
             const int j_row = kv_begin + (t + AHEAD) * BN + g_row;
             if constexpr (FP8)
@@ -905,8 +900,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
                 mlav::ldsm_x4(pa[i], pg + ((i ^ own_m) * 16 + a_row) * PS + a_col);
             /* the sanitizing instance (a few tiles per split) loads each V fragment one step
              * ahead: its extra registers would otherwise shape the allocation of the whole loop
-             * (with three in flight in both instances, long prefixes ran 2-3% slower on the
-             * H200, session 4) */
+             * (with three in flight in both instances, long prefixes ran slower:
+             * docs/PERFORMANCE.md#decisions) */
             constexpr int PV_STEPS = COLS_Q / 16;
             /* O's tiles 2 st .. 2 st + 3 from the B fragments of two 16-column steps (b0: tiles
              * 2 st and 2 st + 1 in [0, 1] and [2, 3]; b1 the next two), each for both m-tiles */
@@ -1038,13 +1033,12 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     /* O goes out through shared memory, 8 rows at a time per warp, so that every global store
      * writes whole 16-byte row pieces: straight from the MMA fragments each store instruction
      * touches 8 rows (8 cache lines), 64 of them per thread. Staged, a quarter of the store
-     * requests; on the H200 the same at q1/256 and 0.4-2% faster from 16k on (session 4,
-     * docs/PERFORMANCE.md#decisions: the old stores' stall samples were mostly off the critical
-     * path). The staging area is a KV buffer that neither group reads any more: this group's last
-     * tile is done, and the other group, which synced with it on the full barrier of tile
-     * n_tiles - 1, is past its S of tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and
-     * n_tiles - 4 are free, and with fewer tiles buffers 2 and 3 were never gathered into (the
-     * prologue fills 0 and 1). */
+     * requests; as fast at short prefixes and faster from 16k on, though the direct stores' stall
+     * samples were mostly off the critical path (docs/PERFORMANCE.md#decisions). The staging area
+     * is a KV buffer that neither group reads any more: this group's last tile is done, and the
+     * other group, which synced with it on the full barrier of tile n_tiles - 1, is past its S of
+     * tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and n_tiles - 4 are free, and with
+     * fewer tiles buffers 2 and 3 were never gathered into (the prologue fills 0 and 1). */
     const int free_buf = grp == 0 ? (n_tiles >= 3 ? (n_tiles + 1) % STAGES : 2)
                                   : (n_tiles >= 4 ? n_tiles % STAGES : 3);
     /* FP8: rows STAGE8_STRIDE apart, and each lane writes its 4 consecutive dims of a 16-dim
@@ -1100,10 +1094,9 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
         } else {
             /* partial state as fp16, scaled by a power of two per (row, this warp's 128 columns)
              * that puts the block's largest |O / l| in [2^14, 2^15): range-safe for any input, 11
-             * significant bits, and half the bytes of fp32 (session 7,
-             * docs/PERFORMANCE.md#combine). The maximum is taken on the bit patterns (|x| orders
-             * like its bits; NaN above Inf), over the lane quad that holds the row. The combine
-             * multiplies by part_scale. */
+             * significant bits, and half the bytes of fp32 (docs/PERFORMANCE.md#combine). The
+             * maximum is taken on the bit patterns (|x| orders like its bits; NaN above Inf), over
+             * the lane quad that holds the row. The combine multiplies by part_scale. */
             uint32_t mb = 0;
 #pragma unroll
             for (int n = 0; n < COLS_Q / 8; n++)
