@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """How much machine code two builds of a kernel share, without a disassembler.
 
-Session 6 and 7 found that ptxas re-allocates the flash kernel's main loop when code outside the
-loop changes, and that the loop's speed moves with it (docs/PERFORMANCE.md#ptxas). This compares the .text
-sections of one kernel in two cubins as sequences of 16-byte sm_90/sm_120 instructions: a change
+ptxas re-allocates the flash kernel's main loop when code outside the loop changes, and the
+loop's speed moves with it (docs/PERFORMANCE.md#ptxas). This compares the .text sections of one kernel in two cubins as sequences of 16-byte sm_90/sm_120 instructions: a change
 that left the ~1,000-instruction main loop alone shows an identical run of about that length.
 It needs only nvcc and readelf, so a variant can be screened in seconds before device time:
 
