@@ -382,7 +382,7 @@ static void test_steps_padding_garbage(void **state)
 {
     (void)state;
     const uint64_t seed = tu_seed();
-    static const int32_t garbage[] = {-1, -100000, LIM.max_kv_len + 1, INT32_MAX, INT32_MIN};
+    const int32_t garbage[] = {-1, -100000, LIM.max_kv_len + 1, INT32_MAX, INT32_MIN};
     for (size_t k = 0; k < sizeof HOST_BACKENDS / sizeof HOST_BACKENDS[0]; k++) {
         const mlav_backend be = HOST_BACKENDS[k];
         sf_engine *e = sf_make(&LIM, 2, 32, 8, 16, MLAV_DTYPE_F32, 0, 1, seed);
