@@ -8,6 +8,7 @@
 #include "../common/merge.h"
 #include "convert.cuh"
 #include "flash.h"
+#include "kv_scale.cuh"
 #include "mma.cuh"
 
 namespace {
@@ -35,6 +36,22 @@ __device__ __forceinline__ float4 half4_to_float4(uint2 v)
 }
 
 using mlav::from_float;
+
+/* The factor of the merged output beyond the partial states: an F32 plan's split kernel leaves
+ * an FP8 cache's power of two out of its partial states (kv_scale.cuh), so that they do not
+ * round as subnormals before the merge rounds again; a 16-bit plan's carry it in part_scale. */
+template <typename T> __device__ __forceinline__ float out_pow(const mlav_flash_params &)
+{
+    return 1.0f;
+}
+template <> __device__ __forceinline__ float out_pow<float>(const mlav_flash_params &p)
+{
+    return mlav::out_scale_of(mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale)).pw;
+}
+__device__ __forceinline__ float4 times(float4 a, float f)
+{
+    return make_float4(a.x * f, a.y * f, a.z * f, a.w * f);
+}
 
 /* The partial states as the split kernels leave them: fp32 for F32 plans (verify_flash_f32.cu);
  * fp16 for 16-bit plans (verify_flash.cu), each (row, 128-column block) scaled by a power of two
@@ -239,6 +256,8 @@ __device__ __forceinline__ void combine_block(const mlav_flash_params &p,
             acc.w += v.w;
         }
     }
+    if constexpr (!partial<T>::scaled)
+        acc = times(acc, out_pow<T>(p));
     T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + d;
     out[0] = from_float<T>(acc.x);
     out[1] = from_float<T>(acc.y);
@@ -383,9 +402,10 @@ __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav
                         io::load(p.part_o, e0 + (s0 + BATCH + s) * rstride * DL + cb * SCALE_COLS);
     }
     T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + lane * 4;
+    [[maybe_unused]] const float pw = out_pow<T>(p);
 #pragma unroll
     for (int cb = 0; cb < CBS; cb++)
-        io::store(out + cb * SCALE_COLS, acc[cb]);
+        io::store(out + cb * SCALE_COLS, partial<T>::scaled ? acc[cb] : times(acc[cb], pw));
     if (p.lse && lane == 0)
         p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
 }
@@ -453,7 +473,7 @@ __device__ __forceinline__ void combine_row_piece(const mlav_flash_params &p,
     }
     T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + cb * SCALE_COLS +
              lane * 4;
-    io::store(out, acc);
+    io::store(out, partial<T>::scaled ? acc : times(acc, out_pow<T>(p)));
     if (p.lse && cb == 0 && lane == 0)
         p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
 }

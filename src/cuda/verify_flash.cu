@@ -37,6 +37,7 @@
 #include "../common/merge.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
+#include "kv_scale.cuh"
 #include "page_row.cuh"
 #include "flash.h"
 #include "mma.cuh"
@@ -255,15 +256,6 @@ __device__ __forceinline__ void v_fragments_fp8(uint32_t r0, uint32_t r1, uint32
     mlav::e4m3x4_to_half2x2(__byte_perm(r1, 0u, 0x3120), b[1], b[3]);
 }
 
-/* The FP8 cache's scale for this run: the device value when the run gave one (read by the kernel,
- * so a captured graph follows it), else the host value. One that is not finite and > 0 becomes
- * NaN, so that every row that sees a key comes out NaN (the header's rule: no host read of a
- * device scale). */
-__device__ __forceinline__ float kv_scale_of(const mlav_flash_params &p)
-{
-    const float v = p.kv_scale_ptr ? __ldg(p.kv_scale_ptr) : p.kv_scale;
-    return MLAV_KV_SCALE_OK(v) ? v : __int_as_float(0x7fc00000);
-}
 
 /* BF16 q over an FP8 cache: the block's Q (the latent A fragments in `qf`, and rope Q in `sQ`,
  * rows QPS8 apart) from BF16 to F16, times 2^-shift, so that the block's largest |q| lands in
@@ -349,7 +341,7 @@ __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[MT][KSTEPS][4], __half 
  * over a kv_scale of 2^-126 scores 2^33 x 2^113 before the scale. With halves, neither product
  * passes fp32's range unless the score itself does (|dot| < 2^35 with F16 operands), and a
  * factor that underflows belongs to scores far below any softmax's resolution. Per block, in
- * the prologue. A bad kv_scale (NaN, from kv_scale_of) stays NaN. */
+ * the prologue. A bad kv_scale (NaN, from kv_scale_read) stays NaN. */
 __device__ __forceinline__ void fp8_score_factors(float unshift, float scale_log2, float kv_scale,
                                                   float &a, float &b)
 {
@@ -360,20 +352,6 @@ __device__ __forceinline__ void fp8_score_factors(float unshift, float scale_log
     b = ldexpf(scale_log2 * m, h);
 }
 
-/* An FP8 cache's scale on the output, kv_scale = mant x 2^e with mant in [1, 2): inv takes the
- * mantissa, and the power of two pw = 2^e (2^-149 .. 2^127, exact) is applied on its own as
- * the output is stored, so that 1 / l x kv_scale never rounds as a subnormal (kv_scale 2^-126
- * over 2^17 keys kept 6 bits of it), nor does any value but the output itself. */
-struct fp8_out_scale {
-    float mant, pw;
-    int pexp; /* pw = 2^pexp */
-};
-__device__ __forceinline__ fp8_out_scale fp8_out_of(float kv_scale)
-{
-    int e;
-    const float m = frexpf(kv_scale, &e);
-    return {2.0f * m, ldexpf(1.0f, e - 1), e - 1};
-}
 
 /* Zero the Inf and NaN elements of one V fragment (four registers of two elements each), on
  * tiles with draft rows or rows past the split end. Exact, because c_kv is also the key: a
@@ -494,7 +472,7 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     const uint8_t *kv8 = static_cast<const uint8_t *>(p.kv); /* FP8 only */
     /* FP8: the scale multiplies the scores (with softmax_scale) and the output (through inv in
      * the epilogue), in fp32 outside the products */
-    const float fp8_scale = FP8 ? kv_scale_of(p) : 1.0f;
+    const float fp8_scale = FP8 ? mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale) : 1.0f;
     float fp8_scale_log2 = FP8 ? p.scale_log2 * fp8_scale : 0.0f;
     /* BF16 q over an FP8 cache: the power of two q_to_f16 took out of Q, put back into the scores
      * (with fp8_scale_log2: fp8_score_factors) */
@@ -1010,8 +988,8 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     }
     mlav::named_barrier(bar, GROUP_THREADS);
     const bool final_out = item.slot < 0;
-    [[maybe_unused]] const fp8_out_scale fp8_out =
-        FP8 ? fp8_out_of(fp8_scale) : fp8_out_scale{1.0f, 1.0f, 0};
+    [[maybe_unused]] const mlav::out_scale fp8_out =
+        FP8 ? mlav::out_scale_of(fp8_scale) : mlav::out_scale{1.0f, 1.0f, 0};
     float inv[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {

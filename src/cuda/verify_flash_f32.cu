@@ -10,6 +10,7 @@
 #include "../common/merge.h"
 #include "../common/visibility.h"
 #include "flash.h"
+#include "kv_scale.cuh"
 #include "page_row.cuh"
 #include "mma.cuh"
 
@@ -37,14 +38,6 @@ __device__ __forceinline__ float kv_elem(const uint8_t *row, int k)
     return mlav_e4m3_to_f32(row[k]);
 }
 
-/* The FP8 scale: as verify_flash.cu's kv_scale_of (device value, else host value; not finite
- * and > 0 gives NaN). */
-__device__ __forceinline__ float f32_kv_scale_of(const mlav_flash_params &p)
-{
-    const float v = p.kv_scale_ptr ? __ldg(p.kv_scale_ptr) : p.kv_scale;
-    return MLAV_KV_SCALE_OK(v) ? v : __int_as_float(0x7fc00000);
-}
-
 template <typename KV>
 __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_params p)
 {
@@ -67,12 +60,11 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
     const int q_start = item.q_start, prefix = item.prefix;
     const int M = item.q_len * p.H;
     const KV *kv = static_cast<const KV *>(p.kv);
-    const float kv_scale = FP8 ? f32_kv_scale_of(p) : 1.0f;
-    /* FP8: kv_scale = mant 2^e, mant in [1, 2): the output takes 1 / l x mant, then 2^e on its
-     * own, so that no factor rounds as a subnormal where the output does not */
-    int kv_e = 0;
-    const float kv_mant = FP8 ? 2.0f * frexpf(kv_scale, &kv_e) : 1.0f;
-    const float kv_pow = FP8 ? ldexpf(1.0f, kv_e - 1) : 1.0f;
+    const float kv_scale = FP8 ? mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale) : 1.0f;
+    /* FP8: the output takes 1 / l x the scale's mantissa, then its power of two on its own
+     * (kv_scale.cuh); a split's partial state without the power, which the combine applies */
+    const mlav::out_scale kv_out = FP8 ? mlav::out_scale_of(kv_scale) : mlav::out_scale{1.0f, 1.0f, 0};
+    const float kv_mant = kv_out.mant, kv_pow = kv_out.pw;
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, b);
 
@@ -155,7 +147,7 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
             float *po = static_cast<float *>(p.part_o) + ((size_t)item.slot * BM + r) * DL;
 #pragma unroll
             for (int k = 0; k < DL / 32; k++)
-                po[lane + 32 * k] = acc[k] * inv * kv_pow;
+                po[lane + 32 * k] = acc[k] * inv;
             if (lane == 0)
                 p.part_lse[(size_t)item.slot * BM + r] = lse;
         }

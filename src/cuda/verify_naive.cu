@@ -11,6 +11,7 @@
 #include "../common/dtype.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
+#include "kv_scale.cuh"
 #include "page_row.cuh"
 #include "verify_naive.h"
 
@@ -207,11 +208,8 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
      * every key the row sees NaN, so every row that sees a key is NaN (mlaverify.h), and a row
      * that sees none is still empty. 1 (an exact no-op) for other caches. */
     float kv_scale = 1.0f;
-    if constexpr (kFp8) {
-        kv_scale = a.kv_scale_ptr ? __ldg(a.kv_scale_ptr) : a.kv_scale;
-        if (!MLAV_KV_SCALE_OK(kv_scale))
-            kv_scale = NAN;
-    }
+    if constexpr (kFp8)
+        kv_scale = mlav::kv_scale_read(a.kv_scale_ptr, a.kv_scale);
 
     const T *q = static_cast<const T *>(a.q) + row * a.W;
     for (int32_t d = tid; d < a.W; d += MLAV_NAIVE_THREADS)
@@ -243,8 +241,9 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
         const int E = sh + e, h = E / 2;
         f1 = ldexpf(1.0f, E - h);
         f2 = ldexpf(a.scale * mk, h);
-        kv_mant = 2.0f * mk;
-        kv_pow = ldexpf(1.0f, e - 1);
+        const mlav::out_scale os = mlav::out_scale_of(kv_scale);
+        kv_mant = os.mant;
+        kv_pow = os.pw;
     }
 
     /* Pass 1: a warp scores kKeysPerWarp keys at once, lanes across the row's chunks. Invisible
