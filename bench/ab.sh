@@ -35,6 +35,8 @@ for side in base new; do
   dir=build-ab-new extra=(); [ $side = base ] && dir=build-ab-base-$tag
   # shellcheck disable=SC2206
   [ $side = new ] && extra=(${NEW_ARGS:-})
+  # with --engine, each side's engine rows (plan for limits, graph replays) go to their own file
+  [[ " ${args[*]} " == *" --engine "* ]] && extra+=(--engine-csv "$csvd/ab-$side-engine.csv")
   # the command is at the build folder's top; a baseline tree from before tools/ has it in src/cli
   cli=$dir/mlaverify; [ -x "$cli" ] || cli=$dir/src/cli/mlaverify
   "$cli" bench --backend cuda "${args[@]}" "${extra[@]}" \
@@ -55,4 +57,17 @@ done
   join -t, <(awk -F, "$key" "$csvd/ab-base.csv" | sort) <(awk -F, "$key" "$csvd/ab-new.csv" | sort) |
     awk -F'[|,]' '{printf "%6s %6s %6s %8s %5s %8s %12.1f %12.1f %7.3f\n", $1,$2,$3,$4,$5,$6,$7,$8,$8/$7}' |
     sort -k1,1n -k2,2n -k3,3n -k4,4n -k5,5n -k6,6
+  if [ -f "$csvd/ab-new-engine.csv" ] && [ -f "$csvd/ab-base-engine.csv" ]; then
+    # the engine path: step_us (update + run in one graph) and run_us (the run alone)
+    echo "engine path (--engine): step_us and run_us, base and new"
+    printf '%6s %6s %6s %8s %5s %8s %10s %10s %7s %10s %10s %7s\n' batch heads q_len prefix page kv \
+      base_step new_step new/base base_run new_run new/base
+    ekey='NR==1 {for (i = 1; i <= NF; i++) if ($i == "kv_dtype") k = i}
+          NR>1 {print $1"|"$2"|"$3"|"$4"|"$5"|"(k ? $k : $6)","$9","$10}'
+    join -t, <(awk -F, "$ekey" "$csvd/ab-base-engine.csv" | sort) \
+      <(awk -F, "$ekey" "$csvd/ab-new-engine.csv" | sort) |
+      awk -F'[|,]' '{printf "%6s %6s %6s %8s %5s %8s %10.1f %10.1f %7.3f %10.1f %10.1f %7.3f\n",
+        $1,$2,$3,$4,$5,$6,$7,$9,$9/$7,$8,$10,$10/$8}' |
+      sort -k1,1n -k2,2n -k3,3n -k4,4n -k5,5n -k6,6
+  fi
 } | tee "$OUT/ab.txt"
