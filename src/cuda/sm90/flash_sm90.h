@@ -1,0 +1,28 @@
+/* The Hopper (sm_90a) flash kernel family: the legal split kernel's contract (mlav_flash_params,
+ * its split items, out / lse for an unsplit item and the fp16 partial for a split one, merged by
+ * combine.cu unchanged) on wgmma with a producer warpgroup. Built only with MLAV_WITH_SM90.
+ * Scope: BF16 and F16 q with a cache of the same dtype, plans for one problem (no STEP). */
+#ifndef MLAV_CUDA_SM90_FLASH_SM90_H
+#define MLAV_CUDA_SM90_FLASH_SM90_H
+
+#include "../flash.h"
+
+/* Whether this device and these dtypes can run the Hopper kernel: MLAV_OK, or
+ * MLAV_ERR_UNSUPPORTED with a sentence (not cc 9.0, another dtype, an FP8 cache, too little
+ * shared memory). */
+mlav_status mlav_flash_sm90_supported(mlav_dtype dtype, mlav_dtype kv_dtype,
+                                      const mlav_cuda_device *dev);
+
+/* Once per device: the checks above, the kernels' shared-memory attribute (past the 48 KB a
+ * kernel gets unasked; 227 KB opt-in), and their resident blocks per SM (1) through
+ * *blocks_per_sm, for the schedule (mlav_flash_schedule_params). */
+mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
+                                    const mlav_cuda_device *dev, int *blocks_per_sm);
+
+/* Launch the split kernel then (if any) the combine on `stream`: mlav_flash_launch's contract,
+ * for the plans in scope (step 0, no FP8 cache; otherwise MLAV_ERR_UNSUPPORTED). */
+mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                                   const mlav_flash_launch_opts *lo, int step,
+                                   cudaStream_t stream);
+
+#endif

@@ -1,0 +1,296 @@
+/* The Hopper split kernel: one block per mlav_split_item (64 folded (token, head) rows, KV rows
+ * [kv_begin, kv_end)), 384 threads in three warpgroups.
+ *   WG0, the producer (registers given back): Q once, then the KV tiles of 64 keys x 576
+ *        through the page table into a 2-stage ring (gather.cuh), each stage's copies tracked
+ *        by its "full" mbarrier; it refills a stage when both math warpgroups have arrived on
+ *        its "empty" mbarrier.
+ *   WG1, WG2, math warpgroup w = 0, 1 (registers taken): per tile, S for keys [32 w, +32)
+ *        (stages.cuh), scale and visibility mask, the row maxima of both halves met through
+ *        shared memory (named barrier 1), the online-softmax rescale of O, P of its keys into
+ *        the shared P tile (named barrier 2), then O += P V for output columns [256 w, +256).
+ * The running max is exact (no reference slack), the same in both warpgroups (both take the
+ * maximum of the same two shared values); each keeps the row sums of its own keys, met in the
+ * epilogue. The epilogue writes what the legal kernel writes (verify_flash.cu): out and lse for
+ * an unsplit item, else the fp16 partial scaled per 128 columns by part_scale, with part_lse. */
+#ifndef MLAV_CUDA_SM90_KERNEL_CUH
+#define MLAV_CUDA_SM90_KERNEL_CUH
+
+#include <math.h>
+
+#include "../../common/merge.h"
+#include "../../common/visibility.h"
+#include "../mma.cuh"
+#include "../page_row.cuh"
+#include "gather.cuh"
+#include "stages.cuh"
+
+namespace mlav90 {
+
+constexpr int THREADS = 384;
+constexpr int MATH_THREADS = MATH_WGS * 128;
+constexpr int PRODUCER_REGS = 40;   /* 128 x 40 + 256 x 232 <= 65,536 */
+constexpr int MATH_REGS = 232;
+constexpr int BAR_MAX = 1, BAR_P = 2; /* named barriers of the two math warpgroups */
+constexpr float LN2F = 0.6931471805599453f;
+
+struct block_ctx {
+    int b, q_start, prefix, M, m0, kv_begin, kv_end, n_tiles, slot;
+};
+
+__device__ __forceinline__ unsigned char *smem_base()
+{
+    extern __shared__ unsigned char smem_raw[];
+    return reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
+}
+
+/* WG0: Q, then every KV tile of the item, two stages ahead of the math warpgroups at most. */
+template <typename T>
+__device__ __forceinline__ void produce(const mlav_flash_params &p, const block_ctx &c,
+                                        uint32_t base, uint64_t *full, uint64_t *empty,
+                                        uint64_t *qbar, int pt)
+{
+    const T *qg = static_cast<const T *>(p.q) + (size_t)c.q_start * p.H * W;
+    load_q(base + smem90::Q, qg, c.m0, c.M, pt);
+    mbar_arrive_cp_async(qbar);
+    const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
+                                            p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
+    const T *kv = static_cast<const T *>(p.kv);
+    const int row = pt >> 1;
+    int32_t page = kv_page_of(ptab, c.kv_begin + row, c.kv_end, p);
+    for (int t = 0; t < c.n_tiles; t++) {
+        const int s = t % STAGES;
+        if (t >= STAGES)
+            mbar_wait(&empty[s], (uint32_t)((t / STAGES - 1) & 1));
+        const int j0 = c.kv_begin + t * TILE_N;
+        const int32_t next = kv_page_of(ptab, j0 + TILE_N + row, c.kv_end, p);
+        load_kv_tile(base + smem90::KV + (uint32_t)s * OPERAND_BYTES, kv, page, j0, c.kv_end, p,
+                     pt);
+        mbar_arrive_cp_async(&full[s]);
+        page = next;
+    }
+    cp_async_wait_all();
+}
+
+/* The epilogue's partial-state scale of one row and 128 columns (the legal kernel's format,
+ * combine.cu reads it): from the largest |O| bits `mb` of the columns and 1 / l, the factor
+ * 2^(141 - ex) / l that puts the largest |O / l| in [2^14, 2^15) and the part_scale 2^(ex - 141)
+ * that restores it, ex the biased exponent of max |O / l|, at least 15. */
+__device__ __forceinline__ void partial_scale(uint32_t mb, float inv, float &sc, float &ps)
+{
+    mb = __float_as_uint(__uint_as_float(mb) * inv);
+    const int ex = max((int)((mb >> 23) & 0xffu), 15);
+    sc = __uint_as_float((uint32_t)(268 - ex) << 23) * inv;
+    ps = __uint_as_float((uint32_t)(ex - 14) << 23);
+}
+
+/* WG1 / WG2: the tiles' products and softmax, then the epilogue. */
+template <typename T>
+__device__ __forceinline__ void consume(const mlav_flash_params &p, const block_ctx &c,
+                                        unsigned char *smem, uint32_t base, uint64_t *full,
+                                        uint64_t *empty, uint64_t *qbar, int w, int wt)
+{
+    using TY = mlav::mma_type<T>;
+    const int warp = wt >> 5, lane = wt & 31, g = lane >> 2, t4 = lane & 3;
+    float *smax = reinterpret_cast<float *>(smem + smem90::MAX);
+    float *ssum = reinterpret_cast<float *>(smem + smem90::SUM);
+    const int r0 = 16 * warp + g; /* this thread's rows: r0 (h = 0) and r0 + 8 (h = 1) */
+
+    float o[O_REGS];
+#pragma unroll
+    for (int i = 0; i < O_REGS; i++)
+        o[i] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}; /* log2 units */
+    float l_run[2] = {0.0f, 0.0f};           /* this thread's keys of its warpgroup's half */
+    mbar_wait(qbar, 0);
+
+    for (int t = 0; t < c.n_tiles; t++) {
+        const int s = t % STAGES;
+        const uint32_t stage = base + smem90::KV + (uint32_t)s * OPERAND_BYTES;
+        mbar_wait(&full[s], (uint32_t)((t / STAGES) & 1));
+        fence_proxy_async(); /* the producer's cp.async writes, for wgmma's reads */
+        float x[S_REGS];
+#pragma unroll
+        for (int i = 0; i < S_REGS; i++)
+            x[i] = 0.0f;
+        s_tile<T>(x, base + smem90::Q, stage, w);
+
+        const int j0 = c.kv_begin + t * TILE_N;
+        const bool hidden = tile_has_hidden_keys(j0, c.prefix, c.kv_end);
+        if (!hidden) {
+            /* prefix keys only: every key visible to every row (rows past M hold Q = 0 and are
+             * never written) */
+#pragma unroll
+            for (int i = 0; i < S_REGS; i++)
+                x[i] *= p.scale_log2;
+        } else {
+            int row_i[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int m = c.m0 + r0 + 8 * h;
+                row_i[h] = m < c.M ? m / p.H : -1;
+            }
+#pragma unroll
+            for (int i = 0; i < S_REGS; i++) {
+                const int h = (i >> 1) & 1;
+                const int j = j0 + S_KEYS * w + 8 * (i >> 2) + 2 * t4 + (i & 1);
+                bool vis = j < c.kv_end && row_i[h] >= 0;
+                if (vis && j >= c.prefix) {
+                    const int k = j - c.prefix, qi = row_i[h];
+                    vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
+                }
+                x[i] = vis ? x[i] * p.scale_log2 : -INFINITY;
+            }
+        }
+
+        /* the row maxima of this half, then of the tile */
+        float tm[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < S_REGS; i++)
+            tm[(i >> 1) & 1] = fmaxf(tm[(i >> 1) & 1], x[i]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 1));
+            tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 2));
+            if (t4 == 0)
+                smax[w * BM + r0 + 8 * h] = tm[h];
+        }
+        named_barrier(BAR_MAX, MATH_THREADS); /* both halves' S done, K read */
+        if (hidden)
+            sanitize_v(smem + smem90::KV + (uint32_t)s * OPERAND_BYTES, TY::exp_mask, wt + 128 * w,
+                       MATH_THREADS);
+        float alpha[2], ref[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + 8 * h;
+            const float tile_max = fmaxf(smax[r], smax[BM + r]);
+            const float new_max = fmaxf(m_run[h], tile_max);
+            alpha[h] = m_run[h] == -INFINITY ? 0.0f : mlav::exp2_fast(m_run[h] - new_max);
+            m_run[h] = new_max;
+            ref[h] = new_max == -INFINITY ? 0.0f : new_max; /* no -inf - -inf */
+            l_run[h] *= alpha[h];
+        }
+#pragma unroll
+        for (int i = 0; i < O_REGS; i++)
+            o[i] *= alpha[(i >> 1) & 1];
+        float pv[S_REGS];
+#pragma unroll
+        for (int i = 0; i < S_REGS; i++) {
+            pv[i] = mlav::exp2_fast(x[i] - ref[(i >> 1) & 1]);
+            l_run[(i >> 1) & 1] += pv[i];
+        }
+        store_p(smem + smem90::P, pv, w, warp, lane, TY::pack);
+        fence_proxy_async(); /* P (and a sanitized V) for wgmma's reads */
+        named_barrier(BAR_P, MATH_THREADS);
+        pv_tile<T>(o, base + smem90::P, stage, w);
+        mbar_arrive(&empty[s]);
+    }
+
+    /* epilogue: the row sums of both halves, O / l, lse */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (t4 == 0)
+            ssum[w * BM + r0 + 8 * h] = l;
+    }
+    named_barrier(BAR_MAX, MATH_THREADS);
+    const bool final_out = c.slot < 0;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h, m = c.m0 + r;
+        const float l = ssum[r] + ssum[BM + r];
+        const float inv = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
+        const bool live = m < c.M;
+        if (live && w == 0 && t4 == 0) {
+            const float lse = mlav_finish_lse(m_run[h] * LN2F, l);
+            if (!final_out)
+                p.part_lse[(size_t)c.slot * BM + r] = lse;
+            else if (p.lse)
+                p.lse[(size_t)c.q_start * p.H + m] = lse;
+        }
+        if (final_out) {
+            if (live) {
+                T *out = static_cast<T *>(p.out) + ((size_t)c.q_start * p.H + m) * DL +
+                         O_COLS * w + 2 * t4;
+#pragma unroll
+                for (int j = 0; j < O_REGS / 4; j++)
+                    *reinterpret_cast<uint32_t *>(out + 8 * j) =
+                        TY::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+            }
+        } else {
+            constexpr int SC_J = MLAV_FLASH_SCALE_COLS / 8; /* n8 tiles per part_scale column block */
+#pragma unroll
+            for (int cb = 0; cb < O_COLS / MLAV_FLASH_SCALE_COLS; cb++) {
+                uint32_t mb = 0;
+#pragma unroll
+                for (int j = cb * SC_J; j < (cb + 1) * SC_J; j++)
+                    mb = max(mb, max(__float_as_uint(o[4 * j + 2 * h]) & 0x7fffffffu,
+                                     __float_as_uint(o[4 * j + 2 * h + 1]) & 0x7fffffffu));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+                float sc, ps;
+                partial_scale(mb, inv, sc, ps);
+                if (!live)
+                    continue;
+                const int col_block = w * (O_COLS / MLAV_FLASH_SCALE_COLS) + cb;
+                if (t4 == 0)
+                    p.part_scale[((size_t)c.slot * BM + r) * (DL / MLAV_FLASH_SCALE_COLS) +
+                                 col_block] = ps;
+                __half *po = static_cast<__half *>(p.part_o) + ((size_t)c.slot * BM + r) * DL +
+                             O_COLS * w + 2 * t4;
+#pragma unroll
+                for (int j = cb * SC_J; j < (cb + 1) * SC_J; j++) {
+                    const __half2 v = __floats2half2_rn(o[4 * j + 2 * h] * sc,
+                                                        o[4 * j + 2 * h + 1] * sc);
+                    *reinterpret_cast<__half2 *>(po + 8 * j) = v;
+                }
+            }
+        }
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash_params p)
+{
+    unsigned char *smem = smem_base();
+    const uint32_t base = smem_u32(smem);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + smem90::BAR);
+    uint64_t *full = bars, *empty = bars + STAGES, *qbar = bars + 2 * STAGES;
+    mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
+    const mlav_split_item item = p.items[blockIdx.x];
+    const int tid = threadIdx.x;
+    /* through a shuffle, so that ptxas knows the warpgroup index warp-uniform */
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], PRODUCER_THREADS);
+            mbar_init(&empty[s], MATH_THREADS);
+        }
+        mbar_init(qbar, PRODUCER_THREADS);
+    }
+    __syncthreads();
+    block_ctx c;
+    c.b = item.b;
+    c.q_start = item.q_start;
+    c.prefix = item.prefix;
+    c.M = item.q_len * p.H;
+    c.m0 = item.mtile * BM;
+    c.kv_begin = item.kv_begin;
+    c.kv_end = item.kv_end;
+    c.n_tiles = (item.kv_end - item.kv_begin + TILE_N - 1) / TILE_N;
+    c.slot = item.slot;
+    if (wg == 0) {
+        regs_dealloc<PRODUCER_REGS>();
+        produce<T>(p, c, base, full, empty, qbar, tid);
+    } else {
+        regs_alloc<MATH_REGS>();
+        consume<T>(p, c, smem, base, full, empty, qbar, wg - 1, tid - 128 * wg);
+    }
+}
+
+} // namespace mlav90
+
+#endif
