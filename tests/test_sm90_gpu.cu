@@ -1,0 +1,229 @@
+/* The Hopper (sm_90a) split kernel against the fp64 oracle, beside the legal split kernel on the
+ * same launch parameters: random problems (H in {8, 16, 64, 128}, q_len 1..16, chains and trees,
+ * prefixes up to 32k, page_size 1 and 64, BF16 and F16, NaN-poisoned unused pages), whose
+ * schedules hold split items (a partial state merged by the combine) and unsplit ones (out and
+ * lse written by the split kernel). Both families run through mlav_flash_params built here the
+ * way the cuda backend builds them (src/cuda/backend_flash.cu), with the schedule of
+ * mlav_schedule_build, and each result is held to the tolerances of the other GPU tests
+ * (tu_out_tol, tu_lse_tol). Skips (77) without a cc 9.0 device. MLAV_TEST_SEED fixes the seed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+#include "../common/combine_shape.h"
+#include "flash_sm90.h"
+extern "C" { /* a C header without C++ guards */
+#include "../dispatch/validate.h"
+}
+#include "mlaverify_internal.h"
+extern "C" {
+#include "test_util.h"
+}
+
+namespace {
+
+int g_have_device = 0;
+
+void *dalloc(size_t n)
+{
+    void *d = NULL;
+    TU_CK(cudaMalloc(&d, n ? n : 16));
+    return d;
+}
+
+void *dcopy(const void *h, size_t n)
+{
+    void *d = dalloc(n);
+    if (n)
+        TU_CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+size_t align256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+/* Run one family (sm90 or legal) on problem `p` with schedule `sch` and compare. */
+void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedule *sch,
+                const mlav_cuda_device *dev, int sm90, const char *name)
+{
+    const size_t esz = 2;
+    const int W = MLAV_FLASH_W;
+    void *dq = dcopy(p->q, p->q_elems * esz);
+    void *dkv = dcopy(p->kv, p->kv_elems * esz);
+    int32_t *dpt =
+        (int32_t *)dcopy(p->page_table, sizeof(int32_t) * (size_t)info->B * info->max_pages);
+    uint32_t *dmask = p->tree_mask ? (uint32_t *)dcopy(p->tree_mask, sizeof(uint32_t) *
+                                                                         (size_t)info->T *
+                                                                         info->mask_words)
+                                   : NULL;
+    void *dout = dalloc(p->out_elems * esz);
+    float *dlse = (float *)dalloc(p->lse_elems * sizeof(float));
+    TU_CK(cudaMemset(dout, 0xff, p->out_elems * esz));
+    TU_CK(cudaMemset(dlse, 0xff, p->lse_elems * sizeof(float)));
+    /* the NaN row and the row of bad page ids */
+    uint16_t nan_row[MLAV_FLASH_W];
+    for (int i = 0; i < W; i++)
+        nan_row[i] = p->c.dtype == MLAV_DTYPE_F16 ? 0x7e00 : 0x7fc0;
+    void *dnan = dcopy(nan_row, sizeof nan_row);
+    int32_t *dbad = (int32_t *)dalloc(sizeof(int32_t) * (size_t)info->max_pages);
+    TU_CK(cudaMemset(dbad, 0xff, sizeof(int32_t) * (size_t)info->max_pages));
+    /* the partial states, NaN-poisoned: a combine that read a slot no split wrote fails */
+    const size_t rows = (size_t)(sch->n_slots > 0 ? sch->n_slots : 1) * MLAV_FLASH_BLOCK_M;
+    const size_t po = align256(2 * rows * MLAV_FLASH_DL), pl = align256(4 * rows),
+                 ps = align256(4 * rows * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
+    char *ws = (char *)dalloc(po + pl + ps);
+    TU_CK(cudaMemset(ws, 0xff, po + pl + ps));
+    void *ditems = dcopy(sch->items, sizeof(mlav_split_item) * (size_t)sch->n_items);
+    void *dcomb = dcopy(sch->combine, sizeof(mlav_combine_item) * (size_t)sch->n_combine);
+    int max_nsplit = 1;
+    for (int i = 0; i < sch->n_combine; i++)
+        max_nsplit = sch->combine[i].nsplit > max_nsplit ? sch->combine[i].nsplit : max_nsplit;
+
+    mlav_flash_params fp;
+    memset(&fp, 0, sizeof fp);
+    fp.q = dq;
+    fp.kv = dkv;
+    fp.page_table = dpt;
+    fp.tree_mask = dmask;
+    fp.out = dout;
+    fp.lse = dlse;
+    fp.part_o = ws;
+    fp.part_lse = (float *)(ws + po);
+    fp.part_scale = (float *)(ws + po + pl);
+    fp.items = (const mlav_split_item *)ditems;
+    fp.combine = (const mlav_combine_item *)dcomb;
+    fp.n_items = sch->n_items;
+    fp.n_combine = sch->n_combine;
+    fp.H = info->H;
+    fp.page_size = info->page_size;
+    fp.max_pages = info->max_pages;
+    fp.mask_words = info->mask_words;
+    fp.page_div = mlav_fastdiv_make((uint32_t)info->page_size);
+    fp.page_elems = (uint32_t)info->page_size * W;
+    fp.page_limit = (uint32_t)p->num_pages;
+    fp.nan_row = dnan;
+    fp.bad_pages = dbad;
+    fp.num_pages = p->num_pages;
+    fp.scale_log2 = info->scale * MLAV_LOG2E;
+    fp.kv_scale = 1.0f;
+    fp.combine_col_blocks =
+        mlav_combine_col_blocks((int64_t)sch->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, dev);
+    mlav_flash_launch_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.all_groups = mlav_flash_all_groups(info->max_q_len, info->H);
+    lo.combine_kind = mlav_combine_kind(max_nsplit);
+
+    mlav_status s = sm90 ? mlav_flash_sm90_launch(info->dtype, &fp, &lo, 0, 0)
+                         : mlav_flash_launch(info->dtype, &fp, &lo, 0, 0);
+    if (s != MLAV_OK)
+        fail_msg("%s %s: launch returned %s: %s", sm90 ? "sm90" : "legal", name,
+                 mlav_status_string(s), mlav_get_error());
+    TU_CK(cudaDeviceSynchronize());
+    tu_poison(p);
+    TU_CK(cudaMemcpy(p->out, dout, p->out_elems * esz, cudaMemcpyDeviceToHost));
+    TU_CK(cudaMemcpy(p->lse, dlse, p->lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
+    char msg[512];
+    const int ok = tu_compare(p, tu_out_tol(p->c.dtype), tu_lse_tol(p->c.dtype), msg, sizeof msg);
+    printf("  %-5s %s: items %d (combine %d, max splits %d): %s %s\n", sm90 ? "sm90" : "legal",
+           name, sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL", msg);
+    fflush(stdout);
+    void *bufs[] = {dq, dkv, dpt, dmask, dout, dlse, dnan, dbad, ws, ditems, dcomb};
+    for (void *b : bufs)
+        if (b)
+            TU_CK(cudaFree(b));
+    if (!ok)
+        fail_msg("%s %s: %s", sm90 ? "sm90" : "legal", name, msg);
+}
+
+void run_case(const tu_case *c, const mlav_cuda_device *dev)
+{
+    tu_problem *p = tu_make(c);
+    tu_reference(p);
+    mlav_problem_info info;
+    if (mlav_problem_validate(&p->prob, &info) != MLAV_OK)
+        fail_msg("validate: %s", mlav_get_error());
+    int bps = 0;
+    if (mlav_flash_sm90_prepare(info.dtype, info.kv_dtype, dev, &bps) != MLAV_OK)
+        fail_msg("sm90 prepare: %s", mlav_get_error());
+    int bps_legal = 0;
+    if (mlav_flash_prepare(info.dtype, info.kv_dtype, dev, &bps_legal) != MLAV_OK)
+        fail_msg("legal prepare: %s", mlav_get_error());
+    /* one schedule for both, the sm90 kernel's residency (1 block per SM, as the legal's) */
+    const mlav_schedule_params sp = mlav_flash_schedule_params(dev->sm_count, bps);
+    mlav_schedule sch;
+    memset(&sch, 0, sizeof sch);
+    if (mlav_schedule_build(&info, &sp, &sch) != MLAV_OK)
+        fail_msg("schedule: %s", mlav_get_error());
+    char name[256];
+    tu_case_name(c, name, sizeof name);
+    run_family(p, &info, &sch, dev, 0, name);
+    run_family(p, &info, &sch, dev, 1, name);
+    mlav_schedule_free(&sch);
+    mlav_problem_info_free(&info);
+    tu_free(p);
+}
+
+void test_sm90_random(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    mlav_cuda_device dev;
+    if (mlav_cuda_device_query(&dev) != MLAV_OK)
+        fail_msg("device query: %s", mlav_get_error());
+    uint64_t seed = tu_seed();
+    printf("test_sm90_random: seed 0x%llx (MLAV_TEST_SEED to repeat)\n",
+           (unsigned long long)seed);
+    uint64_t st = seed;
+    const int heads[4] = {8, 16, 64, 128};
+    const int cases = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 24;
+    for (int k = 0; k < cases; k++) {
+        tu_case c;
+        memset(&c, 0, sizeof c);
+        c.H = heads[k % 4];
+        c.Dl = MLAV_FLASH_DL;
+        c.Dr = MLAV_FLASH_DR;
+        c.page_size = (k / 4) % 2 ? 64 : 1;
+        c.dtype = (k / 8) % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.tree = (tu_tree)(tu_next(&st) % 4);
+        c.seed = tu_next(&st);
+        /* alternate one long request (split items) with a few short ones (mostly unsplit) */
+        const int long_one = k % 2 == 0;
+        c.B = long_one ? 1 : 1 + (int)(tu_next(&st) % 4);
+        for (int b = 0; b < c.B; b++) {
+            c.q_lens[b] = 1 + (int)(tu_next(&st) % 16);
+            c.prefixes[b] = long_one ? 1024 + (int)(tu_next(&st) % 31744)
+                                     : (int)(tu_next(&st) % 700);
+        }
+        run_case(&c, &dev);
+    }
+}
+
+} // namespace
+
+int main(void)
+{
+    int n = 0, dev = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0 && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9 && prop.minor == 0)
+        g_have_device = 1;
+    else
+        printf("test_sm90_gpu: no cc 9.0 device, skipped\n");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sm90_random),
+    };
+    const int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    return rc == 0 && !g_have_device ? 77 : rc;
+}
