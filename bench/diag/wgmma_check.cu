@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(384, 1)
         const int32_t page = kv_page_of(p.page_table, j0 + (pt >> 1), kv_end, p);
         load_kv_tile(base + smem90::KV, static_cast<const T *>(p.kv), page, j0, kv_end, p, pt);
         mbar_arrive_cp_async(full);
+        cp_async_wait_all();
         return;
     }
     const int w = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = tid & 31;
