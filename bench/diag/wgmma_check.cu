@@ -1,7 +1,7 @@
 /* wgmma_check: the Hopper kernel's shared-memory layouts, descriptors and paged gather on known
  * random data (sm_90a only). One block of the kernel's shape (a producer warpgroup and two math
  * warpgroups) gathers Q (64 x 576) and one KV tile (64 keys x 576) through a page table with the
- * kernel's loads (gather.cuh, mbarriers), computes S = Q K^T with the kernel's s_tile (m64n32k16,
+ * kernel's loads (gather.cuh) and hand-over (publish_copies, mbarriers), computes S = Q K^T with the kernel's s_tile (m64n32k16,
  * each math warpgroup 32 keys), stores a given P with the kernel's store_p and computes O = P V
  * with its pv_tile (m64n256k16, V read MN-major, each warpgroup 256 columns), and compares S and
  * O with an fp64 host reference: max abs and relative error per product, PASS/FAIL; the exit
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t base = smem_u32(smem);
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + smem90::BAR);
     uint64_t *full = bars, *qbar = bars + 2 * STAGES;
-    const int tid = threadIdx.x, wg = tid / 128;
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     if (tid == 0) {
         mbar_init(full, PRODUCER_THREADS);
         mbar_init(qbar, PRODUCER_THREADS);
@@ -65,18 +65,20 @@ __global__ void __launch_bounds__(384, 1)
     if (wg == 0) {
         const int pt = tid;
         load_q(base + smem90::Q, q, 0, BM, pt);
-        mbar_arrive_cp_async(qbar);
+        cp_async_commit();
         const int32_t page = kv_page_of(p.page_table, j0 + (pt >> 1), kv_end, p);
         load_kv_tile(base + smem90::KV, static_cast<const T *>(p.kv), page, j0, kv_end, p, pt);
-        mbar_arrive_cp_async(full);
-        cp_async_wait_all();
+        cp_async_commit();
+        cp_async_wait<1>();
+        publish_copies(qbar);
+        cp_async_wait<0>();
+        publish_copies(full);
         return;
     }
     const int w = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     mbar_wait(qbar, 0);
     mbar_wait(full, 0);
-    fence_proxy_async();
     float s[S_REGS];
 #pragma unroll
     for (int i = 0; i < S_REGS; i++)

@@ -1,6 +1,6 @@
 /* The producer warpgroup's loads: Q once per block and the paged KV tiles, 16-byte cp.async
- * copies into the swizzled layout (smem_layout.cuh), completion signalled on an mbarrier; and
- * the sanitizing pass that tiles with hidden keys need before P V.
+ * copies into the swizzled layout (smem_layout.cuh), published by the copying threads themselves
+ * (publish_copies, sync.cuh); and the sanitizing pass that tiles with hidden keys need before P V.
  *
  * Each of the 128 producer threads owns one row of the 64 (row = thread / 2) and every other
  * 16-byte chunk of it (36 of 72): one page lookup per thread and tile, whatever the page size

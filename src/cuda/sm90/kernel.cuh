@@ -1,9 +1,9 @@
 /* The Hopper split kernel: one block per mlav_split_item (64 folded (token, head) rows, KV rows
  * [kv_begin, kv_end)), 384 threads in three warpgroups.
  *   WG0, the producer (registers given back): Q once, then the KV tiles of 64 keys x 576
- *        through the page table into a 2-stage ring (gather.cuh), each stage's copies tracked
- *        by its "full" mbarrier; it refills a stage when both math warpgroups have arrived on
- *        its "empty" mbarrier.
+ *        through the page table into a 2-stage ring (gather.cuh), each stage published on its
+ *        "full" mbarrier (produce); it refills a stage when both math warpgroups have arrived
+ *        on its "empty" mbarrier.
  *   WG1, WG2, math warpgroup w = 0, 1 (registers taken): per tile, S for keys [32 w, +32)
  *        (stages.cuh), scale and visibility mask, the row maxima of both halves met through
  *        shared memory (named barrier 1), the online-softmax rescale of O, P of its keys into
@@ -44,32 +44,64 @@ __device__ __forceinline__ unsigned char *smem_base()
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
 }
 
-/* WG0: Q, then every KV tile of the item, two stages ahead of the math warpgroups at most. */
+/* WG0: Q, then every KV tile of the item into the 2-stage ring. Each thread tracks its own
+ * copies as cp.async groups (Q, then a group per tile) and publishes a stage itself once they
+ * have landed (publish_copies: the writer's proxy fence, then its arrival on the stage's "full"
+ * barrier, 128 arrivals a phase). Tile t + 1 is published as soon as it lands, before the
+ * producer waits for the math warpgroups to release tile t's stage and gathers tile t + 2 into
+ * it: so the math warpgroups never wait for a gather issue, and each tile is gathered one tile
+ * time ahead of its use. */
 template <typename T>
 __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_ctx &c,
                                         uint32_t base, uint64_t *full, uint64_t *empty,
                                         uint64_t *qbar, int pt)
 {
     const T *qg = static_cast<const T *>(p.q) + (size_t)c.q_start * p.H * W;
-    load_q(base + smem90::Q, qg, c.m0, c.M, pt);
-    mbar_arrive_cp_async(qbar);
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
     const T *kv = static_cast<const T *>(p.kv);
-    const int row = pt >> 1;
-    int32_t page = kv_page_of(ptab, c.kv_begin + row, c.kv_end, p);
-    for (int t = 0; t < c.n_tiles; t++) {
-        const int s = t % STAGES;
-        if (t >= STAGES)
-            mbar_wait(&empty[s], (uint32_t)((t / STAGES - 1) & 1));
-        const int j0 = c.kv_begin + t * TILE_N;
-        const int32_t next = kv_page_of(ptab, j0 + TILE_N + row, c.kv_end, p);
-        load_kv_tile(base + smem90::KV + (uint32_t)s * OPERAND_BYTES, kv, page, j0, c.kv_end, p,
-                     pt);
-        mbar_arrive_cp_async(&full[s]);
-        page = next;
+    const int row = pt >> 1, n = c.n_tiles;
+    const int32_t page0 = kv_page_of(ptab, c.kv_begin + row, c.kv_end, p);
+    const int32_t page1 = kv_page_of(ptab, c.kv_begin + TILE_N + row, c.kv_end, p);
+    load_q(base + smem90::Q, qg, c.m0, c.M, pt);
+    cp_async_commit();
+    static_assert(STAGES == 2, "the prologue fills both stages");
+    if (n > 0) {
+        load_kv_tile(base + smem90::KV, kv, page0, c.kv_begin, c.kv_end, p, pt);
+        cp_async_commit();
     }
-    cp_async_wait_all();
+    if (n > 1) {
+        load_kv_tile(base + smem90::KV + OPERAND_BYTES, kv, page1, c.kv_begin + TILE_N, c.kv_end,
+                     p, pt);
+        cp_async_commit();
+    }
+    int32_t page_next = kv_page_of(ptab, c.kv_begin + 2 * TILE_N + row, c.kv_end, p);
+    if (n > 1)
+        cp_async_wait<2>();
+    else if (n == 1)
+        cp_async_wait<1>();
+    else
+        cp_async_wait<0>();
+    publish_copies(qbar);
+    if (n > 1)
+        cp_async_wait<1>();
+    else
+        cp_async_wait<0>();
+    if (n > 0)
+        publish_copies(&full[0]);
+    for (int t = 0; t + 1 < n; t++) {
+        cp_async_wait<0>(); /* tile t + 1 */
+        publish_copies(&full[(t + 1) % STAGES]);
+        if (t + 2 < n) {
+            const int s = t % STAGES;
+            mbar_wait(&empty[s], (uint32_t)((t / STAGES) & 1)); /* tile t's stage is free */
+            const int j0 = c.kv_begin + (t + 2) * TILE_N;
+            load_kv_tile(base + smem90::KV + (uint32_t)s * OPERAND_BYTES, kv, page_next, j0,
+                         c.kv_end, p, pt);
+            cp_async_commit();
+            page_next = kv_page_of(ptab, j0 + TILE_N + row, c.kv_end, p);
+        }
+    }
 }
 
 /* The epilogue's partial-state scale of one row and 128 columns (the legal kernel's format,
@@ -107,8 +139,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
     for (int t = 0; t < c.n_tiles; t++) {
         const int s = t % STAGES;
         const uint32_t stage = base + smem90::KV + (uint32_t)s * OPERAND_BYTES;
-        mbar_wait(&full[s], (uint32_t)((t / STAGES) & 1));
-        fence_proxy_async(); /* the producer's cp.async writes, for wgmma's reads */
+        mbar_wait(&full[s], (uint32_t)((t / STAGES) & 1)); /* published: publish_copies */
         float x[S_REGS];
 #pragma unroll
         for (int i = 0; i < S_REGS; i++)

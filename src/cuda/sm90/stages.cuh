@@ -27,6 +27,7 @@ constexpr int PV_STEPS = TILE_N / 16;          /* 4 k16 steps of P V */
 template <typename T>
 __device__ __forceinline__ void s_tile(float (&s)[S_REGS], uint32_t sq, uint32_t stage, int w)
 {
+    fence_regs(s); /* the accumulators' last writes stay before the warpgroup fence */
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < K_STEPS; ks++) {
@@ -64,6 +65,7 @@ __device__ __forceinline__ void store_p(unsigned char *sp, const float (&pv)[S_R
 template <typename T>
 __device__ __forceinline__ void pv_tile(float (&o)[O_REGS], uint32_t sp, uint32_t stage, int w)
 {
+    fence_regs(o); /* the rescale of O stays before the warpgroup fence */
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < PV_STEPS; ks++)

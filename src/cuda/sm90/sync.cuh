@@ -1,7 +1,8 @@
 /* The sm_90 synchronization the Hopper kernel is built from: mbarriers (the producer/consumer
- * ring of KV tiles), cp.async completion tracked by an mbarrier, the generic-to-async proxy
- * fence that wgmma's shared-memory reads need after ordinary stores, named barriers and the
- * warpgroup register reallocation. Raw PTX; sm_90a only (this directory builds for 90a). */
+ * ring of KV tiles), cp.async groups, the generic-to-async proxy fence that wgmma's
+ * shared-memory reads need after ordinary stores and cp.async copies (both generic proxy),
+ * named barriers and the warpgroup register reallocation. Raw PTX; sm_90a only (this directory
+ * builds for 90a). */
 #ifndef MLAV_CUDA_SM90_SYNC_CUH
 #define MLAV_CUDA_SM90_SYNC_CUH
 
@@ -27,14 +28,6 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *bar)
 {
     asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(
                      smem_u32(bar))
-                 : "memory");
-}
-
-/* An arrival made when every cp.async this thread issued before it has landed; counts against
- * the barrier's expected arrivals (.noinc), so the thread makes no other arrival for it. */
-__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *bar)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
                  : "memory");
 }
 
@@ -82,9 +75,29 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
                  : "memory");
 }
 
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Wait until at most N of this thread's committed cp.async groups are pending. */
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_wait_all()
 {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/* A producer thread's hand-over of shared memory it filled by cp.async to wgmma readers in other
+ * threads: once its copies have landed (a cp_async_wait before), the proxy fence by the writer
+ * itself, then its arrival (release) on the barrier the readers wait on (acquire). */
+__device__ __forceinline__ void publish_copies(uint64_t *bar)
+{
+    fence_proxy_async();
+    mbar_arrive(bar);
 }
 
 } // namespace mlav90
