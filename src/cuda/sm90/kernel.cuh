@@ -201,9 +201,13 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
             ref[h] = new_max == -INFINITY ? 0.0f : new_max; /* no -inf - -inf */
             l_run[h] *= alpha[h];
         }
+        /* O moves only when a row's maximum does (alpha exactly 1 otherwise), in a warp whose
+         * 16 rows all keep theirs the 128 multiplies are skipped */
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-        for (int i = 0; i < O_REGS; i++)
-            o[i] *= alpha[(i >> 1) & 1];
+            for (int i = 0; i < O_REGS; i++)
+                o[i] *= alpha[(i >> 1) & 1];
+        }
         float pv[S_REGS];
 #pragma unroll
         for (int i = 0; i < S_REGS; i++) {
