@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,16 +54,39 @@ size_t align256(size_t n)
     return (n + 255) & ~(size_t)255;
 }
 
+/* How the page table reaches the kernels: request b's row b (ROWS_NONE), or row B + 1 - b of a
+ * shared table of B + 2 rows through page_table_rows (ROWS_SHARED, the ROWS instances). */
+enum rows_mode { ROWS_NONE = 0, ROWS_SHARED = 1 };
+
 /* Run one family (sm90 or legal) on problem `p` with schedule `sch` and compare. */
 void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedule *sch,
-                const mlav_cuda_device *dev, int sm90, const char *name)
+                const mlav_cuda_device *dev, int sm90, const char *name, rows_mode rows)
 {
     const size_t esz = 2;
     const int W = MLAV_FLASH_W;
     void *dq = dcopy(p->q, p->q_elems * esz);
     void *dkv = dcopy(p->kv, p->kv_elems * esz);
-    int32_t *dpt =
-        (int32_t *)dcopy(p->page_table, sizeof(int32_t) * (size_t)info->B * info->max_pages);
+    const size_t mp = (size_t)info->max_pages;
+    int32_t *dpt = NULL, *drows = NULL;
+    if (rows == ROWS_NONE) {
+        dpt = (int32_t *)dcopy(p->page_table, sizeof(int32_t) * (size_t)info->B * mp);
+    } else {
+        /* rows 0 and 1 of the shared table hold bad ids (never selected) */
+        const int nr = info->B + 2;
+        int32_t *shared = (int32_t *)tu_xcalloc((size_t)nr * mp, sizeof(int32_t));
+        int32_t *idx = (int32_t *)tu_xcalloc((size_t)info->B, sizeof(int32_t));
+        for (size_t k = 0; k < 2 * mp; k++)
+            shared[k] = -7;
+        for (int b = 0; b < info->B; b++) {
+            idx[b] = info->B + 1 - b;
+            memcpy(shared + (size_t)idx[b] * mp, p->page_table + (size_t)b * mp,
+                   mp * sizeof(int32_t));
+        }
+        dpt = (int32_t *)dcopy(shared, sizeof(int32_t) * (size_t)nr * mp);
+        drows = (int32_t *)dcopy(idx, sizeof(int32_t) * (size_t)info->B);
+        free(shared);
+        free(idx);
+    }
     uint32_t *dmask = p->tree_mask ? (uint32_t *)dcopy(p->tree_mask, sizeof(uint32_t) *
                                                                          (size_t)info->T *
                                                                          info->mask_words)
@@ -79,9 +103,9 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     int32_t *dbad = (int32_t *)dalloc(sizeof(int32_t) * (size_t)info->max_pages);
     TU_CK(cudaMemset(dbad, 0xff, sizeof(int32_t) * (size_t)info->max_pages));
     /* the partial states, NaN-poisoned: a combine that read a slot no split wrote fails */
-    const size_t rows = (size_t)(sch->n_slots > 0 ? sch->n_slots : 1) * MLAV_FLASH_BLOCK_M;
-    const size_t po = align256(2 * rows * MLAV_FLASH_DL), pl = align256(4 * rows),
-                 ps = align256(4 * rows * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
+    const size_t prow = (size_t)(sch->n_slots > 0 ? sch->n_slots : 1) * MLAV_FLASH_BLOCK_M;
+    const size_t po = align256(2 * prow * MLAV_FLASH_DL), pl = align256(4 * prow),
+                 ps = align256(4 * prow * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
     char *ws = (char *)dalloc(po + pl + ps);
     TU_CK(cudaMemset(ws, 0xff, po + pl + ps));
     void *ditems = dcopy(sch->items, sizeof(mlav_split_item) * (size_t)sch->n_items);
@@ -95,6 +119,8 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     fp.q = dq;
     fp.kv = dkv;
     fp.page_table = dpt;
+    fp.page_table_rows = drows;
+    fp.page_table_num_rows = info->B + 2;
     fp.tree_mask = dmask;
     fp.out = dout;
     fp.lse = dlse;
@@ -135,10 +161,11 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     TU_CK(cudaMemcpy(p->lse, dlse, p->lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
     char msg[512];
     const int ok = tu_compare(p, tu_out_tol(p->c.dtype), tu_lse_tol(p->c.dtype), msg, sizeof msg);
-    printf("  %-5s %s: items %d (combine %d, max splits %d): %s %s\n", sm90 ? "sm90" : "legal",
-           name, sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL", msg);
+    printf("  %-5s %s%s: items %d (combine %d, max splits %d): %s %s\n", sm90 ? "sm90" : "legal",
+           name, rows ? ",rows" : "", sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL",
+           msg);
     fflush(stdout);
-    void *bufs[] = {dq, dkv, dpt, dmask, dout, dlse, dnan, dbad, ws, ditems, dcomb};
+    void *bufs[] = {dq, dkv, dpt, drows, dmask, dout, dlse, dnan, dbad, ws, ditems, dcomb};
     for (void *b : bufs)
         if (b)
             TU_CK(cudaFree(b));
@@ -146,10 +173,10 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
         fail_msg("%s %s: %s", sm90 ? "sm90" : "legal", name, msg);
 }
 
-void run_case(const tu_case *c, const mlav_cuda_device *dev)
+/* `p` (tu_reference run, its page table possibly edited since) through both families. */
+void run_problem(tu_problem *p, const mlav_cuda_device *dev, rows_mode rows)
 {
-    tu_problem *p = tu_make(c);
-    tu_reference(p);
+    const tu_case *c = &p->c;
     mlav_problem_info info;
     if (mlav_problem_validate(&p->prob, &info) != MLAV_OK)
         fail_msg("validate: %s", mlav_get_error());
@@ -167,11 +194,26 @@ void run_case(const tu_case *c, const mlav_cuda_device *dev)
         fail_msg("schedule: %s", mlav_get_error());
     char name[256];
     tu_case_name(c, name, sizeof name);
-    run_family(p, &info, &sch, dev, 0, name);
-    run_family(p, &info, &sch, dev, 1, name);
+    run_family(p, &info, &sch, dev, 0, name, rows);
+    run_family(p, &info, &sch, dev, 1, name, rows);
     mlav_schedule_free(&sch);
     mlav_problem_info_free(&info);
+}
+
+void run_case(const tu_case *c, const mlav_cuda_device *dev, rows_mode rows)
+{
+    tu_problem *p = tu_make(c);
+    tu_reference(p);
+    run_problem(p, dev, rows);
     tu_free(p);
+}
+
+mlav_cuda_device device_or_fail(void)
+{
+    mlav_cuda_device dev;
+    if (mlav_cuda_device_query(&dev) != MLAV_OK)
+        fail_msg("device query: %s", mlav_get_error());
+    return dev;
 }
 
 void test_sm90_random(void **state)
@@ -179,9 +221,7 @@ void test_sm90_random(void **state)
     (void)state;
     if (!g_have_device)
         skip();
-    mlav_cuda_device dev;
-    if (mlav_cuda_device_query(&dev) != MLAV_OK)
-        fail_msg("device query: %s", mlav_get_error());
+    const mlav_cuda_device dev = device_or_fail();
     uint64_t seed = tu_seed();
     printf("test_sm90_random: seed 0x%llx (MLAV_TEST_SEED to repeat)\n",
            (unsigned long long)seed);
@@ -206,7 +246,51 @@ void test_sm90_random(void **state)
             c.prefixes[b] = long_one ? 1024 + (int)(tu_next(&st) % 31744)
                                      : (int)(tu_next(&st) % 700);
         }
-        run_case(&c, &dev);
+        /* every third case through a shared page table (page_table_rows) */
+        run_case(&c, &dev, k % 3 == 2 ? ROWS_SHARED : ROWS_NONE);
+    }
+}
+
+/* Page ids outside the pool (one past it, and negative) in a prefix page of requests 0 and 2:
+ * every row of both sees those keys, which read as NaN rows, so their out and lse are NaN
+ * (tu_compare requires the NaN positions to match); request 1 is untouched. */
+void test_sm90_bad_page_ids(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    for (int k = 0; k < 2; k++) {
+        tu_case c;
+        memset(&c, 0, sizeof c);
+        c.H = 8;
+        c.Dl = MLAV_FLASH_DL;
+        c.Dr = MLAV_FLASH_DR;
+        c.page_size = 16;
+        c.B = 3;
+        c.dtype = k ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.tree = TU_BUSHY;
+        c.seed = tu_seed();
+        const int q_lens[3] = {9, 9, 9}, prefixes[3] = {40, 300, 40};
+        for (int b = 0; b < 3; b++) {
+            c.q_lens[b] = q_lens[b];
+            c.prefixes[b] = prefixes[b];
+        }
+        tu_problem *p = tu_make(&c);
+        tu_reference(p);
+        const int32_t mp = p->prob.max_pages;
+        p->page_table[0 * mp + 0] = (int32_t)p->num_pages + 5;
+        p->page_table[2 * mp + 1] = -3;
+        for (int32_t b = 0; b < 3; b += 2)
+            for (int32_t t = p->q_indptr[b]; t < p->q_indptr[b + 1]; t++)
+                for (int32_t h = 0; h < c.H; h++) {
+                    const size_t row = (size_t)t * (size_t)c.H + (size_t)h;
+                    p->ref_lse[row] = NAN;
+                    for (int32_t d = 0; d < c.Dl; d++)
+                        p->ref_out[row * (size_t)c.Dl + (size_t)d] = NAN;
+                }
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
     }
 }
 
@@ -223,6 +307,7 @@ int main(void)
         printf("test_sm90_gpu: no cc 9.0 device, skipped\n");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sm90_random),
+        cmocka_unit_test(test_sm90_bad_page_ids),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     return rc == 0 && !g_have_device ? 77 : rc;
