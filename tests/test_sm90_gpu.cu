@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime.h>
 extern "C" {
@@ -47,6 +48,28 @@ void *dcopy(const void *h, size_t n)
     if (n)
         TU_CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
     return d;
+}
+
+/* Wait for the device, at most `seconds`: a kernel that deadlocks (an mbarrier phase never
+ * completed) ends the program with a sentence rather than holding the suite until ctest's
+ * timeout; exiting tears the context, and the kernel, down. */
+void sync_or_exit(const char *what, double seconds)
+{
+    const cudaStream_t legacy = 0;
+    cudaEvent_t ev;
+    TU_CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    TU_CK(cudaEventRecord(ev, legacy));
+    for (long spins = 0; cudaEventQuery(ev) == cudaErrorNotReady; spins++) {
+        if (spins * 1e-3 > seconds) {
+            fprintf(stderr, "%s: the device did not finish in %.0f s (a deadlocked kernel?)\n",
+                    what, seconds);
+            fflush(stdout);
+            exit(1);
+        }
+        usleep(1000);
+    }
+    TU_CK(cudaEventDestroy(ev));
+    TU_CK(cudaGetLastError());
 }
 
 size_t align256(size_t n)
@@ -155,6 +178,7 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     if (s != MLAV_OK)
         fail_msg("%s %s: launch returned %s: %s", sm90 ? "sm90" : "legal", name,
                  mlav_status_string(s), mlav_get_error());
+    sync_or_exit(sm90 ? "sm90 launch" : "legal launch", 60.0);
     TU_CK(cudaDeviceSynchronize());
     tu_poison(p);
     TU_CK(cudaMemcpy(p->out, dout, p->out_elems * esz, cudaMemcpyDeviceToHost));

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -243,6 +244,15 @@ int main(int argc, char **argv)
                 CK(cudaEventRecord(e0, st));
                 CK(cudaGraphLaunch(ge, st));
                 CK(cudaEventRecord(e1, st));
+                /* at most 30 s: a deadlocked kernel ends the run with a sentence */
+                for (long spins = 0; cudaEventQuery(e1) == cudaErrorNotReady; spins++) {
+                    if (spins > 30000) {
+                        printf("FAIL: %s did not finish in 30 s (deadlock?)\n",
+                               f ? "sm90" : "legal");
+                        exit(1);
+                    }
+                    usleep(1000);
+                }
                 CK(cudaEventSynchronize(e1));
                 float ms = 0;
                 CK(cudaEventElapsedTime(&ms, e0, e1));

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <vector>
 
@@ -206,6 +207,15 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
                             (int)smem90::BYTES));
     check_kernel<T><<<1, 384, smem90::BYTES>>>(p, dq, j0, kv_end, ds, dp, dout);
     CK(cudaGetLastError());
+    /* at most 30 s: a deadlocked kernel (an mbarrier phase never completed) ends the run */
+    for (long spins = 0; cudaStreamQuery(0) == cudaErrorNotReady; spins++) {
+        if (spins > 30000) {
+            printf("FAIL: %s page_size %d: the kernel did not finish in 30 s (deadlock?)\n",
+                   tname, page_size);
+            exit(1);
+        }
+        usleep(1000);
+    }
     CK(cudaDeviceSynchronize());
     std::vector<float> hs((size_t)BM * TILE_N), ho((size_t)BM * DL);
     CK(cudaMemcpy(hs.data(), ds, hs.size() * 4, cudaMemcpyDeviceToHost));
