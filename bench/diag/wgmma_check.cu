@@ -230,6 +230,7 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
         return from_t<T>(hkv[row * W + d]);
     };
     err_stat es[2], eo[2];
+    std::vector<double> rs((size_t)BM * TILE_N), ro((size_t)BM * DL);
     for (int r = 0; r < BM; r++)
         for (int n = 0; n < TILE_N; n++) {
             double acc = 0, mag = 0;
@@ -238,6 +239,7 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
                 acc += x;
                 mag += fabs(x);
             }
+            rs[(size_t)r * TILE_N + n] = acc;
             es[n / S_KEYS].add(hs[(size_t)r * TILE_N + n], acc, mag, W);
         }
     for (int r = 0; r < BM; r++)
@@ -249,8 +251,35 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
                 acc += x;
                 mag += fabs(x);
             }
+            ro[(size_t)r * DL + c] = acc;
             eo[c / O_COLS].add(ho[(size_t)r * DL + c], acc, mag, TILE_N);
         }
+    /* on a failure, the first few wrong elements and where (if anywhere) the reference holds
+     * the value the kernel gave: a layout or descriptor error shows as a permutation */
+    const auto explain = [&](const char *what, const std::vector<float> &got,
+                             const std::vector<double> &ref, int cols) {
+        int shown = 0;
+        for (size_t i = 0; i < got.size() && shown < 4; i++) {
+            const double g = got[i], e = ref[i];
+            if (fabs(g - e) <= 1e-3 * (fabs(e) + 1e-2))
+                continue;
+            long at = -1;
+            for (size_t k = 0; k < ref.size() && at < 0; k++)
+                if (fabs(g - ref[k]) <= 1e-3 * (fabs(ref[k]) + 1e-2))
+                    at = (long)k;
+            printf("    %s (row %zu, col %zu): got %.6g, want %.6g; ", what, i / cols, i % cols, g,
+                   e);
+            if (at >= 0)
+                printf("the reference's (row %ld, col %ld) holds it\n", at / cols, at % cols);
+            else
+                printf("no reference element holds it\n");
+            shown++;
+        }
+    };
+    if (!es[0].ok || !es[1].ok)
+        explain("S", hs, rs, TILE_N);
+    if (!eo[0].ok || !eo[1].ok)
+        explain("O", ho, ro, DL);
     int fails = 0;
     const char *names[4] = {"S keys 0-31 (wg 0)", "S keys 32-63 (wg 1)", "O cols 0-255 (wg 0)",
                             "O cols 256-511 (wg 1)"};
