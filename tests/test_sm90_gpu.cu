@@ -275,6 +275,108 @@ void test_sm90_random(void **state)
     }
 }
 
+/* A case of H heads, page size ps, dtype dt, tree tr and n requests of the given draft
+ * lengths and prefixes. */
+tu_case make_case(int H, int ps, mlav_dtype dt, tu_tree tr, int n, const int *q_lens,
+                  const int *prefixes, uint64_t seed)
+{
+    tu_case c;
+    memset(&c, 0, sizeof c);
+    c.H = H;
+    c.Dl = MLAV_FLASH_DL;
+    c.Dr = MLAV_FLASH_DR;
+    c.page_size = ps;
+    c.dtype = dt;
+    c.tree = tr;
+    c.B = n;
+    c.seed = seed;
+    for (int b = 0; b < n; b++) {
+        c.q_lens[b] = q_lens[b];
+        c.prefixes[b] = prefixes[b];
+    }
+    return c;
+}
+
+/* A NaN in a draft row's values (c_kv) reaches exactly the rows whose tree mask sees that row:
+ * a hidden key's P = 0 times NaN on the tensor cores would be NaN, so the kernel sanitizes V
+ * on such tiles (sanitize_v); the oracle says which rows are NaN and tu_compare requires the
+ * NaN positions to match. Draft lengths 9 and 33 (two mask words). */
+void test_sm90_nonfinite_hidden_draft(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed();
+    for (int k = 0; k < 2; k++) {
+        const int q_lens[2] = {9, 33}, prefixes[2] = {300, 1000};
+        tu_case c = make_case(8, 1, k ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16, TU_BUSHY, 2, q_lens,
+                              prefixes, seed + k);
+        tu_problem *p = tu_make(&c);
+        /* request 0: draft node 3, column 7; request 1: draft node 20, column 300 */
+        const int32_t bad_node[2] = {3, 20}, bad_col[2] = {7, 300};
+        for (int b = 0; b < 2; b++) {
+            const int32_t j = c.prefixes[b] + bad_node[b], ps = c.page_size;
+            const size_t row =
+                (size_t)p->page_table[(size_t)b * (size_t)p->prob.max_pages + (size_t)(j / ps)] *
+                    (size_t)ps +
+                (size_t)(j % ps);
+            mlav_store_from_f32(p->kv, (int)c.dtype,
+                                row * (size_t)(c.Dl + c.Dr) + (size_t)bad_col[b], NAN);
+        }
+        tu_reference(p);
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
+    }
+}
+
+/* Rising scores (tu_rising_scores): the running maxima of many rows move again and again inside
+ * a split, so O's rescale runs after the first tile too, in some warps and not others (the
+ * kernel skips it in a warp whose rows all keep their maximum). */
+void test_sm90_rising_scores(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed();
+    const int q1[1] = {9}, p1[1] = {4000}, q2[2] = {9, 33}, p2[2] = {3000, 700};
+    const tu_case cases[3] = {
+        make_case(64, 1, MLAV_DTYPE_BF16, TU_CHAIN_NULL, 1, q1, p1, seed),
+        make_case(16, 16, MLAV_DTYPE_F16, TU_BUSHY, 2, q2, p2, seed + 1),
+        make_case(128, 64, MLAV_DTYPE_BF16, TU_DEEP, 2, q2, p2, seed + 2),
+    };
+    for (int k = 0; k < 3; k++) {
+        tu_problem *p = tu_make(&cases[k]);
+        tu_rising_scores(p, 64);
+        tu_reference(p);
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
+    }
+}
+
+/* Values near 1e30 and 1e-30 (tu_scale_magnitudes, out scaled by 2^+-100): the partial states
+ * (fp16 with a power of two per row and 128 columns) must carry both. */
+void test_sm90_extreme_magnitudes(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed();
+    const int q1[1] = {9}, p1[1] = {1500}, q2[2] = {9, 33}, p2[2] = {700, 2000};
+    for (int k = 0; k < 4; k++) {
+        const tu_case c =
+            k < 2 ? make_case(64, 1, MLAV_DTYPE_BF16, TU_BUSHY, 1, q1, p1, seed + k)
+                  : make_case(16, 16, MLAV_DTYPE_BF16, TU_CHAIN, 2, q2, p2, seed + k);
+        tu_problem *p = tu_make(&c);
+        tu_scale_magnitudes(p, k % 2 ? -100 : 100);
+        tu_reference(p);
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
+    }
+}
+
 /* Page ids outside the pool (one past it, and negative) in a prefix page of requests 0 and 2:
  * every row of both sees those keys, which read as NaN rows, so their out and lse are NaN
  * (tu_compare requires the NaN positions to match); request 1 is untouched. */
@@ -332,6 +434,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sm90_random),
         cmocka_unit_test(test_sm90_bad_page_ids),
+        cmocka_unit_test(test_sm90_nonfinite_hidden_draft),
+        cmocka_unit_test(test_sm90_rising_scores),
+        cmocka_unit_test(test_sm90_extreme_magnitudes),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     return rc == 0 && !g_have_device ? 77 : rc;
