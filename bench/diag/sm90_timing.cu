@@ -1,7 +1,8 @@
 /* sm90_timing: the Hopper split kernel (src/cuda/sm90) beside the legal one on the same launch
  * parameters and schedule, at production points: BF16, B {1, 16} x H {8, 16, 64, 128} x q_len
- * {1, 16} x prefix {4096, 32768, 131072}, causal chains, page_size 64 with shuffled pages (and
- * page_size 1 with shuffled rows at a few points). Each family's launch (split kernel and
+ * {1, 16} x prefix {4096, 32768, 131072}, causal chains, page_size 64 with shuffled pages; and
+ * at B {1, 16} x H {8, 128} x q_len 16 x prefix 32768 a random tree mask, and page_size 1 with
+ * shuffled rows (the issue's tree-against-chain and page-1-against-64 comparisons). Each family's launch (split kernel and
  * combine) is captured in a CUDA graph and replayed with the L2 flushed before each replay (a
  * read of twice the L2), CUDA events around the replay; median of the replays. It also prints
  * the largest difference between the two families' outputs (relative to the largest |out|) and
@@ -60,7 +61,7 @@ static size_t align256(size_t n)
 }
 
 struct point {
-    int B, H, q_len, prefix, page_size;
+    int B, H, q_len, prefix, page_size, tree; /* tree: a random tree mask, else the chain */
 };
 
 static float median(std::vector<float> v)
@@ -98,14 +99,19 @@ int main(int argc, char **argv)
             for (int ql : {1, 16})
                 for (int pre : {4096, 32768, 131072})
                     if (!only_h || H == only_h)
-                        pts.push_back({B, H, ql, pre, 64});
-    for (int H : {8, 128})
-        if (!only_h || H == only_h)
-            pts.push_back({1, H, 16, 32768, 1});
+                        pts.push_back({B, H, ql, pre, 64, 0});
+    /* the issue's other comparisons: a random tree against the chain, page_size 1 (shuffled
+     * rows) against 64 */
+    for (int B : {1, 16})
+        for (int H : {8, 128})
+            if (!only_h || H == only_h) {
+                pts.push_back({B, H, 16, 32768, 64, 1});
+                pts.push_back({B, H, 16, 32768, 1, 0});
+            }
     printf("sm90_timing: %s, %d SMs, %d replays per family and point (median), L2 flushed\n",
            prop.name, dev.sm_count, reps);
-    printf("%3s %4s %3s %7s %4s | %9s %9s %7s | %10s %s\n", "B", "H", "q", "prefix", "page",
-           "legal_us", "sm90_us", "ratio", "max_rel_d", "lse");
+    printf("%3s %4s %3s %7s %4s %5s | %9s %9s %7s | %10s %s\n", "B", "H", "q", "prefix", "page",
+           "mask", "legal_us", "sm90_us", "ratio", "max_rel_d", "lse");
     double log_sum = 0;
     int n_pts = 0;
     for (const point &pt : pts) {
@@ -145,13 +151,34 @@ int main(int argc, char **argv)
         std::vector<int32_t> ptab((size_t)num_pages);
         for (int64_t i = 0; i < num_pages; i++)
             ptab[i] = (int32_t)i;
-        uint64_t r = 0x5eedull + (uint64_t)n_pts;
+        uint64_t r = 0x5eedull + (uint64_t)pt.prefix * 131 + (uint64_t)B * 7 + (uint64_t)H;
         for (int64_t i = num_pages - 1; i > 0; i--) {
             r = r * 6364136223846793005ull + 1442695040888963407ull;
             const int64_t k = (int64_t)((r >> 33) % (uint64_t)(i + 1));
             std::swap(ptab[i], ptab[k]);
         }
         const size_t q_elems = (size_t)T * H * W, kv_elems = (size_t)num_pages * pt.page_size * W;
+        /* a random tree: node i's parent is drawn from 0 .. i - 1, and its mask row is its
+         * parent's plus itself (the same tree in every request) */
+        uint32_t *dmask = NULL;
+        if (pt.tree) {
+            const int words = info.mask_words;
+            std::vector<uint32_t> node((size_t)pt.q_len * words, 0u), mask((size_t)T * words);
+            for (int i = 0; i < pt.q_len; i++) {
+                if (i > 0) {
+                    r = r * 6364136223846793005ull + 1442695040888963407ull;
+                    const int par = (int)((r >> 33) % (uint64_t)i);
+                    for (int w = 0; w < words; w++)
+                        node[(size_t)i * words + w] = node[(size_t)par * words + w];
+                }
+                node[(size_t)i * words + i / 32] |= 1u << (i % 32);
+            }
+            for (int t = 0; t < T; t++)
+                for (int w = 0; w < words; w++)
+                    mask[(size_t)t * words + w] = node[(size_t)(t % pt.q_len) * words + w];
+            CK(cudaMalloc(&dmask, mask.size() * 4));
+            CK(cudaMemcpy(dmask, mask.data(), mask.size() * 4, cudaMemcpyHostToDevice));
+        }
         __nv_bfloat16 *dq, *dkv, *dnan, *dout[2];
         int32_t *dpt, *dbad;
         float *dlse[2];
@@ -196,6 +223,7 @@ int main(int argc, char **argv)
             fp.q = dq;
             fp.kv = dkv;
             fp.page_table = dpt;
+            fp.tree_mask = dmask;
             fp.out = dout[f];
             fp.lse = dlse[f];
             fp.part_o = ws[f];
@@ -281,11 +309,13 @@ int main(int argc, char **argv)
             lmax = (l0[i] == l0[i] && l1[i] == l1[i]) ? std::max(lmax, (double)fabs(l0[i] - l1[i]))
                                                       : INFINITY;
         const double ratio = us[0] / us[1];
-        log_sum += log(ratio);
-        n_pts++;
-        printf("%3d %4d %3d %7d %4d | %9.1f %9.1f %7.3f | %10.2e %s\n", B, H, pt.q_len, pt.prefix,
-               pt.page_size, us[0], us[1], ratio, omax > 0 ? dmax / omax : dmax,
-               lmax <= 1e-3 ? "ok" : "DIFFERS");
+        if (!pt.tree && pt.page_size == 64) { /* the geomean: the chain, page 64 grid */
+            log_sum += log(ratio);
+            n_pts++;
+        }
+        printf("%3d %4d %3d %7d %4d %5s | %9.1f %9.1f %7.3f | %10.2e %s\n", B, H, pt.q_len,
+               pt.prefix, pt.page_size, pt.tree ? "tree" : "chain", us[0], us[1], ratio,
+               omax > 0 ? dmax / omax : dmax, lmax <= 1e-3 ? "ok" : "DIFFERS");
         fflush(stdout);
         for (int f = 0; f < 2; f++) {
             cudaFree(dout[f]);
@@ -297,11 +327,12 @@ int main(int argc, char **argv)
         cudaFree(dpt);
         cudaFree(dnan);
         cudaFree(dbad);
+        cudaFree(dmask);
         cudaFree(ditems);
         cudaFree(dcomb);
         mlav_schedule_free(&sch);
     }
-    printf("geomean legal time / sm90 time over %d points: %.3f\n", n_pts,
+    printf("geomean legal time / sm90 time over the %d chain, page-64 points: %.3f\n", n_pts,
            exp(log_sum / std::max(n_pts, 1)));
     fl.release();
     return 0;
