@@ -67,8 +67,9 @@ __global__ void __launch_bounds__(384, 1)
         const int pt = tid;
         load_q(base + smem90::Q, q, 0, BM, pt);
         cp_async_commit();
-        const int32_t page = kv_page_of(p.page_table, j0 + (pt >> 1), kv_end, p);
-        load_kv_tile(base + smem90::KV, static_cast<const T *>(p.kv), page, j0, kv_end, p, pt);
+        int32_t pages[ROWS_PER_THREAD];
+        kv_pages_of(pages, p.page_table, j0, kv_end, p, pt);
+        load_kv_tile(base + smem90::KV, static_cast<const T *>(p.kv), pages, j0, kv_end, p, pt);
         cp_async_commit();
         cp_async_wait<1>();
         publish_copies(qbar);

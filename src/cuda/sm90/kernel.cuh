@@ -8,9 +8,9 @@
  *        (stages.cuh), scale and visibility mask, the row maxima of both halves met through
  *        shared memory (named barrier 1), the online-softmax rescale of O, P of its keys into
  *        the shared P tile (named barrier 2), then O += P V for output columns [256 w, +256).
- * The running max is exact (no reference slack), the same in both warpgroups (both take the
- * maximum of the same two shared values); each keeps the row sums of its own keys, met in the
- * epilogue. The epilogue writes what the legal kernel writes (verify_flash.cu): out and lse for
+ * The running reference maximum moves only on a rise of more than RESCALE_SLACK, the same in
+ * both warpgroups (both decide from the same two shared values); each keeps the row sums of its
+ * own keys, met in the epilogue. The epilogue writes what the legal kernel writes (verify_flash.cu): out and lse for
  * an unsplit item, else the fp16 partial scaled per 128 columns by part_scale, with part_lse. */
 #ifndef MLAV_CUDA_SM90_KERNEL_CUH
 #define MLAV_CUDA_SM90_KERNEL_CUH
@@ -28,10 +28,20 @@ namespace mlav90 {
 
 constexpr int THREADS = 384;
 constexpr int MATH_THREADS = MATH_WGS * 128;
-constexpr int PRODUCER_REGS = 40;   /* 128 x 40 + 256 x 232 <= 65,536 */
-constexpr int MATH_REGS = 232;
+/* 128 x 56 + 256 x 224 = 384 x 168, the block's registers (the producer's 4 page ids and row
+ * addresses a tile spilled at 40) */
+constexpr int PRODUCER_REGS = 56;
+constexpr int MATH_REGS = 224;
 constexpr int BAR_MAX = 1, BAR_P = 2; /* named barriers of the two math warpgroups */
 constexpr float LN2F = 0.6931471805599453f;
+/* log2 units a score may pass the running reference before it moves (the legal kernel's rule):
+ * P stays <= 256, inside BF16 and F16, and the reference moves, O is rescaled and the row sum
+ * takes a rounded factor only on a rise of more than this. With the exact maximum, rising scores
+ * (tests/test_sm90_gpu) moved it nearly every tile, and lse was 2-4x further from the oracle
+ * than the legal kernel's. */
+constexpr float RESCALE_SLACK = 8.0f;
+static_assert(PRODUCER_THREADS * PRODUCER_REGS + MATH_THREADS * MATH_REGS <= 65536,
+              "the register file");
 
 struct block_ctx {
     int b, q_start, prefix, M, m0, kv_begin, kv_end, n_tiles, slot;
@@ -60,9 +70,10 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
     const T *kv = static_cast<const T *>(p.kv);
-    const int row = pt >> 1, n = c.n_tiles;
-    const int32_t page0 = kv_page_of(ptab, c.kv_begin + row, c.kv_end, p);
-    const int32_t page1 = kv_page_of(ptab, c.kv_begin + TILE_N + row, c.kv_end, p);
+    const int n = c.n_tiles;
+    int32_t page0[ROWS_PER_THREAD], page1[ROWS_PER_THREAD], page_next[ROWS_PER_THREAD];
+    kv_pages_of(page0, ptab, c.kv_begin, c.kv_end, p, pt);
+    kv_pages_of(page1, ptab, c.kv_begin + TILE_N, c.kv_end, p, pt);
     load_q(base + smem90::Q, qg, c.m0, c.M, pt);
     cp_async_commit();
     static_assert(STAGES == 2, "the prologue fills both stages");
@@ -75,7 +86,7 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
                      p, pt);
         cp_async_commit();
     }
-    int32_t page_next = kv_page_of(ptab, c.kv_begin + 2 * TILE_N + row, c.kv_end, p);
+    kv_pages_of(page_next, ptab, c.kv_begin + 2 * TILE_N, c.kv_end, p, pt);
     if (n > 1)
         cp_async_wait<2>();
     else if (n == 1)
@@ -99,7 +110,7 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
             load_kv_tile(base + smem90::KV + (uint32_t)s * OPERAND_BYTES, kv, page_next, j0,
                          c.kv_end, p, pt);
             cp_async_commit();
-            page_next = kv_page_of(ptab, j0 + TILE_N + row, c.kv_end, p);
+            kv_pages_of(page_next, ptab, j0 + TILE_N, c.kv_end, p, pt);
         }
     }
 }
@@ -132,7 +143,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
 #pragma unroll
     for (int i = 0; i < O_REGS; i++)
         o[i] = 0.0f;
-    float m_run[2] = {-INFINITY, -INFINITY}; /* log2 units */
+    float m_run[2] = {-INFINITY, -INFINITY}; /* reference maxima, log2 units */
     float l_run[2] = {0.0f, 0.0f};           /* this thread's keys of its warpgroup's half */
     mbar_wait(qbar, 0);
 
@@ -195,13 +206,14 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         for (int h = 0; h < 2; h++) {
             const int r = r0 + 8 * h;
             const float tile_max = fmaxf(smax[r], smax[BM + r]);
-            const float new_max = fmaxf(m_run[h], tile_max);
+            const float new_max =
+                tile_max > m_run[h] + RESCALE_SLACK ? fmaxf(m_run[h], tile_max) : m_run[h];
             alpha[h] = m_run[h] == -INFINITY ? 0.0f : mlav::exp2_fast(m_run[h] - new_max);
             m_run[h] = new_max;
             ref[h] = new_max == -INFINITY ? 0.0f : new_max; /* no -inf - -inf */
             l_run[h] *= alpha[h];
         }
-        /* O moves only when a row's maximum does (alpha exactly 1 otherwise), in a warp whose
+        /* O moves only when a row's reference does (alpha exactly 1 otherwise), in a warp whose
          * 16 rows all keep theirs the 128 multiplies are skipped */
         if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
