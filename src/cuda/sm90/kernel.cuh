@@ -8,6 +8,8 @@
  *        (stages.cuh), scale and visibility mask, the row maxima of both halves met through
  *        shared memory (named barrier 1), the online-softmax rescale of O, P of its keys into
  *        the shared P tile (named barrier 2), then O += P V for output columns [256 w, +256).
+ *        The next tile's S is issued during this tile's softmax when that tile has landed, so
+ *        the tensor cores run it under the softmax (consume).
  * The running reference maximum moves only on a rise of more than RESCALE_SLACK, the same in
  * both warpgroups (both decide from the same two shared values); each keeps the row sums of its
  * own keys, met in the epilogue. The epilogue writes what the legal kernel writes (verify_flash.cu): out and lse for
@@ -145,17 +147,43 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         o[i] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}; /* reference maxima, log2 units */
     float l_run[2] = {0.0f, 0.0f};           /* this thread's keys of its warpgroup's half */
+    const uint32_t sq = base + smem90::Q, sp = base + smem90::P;
+    const auto stage_of = [&](int t) {
+        return base + smem90::KV + (uint32_t)(t % STAGES) * OPERAND_BYTES;
+    };
+    const auto parity_of = [](int t) { return (uint32_t)((t / STAGES) & 1); };
+    /* S of the next tile accumulates in xn while this tile's softmax runs (see the loop) */
+    float xn[S_REGS];
+#pragma unroll
+    for (int i = 0; i < S_REGS; i++)
+        xn[i] = 0.0f;
+    /* O's zeros are written here, not sunk under the first S group, whose flight a write of
+     * another wgmma's accumulators would serialize (C7515) */
+    fence_regs(o);
     mbar_wait(qbar, 0);
+    if (c.n_tiles > 0) {
+        mbar_wait(&full[0], parity_of(0)); /* published: publish_copies */
+        s_issue<T>(xn, sq, stage_of(0), w);
+    }
 
+    /* Per tile t: S(t) was issued before (in tile t - 1, or above); its scores, the row maxima
+     * met through shared memory, O's rescale, P of this half into the P tile, then P V. S(t + 1)
+     * is issued right after the rescale when tile t + 1 has landed for every math thread (the
+     * maxima barrier's vote), so the tensor cores run it under the rest of this tile's softmax
+     * and P V queues behind it; otherwise after P V, so a late tile never holds this one's
+     * P V. */
     for (int t = 0; t < c.n_tiles; t++) {
         const int s = t % STAGES;
-        const uint32_t stage = base + smem90::KV + (uint32_t)s * OPERAND_BYTES;
-        mbar_wait(&full[s], (uint32_t)((t / STAGES) & 1)); /* published: publish_copies */
+        const uint32_t stage = stage_of(t);
+        wgmma_wait<0>(); /* S(t), and P V (t - 1) */
+        fence_regs(xn);
+        fence_regs(o);
+        if (t > 0)
+            mbar_arrive(&empty[(t - 1) % STAGES]); /* both products of tile t - 1 are done */
         float x[S_REGS];
 #pragma unroll
         for (int i = 0; i < S_REGS; i++)
-            x[i] = 0.0f;
-        s_tile<T>(x, base + smem90::Q, stage, w);
+            x[i] = xn[i];
 
         const int j0 = c.kv_begin + t * TILE_N;
         const bool hidden = tile_has_hidden_keys(j0, c.prefix, c.kv_end);
@@ -197,7 +225,10 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
             if (t4 == 0)
                 smax[w * BM + r0 + 8 * h] = tm[h];
         }
-        named_barrier(BAR_MAX, MATH_THREADS); /* both halves' S done, K read */
+        const bool next = t + 1 < c.n_tiles;
+        const bool landed = next && mbar_test(&full[(t + 1) % STAGES], parity_of(t + 1));
+        /* both halves' S done, K read; whether every math thread has seen tile t + 1 land */
+        const bool early = named_barrier_and(BAR_MAX, MATH_THREADS, landed);
         if (hidden)
             sanitize_v(smem + smem90::KV + (uint32_t)s * OPERAND_BYTES, TY::exp_mask, wt + 128 * w,
                        MATH_THREADS);
@@ -220,6 +251,10 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
             for (int i = 0; i < O_REGS; i++)
                 o[i] *= alpha[(i >> 1) & 1];
         }
+        /* after O's rescale: with an accumulator written while a wgmma group is in flight,
+         * ptxas serializes the wgmmas (C7515) */
+        if (early)
+            s_issue<T>(xn, sq, stage_of(t + 1), w);
         float pv[S_REGS];
 #pragma unroll
         for (int i = 0; i < S_REGS; i++) {
@@ -229,9 +264,14 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         store_p(smem + smem90::P, pv, w, warp, lane, TY::pack);
         fence_proxy_async(); /* P (and a sanitized V) for wgmma's reads */
         named_barrier(BAR_P, MATH_THREADS);
-        pv_tile<T>(o, base + smem90::P, stage, w);
-        mbar_arrive(&empty[s]);
+        pv_issue<T>(o, sp, stage, w);
+        if (next && !early) {
+            mbar_wait(&full[(t + 1) % STAGES], parity_of(t + 1));
+            s_issue<T>(xn, sq, stage_of(t + 1), w);
+        }
     }
+    wgmma_wait<0>();
+    fence_regs(o);
 
     /* epilogue: the row sums of both halves, O / l, lse */
 #pragma unroll

@@ -22,12 +22,13 @@ constexpr int K_STEPS = W / 16;                /* 36 k16 steps of S */
 constexpr int PV_STEPS = TILE_N / 16;          /* 4 k16 steps of P V */
 
 /* S (fragments of m64n32: s[4 j + e] is row 16 warp + g + 8 (e >> 1), key 32 w + 8 j + 2 t +
- * (e & 1), g = lane / 4, t = lane % 4) from Q at shared address `sq` and the KV tile at `stage`.
- * Issues, commits and waits for its 36 wgmmas. */
+ * (e & 1), g = lane / 4, t = lane % 4) from Q at shared address `sq` and the KV tile at `stage`:
+ * issues and commits its 36 wgmmas as one group; `s` may be read after a wgmma_wait that covers
+ * the group and fence_regs(s). */
 template <typename T>
-__device__ __forceinline__ void s_tile(float (&s)[S_REGS], uint32_t sq, uint32_t stage, int w)
+__device__ __forceinline__ void s_issue(float (&s)[S_REGS], uint32_t sq, uint32_t stage, int w)
 {
-    fence_regs(s); /* the accumulators' last writes stay before the warpgroup fence */
+    pin_regs(s); /* the accumulators' last accesses stay before the warpgroup fence */
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < K_STEPS; ks++) {
@@ -37,6 +38,13 @@ __device__ __forceinline__ void s_tile(float (&s)[S_REGS], uint32_t sq, uint32_t
                                    ks != 0);
     }
     wgmma_commit();
+}
+
+/* s_issue, then wait for it. */
+template <typename T>
+__device__ __forceinline__ void s_tile(float (&s)[S_REGS], uint32_t sq, uint32_t stage, int w)
+{
+    s_issue<T>(s, sq, stage, w);
     wgmma_wait<0>();
     fence_regs(s);
 }
@@ -61,11 +69,11 @@ __device__ __forceinline__ void store_p(unsigned char *sp, const float (&pv)[S_R
 
 /* O += P V (fragments of m64n256: o[4 j + e] is row 16 warp + g + 8 (e >> 1), column
  * 256 w + 8 j + 2 t + (e & 1)) from P at `sp` and V, the KV tile's first 512 features at
- * `stage`, read MN-major. Issues, commits and waits for its 4 wgmmas. */
+ * `stage`, read MN-major: issues and commits its 4 wgmmas as one group (pv_tile also waits). */
 template <typename T>
-__device__ __forceinline__ void pv_tile(float (&o)[O_REGS], uint32_t sp, uint32_t stage, int w)
+__device__ __forceinline__ void pv_issue(float (&o)[O_REGS], uint32_t sp, uint32_t stage, int w)
 {
-    fence_regs(o); /* the rescale of O stays before the warpgroup fence */
+    pin_regs(o); /* the rescale of O stays before the warpgroup fence */
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < PV_STEPS; ks++)
@@ -76,6 +84,12 @@ __device__ __forceinline__ void pv_tile(float (&o)[O_REGS], uint32_t sp, uint32_
                           BLOCK_BYTES),
             1);
     wgmma_commit();
+}
+
+template <typename T>
+__device__ __forceinline__ void pv_tile(float (&o)[O_REGS], uint32_t sp, uint32_t stage, int w)
+{
+    pv_issue<T>(o, sp, stage, w);
     wgmma_wait<0>();
     fence_regs(o);
 }

@@ -45,6 +45,18 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
     } while (!done);
 }
 
+/* Whether the phase of parity `parity` has completed, without waiting (acquire when it has). */
+__device__ __forceinline__ bool mbar_test(uint64_t *bar, uint32_t parity)
+{
+    uint32_t done;
+    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(smem_u32(bar)), "r"(parity)
+                 : "memory");
+    return done != 0;
+}
+
 /* Ordinary (generic proxy) shared-memory writes, cp.async's included, made visible to this
  * thread's later async-proxy accesses: wgmma reads its shared operands through the async proxy. */
 __device__ __forceinline__ void fence_proxy_async()
@@ -55,6 +67,19 @@ __device__ __forceinline__ void fence_proxy_async()
 __device__ __forceinline__ void named_barrier(int id, int count)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* A named barrier that also returns whether `pred` held on every participating thread (the
+ * same answer for all of them). */
+__device__ __forceinline__ bool named_barrier_and(int id, int count, bool pred)
+{
+    uint32_t all;
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n"
+                 " bar.red.and.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(all)
+                 : "r"((uint32_t)pred), "r"(id), "r"(count)
+                 : "memory");
+    return all != 0;
 }
 
 /* Warpgroup register reallocation: the producer gives registers back, the math warpgroups take

@@ -58,12 +58,23 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
 }
 
 /* Pin an accumulator array's registers at this point of the program, so that the compiler
- * moves no access to them across a wgmma, its commit or its wait. */
+ * moves no access to them across a wgmma, its commit or its wait: after a wait, where no group
+ * is in flight (it counts as a write of the registers). */
 template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N])
 {
 #pragma unroll
     for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* Before a wgmma_fence: the accumulators' last writes stay before it (a read of each, so that
+ * it defines nothing while another group is in flight; ptxas serializes the wgmmas when a
+ * non-wgmma instruction writes a wgmma accumulator inside a pipeline stage, C7515). */
+template <int N> __device__ __forceinline__ void pin_regs(const float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" ::"f"(d[i]) : "memory");
 }
 
 /* The instructions, per operand type. TRANS_B: 0 = B K-major, 1 = B MN-major. */
