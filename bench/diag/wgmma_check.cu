@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int i = 0; i < S_REGS; i++)
         s[i] = 0.0f;
+    fence_regs(s); /* the zeros are written before the warpgroup fence */
     s_tile<T>(s, base + smem90::Q, base + smem90::KV, w);
     float pv[S_REGS];
 #pragma unroll
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int i = 0; i < O_REGS; i++)
         o[i] = 0.0f;
+    fence_regs(o);
     pv_tile<T>(o, base + smem90::P, base + smem90::KV, w);
 #pragma unroll
     for (int j = 0; j < O_REGS / 4; j++)
