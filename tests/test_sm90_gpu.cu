@@ -210,14 +210,21 @@ void run_problem(tu_problem *p, const mlav_cuda_device *dev, rows_mode rows)
     int bps_legal = 0;
     if (mlav_flash_prepare(info.dtype, info.kv_dtype, dev, &bps_legal) != MLAV_OK)
         fail_msg("legal prepare: %s", mlav_get_error());
-    /* one schedule for both, the sm90 kernel's residency (1 block per SM, as the legal's) */
-    const mlav_schedule_params sp = mlav_flash_schedule_params(dev->sm_count, bps);
+    /* one schedule for both families, at the sm90 kernel's residency (1 block per SM, as the
+     * legal's): the legal kernel's, or (by the case's seed, half the cases) the sm90 one with
+     * splits aligned to 64 keys, which the legal kernel runs as well */
+    const int sched64 = (int)(c->seed & 1);
+    const mlav_schedule_params sp = sched64
+                                        ? mlav_flash_sm90_schedule_params(dev->sm_count, bps)
+                                        : mlav_flash_schedule_params(dev->sm_count, bps);
     mlav_schedule sch;
     memset(&sch, 0, sizeof sch);
     if (mlav_schedule_build(&info, &sp, &sch) != MLAV_OK)
         fail_msg("schedule: %s", mlav_get_error());
-    char name[256];
-    tu_case_name(c, name, sizeof name);
+    char name[300];
+    tu_case_name(c, name, sizeof name - 16);
+    if (sched64)
+        strcat(name, ",sched64");
     run_family(p, &info, &sch, dev, 0, name, rows);
     run_family(p, &info, &sch, dev, 1, name, rows);
     mlav_schedule_free(&sch);

@@ -7,6 +7,22 @@
 
 #include "../flash.h"
 
+/* The Hopper kernel's KV tile, in keys. */
+#define MLAV_FLASH_SM90_TILE_N 64
+
+/* The split schedule for the Hopper kernel: the legal kernel's parameters
+ * (mlav_flash_schedule_params) with splits aligned to, and at least, its 64-key tile, so that no
+ * split ends in a half-empty tile (the kernel runs any split; 32-key splits cost it a whole
+ * tile each). Which of the two schedules is faster where is measured by
+ * bench/diag/sm90_timing. */
+static inline mlav_schedule_params mlav_flash_sm90_schedule_params(int sm_count, int blocks_per_sm)
+{
+    mlav_schedule_params sp = mlav_flash_schedule_params(sm_count, blocks_per_sm);
+    sp.key_align = MLAV_FLASH_SM90_TILE_N;
+    sp.min_chunk = MLAV_FLASH_SM90_TILE_N;
+    return sp;
+}
+
 /* Whether this device and these dtypes can run the Hopper kernel: MLAV_OK, or
  * MLAV_ERR_UNSUPPORTED with a sentence (not cc 9.0, another dtype, an FP8 cache, too little
  * shared memory). */

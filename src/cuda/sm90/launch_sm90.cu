@@ -3,6 +3,8 @@
 #include "flash_sm90.h"
 #include "kernel.cuh"
 
+static_assert(mlav90::TILE_N == MLAV_FLASH_SM90_TILE_N, "the schedule's tile is the kernel's");
+
 namespace {
 
 const void *kernel_for(mlav_dtype dtype)

@@ -19,7 +19,7 @@
 namespace mlav90 {
 
 constexpr int W = MLAV_FLASH_W, DL = MLAV_FLASH_DL, BM = MLAV_FLASH_BLOCK_M;
-constexpr int TILE_N = 64;                 /* keys per KV tile */
+constexpr int TILE_N = 64;                 /* keys per KV tile (MLAV_FLASH_SM90_TILE_N) */
 constexpr int STAGES = 2;                  /* KV tiles in the ring */
 constexpr int COL_BLOCK = 64;              /* 16-bit elements per swizzled column block */
 constexpr int W_BLOCKS = W / COL_BLOCK;    /* 9 */
