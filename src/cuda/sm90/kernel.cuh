@@ -34,7 +34,14 @@ constexpr int MATH_THREADS = MATH_WGS * 128;
  * addresses a tile spilled at 40) */
 constexpr int PRODUCER_REGS = 56;
 constexpr int MATH_REGS = 224;
-constexpr int BAR_MAX = 1, BAR_P = 2; /* named barriers of the two math warpgroups */
+/* named barriers: of the two math warpgroups (1, 2), and of each math warpgroup alone (3, 4) */
+constexpr int BAR_MAX = 1, BAR_P = 2, BAR_EPILOGUE0 = 3;
+/* the epilogue's staging of a warpgroup's 64 rows x 256 16-bit columns in Q's region: rows 528
+ * bytes apart, so that the 8 rows of a fragment store fall in distinct banks */
+constexpr uint32_t STAGE_STRIDE = O_COLS * 2 + 16;
+constexpr uint32_t STAGE_WG_BYTES = BM * STAGE_STRIDE;
+static_assert(MATH_WGS * STAGE_WG_BYTES <= OPERAND_BYTES && STAGE_STRIDE % 16 == 0,
+              "both warpgroups' staging fits in Q's region");
 constexpr float LN2F = 0.6931471805599453f;
 /* log2 units a score may pass the running reference before it moves (the legal kernel's rule):
  * P stays <= 256, inside BF16 and F16, and the reference moves, O is rescaled and the row sum
@@ -282,8 +289,14 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         if (t4 == 0)
             ssum[w * BM + r0 + 8 * h] = l;
     }
+    /* both warpgroups are past their last wgmma: Q's region is free for the staging below */
     named_barrier(BAR_MAX, MATH_THREADS);
     const bool final_out = c.slot < 0;
+    /* O leaves through shared memory: each warpgroup stages its 64 rows x 256 columns of 16-bit
+     * values (out's T, or the partial's fp16) in Q's region, rows STAGE_STRIDE bytes apart, then
+     * stores whole 512-byte row pieces, a warp a row, 16 bytes a lane. Straight from the
+     * fragments a store moved 4 bytes of 8 rows, 64 stores a thread. */
+    unsigned char *stg = smem + smem90::Q + (uint32_t)w * STAGE_WG_BYTES;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = r0 + 8 * h, m = c.m0 + r;
@@ -297,15 +310,11 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
             else if (p.lse)
                 p.lse[(size_t)c.q_start * p.H + m] = lse;
         }
+        uint32_t *srow = reinterpret_cast<uint32_t *>(stg + (uint32_t)r * STAGE_STRIDE) + t4;
         if (final_out) {
-            if (live) {
-                T *out = static_cast<T *>(p.out) + ((size_t)c.q_start * p.H + m) * DL +
-                         O_COLS * w + 2 * t4;
 #pragma unroll
-                for (int j = 0; j < O_REGS / 4; j++)
-                    *reinterpret_cast<uint32_t *>(out + 8 * j) =
-                        TY::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-            }
+            for (int j = 0; j < O_REGS / 4; j++)
+                srow[4 * j] = TY::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
         } else {
             constexpr int SC_J = MLAV_FLASH_SCALE_COLS / 8; /* n8 tiles per part_scale column block */
 #pragma unroll
@@ -319,23 +328,30 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
                 mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
                 float sc, ps;
                 partial_scale(mb, inv, sc, ps);
-                if (!live)
-                    continue;
                 const int col_block = w * (O_COLS / MLAV_FLASH_SCALE_COLS) + cb;
-                if (t4 == 0)
+                if (live && t4 == 0)
                     p.part_scale[((size_t)c.slot * BM + r) * (DL / MLAV_FLASH_SCALE_COLS) +
                                  col_block] = ps;
-                __half *po = static_cast<__half *>(p.part_o) + ((size_t)c.slot * BM + r) * DL +
-                             O_COLS * w + 2 * t4;
 #pragma unroll
                 for (int j = cb * SC_J; j < (cb + 1) * SC_J; j++) {
                     const __half2 v = __floats2half2_rn(o[4 * j + 2 * h] * sc,
                                                         o[4 * j + 2 * h + 1] * sc);
-                    *reinterpret_cast<__half2 *>(po + 8 * j) = v;
+                    srow[4 * j] = *reinterpret_cast<const uint32_t *>(&v);
                 }
             }
         }
     }
+    named_barrier(BAR_EPILOGUE0 + w, 128); /* this warpgroup's rows are staged */
+    /* warp `warp` stores rows warp, warp + 4, ...: lane i the 16 bytes at columns 8 i .. 8 i + 7
+     * of the warpgroup's 256 */
+    const size_t row0 = final_out ? (size_t)c.q_start * p.H + c.m0 : (size_t)c.slot * BM;
+    uint16_t *dst = static_cast<uint16_t *>(final_out ? p.out : p.part_o) + row0 * DL +
+                    O_COLS * w + lane * 8;
+#pragma unroll 4
+    for (int r = warp; r < BM; r += 4)
+        if (c.m0 + r < c.M)
+            *reinterpret_cast<uint4 *>(dst + (size_t)r * DL) =
+                *reinterpret_cast<const uint4 *>(stg + (uint32_t)r * STAGE_STRIDE + lane * 16);
 }
 
 template <typename T>
