@@ -1,7 +1,13 @@
 /* The Hopper (sm_90a) flash kernel family: the legal split kernel's contract (mlav_flash_params,
  * its split items, out / lse for an unsplit item and the fp16 partial for a split one, merged by
  * combine.cu unchanged) on wgmma with a producer warpgroup. Built only with MLAV_WITH_SM90.
- * Scope: BF16 and F16 q with a cache of the same dtype, plans for one problem (no STEP). */
+ * Runs: BF16 and F16 q with a cache of the same dtype; any page size, page ids outside the pool
+ * (NaN rows), a shared page table (page_table_rows), trees and chains, split and unsplit items,
+ * PDL. Not yet: an FP8 cache (wgmma takes no MN-major 8-bit B and no mixed types: the producer
+ * would dequantize tiles to 16 bits), plans for limits (STEP: the step header's item index and
+ * mlav_step_item_fits, as the legal STEP instance), F32 (stays on the FMA path). A caller checks
+ * mlav_flash_sm90_supported (cc 9.0, dtypes, shared memory) and launches only step-0 plans
+ * without an FP8 cache; mlav_flash_sm90_launch refuses the rest with MLAV_ERR_UNSUPPORTED. */
 #ifndef MLAV_CUDA_SM90_FLASH_SM90_H
 #define MLAV_CUDA_SM90_FLASH_SM90_H
 

@@ -341,7 +341,12 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
             }
         }
     }
-    named_barrier(BAR_EPILOGUE0 + w, 128); /* this warpgroup's rows are staged */
+    /* this warpgroup's rows are staged (compile-time ids: a computed one makes ptxas reserve all
+     * 16 barriers) */
+    if (w == 0)
+        named_barrier(BAR_EPILOGUE0, 128);
+    else
+        named_barrier(BAR_EPILOGUE0 + 1, 128);
     /* warp `warp` stores rows warp, warp + 4, ...: lane i the 16 bytes at columns 8 i .. 8 i + 7
      * of the warpgroup's 256 */
     const size_t row0 = final_out ? (size_t)c.q_start * p.H + c.m0 : (size_t)c.slot * BM;
