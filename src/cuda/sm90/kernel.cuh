@@ -12,8 +12,9 @@
  *        the tensor cores run it under the softmax (consume).
  * The running reference maximum moves only on a rise of more than RESCALE_SLACK, the same in
  * both warpgroups (both decide from the same two shared values); each keeps the row sums of its
- * own keys, met in the epilogue. The epilogue writes what the legal kernel writes (verify_flash.cu): out and lse for
- * an unsplit item, else the fp16 partial scaled per 128 columns by part_scale, with part_lse. */
+ * own keys, met in the epilogue. The epilogue writes what the legal kernel writes
+ * (verify_flash.cu): out and lse for an unsplit item, else the fp16 partial scaled per 128
+ * columns by part_scale, with part_lse. */
 #ifndef MLAV_CUDA_SM90_KERNEL_CUH
 #define MLAV_CUDA_SM90_KERNEL_CUH
 
@@ -322,7 +323,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
             for (int j = 0; j < O_REGS / 4; j++)
                 srow[4 * j] = TY::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
         } else {
-            constexpr int SC_J = MLAV_FLASH_SCALE_COLS / 8; /* n8 tiles per part_scale column block */
+            constexpr int SC_J = MLAV_FLASH_SCALE_COLS / 8; /* n8 tiles a part_scale block */
 #pragma unroll
             for (int cb = 0; cb < O_COLS / MLAV_FLASH_SCALE_COLS; cb++) {
                 uint32_t mb = 0;
