@@ -1,13 +1,13 @@
 /* wgmma_check: the Hopper kernel's shared-memory layouts, descriptors and paged gather on known
  * random data (sm_90a only). One block of the kernel's shape (a producer warpgroup and two math
  * warpgroups) gathers Q (64 x 576) and one KV tile (64 keys x 576) through a page table with the
- * kernel's loads (gather.cuh) and hand-over (publish_copies, mbarriers), computes S = Q K^T with the kernel's s_tile (m64n32k16,
- * each math warpgroup 32 keys), stores a given P with the kernel's store_p and computes O = P V
- * with its pv_tile (m64n256k16, V read MN-major, each warpgroup 256 columns), and compares S and
- * O with an fp64 host reference: max abs and relative error per product, PASS/FAIL; the exit
- * status is nonzero on any FAIL. Cases: BF16 and F16, page_size 1 (shuffled rows) and 64
- * (shuffled pages), a whole tile and one whose split ends inside it (rows past the end read as
- * zeros). Run: wgmma_check [seed]. */
+ * kernel's loads (gather.cuh) and hand-over (publish_copies, mbarriers), computes S = Q K^T with
+ * the kernel's s_tile (m64n32k16, each math warpgroup 32 keys), stores a given P with the
+ * kernel's store_p and computes O = P V with its pv_tile (m64n256k16, V read MN-major, each
+ * warpgroup 256 columns), and compares S and O with an fp64 host reference: max abs and
+ * relative error per product, PASS/FAIL; the exit status is nonzero on any FAIL. Cases: BF16
+ * and F16, page_size 1 (shuffled rows) and 64 (shuffled pages), a whole tile and one whose split
+ * ends inside it (rows past the end read as zeros). Run: wgmma_check [seed]. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -28,7 +28,8 @@ using namespace mlav90;
     do {                                                                                         \
         cudaError_t e_ = (call);                                                                 \
         if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__,         \
+                    __LINE__);                                                                   \
             exit(2);                                                                             \
         }                                                                                        \
     } while (0)
