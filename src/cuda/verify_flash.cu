@@ -403,8 +403,13 @@ __device__ __forceinline__ int32_t step_item_index(const mlav_flash_params &p)
     const mlav_step_header *h = reinterpret_cast<const mlav_step_header *>(p.items) - 1;
     const bool mine = __ldg(reinterpret_cast<const unsigned long long *>(&h->owner)) ==
                       p.step_owner;
-    return mlav_step_item_of_block(blockIdx.x, mine ? __ldg(&h->n_items) : 0,
-                                   (uint32_t)p.step_spread);
+    const int32_t ix = mlav_step_item_of_block(blockIdx.x, mine ? __ldg(&h->n_items) : 0,
+                                               (uint32_t)p.step_spread);
+    /* an item past the plan's limits (a workspace written over) runs nothing either: checked
+     * here, before the block's state exists, and not after the item's load in the kernel, where
+     * ptxas allocated the whole STEP instance anew and it ran 1.10-1.14 of 3445dec's time at
+     * long prefixes (docs/PERFORMANCE.md#engine-steps) */
+    return ix >= 0 && mlav_step_item_fits(p.items[ix], p) ? ix : -1;
 }
 
 /* ALL_GROUPS: a group whose 32 rows lie past the request's (H x q_len not a multiple of 64)
@@ -450,8 +455,6 @@ __global__ void __launch_bounds__(NT, 1) flash_verify_kernel(const mlav_flash_pa
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     /* blockIdx.x read here, not above, keeps the non-STEP instances' sm_120 code as it was */
     const mlav_split_item item = p.items[STEP ? (uint32_t)step_ix : blockIdx.x];
-    if (STEP && !mlav_step_item_fits(item, p))
-        return; /* an item past the plan's limits (a workspace written over): nothing */
     const int tid = threadIdx.x, lane = tid & 31;
     /* through a shuffle, so that ptxas can prove the warp index and everything derived from it
      * (group, quarter, barrier ids, row offsets) warp-uniform and keep it in uniform registers.
