@@ -4,6 +4,7 @@
  * the hand-off of device memory to the CUDA kernel (src/cuda/merge_states.cu). */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../core/problem.h"
@@ -168,8 +169,15 @@ mlav_status mlav_merge_states(int32_t num_states, int64_t rows, int32_t dim,
         if ((st = check_pointer(fn, outs[i], "outs[i]", 4)) != MLAV_OK ||
             (st = check_pointer(fn, lses[i], "lses[i]", 4)) != MLAV_OK)
             return st;
-        const span oi = span_of(i ? "outs[i > 0]" : "outs[0]", outs[i], ob);
-        const span li = span_of(i ? "lses[i > 0]" : "lses[0]", lses[i], lb);
+        char on[24], ln[24];
+        span oi = span_of("outs[i]", outs[i], ob), li = span_of("lses[i]", lses[i], lb);
+        if (spans_overlap(so, oi) || spans_overlap(so, li) || spans_overlap(sl, li) ||
+            spans_overlap(sl, oi)) { /* named only when a sentence may need it */
+            snprintf(on, sizeof on, "outs[%d]", i);
+            snprintf(ln, sizeof ln, "lses[%d]", i);
+            oi.name = on;
+            li.name = ln;
+        }
         if ((st = check_apart(fn, so, oi, i == 0)) != MLAV_OK ||
             (st = check_apart(fn, so, li, 0)) != MLAV_OK ||
             (st = check_apart(fn, sl, li, i == 0)) != MLAV_OK ||
