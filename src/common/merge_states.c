@@ -132,8 +132,7 @@ static mlav_status merge_device(const char *fn, const mlav_merge_job *job,
                                 void *stream)
 {
 #ifdef MLAV_WITH_CUDA
-    (void)fn;
-    return mlav_cuda_merge_states(job, pointers, names, count, stream);
+    return mlav_cuda_merge_states(fn, job, pointers, names, count, stream);
 #else
     (void)job, (void)pointers, (void)names, (void)count, (void)stream;
     return mlav_set_error(MLAV_ERR_UNSUPPORTED,

@@ -30,9 +30,11 @@ typedef struct mlav_merge_job {
 } mlav_merge_job;
 
 /* Check that each named pointer is memory of the current device, then queue the merge on
- * `stream` (a cudaStream_t). Status and sentence on failure; nothing synchronized. */
-mlav_status mlav_cuda_merge_states(const mlav_merge_job *job, const void *const *pointers,
-                                   const char *const *names, int num_pointers, void *stream);
+ * `stream` (a cudaStream_t). Status and a sentence that starts with `fn` on failure; nothing
+ * synchronized. */
+mlav_status mlav_cuda_merge_states(const char *fn, const mlav_merge_job *job,
+                                   const void *const *pointers, const char *const *names,
+                                   int num_pointers, void *stream);
 
 #ifdef __cplusplus
 }

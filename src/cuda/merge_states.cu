@@ -102,34 +102,35 @@ template <int DT> __global__ void __launch_bounds__(THREADS) merge_kernel(const 
 
 /* Is `ptr` memory the current device's kernels may read and write: its device memory, or managed
  * memory? Anything else would fault inside the kernel and poison the caller's CUDA context. */
-mlav_status check_device_pointer(const void *ptr, const char *name, int device)
+mlav_status check_device_pointer(const char *fn, const void *ptr, const char *name, int device)
 {
     cudaPointerAttributes a;
     const cudaError_t e = cudaPointerGetAttributes(&a, ptr);
     if (e == cudaErrorInvalidValue) {
         (void)cudaGetLastError();
         return mlav_set_error(MLAV_ERR_INVALID_ARG,
-                              "merge: %s = %p is not a pointer CUDA knows, but memory is "
+                              "%s: %s = %p is not a pointer CUDA knows, but memory is "
                               "MLAV_MEM_DEVICE",
-                              name, ptr);
+                              fn, name, ptr);
     }
     if (e != cudaSuccess)
         return mlav_cuda_error(e, "cudaPointerGetAttributes", __FILE__, __LINE__);
     if (a.type == cudaMemoryTypeDevice && a.device != device)
         return mlav_set_error(MLAV_ERR_INVALID_ARG,
-                              "merge: %s = %p is memory of CUDA device %d, but device %d is "
+                              "%s: %s = %p is memory of CUDA device %d, but device %d is "
                               "current",
-                              name, ptr, a.device, device);
+                              fn, name, ptr, a.device, device);
     if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
         return mlav_set_error(MLAV_ERR_INVALID_ARG,
-                              "merge: %s = %p is %s memory, but memory is MLAV_MEM_DEVICE", name,
-                              ptr, a.type == cudaMemoryTypeHost ? "pinned host" : "ordinary host");
+                              "%s: %s = %p is %s memory, but memory is MLAV_MEM_DEVICE", fn,
+                              name, ptr,
+                              a.type == cudaMemoryTypeHost ? "pinned host" : "ordinary host");
     return MLAV_OK;
 }
 
 } // namespace
 
-extern "C" mlav_status mlav_cuda_merge_states(const mlav_merge_job *job,
+extern "C" mlav_status mlav_cuda_merge_states(const char *fn, const mlav_merge_job *job,
                                               const void *const *pointers,
                                               const char *const *names, int num_pointers,
                                               void *stream)
@@ -138,13 +139,13 @@ extern "C" mlav_status mlav_cuda_merge_states(const mlav_merge_job *job,
     const cudaError_t e = cudaGetDevice(&device);
     if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
         (void)cudaGetLastError();
-        return mlav_set_error(MLAV_ERR_NO_DEVICE, "merge: memory is MLAV_MEM_DEVICE, but %s",
+        return mlav_set_error(MLAV_ERR_NO_DEVICE, "%s: memory is MLAV_MEM_DEVICE, but %s", fn,
                               cudaGetErrorString(e));
     }
     if (e != cudaSuccess)
         return mlav_cuda_error(e, "cudaGetDevice", __FILE__, __LINE__);
     for (int k = 0; k < num_pointers; k++) {
-        const mlav_status st = check_device_pointer(pointers[k], names[k], device);
+        const mlav_status st = check_device_pointer(fn, pointers[k], names[k], device);
         if (st != MLAV_OK)
             return st;
     }
@@ -164,7 +165,7 @@ extern "C" mlav_status mlav_cuda_merge_states(const mlav_merge_job *job,
         merge_kernel<MLAV_DTYPE_F16><<<grid, THREADS, smem, s>>>(*job);
         break;
     default:
-        return mlav_set_error(MLAV_ERR_INTERNAL, "merge: dtype %d reached the kernel",
+        return mlav_set_error(MLAV_ERR_INTERNAL, "%s: dtype %d reached the kernel", fn,
                               (int)job->dtype);
     }
     MLAV_CUDA_TRY(cudaGetLastError());
