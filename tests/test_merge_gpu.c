@@ -61,6 +61,7 @@ static dbuf dbuf_alloc(size_t bytes)
     CK(cudaMemset(b.base, GUARD_BYTE, bytes + 2 * GUARD));
     b.p = b.base + GUARD;
     CK(cudaMemset(b.p, 0xFF, bytes));
+    CK(cudaDeviceSynchronize()); /* a memset may still run when a non-blocking stream starts */
     return b;
 }
 
@@ -80,6 +81,7 @@ static int dbuf_read(const dbuf *b, void *host)
 static void dbuf_write(dbuf *b, const void *host)
 {
     CK(cudaMemcpy(b->p, host, b->bytes, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize()); /* a pageable copy may return before its DMA lands */
 }
 
 /* States on the device, as the host has them. */
