@@ -356,7 +356,7 @@ MLAV_API mlav_status mlav_merge_states(int32_t num_states, int64_t rows, int32_t
  * KV range: o [rows, dim] the softmax-weighted average of V over the range, lse [rows] float32
  * its log-sum-exp (natural log; -inf: nothing visible, an empty state). rows is any flattening,
  * typically tokens x heads ([T, H, Dl] is rows = T * H, dim = Dl). The merge is the one the
- * split-KV combine applies (merge.h): a NaN lse in any state makes its row's out and lse NaN;
+ * split-KV combine applies: a NaN lse in any state makes its row's out and lse NaN;
  * a row whose states are all empty gets out 0, lse -inf; an empty state's o is never read.
  * o is accumulated in fp32 and rounded to `dtype` once (nearest even).
  *

@@ -18,11 +18,10 @@ import numpy as np
 
 from . import _lib
 from ._arrays import Arr, c_int, empty_like_kind, is_torch, torch_module, wrap
-from .api import DTYPES, dtype_name
+from .api import _ELEMENTS, DTYPES, dtype_name
 from .errors import check, invalid
 
 _MEM_HOST, _MEM_DEVICE = 0, 1
-_ELEMENT = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16")}
 
 
 def _stack(name: str, xs: Any) -> Any:
@@ -54,7 +53,7 @@ def _dtype_of(a: Arr, dtype: Any) -> str:
         except ValueError:
             raise invalid("%s is %s: states are float32, float16 or bfloat16"
                           % (a.name, a.dtype)) from None
-    if a.dtype not in _ELEMENT[d]:
+    if a.dtype not in _ELEMENTS[d]:
         raise invalid("%s holds %s elements, which are not %s" % (a.name, a.dtype, d))
     return d
 
