@@ -209,6 +209,29 @@ def test_merge_torch_cpu(dtype):
     assert np.array_equal(_np(lse).view(np.uint8), want_lse.view(np.uint8))
 
 
+def test_merge_torch_ops_cpu():
+    """The ops on CPU tensors: merge_states as mv.merge_states, merge_state_in_place as the
+    stacked merge of the pair, bit for bit; meta tensors get the shapes without a run."""
+    _need_torch()
+    from mlaverify import torch_ops
+    if not torch_ops.REGISTERED:
+        pytest.skip(torch_ops.HOW)
+    rng = np.random.default_rng(fresh_seed("test_merge_torch_ops_cpu"))
+    outs, lses = random_states(rng, "bf16", 3, (4, 2), 16)
+    to, tl = _t(outs, "bf16"), _t(lses, "f32")
+    out, lse = torch.ops.mlaverify.merge_states(to, tl)
+    want, want_lse = mv.merge_states(outs, lses, dtype="bf16")
+    assert np.array_equal(_np(out), want) and np.array_equal(_np(lse).view(np.uint8),
+                                                             want_lse.view(np.uint8))
+    a, al = to[0].clone(), tl[0].clone()
+    assert torch.ops.mlaverify.merge_state_in_place(a, al, to[1], tl[1]) is None
+    pair, pair_lse = mv.merge_states(outs[:2], lses[:2], dtype="bf16")
+    assert np.array_equal(_np(a), pair) and np.array_equal(_np(al).view(np.uint8),
+                                                           pair_lse.view(np.uint8))
+    m, ml = torch.ops.mlaverify.merge_states(to.to("meta"), tl.to("meta"))
+    assert m.shape == out.shape and m.dtype == out.dtype and ml.shape == lse.shape
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", COUNTS)
 def test_merge_torch_cuda(dtype, n):
