@@ -22,8 +22,9 @@ from .api import (BACKENDS, DTYPES, Context, Plan, Problem, backend_compiled,
 from .bundle import capture_bundle, check_bundle, complete_bundle, read_bundle, write_bundle
 from .errors import (CudaError, InvalidArgumentError, MlavError, NoDeviceError,
                      OutOfMemoryError, StepStatusError, UnsupportedError, WorkspaceError)
-from .tree import (accept_greedy, merge_states, pack_mask, parents_from_tree_mask,
-                   tree_mask_from_parents, unpack_mask)
+from .merge import merge_state, merge_states
+from .tree import (accept_greedy, pack_mask, parents_from_tree_mask, tree_mask_from_parents,
+                   unpack_mask)
 from .steps import StepPlan
 from ._lib import LibraryNotFoundError
 
@@ -34,7 +35,7 @@ __all__ = [
     "dtype_name", "tree_mask_words", "verify", "version", "capture_bundle", "check_bundle",
     "complete_bundle", "read_bundle", "write_bundle", "CudaError", "InvalidArgumentError",
     "MlavError", "NoDeviceError", "OutOfMemoryError", "UnsupportedError", "WorkspaceError",
-    "accept_greedy", "merge_states", "pack_mask", "parents_from_tree_mask",
+    "accept_greedy", "merge_state", "merge_states", "pack_mask", "parents_from_tree_mask",
     "tree_mask_from_parents", "unpack_mask", "StepPlan", "StepStatusError",
     "LibraryNotFoundError",
 ]
