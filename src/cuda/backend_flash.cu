@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../common/combine_shape.h"
+#include "cuda_offload.h"
 #include "flash.h"
 #include "mma.cuh"
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cuda_offload.h"
 #include "verify_naive.h"
 
 namespace {
