@@ -247,6 +247,11 @@ def version() -> str:
     return _lib.text(_lib.load().mlav_version_string())
 
 
+def limits_max_batch() -> int:
+    """The most requests of a plan for limits (StepPlan's max_batch), as the library says."""
+    return int(_lib.load().mlav_limits_max_batch())
+
+
 def tree_mask_words(max_q_len: int) -> int:
     """uint32 words per tree-mask row for a batch whose longest draft has max_q_len nodes."""
     return int(_lib.load().mlav_tree_mask_words(c_int("max_q_len", max_q_len)))

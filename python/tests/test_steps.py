@@ -241,6 +241,15 @@ def test_steps_plan_arguments_checked(kw, words):
     assert words in str(e.value), str(e.value)
 
 
+def test_steps_limits_max_batch():
+    """The batch limit is the library's query, and a plan at it is made, one past it refused."""
+    n = mv.limits_max_batch()
+    assert n == 2048
+    _small_plan(max_batch=n).close()
+    with pytest.raises(mv.InvalidArgumentError, match="limits.max_batch = %d" % (n + 1)):
+        _small_plan(max_batch=n + 1)
+
+
 def test_steps_run_checks_shapes_and_places():
     plan = _small_plan()
     plan.update([0, 2], [5])
