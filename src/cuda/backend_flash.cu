@@ -262,7 +262,8 @@ void flash_free(void *state)
     free(st);
 }
 
-/* A plan for one problem: its update now, the exact launch shape. */
+/* A plan for one problem: its update now, into plan-owned memory, and its exact launch shape
+ * (FLASH_LAUNCH_EXACT). */
 mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t *ws)
 {
     mlav_status s = config_device(p, p->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
@@ -338,8 +339,10 @@ mlav_combine_item *region_combine(void *region, const mlav_step_bounds *bd)
     return reinterpret_cast<mlav_combine_item *>(region_items(region) + bd->max_items);
 }
 
-mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *lim,
-                           uint64_t owner, flash_state *st, size_t *ws)
+/* A plan for limits: the launch shape fixed by the limits (FLASH_LAUNCH_STEP), the workspace's
+ * step region, and the staging of host updates. */
+mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *lim,
+                             uint64_t owner, flash_state *st, size_t *ws)
 {
     st->lim = *lim;
     st->owner = owner;
@@ -504,7 +507,7 @@ mlav_status flash_plan(const mlav_problem_info *p, const mlav_limits *lim, uint6
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
     st->launch = mlav_info_has_lengths(p) ? FLASH_LAUNCH_EXACT : FLASH_LAUNCH_STEP;
     mlav_status s = st->launch == FLASH_LAUNCH_EXACT ? exact_plan_into(p, st, ws)
-                                                     : step_plan_into(p, lim, owner, st, ws);
+                                                     : limits_plan_into(p, lim, owner, st, ws);
     if (s != MLAV_OK) {
         flash_free(st);
         return s;
