@@ -58,7 +58,9 @@ MLAV_API unsigned mlav_version_number(void);
 /** Runtime version as "MAJOR.MINOR.PATCH". */
 MLAV_API const char *mlav_version_string(void);
 
-/** Opaque handles: a context picks and holds a backend; a plan is one scheduled problem. */
+/** Opaque handles: a context picks and holds a backend; a plan is a scheduled problem, or a plan
+ *  for limits whose steps' lengths come by mlav_plan_update (one kind underneath: a plan for one
+ *  problem is a plan for limits whose update ran at plan time). */
 typedef struct mlav_context mlav_context;
 typedef struct mlav_plan mlav_plan;
 

@@ -44,9 +44,10 @@ _DTYPE_ALIASES = {
 #: the bundle CLI share: compared lowercase, after dropping a "torch." prefix (so
 #: torch.float8_e4m3fn is one too); the mlav_dtype value 3 is one as well.
 FP8_NAMES = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn", "f8_e4m3")
-# element dtypes (numpy / torch names) a tensor of each dtype may have; numpy has neither
-# bfloat16 nor an fp8 type, so raw bits (uint16) and bytes (uint8) stand in for them
-_ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
+#: Element dtypes (numpy / torch names) a tensor of each dtype may have, the one table of the
+#: binding's checks and fast paths: numpy has neither bfloat16 nor an fp8 type, so raw bits
+#: (uint16) and bytes (uint8) stand in for them (the last name is numpy's)
+ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
              "fp8_e4m3": ("float8_e4m3fn", "uint8")}
 _ALIGN = 256
 
@@ -752,10 +753,10 @@ def check_run_tensors(shape: Any, q: Tensor, kv_cache: Tensor, page_table: Tenso
                       ", ".join("%s on %s" % (a.name, a.where) for a in args) +
                       " (all host memory, or all on one CUDA device)")
     for a, dt in ((a_q, shape.dtype), (a_kv, shape.kv_dtype), (a_out, shape.dtype)):
-        if a is not None and a.dtype not in _ELEMENTS[dt]:
+        if a is not None and a.dtype not in ELEMENTS[dt]:
             raise invalid("%s has dtype %s; the plan's %s %s needs %s" % (
                 a.name, a.dtype, "kv_dtype" if a is a_kv else "dtype", dt,
-                " or ".join(_ELEMENT_DOC.get(e, e) for e in _ELEMENTS[dt])))
+                " or ".join(_ELEMENT_DOC.get(e, e) for e in ELEMENTS[dt])))
     if a_out is not None and a_out.dtype != a_q.dtype:
         raise invalid("out has dtype %s but q has %s" % (a_out.dtype, a_q.dtype))
     if a_pt.dtype != "int32":

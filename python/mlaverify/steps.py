@@ -32,15 +32,15 @@ import numpy as np
 
 from . import _lib
 from ._arrays import as_int, host_int32, is_torch, torch_module, wrap
-from .api import (MEM_DEVICE, MEM_HOST, Context, PlanCore, Tensor, check_run_tensors,
+from .api import (ELEMENTS, MEM_DEVICE, MEM_HOST, Context, PlanCore, Tensor, check_run_tensors,
                   device_workspace, host_workspace, kv_scale_arg, no_cuda_in_torch,
                   problem_struct, shape_fields, tree_mask_words)
 from .errors import ERR_INVALID_ARG, StepStatusError, check, invalid
 
 _I32_MIN, _I32_MAX = -2**31, 2**31 - 1
 
-_NP_ELEMENT = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
-               "bf16": np.dtype(np.uint16), "fp8_e4m3": np.dtype(np.uint8)}
+# the numpy element of each dtype: the last of api.ELEMENTS' names (numpy's own or its stand-in)
+_NP_ELEMENT = {k: np.dtype(v[-1]) for k, v in ELEMENTS.items()}
 _NP_I32, _NP_U32, _NP_F32 = np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)
 _from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 
@@ -410,11 +410,11 @@ class StepPlan(PlanCore):
     def _torch_fast(self):
         """torch's objects the fast path compares by identity (made at the first torch run)."""
         torch = torch_module()
-        t = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.dtype]
-        if self.kv_dtype == "fp8_e4m3":
-            kv = (torch.uint8, getattr(torch, "float8_e4m3fn", torch.uint8))
-        else:
-            kv = (t, t)
+        t = getattr(torch, ELEMENTS[self.dtype][0])
+        # the cache's torch elements: q's, or an FP8 cache's two (api.ELEMENTS; uint8 where
+        # torch has no float8_e4m3fn)
+        kv = (t, t) if self.kv_dtype == self.dtype else \
+            tuple(getattr(torch, e, torch.uint8) for e in ELEMENTS[self.kv_dtype])
         u32 = getattr(torch, "uint32", torch.int32)
         self._tf = (torch.Tensor, torch.strided, self._tdevice(), t, kv[0], kv[1], torch.int32,
                     u32, torch.float32)
