@@ -1,5 +1,5 @@
-/* What a context and a plan hold (context.c: contexts and AUTO; plan.c: plans, updates and
- * runs; step.c: a plan's step in its workspace). */
+/* What a context and a plan hold (context.c: contexts; registry.c: AUTO's order; plan.c: plans,
+ * updates and runs; step.c: a plan's step in its workspace). */
 #ifndef MLAV_DISPATCH_PLAN_H
 #define MLAV_DISPATCH_PLAN_H
 
