@@ -58,7 +58,9 @@ MLAV_API unsigned mlav_version_number(void);
 /** Runtime version as "MAJOR.MINOR.PATCH". */
 MLAV_API const char *mlav_version_string(void);
 
-/** Opaque handles: a context picks and holds a backend; a plan is one scheduled problem. */
+/** Opaque handles: a context picks and holds a backend; a plan is a scheduled problem, or a plan
+ *  for limits whose steps' lengths come by mlav_plan_update (one kind underneath: a plan for one
+ *  problem is a plan for limits whose update ran at plan time). */
 typedef struct mlav_context mlav_context;
 typedef struct mlav_plan mlav_plan;
 
@@ -282,16 +284,16 @@ MLAV_API mlav_status mlav_verify(mlav_context *ctx, const mlav_problem *p, const
 
 /** The most one step of a plan for limits will run. */
 typedef struct mlav_limits {
-    int32_t max_batch;   /* most requests in a step, 1 .. MLAV_STEP_MAX_BATCH */
+    int32_t max_batch;   /* most requests in a step, 1 .. mlav_limits_max_batch() */
     int32_t max_tokens;  /* most query tokens in a step (q_indptr[batch]), >= 1 */
     int32_t max_q_len;   /* longest draft of a request (q_len), 1 .. max_tokens */
     int32_t max_kv_len;  /* longest kv_len of a request, >= max_q_len, and at most
                             max_pages * page_size */
 } mlav_limits;
 
-/** Most requests of a plan for limits (the device scheduler keeps a prefix sum per request in
- *  shared memory). */
-#define MLAV_STEP_MAX_BATCH 2048
+/** Most requests of a plan for limits (limits.max_batch), 2048 in this version: the device
+ *  scheduler keeps a prefix sum per request in shared memory. */
+MLAV_API int32_t mlav_limits_max_batch(void);
 
 /** One step's lengths. */
 typedef struct mlav_lengths {

@@ -18,7 +18,8 @@ its run as the torch ops ``mlaverify::verify_step`` and ``mlaverify::verify_step
 package is typed (PEP 561: ``py.typed``).
 """
 from .api import (BACKENDS, DTYPES, Context, Plan, Problem, backend_compiled,
-                  cuda_device_count, dtype_name, tree_mask_words, verify, version)
+                  cuda_device_count, dtype_name, limits_max_batch, tree_mask_words, verify,
+                  version)
 from .bundle import capture_bundle, check_bundle, complete_bundle, read_bundle, write_bundle
 from .errors import (CudaError, InvalidArgumentError, MlavError, NoDeviceError,
                      OutOfMemoryError, StepStatusError, UnsupportedError, WorkspaceError)

@@ -125,6 +125,7 @@ _PROTOTYPES = {
     "mlav_merge_state_in_place": (_st, [_int, _int, ctypes.c_int64, _i32, _vp, _vp, _vp, _vp,
                                         _vp]),
     "mlav_tree_mask_words": (_i32, [_i32]),
+    "mlav_limits_max_batch": (_i32, []),
     "mlav_tree_mask_from_parents": (_st, [_i32, _vp, _i32, _vp]),
     "mlav_tree_accept_greedy": (_st, [_i32, _vp, _vp, _vp, _vp, ctypes.POINTER(_i32),
                                       ctypes.POINTER(_i32)]),

@@ -26,10 +26,15 @@
 extern "C" {
 #endif
 
+/* Most requests of a plan for limits (mlav_limits_max_batch): the device scheduler keeps a
+ * prefix sum per request in shared memory, and the host rule's scratch is sized by it. */
+#define MLAV_STEP_MAX_BATCH 2048
+
 /* The step region at the start of a plan for limits' workspace: this header, then (CUDA) the
- * items and combine items of the step, or (CPU backends) the step's lengths. A workspace belongs
- * to the plan whose update wrote it last: the header carries that plan's id and limits (`owner`,
- * `limits`), which the host path checks before a run reads the step and the CUDA kernels compare
+ * items and combine items of the step, or (host workspaces) the step's lengths and then the
+ * backend's schedule (src/dispatch/step.h). A workspace belongs to the plan whose update wrote it
+ * last: the header carries that plan's id and limits (`owner`, `limits`), which dispatch checks
+ * before a run on a host workspace reads the step and the CUDA kernels compare
  * with the running plan's before they read an item, so that another plan's step (laid out for
  * other limits), or a workspace no update wrote, runs nothing. */
 typedef struct mlav_step_header {

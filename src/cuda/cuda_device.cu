@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda_backend.h"
+#include "cuda_device.h"
 
 /* __FILE__ is an absolute build path; the sentence only needs the file's name. */
 static const char *base_name(const char *path)

@@ -8,7 +8,7 @@
 #include "../common/fastdiv.h"
 #include "../common/schedule.h"
 #include "../common/schedule_step.h"
-#include "cuda_backend.h"
+#include "cuda_device.h"
 
 /* Compile-time shape of the flash kernel: the DeepSeek-V3 / Kimi K2 latent layout. */
 #define MLAV_FLASH_DL 512

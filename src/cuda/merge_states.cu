@@ -7,7 +7,7 @@
 #include "../common/dtype.h"
 #include "../common/merge.h"
 #include "../common/merge_states.h"
-#include "cuda_backend.h"
+#include "cuda_device.h"
 
 namespace {
 
