@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _lib
 from ._arrays import Arr, c_int, empty_like_kind, is_torch, torch_module, wrap
-from .api import _ELEMENTS, DTYPES, dtype_name
+from .api import DTYPES, ELEMENTS, dtype_name
 from .errors import check, invalid
 
 _MEM_HOST, _MEM_DEVICE = 0, 1
@@ -53,7 +53,7 @@ def _dtype_of(a: Arr, dtype: Any) -> str:
         except ValueError:
             raise invalid("%s is %s: states are float32, float16 or bfloat16"
                           % (a.name, a.dtype)) from None
-    if a.dtype not in _ELEMENTS[d]:
+    if a.dtype not in ELEMENTS[d]:
         raise invalid("%s holds %s elements, which are not %s" % (a.name, a.dtype, d))
     return d
 
