@@ -1,0 +1,327 @@
+/* wgmma_check: the Hopper kernel's shared-memory layouts, descriptors and paged gather on known
+ * random data (sm_90a only). One block of the kernel's shape (a producer warpgroup and two math
+ * warpgroups) gathers Q (64 x 576) and one KV tile (64 keys x 576) through a page table with the
+ * kernel's loads (gather.cuh) and hand-over (publish_copies, mbarriers), computes S = Q K^T with the kernel's s_tile (m64n32k16,
+ * each math warpgroup 32 keys), stores a given P with the kernel's store_p and computes O = P V
+ * with its pv_tile (m64n256k16, V read MN-major, each warpgroup 256 columns), and compares S and
+ * O with an fp64 host reference: max abs and relative error per product, PASS/FAIL; the exit
+ * status is nonzero on any FAIL. Cases: BF16 and F16, page_size 1 (shuffled rows) and 64
+ * (shuffled pages), a whole tile and one whose split ends inside it (rows past the end read as
+ * zeros). Run: wgmma_check [seed]. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "gather.cuh"
+#include "stages.cuh"
+
+using namespace mlav90;
+
+#define CK(call)                                                                                 \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+            exit(2);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+template <typename T> __device__ uint32_t pack2(float a, float b);
+template <> __device__ uint32_t pack2<__nv_bfloat16>(float a, float b)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ uint32_t pack2<__half>(float a, float b)
+{
+    __half2 v = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* s_out [64][64] fp32, p_in [64][64] fp32 (converted to T by store_p), o_out [64][512] fp32. */
+template <typename T>
+__global__ void __launch_bounds__(384, 1)
+    check_kernel(const mlav_flash_params p, const T *q, int j0, int kv_end, float *s_out,
+                 const float *p_in, float *o_out)
+{
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
+    const uint32_t base = smem_u32(smem);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + smem90::BAR);
+    uint64_t *full = bars, *qbar = bars + 2 * STAGES;
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    if (tid == 0) {
+        mbar_init(full, PRODUCER_THREADS);
+        mbar_init(qbar, PRODUCER_THREADS);
+    }
+    __syncthreads();
+    if (wg == 0) {
+        const int pt = tid;
+        load_q(base + smem90::Q, q, 0, BM, pt);
+        cp_async_commit();
+        int32_t pages[ROWS_PER_THREAD];
+        kv_pages_of(pages, p.page_table, j0, kv_end, p, pt);
+        load_kv_tile(base + smem90::KV, static_cast<const T *>(p.kv), pages, j0, kv_end, p, pt);
+        cp_async_commit();
+        cp_async_wait<1>();
+        publish_copies(qbar);
+        cp_async_wait<0>();
+        publish_copies(full);
+        return;
+    }
+    const int w = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    mbar_wait(qbar, 0);
+    mbar_wait(full, 0);
+    float s[S_REGS];
+#pragma unroll
+    for (int i = 0; i < S_REGS; i++)
+        s[i] = 0.0f;
+    fence_regs(s); /* the zeros are written before the warpgroup fence */
+    s_tile<T>(s, base + smem90::Q, base + smem90::KV, w);
+    float pv[S_REGS];
+#pragma unroll
+    for (int j = 0; j < S_REGS / 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = 16 * warp + g + 8 * (e >> 1), key = S_KEYS * w + 8 * j + 2 * t + (e & 1);
+            s_out[r * TILE_N + key] = s[4 * j + e];
+            pv[4 * j + e] = p_in[r * TILE_N + key];
+        }
+    store_p(smem + smem90::P, pv, w, warp, lane, pack2<T>);
+    fence_proxy_async();
+    named_barrier(1, 256);
+    float o[O_REGS];
+#pragma unroll
+    for (int i = 0; i < O_REGS; i++)
+        o[i] = 0.0f;
+    fence_regs(o);
+    pv_tile<T>(o, base + smem90::P, base + smem90::KV, w);
+#pragma unroll
+    for (int j = 0; j < O_REGS / 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = 16 * warp + g + 8 * (e >> 1), col = O_COLS * w + 8 * j + 2 * t + (e & 1);
+            o_out[r * DL + col] = o[4 * j + e];
+        }
+}
+
+static uint64_t rng_state;
+static double urand(void) /* [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+template <typename T> static T to_t(float x);
+template <> __nv_bfloat16 to_t<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __half to_t<__half>(float x) { return __float2half_rn(x); }
+template <typename T> static float from_t(T x);
+template <> float from_t<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> float from_t<__half>(__half x) { return __half2float(x); }
+
+/* |err| <= tol * (sum of |terms| of the dot product) + 1e-30, the bound of an fp32 sum of 16-bit
+ * products in any order: tol = depth x 2^-24 with room. */
+struct err_stat {
+    double max_abs = 0, max_rel = 0;
+    bool ok = true;
+    void add(double got, double ref, double mag, int depth)
+    {
+        const double a = fabs(got - ref);
+        const double bound = (double)depth * ldexp(1.0, -23) * mag + 1e-30;
+        if (!(a <= bound)) /* NaN fails */
+            ok = false;
+        if (a > max_abs || a != a)
+            max_abs = a;
+        const double rel = mag > 0 ? a / mag : a;
+        if (rel > max_rel || rel != rel)
+            max_rel = rel;
+    }
+};
+
+template <typename T>
+static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
+{
+    rng_state = seed * 0x9e3779b97f4a7c15ull + (uint64_t)page_size * 77 + (uint64_t)tail + 1;
+    const int j0 = 192; /* the tile's first KV row: a split start, a multiple of 32 */
+    const int kv_len = j0 + TILE_N;
+    const int kv_end = kv_len - tail;
+    const int max_pages = (kv_len + page_size - 1) / page_size;
+    const int num_pages = max_pages + 5;
+    /* a shuffled page table: logical page i lives in physical page perm[i] */
+    std::vector<int32_t> perm(num_pages);
+    for (int i = 0; i < num_pages; i++)
+        perm[i] = i;
+    for (int i = num_pages - 1; i > 0; i--) {
+        const int k = (int)((urand() + 1.0) * 0.5 * (i + 1)) % (i + 1);
+        const int x = perm[i];
+        perm[i] = perm[k];
+        perm[k] = x;
+    }
+    std::vector<T> hq((size_t)BM * W), hkv((size_t)num_pages * page_size * W);
+    for (auto &x : hq)
+        x = to_t<T>((float)urand());
+    for (auto &x : hkv)
+        x = to_t<T>((float)urand());
+    std::vector<float> hp((size_t)BM * TILE_N);
+    for (auto &x : hp)
+        x = (float)(urand() + 1.0) * 0.5f;
+    std::vector<T> nan_row(W, to_t<T>(NAN));
+
+    T *dq, *dkv, *dnan;
+    int32_t *dpt;
+    float *ds, *dp, *dout;
+    CK(cudaMalloc(&dq, hq.size() * sizeof(T)));
+    CK(cudaMalloc(&dkv, hkv.size() * sizeof(T)));
+    CK(cudaMalloc(&dnan, W * sizeof(T)));
+    CK(cudaMalloc(&dpt, max_pages * sizeof(int32_t)));
+    CK(cudaMalloc(&ds, (size_t)BM * TILE_N * 4));
+    CK(cudaMalloc(&dp, (size_t)BM * TILE_N * 4));
+    CK(cudaMalloc(&dout, (size_t)BM * DL * 4));
+    CK(cudaMemcpy(dq, hq.data(), hq.size() * sizeof(T), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dkv, hkv.data(), hkv.size() * sizeof(T), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnan, nan_row.data(), W * sizeof(T), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dpt, perm.data(), max_pages * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dp, hp.data(), hp.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(ds, 0xff, (size_t)BM * TILE_N * 4));
+    CK(cudaMemset(dout, 0xff, (size_t)BM * DL * 4));
+
+    mlav_flash_params p = {};
+    p.kv = dkv;
+    p.page_table = dpt;
+    p.page_size = page_size;
+    p.max_pages = max_pages;
+    p.page_div = mlav_fastdiv_make((uint32_t)page_size);
+    p.page_elems = (uint32_t)page_size * W;
+    p.page_limit = (uint32_t)num_pages;
+    p.nan_row = dnan;
+    p.num_pages = num_pages;
+    CK(cudaFuncSetAttribute(check_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)smem90::BYTES));
+    check_kernel<T><<<1, 384, smem90::BYTES>>>(p, dq, j0, kv_end, ds, dp, dout);
+    CK(cudaGetLastError());
+    /* at most 30 s: a deadlocked kernel (an mbarrier phase never completed) ends the run */
+    for (long spins = 0; cudaStreamQuery(0) == cudaErrorNotReady; spins++) {
+        if (spins > 30000) {
+            printf("FAIL: %s page_size %d: the kernel did not finish in 30 s (deadlock?)\n",
+                   tname, page_size);
+            exit(1);
+        }
+        usleep(1000);
+    }
+    CK(cudaDeviceSynchronize());
+    std::vector<float> hs((size_t)BM * TILE_N), ho((size_t)BM * DL);
+    CK(cudaMemcpy(hs.data(), ds, hs.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ho.data(), dout, ho.size() * 4, cudaMemcpyDeviceToHost));
+
+    /* the reference: key n of the tile is KV row j0 + n, zero past kv_end */
+    const auto kv_at = [&](int n, int d) -> double {
+        const int j = j0 + n;
+        if (j >= kv_end)
+            return 0.0;
+        const size_t row = (size_t)perm[j / page_size] * page_size + j % page_size;
+        return from_t<T>(hkv[row * W + d]);
+    };
+    err_stat es[2], eo[2];
+    std::vector<double> rs((size_t)BM * TILE_N), ro((size_t)BM * DL);
+    for (int r = 0; r < BM; r++)
+        for (int n = 0; n < TILE_N; n++) {
+            double acc = 0, mag = 0;
+            for (int d = 0; d < W; d++) {
+                const double x = (double)from_t<T>(hq[(size_t)r * W + d]) * kv_at(n, d);
+                acc += x;
+                mag += fabs(x);
+            }
+            rs[(size_t)r * TILE_N + n] = acc;
+            es[n / S_KEYS].add(hs[(size_t)r * TILE_N + n], acc, mag, W);
+        }
+    for (int r = 0; r < BM; r++)
+        for (int c = 0; c < DL; c++) {
+            double acc = 0, mag = 0;
+            for (int n = 0; n < TILE_N; n++) {
+                const double x =
+                    (double)from_t<T>(to_t<T>(hp[(size_t)r * TILE_N + n])) * kv_at(n, c);
+                acc += x;
+                mag += fabs(x);
+            }
+            ro[(size_t)r * DL + c] = acc;
+            eo[c / O_COLS].add(ho[(size_t)r * DL + c], acc, mag, TILE_N);
+        }
+    /* on a failure, the first few wrong elements and where (if anywhere) the reference holds
+     * the value the kernel gave: a layout or descriptor error shows as a permutation */
+    const auto explain = [&](const char *what, const std::vector<float> &got,
+                             const std::vector<double> &ref, int cols) {
+        int shown = 0;
+        for (size_t i = 0; i < got.size() && shown < 4; i++) {
+            const double g = got[i], e = ref[i];
+            if (fabs(g - e) <= 1e-3 * (fabs(e) + 1e-2))
+                continue;
+            long at = -1;
+            for (size_t k = 0; k < ref.size() && at < 0; k++)
+                if (fabs(g - ref[k]) <= 1e-3 * (fabs(ref[k]) + 1e-2))
+                    at = (long)k;
+            printf("    %s (row %zu, col %zu): got %.6g, want %.6g; ", what, i / cols, i % cols, g,
+                   e);
+            if (at >= 0)
+                printf("the reference's (row %ld, col %ld) holds it\n", at / cols, at % cols);
+            else
+                printf("no reference element holds it\n");
+            shown++;
+        }
+    };
+    if (!es[0].ok || !es[1].ok)
+        explain("S", hs, rs, TILE_N);
+    if (!eo[0].ok || !eo[1].ok)
+        explain("O", ho, ro, DL);
+    int fails = 0;
+    const char *names[4] = {"S keys 0-31 (wg 0)", "S keys 32-63 (wg 1)", "O cols 0-255 (wg 0)",
+                            "O cols 256-511 (wg 1)"};
+    const err_stat *all[4] = {&es[0], &es[1], &eo[0], &eo[1]};
+    for (int i = 0; i < 4; i++) {
+        printf("%-5s page_size %2d kv_end %3d  %-22s max abs %.3e  max rel %.3e  %s\n", tname,
+               page_size, kv_end, names[i], all[i]->max_abs, all[i]->max_rel,
+               all[i]->ok ? "PASS" : "FAIL");
+        fails += !all[i]->ok;
+    }
+    cudaFree(dq);
+    cudaFree(dkv);
+    cudaFree(dnan);
+    cudaFree(dpt);
+    cudaFree(ds);
+    cudaFree(dp);
+    cudaFree(dout);
+    return fails;
+}
+
+int main(int argc, char **argv)
+{
+    const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : 0x5eed90a1ull;
+    int dev = 0;
+    cudaDeviceProp prop;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    printf("wgmma_check: seed 0x%llx, device %s (cc %d.%d), shared memory %u bytes\n",
+           (unsigned long long)seed, prop.name, prop.major, prop.minor, (unsigned)smem90::BYTES);
+    if (prop.major != 9) {
+        printf("SKIP: needs a cc 9.0 device (sm_90a code)\n");
+        return 0;
+    }
+    int fails = 0;
+    for (int ps : {1, 64})
+        for (int tail : {0, 24}) {
+            fails += run_case<__nv_bfloat16>("bf16", ps, tail, seed);
+            fails += run_case<__half>("f16", ps, tail, seed);
+        }
+    printf("%s (%d failed products)\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,50 @@
+/* The Hopper (sm_90a) flash kernel family: the legal split kernel's contract (mlav_flash_params,
+ * its split items, out / lse for an unsplit item and the fp16 partial for a split one, merged by
+ * combine.cu unchanged) on wgmma with a producer warpgroup. Built only with MLAV_WITH_SM90.
+ * Runs: BF16 and F16 q with a cache of the same dtype; any page size, page ids outside the pool
+ * (NaN rows), a shared page table (page_table_rows), trees and chains, split and unsplit items,
+ * PDL. Not yet: an FP8 cache (wgmma takes no MN-major 8-bit B and no mixed types: the producer
+ * would dequantize tiles to 16 bits), plans for limits (STEP: the step header's item index and
+ * mlav_step_item_fits, as the legal STEP instance), F32 (stays on the FMA path). A caller checks
+ * mlav_flash_sm90_supported (cc 9.0, dtypes, shared memory) and launches only step-0 plans
+ * without an FP8 cache; mlav_flash_sm90_launch refuses the rest with MLAV_ERR_UNSUPPORTED. */
+#ifndef MLAV_CUDA_SM90_FLASH_SM90_H
+#define MLAV_CUDA_SM90_FLASH_SM90_H
+
+#include "../flash.h"
+
+/* The Hopper kernel's KV tile, in keys. */
+#define MLAV_FLASH_SM90_TILE_N 64
+
+/* The split schedule for the Hopper kernel: the legal kernel's parameters
+ * (mlav_flash_schedule_params) with splits aligned to, and at least, its 64-key tile, so that no
+ * split ends in a half-empty tile (the kernel runs any split; 32-key splits cost it a whole
+ * tile each). Which of the two schedules is faster where is measured by
+ * bench/diag/sm90_timing. */
+static inline mlav_schedule_params mlav_flash_sm90_schedule_params(int sm_count, int blocks_per_sm)
+{
+    mlav_schedule_params sp = mlav_flash_schedule_params(sm_count, blocks_per_sm);
+    sp.key_align = MLAV_FLASH_SM90_TILE_N;
+    sp.min_chunk = MLAV_FLASH_SM90_TILE_N;
+    return sp;
+}
+
+/* Whether this device and these dtypes can run the Hopper kernel: MLAV_OK, or
+ * MLAV_ERR_UNSUPPORTED with a sentence (not cc 9.0, another dtype, an FP8 cache, too little
+ * shared memory). */
+mlav_status mlav_flash_sm90_supported(mlav_dtype dtype, mlav_dtype kv_dtype,
+                                      const mlav_cuda_device *dev);
+
+/* Once per device: the checks above, the kernels' shared-memory attribute (past the 48 KB a
+ * kernel gets unasked; 227 KB opt-in), and their resident blocks per SM (1) through
+ * *blocks_per_sm, for the schedule (mlav_flash_schedule_params). */
+mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
+                                    const mlav_cuda_device *dev, int *blocks_per_sm);
+
+/* Launch the split kernel then (if any) the combine on `stream`: mlav_flash_launch's contract,
+ * for the plans in scope (step 0, no FP8 cache; otherwise MLAV_ERR_UNSUPPORTED). */
+mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                                   const mlav_flash_launch_opts *lo, int step,
+                                   cudaStream_t stream);
+
+#endif

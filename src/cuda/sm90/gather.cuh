@@ -1,0 +1,156 @@
+/* The producer warpgroup's loads: Q once per block and the paged KV tiles, 16-byte cp.async
+ * copies into the swizzled layout (smem_layout.cuh), published by the copying threads themselves
+ * (publish_copies, sync.cuh); and the sanitizing pass that tiles with hidden keys need before P V.
+ *
+ * Eight neighbouring producer threads share a row, each copying every eighth 16-byte chunk of it
+ * (9 of 72, one per 128-byte column block), so a warp's copy instruction moves 4 whole rows' 128
+ * contiguous bytes, full cache lines; a thread covers rows q, q + 16, q + 32, q + 48 (q = thread
+ * / 8), 36 copies and 4 page lookups a tile. With two threads a row (32 bytes of 16 rows per
+ * instruction, one lookup a tile) a shuffled page_size 1 pool ran at half the speed of page_size
+ * 64 once it outgrew the L2: each row's lines were requested a sector at a time across 36
+ * instructions. The chunks a thread writes all sit at one swizzled position of their 128-byte
+ * row pieces (row % 8 is the same for its 4 rows), so its shared addresses are a base plus
+ * constants. */
+#ifndef MLAV_CUDA_SM90_GATHER_CUH
+#define MLAV_CUDA_SM90_GATHER_CUH
+
+#include <stdint.h>
+
+#include "../flash.h"
+#include "smem_layout.cuh"
+#include "sync.cuh"
+
+namespace mlav90 {
+
+constexpr int PRODUCER_THREADS = 128;
+constexpr int ROW_LANES = 8;                                /* threads a row */
+constexpr int ROW_STEP = PRODUCER_THREADS / ROW_LANES;      /* 16: rows between a thread's rows */
+constexpr int ROWS_PER_THREAD = TILE_N / ROW_STEP;          /* 4 */
+constexpr int CHUNKS_PER_ROW = ROW_CHUNKS / ROW_LANES;      /* 9: one per column block */
+static_assert(ROW_LANES == 8 && CHUNKS_PER_ROW == W_BLOCKS && TILE_N == BM &&
+                  ROW_STEP % 8 == 0,
+              "a thread's chunks: one per column block, at one swizzled position");
+
+/* The page id of KV row j, 0 past kv_end (where nothing is read). */
+__device__ __forceinline__ int32_t kv_page_of(const int32_t *ptab, int j, int kv_end,
+                                              const mlav_flash_params &p)
+{
+    return j < kv_end ? ptab[mlav_fastdiv_div((uint32_t)j, p.page_div)] : 0;
+}
+
+/* The page ids of this thread's 4 rows of the tile starting at KV row j0. */
+__device__ __forceinline__ void kv_pages_of(int32_t (&pages)[ROWS_PER_THREAD], const int32_t *ptab,
+                                            int j0, int kv_end, const mlav_flash_params &p, int pt)
+{
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_THREAD; i++)
+        pages[i] = kv_page_of(ptab, j0 + pt / ROW_LANES + ROW_STEP * i, kv_end, p);
+}
+
+/* Where KV row j is read from: its page's slot, or the plan's NaN row for a page id outside the
+ * pool (the legal kernel's rule: mlaverify.h), or row 0 of the pool for a row past kv_end, which
+ * is zero-filled without being read. 32-bit index arithmetic and one 64-bit product. */
+template <typename T>
+__device__ __forceinline__ const T *kv_row_src(const T *kv, int32_t page, int j, bool live,
+                                               const mlav_flash_params &p)
+{
+    const uint32_t pg = (uint32_t)page, uj = (uint32_t)j;
+    const uint32_t slot = uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
+    const T *base = live && pg >= p.page_limit ? static_cast<const T *>(p.nan_row) : kv;
+    const size_t off = live && pg < p.page_limit ? (size_t)pg * p.page_elems + slot * W : 0;
+    return base + off;
+}
+
+/* This thread's shared address of its first chunk in a 64-row operand at `op`: row pt / 8,
+ * column block 0, chunk position pt % 8 swizzled by the row. */
+__device__ __forceinline__ uint32_t gather_dst(uint32_t op, int pt)
+{
+    const int r = pt / ROW_LANES, c = pt % ROW_LANES;
+    return op + sw128_chunk(r, c);
+}
+
+/* This thread's 9 chunks of one 576-element row (its i-th, row pt / 8 + 16 i) from `src`
+ * (16 bytes a copy; `live` false: zero-filled, `src` not read). */
+template <typename T>
+__device__ __forceinline__ void copy_row_part(uint32_t dst0, const T *src, bool live, int i,
+                                              int pt)
+{
+    const int bytes = live ? 16 : 0;
+    const T *s = src + (pt % ROW_LANES) * 8;
+    const uint32_t d = dst0 + (uint32_t)(i * ROW_STEP) * 128u;
+#pragma unroll
+    for (int k = 0; k < CHUNKS_PER_ROW; k++)
+        cp_async16(d + (uint32_t)k * BLOCK_BYTES, s + k * COL_BLOCK, bytes);
+}
+
+/* Q's 64 rows (m0 + r of the request's M folded rows, whose first is q at row q_start * H;
+ * rows past M zero-filled) into the Q region. `pt`: the producer thread, 0..127. */
+template <typename T>
+__device__ __forceinline__ void load_q(uint32_t sq, const T *qg, int m0, int M, int pt)
+{
+    const uint32_t d0 = gather_dst(sq, pt);
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_THREAD; i++) {
+        const int r = pt / ROW_LANES + ROW_STEP * i;
+        const bool live = m0 + r < M;
+        copy_row_part(d0, qg + (live ? (size_t)(m0 + r) * W : 0), live, i, pt);
+    }
+}
+
+/* KV rows j0 .. j0 + 63 into a stage; this thread's rows j0 + pt / 8 + 16 i, whose page ids
+ * were looked up ahead (kv_pages_of). */
+template <typename T>
+__device__ __forceinline__ void load_kv_tile(uint32_t stage, const T *kv,
+                                             const int32_t (&pages)[ROWS_PER_THREAD], int j0,
+                                             int kv_end, const mlav_flash_params &p, int pt)
+{
+    const uint32_t d0 = gather_dst(stage, pt);
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_THREAD; i++) {
+        const int j = j0 + pt / ROW_LANES + ROW_STEP * i;
+        const bool live = j < kv_end;
+        copy_row_part(d0, kv_row_src(kv, pages[i], j, live, p), live, i, pt);
+    }
+}
+
+/* Whether KV tile [j0, j0 + 64) needs its V part sanitized before P V: it holds draft keys,
+ * which some rows may not see, or rows past the split end (the legal kernel's rule for its
+ * tiles). */
+__device__ __forceinline__ bool tile_has_hidden_keys(int j0, int prefix, int kv_end)
+{
+    return !(j0 + TILE_N <= prefix && j0 + TILE_N <= kv_end);
+}
+
+/* Zero the Inf and NaN elements of the V part (features 0..511, column blocks 0..7, the first
+ * 64 KB of the stage) of a tile with hidden keys, by `nthreads` threads (thread `i`), after every
+ * S product of the tile has read K and before P V reads V. Exact for the same reason as the
+ * legal kernel's fragment sanitizing: c_kv is also the key, so a row that sees a non-finite key
+ * has a non-finite score, and a row that does not gives it weight 0, which times Inf or NaN on
+ * the tensor cores would otherwise reach rows that do not see the key. `exp_mask`: the 16-bit
+ * type's exponent bits. */
+__device__ __forceinline__ void sanitize_v(unsigned char *stage, uint32_t exp_mask, int i,
+                                           int nthreads)
+{
+    constexpr int V_CHUNKS = (DL / COL_BLOCK) * (int)BLOCK_BYTES / 16; /* 4096 */
+    const uint32_t m2 = exp_mask | (exp_mask << 16);
+    for (int c = i; c < V_CHUNKS; c += nthreads) {
+        uint4 *q = reinterpret_cast<uint4 *>(stage) + c;
+        uint4 v = *q;
+        uint32_t *w = reinterpret_cast<uint32_t *>(&v);
+        bool any = false;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const uint32_t x = w[e] & m2;
+            const uint32_t lo = (x & 0xffffu) == exp_mask ? 0xffff0000u : 0xffffffffu;
+            const uint32_t hi = (x >> 16) == exp_mask ? 0x0000ffffu : 0xffffffffu;
+            any |= (lo & hi) != 0xffffffffu;
+            w[e] &= lo & hi;
+        }
+        if (any)
+            *q = v;
+    }
+}
+
+} // namespace mlav90
+
+#endif

@@ -1,0 +1,404 @@
+/* The Hopper split kernel: one block per mlav_split_item (64 folded (token, head) rows, KV rows
+ * [kv_begin, kv_end)), 384 threads in three warpgroups.
+ *   WG0, the producer (registers given back): Q once, then the KV tiles of 64 keys x 576
+ *        through the page table into a 2-stage ring (gather.cuh), each stage published on its
+ *        "full" mbarrier (produce); it refills a stage when both math warpgroups have arrived
+ *        on its "empty" mbarrier.
+ *   WG1, WG2, math warpgroup w = 0, 1 (registers taken): per tile, S for keys [32 w, +32)
+ *        (stages.cuh), scale and visibility mask, the row maxima of both halves met through
+ *        shared memory (named barrier 1), the online-softmax rescale of O, P of its keys into
+ *        the shared P tile (named barrier 2), then O += P V for output columns [256 w, +256).
+ *        The next tile's S is issued during this tile's softmax when that tile has landed, so
+ *        the tensor cores run it under the softmax (consume).
+ * The running reference maximum moves only on a rise of more than RESCALE_SLACK, the same in
+ * both warpgroups (both decide from the same two shared values); each keeps the row sums of its
+ * own keys, met in the epilogue. The epilogue writes what the legal kernel writes (verify_flash.cu): out and lse for
+ * an unsplit item, else the fp16 partial scaled per 128 columns by part_scale, with part_lse. */
+#ifndef MLAV_CUDA_SM90_KERNEL_CUH
+#define MLAV_CUDA_SM90_KERNEL_CUH
+
+#include <math.h>
+
+#include "../../common/merge.h"
+#include "../../common/visibility.h"
+#include "../mma.cuh"
+#include "../page_row.cuh"
+#include "gather.cuh"
+#include "stages.cuh"
+
+namespace mlav90 {
+
+constexpr int THREADS = 384;
+constexpr int MATH_THREADS = MATH_WGS * 128;
+/* 128 x 56 + 256 x 224 = 384 x 168, the block's registers (the producer's 4 page ids and row
+ * addresses a tile spilled at 40) */
+constexpr int PRODUCER_REGS = 56;
+constexpr int MATH_REGS = 224;
+/* named barriers: of the two math warpgroups (1, 2), and of each math warpgroup alone (3, 4) */
+constexpr int BAR_MAX = 1, BAR_P = 2, BAR_EPILOGUE0 = 3;
+/* the epilogue's staging of a warpgroup's 64 rows x 256 16-bit columns in Q's region: rows 528
+ * bytes apart, so that the 8 rows of a fragment store fall in distinct banks */
+constexpr uint32_t STAGE_STRIDE = O_COLS * 2 + 16;
+constexpr uint32_t STAGE_WG_BYTES = BM * STAGE_STRIDE;
+static_assert(MATH_WGS * STAGE_WG_BYTES <= OPERAND_BYTES && STAGE_STRIDE % 16 == 0,
+              "both warpgroups' staging fits in Q's region");
+constexpr float LN2F = 0.6931471805599453f;
+/* log2 units a score may pass the running reference before it moves (the legal kernel's rule):
+ * P stays <= 256, inside BF16 and F16, and the reference moves, O is rescaled and the row sum
+ * takes a rounded factor only on a rise of more than this. With the exact maximum, rising scores
+ * (tests/test_sm90_gpu) moved it nearly every tile, and lse was 2-4x further from the oracle
+ * than the legal kernel's. */
+constexpr float RESCALE_SLACK = 8.0f;
+static_assert(PRODUCER_THREADS * PRODUCER_REGS + MATH_THREADS * MATH_REGS <= 65536,
+              "the register file");
+
+struct block_ctx {
+    int b, q_start, prefix, M, m0, kv_begin, kv_end, n_tiles, slot;
+};
+
+__device__ __forceinline__ unsigned char *smem_base()
+{
+    extern __shared__ unsigned char smem_raw[];
+    return reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
+}
+
+/* WG0: Q, then every KV tile of the item into the 2-stage ring. Each thread tracks its own
+ * copies as cp.async groups (Q, then a group per tile) and publishes a stage itself once they
+ * have landed (publish_copies: the writer's proxy fence, then its arrival on the stage's "full"
+ * barrier, 128 arrivals a phase). Tile t + 1 is published as soon as it lands, before the
+ * producer waits for the math warpgroups to release tile t's stage and gathers tile t + 2 into
+ * it: so the math warpgroups never wait for a gather issue, and each tile is gathered one tile
+ * time ahead of its use. */
+template <typename T>
+__device__ __forceinline__ void produce(const mlav_flash_params &p, const block_ctx &c,
+                                        uint32_t base, uint64_t *full, uint64_t *empty,
+                                        uint64_t *qbar, int pt)
+{
+    const T *qg = static_cast<const T *>(p.q) + (size_t)c.q_start * p.H * W;
+    const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
+                                            p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
+    const T *kv = static_cast<const T *>(p.kv);
+    const int n = c.n_tiles;
+    int32_t page0[ROWS_PER_THREAD], page1[ROWS_PER_THREAD], page_next[ROWS_PER_THREAD];
+    kv_pages_of(page0, ptab, c.kv_begin, c.kv_end, p, pt);
+    kv_pages_of(page1, ptab, c.kv_begin + TILE_N, c.kv_end, p, pt);
+    load_q(base + smem90::Q, qg, c.m0, c.M, pt);
+    cp_async_commit();
+    static_assert(STAGES == 2, "the prologue fills both stages");
+    if (n > 0) {
+        load_kv_tile(base + smem90::KV, kv, page0, c.kv_begin, c.kv_end, p, pt);
+        cp_async_commit();
+    }
+    if (n > 1) {
+        load_kv_tile(base + smem90::KV + OPERAND_BYTES, kv, page1, c.kv_begin + TILE_N, c.kv_end,
+                     p, pt);
+        cp_async_commit();
+    }
+    kv_pages_of(page_next, ptab, c.kv_begin + 2 * TILE_N, c.kv_end, p, pt);
+    if (n > 1)
+        cp_async_wait<2>();
+    else if (n == 1)
+        cp_async_wait<1>();
+    else
+        cp_async_wait<0>();
+    publish_copies(qbar);
+    if (n > 1)
+        cp_async_wait<1>();
+    else
+        cp_async_wait<0>();
+    if (n > 0)
+        publish_copies(&full[0]);
+    for (int t = 0; t + 1 < n; t++) {
+        cp_async_wait<0>(); /* tile t + 1 */
+        publish_copies(&full[(t + 1) % STAGES]);
+        if (t + 2 < n) {
+            const int s = t % STAGES;
+            mbar_wait(&empty[s], (uint32_t)((t / STAGES) & 1)); /* tile t's stage is free */
+            const int j0 = c.kv_begin + (t + 2) * TILE_N;
+            load_kv_tile(base + smem90::KV + (uint32_t)s * OPERAND_BYTES, kv, page_next, j0,
+                         c.kv_end, p, pt);
+            cp_async_commit();
+            kv_pages_of(page_next, ptab, j0 + TILE_N, c.kv_end, p, pt);
+        }
+    }
+}
+
+/* The epilogue's partial-state scale of one row and 128 columns (the legal kernel's format,
+ * combine.cu reads it): from the largest |O| bits `mb` of the columns and 1 / l, the factor
+ * 2^(141 - ex) / l that puts the largest |O / l| in [2^14, 2^15) and the part_scale 2^(ex - 141)
+ * that restores it, ex the biased exponent of max |O / l|, at least 15. */
+__device__ __forceinline__ void partial_scale(uint32_t mb, float inv, float &sc, float &ps)
+{
+    mb = __float_as_uint(__uint_as_float(mb) * inv);
+    const int ex = max((int)((mb >> 23) & 0xffu), 15);
+    sc = __uint_as_float((uint32_t)(268 - ex) << 23) * inv;
+    ps = __uint_as_float((uint32_t)(ex - 14) << 23);
+}
+
+/* WG1 / WG2: the tiles' products and softmax, then the epilogue. */
+template <typename T>
+__device__ __forceinline__ void consume(const mlav_flash_params &p, const block_ctx &c,
+                                        unsigned char *smem, uint32_t base, uint64_t *full,
+                                        uint64_t *empty, uint64_t *qbar, int w, int wt)
+{
+    using TY = mlav::mma_type<T>;
+    const int warp = wt >> 5, lane = wt & 31, g = lane >> 2, t4 = lane & 3;
+    float *smax = reinterpret_cast<float *>(smem + smem90::MAX);
+    float *ssum = reinterpret_cast<float *>(smem + smem90::SUM);
+    const int r0 = 16 * warp + g; /* this thread's rows: r0 (h = 0) and r0 + 8 (h = 1) */
+
+    float o[O_REGS];
+#pragma unroll
+    for (int i = 0; i < O_REGS; i++)
+        o[i] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}; /* reference maxima, log2 units */
+    float l_run[2] = {0.0f, 0.0f};           /* this thread's keys of its warpgroup's half */
+    const uint32_t sq = base + smem90::Q, sp = base + smem90::P;
+    const auto stage_of = [&](int t) {
+        return base + smem90::KV + (uint32_t)(t % STAGES) * OPERAND_BYTES;
+    };
+    const auto parity_of = [](int t) { return (uint32_t)((t / STAGES) & 1); };
+    /* S of the next tile accumulates in xn while this tile's softmax runs (see the loop) */
+    float xn[S_REGS];
+#pragma unroll
+    for (int i = 0; i < S_REGS; i++)
+        xn[i] = 0.0f;
+    /* O's zeros are written here, not sunk under the first S group, whose flight a write of
+     * another wgmma's accumulators would serialize (C7515) */
+    fence_regs(o);
+    mbar_wait(qbar, 0);
+    if (c.n_tiles > 0) {
+        mbar_wait(&full[0], parity_of(0)); /* published: publish_copies */
+        s_issue<T>(xn, sq, stage_of(0), w);
+    }
+
+    /* Per tile t: S(t) was issued before (in tile t - 1, or above); its scores, the row maxima
+     * met through shared memory, O's rescale, P of this half into the P tile, then P V. S(t + 1)
+     * is issued right after the rescale when tile t + 1 has landed for every math thread (the
+     * maxima barrier's vote), so the tensor cores run it under the rest of this tile's softmax
+     * and P V queues behind it; otherwise after P V, so a late tile never holds this one's
+     * P V. */
+    for (int t = 0; t < c.n_tiles; t++) {
+        const int s = t % STAGES;
+        const uint32_t stage = stage_of(t);
+        wgmma_wait<0>(); /* S(t), and P V (t - 1) */
+        fence_regs(xn);
+        fence_regs(o);
+        if (t > 0)
+            mbar_arrive(&empty[(t - 1) % STAGES]); /* both products of tile t - 1 are done */
+        float x[S_REGS];
+#pragma unroll
+        for (int i = 0; i < S_REGS; i++)
+            x[i] = xn[i];
+
+        const int j0 = c.kv_begin + t * TILE_N;
+        const bool hidden = tile_has_hidden_keys(j0, c.prefix, c.kv_end);
+        if (!hidden) {
+            /* prefix keys only: every key visible to every row (rows past M hold Q = 0 and are
+             * never written) */
+#pragma unroll
+            for (int i = 0; i < S_REGS; i++)
+                x[i] *= p.scale_log2;
+        } else {
+            int row_i[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int m = c.m0 + r0 + 8 * h;
+                row_i[h] = m < c.M ? m / p.H : -1;
+            }
+#pragma unroll
+            for (int i = 0; i < S_REGS; i++) {
+                const int h = (i >> 1) & 1;
+                const int j = j0 + S_KEYS * w + 8 * (i >> 2) + 2 * t4 + (i & 1);
+                bool vis = j < c.kv_end && row_i[h] >= 0;
+                if (vis && j >= c.prefix) {
+                    const int k = j - c.prefix, qi = row_i[h];
+                    vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
+                }
+                x[i] = vis ? x[i] * p.scale_log2 : -INFINITY;
+            }
+        }
+
+        /* the row maxima of this half, then of the tile */
+        float tm[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < S_REGS; i++)
+            tm[(i >> 1) & 1] = fmaxf(tm[(i >> 1) & 1], x[i]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 1));
+            tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 2));
+            if (t4 == 0)
+                smax[w * BM + r0 + 8 * h] = tm[h];
+        }
+        const bool next = t + 1 < c.n_tiles;
+        const bool landed = next && mbar_test(&full[(t + 1) % STAGES], parity_of(t + 1));
+        /* both halves' S done, K read; whether every math thread has seen tile t + 1 land */
+        const bool early = named_barrier_and(BAR_MAX, MATH_THREADS, landed);
+        if (hidden)
+            sanitize_v(smem + smem90::KV + (uint32_t)s * OPERAND_BYTES, TY::exp_mask, wt + 128 * w,
+                       MATH_THREADS);
+        float alpha[2], ref[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + 8 * h;
+            const float tile_max = fmaxf(smax[r], smax[BM + r]);
+            const float new_max =
+                tile_max > m_run[h] + RESCALE_SLACK ? fmaxf(m_run[h], tile_max) : m_run[h];
+            alpha[h] = m_run[h] == -INFINITY ? 0.0f : mlav::exp2_fast(m_run[h] - new_max);
+            m_run[h] = new_max;
+            ref[h] = new_max == -INFINITY ? 0.0f : new_max; /* no -inf - -inf */
+            l_run[h] *= alpha[h];
+        }
+        /* O moves only when a row's reference does (alpha exactly 1 otherwise), in a warp whose
+         * 16 rows all keep theirs the 128 multiplies are skipped */
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+            for (int i = 0; i < O_REGS; i++)
+                o[i] *= alpha[(i >> 1) & 1];
+        }
+        /* after O's rescale: with an accumulator written while a wgmma group is in flight,
+         * ptxas serializes the wgmmas (C7515) */
+        if (early)
+            s_issue<T>(xn, sq, stage_of(t + 1), w);
+        float pv[S_REGS];
+#pragma unroll
+        for (int i = 0; i < S_REGS; i++) {
+            pv[i] = mlav::exp2_fast(x[i] - ref[(i >> 1) & 1]);
+            l_run[(i >> 1) & 1] += pv[i];
+        }
+        store_p(smem + smem90::P, pv, w, warp, lane, TY::pack);
+        fence_proxy_async(); /* P (and a sanitized V) for wgmma's reads */
+        named_barrier(BAR_P, MATH_THREADS);
+        pv_issue<T>(o, sp, stage, w);
+        if (next && !early) {
+            mbar_wait(&full[(t + 1) % STAGES], parity_of(t + 1));
+            s_issue<T>(xn, sq, stage_of(t + 1), w);
+        }
+    }
+    wgmma_wait<0>();
+    fence_regs(o);
+
+    /* epilogue: the row sums of both halves, O / l, lse */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (t4 == 0)
+            ssum[w * BM + r0 + 8 * h] = l;
+    }
+    /* both warpgroups are past their last wgmma: Q's region is free for the staging below */
+    named_barrier(BAR_MAX, MATH_THREADS);
+    const bool final_out = c.slot < 0;
+    /* O leaves through shared memory: each warpgroup stages its 64 rows x 256 columns of 16-bit
+     * values (out's T, or the partial's fp16) in Q's region, rows STAGE_STRIDE bytes apart, then
+     * stores whole 512-byte row pieces, a warp a row, 16 bytes a lane. Straight from the
+     * fragments a store moved 4 bytes of 8 rows, 64 stores a thread. */
+    unsigned char *stg = smem + smem90::Q + (uint32_t)w * STAGE_WG_BYTES;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h, m = c.m0 + r;
+        const float l = ssum[r] + ssum[BM + r];
+        const float inv = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
+        const bool live = m < c.M;
+        if (live && w == 0 && t4 == 0) {
+            const float lse = mlav_finish_lse(m_run[h] * LN2F, l);
+            if (!final_out)
+                p.part_lse[(size_t)c.slot * BM + r] = lse;
+            else if (p.lse)
+                p.lse[(size_t)c.q_start * p.H + m] = lse;
+        }
+        uint32_t *srow = reinterpret_cast<uint32_t *>(stg + (uint32_t)r * STAGE_STRIDE) + t4;
+        if (final_out) {
+#pragma unroll
+            for (int j = 0; j < O_REGS / 4; j++)
+                srow[4 * j] = TY::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        } else {
+            constexpr int SC_J = MLAV_FLASH_SCALE_COLS / 8; /* n8 tiles per part_scale column block */
+#pragma unroll
+            for (int cb = 0; cb < O_COLS / MLAV_FLASH_SCALE_COLS; cb++) {
+                uint32_t mb = 0;
+#pragma unroll
+                for (int j = cb * SC_J; j < (cb + 1) * SC_J; j++)
+                    mb = max(mb, max(__float_as_uint(o[4 * j + 2 * h]) & 0x7fffffffu,
+                                     __float_as_uint(o[4 * j + 2 * h + 1]) & 0x7fffffffu));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+                float sc, ps;
+                partial_scale(mb, inv, sc, ps);
+                const int col_block = w * (O_COLS / MLAV_FLASH_SCALE_COLS) + cb;
+                if (live && t4 == 0)
+                    p.part_scale[((size_t)c.slot * BM + r) * (DL / MLAV_FLASH_SCALE_COLS) +
+                                 col_block] = ps;
+#pragma unroll
+                for (int j = cb * SC_J; j < (cb + 1) * SC_J; j++) {
+                    const __half2 v = __floats2half2_rn(o[4 * j + 2 * h] * sc,
+                                                        o[4 * j + 2 * h + 1] * sc);
+                    srow[4 * j] = *reinterpret_cast<const uint32_t *>(&v);
+                }
+            }
+        }
+    }
+    /* this warpgroup's rows are staged (compile-time ids: a computed one makes ptxas reserve all
+     * 16 barriers) */
+    if (w == 0)
+        named_barrier(BAR_EPILOGUE0, 128);
+    else
+        named_barrier(BAR_EPILOGUE0 + 1, 128);
+    /* warp `warp` stores rows warp, warp + 4, ...: lane i the 16 bytes at columns 8 i .. 8 i + 7
+     * of the warpgroup's 256 */
+    const size_t row0 = final_out ? (size_t)c.q_start * p.H + c.m0 : (size_t)c.slot * BM;
+    uint16_t *dst = static_cast<uint16_t *>(final_out ? p.out : p.part_o) + row0 * DL +
+                    O_COLS * w + lane * 8;
+#pragma unroll 4
+    for (int r = warp; r < BM; r += 4)
+        if (c.m0 + r < c.M)
+            *reinterpret_cast<uint4 *>(dst + (size_t)r * DL) =
+                *reinterpret_cast<const uint4 *>(stg + (uint32_t)r * STAGE_STRIDE + lane * 16);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash_params p)
+{
+    unsigned char *smem = smem_base();
+    const uint32_t base = smem_u32(smem);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + smem90::BAR);
+    uint64_t *full = bars, *empty = bars + STAGES, *qbar = bars + 2 * STAGES;
+    mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
+    const mlav_split_item item = p.items[blockIdx.x];
+    const int tid = threadIdx.x;
+    /* through a shuffle, so that ptxas knows the warpgroup index warp-uniform */
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], PRODUCER_THREADS);
+            mbar_init(&empty[s], MATH_THREADS);
+        }
+        mbar_init(qbar, PRODUCER_THREADS);
+    }
+    __syncthreads();
+    block_ctx c;
+    c.b = item.b;
+    c.q_start = item.q_start;
+    c.prefix = item.prefix;
+    c.M = item.q_len * p.H;
+    c.m0 = item.mtile * BM;
+    c.kv_begin = item.kv_begin;
+    c.kv_end = item.kv_end;
+    c.n_tiles = (item.kv_end - item.kv_begin + TILE_N - 1) / TILE_N;
+    c.slot = item.slot;
+    if (wg == 0) {
+        regs_dealloc<PRODUCER_REGS>();
+        produce<T>(p, c, base, full, empty, qbar, tid);
+    } else {
+        regs_alloc<MATH_REGS>();
+        consume<T>(p, c, smem, base, full, empty, qbar, wg - 1, tid - 128 * wg);
+    }
+}
+
+} // namespace mlav90
+
+#endif

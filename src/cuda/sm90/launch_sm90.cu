@@ -1,0 +1,74 @@
+/* The Hopper family's host side: which device and dtypes it serves, the kernels' shared-memory
+ * attribute, and the launch (the split kernel, then the legal path's combine). */
+#include "flash_sm90.h"
+#include "kernel.cuh"
+
+static_assert(mlav90::TILE_N == MLAV_FLASH_SM90_TILE_N, "the schedule's tile is the kernel's");
+
+namespace {
+
+const void *kernel_for(mlav_dtype dtype)
+{
+    return dtype == MLAV_DTYPE_BF16
+               ? reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<__nv_bfloat16>)
+               : reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<__half>);
+}
+
+} // namespace
+
+mlav_status mlav_flash_sm90_supported(mlav_dtype dtype, mlav_dtype kv_dtype,
+                                      const mlav_cuda_device *dev)
+{
+    if (dev->cc_major != 9 || dev->cc_minor != 0)
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "the sm_90a kernels need a cc 9.0 device, this one is cc %d.%d",
+                              dev->cc_major, dev->cc_minor);
+    if ((dtype != MLAV_DTYPE_BF16 && dtype != MLAV_DTYPE_F16) || kv_dtype != dtype)
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "the sm_90a kernels take BF16 or F16 q with a cache of the same "
+                              "dtype");
+    if (dev->smem_optin < (size_t)mlav90::smem90::BYTES)
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "the sm_90a kernel needs %u bytes of shared memory per block, this "
+                              "device allows %zu",
+                              (unsigned)mlav90::smem90::BYTES, dev->smem_optin);
+    return MLAV_OK;
+}
+
+mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
+                                    const mlav_cuda_device *dev, int *blocks_per_sm)
+{
+    *blocks_per_sm = 0;
+    mlav_status s = mlav_flash_sm90_supported(dtype, kv_dtype, dev);
+    if (s != MLAV_OK)
+        return s;
+    const void *f = kernel_for(dtype);
+    MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)mlav90::smem90::BYTES));
+    MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        blocks_per_sm, f, mlav90::THREADS, mlav90::smem90::BYTES));
+    if (*blocks_per_sm < 1)
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "flash_sm90 cannot be resident on this device (0 blocks per SM)");
+    return MLAV_OK;
+}
+
+mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp,
+                                   const mlav_flash_launch_opts *lo, int step,
+                                   cudaStream_t stream)
+{
+    if (step != 0 || lo->kv_fp8 || (dtype != MLAV_DTYPE_BF16 && dtype != MLAV_DTYPE_F16))
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "the sm_90a kernels run BF16 and F16 plans for one problem with a "
+                              "cache of the same dtype");
+    if (fp->n_items > 0) {
+        void *args[1] = {const_cast<mlav_flash_params *>(fp)};
+        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype), dim3((unsigned)fp->n_items),
+                                       dim3(mlav90::THREADS), args, mlav90::smem90::BYTES,
+                                       stream));
+        MLAV_CUDA_TRY(cudaGetLastError());
+    }
+    if (fp->n_combine > 0)
+        return mlav_combine_launch(dtype, fp, lo, step, stream);
+    return MLAV_OK;
+}

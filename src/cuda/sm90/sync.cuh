@@ -1,0 +1,130 @@
+/* The sm_90 synchronization the Hopper kernel is built from: mbarriers (the producer/consumer
+ * ring of KV tiles), cp.async groups, the generic-to-async proxy fence that wgmma's
+ * shared-memory reads need after ordinary stores and cp.async copies (both generic proxy),
+ * named barriers and the warpgroup register reallocation. Raw PTX; sm_90a only (this directory
+ * builds for 90a). */
+#ifndef MLAV_CUDA_SM90_SYNC_CUH
+#define MLAV_CUDA_SM90_SYNC_CUH
+
+#include <stdint.h>
+
+namespace mlav90 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/* An mbarrier that completes a phase when `count` arrivals have been made. */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
+                 : "memory");
+}
+
+/* One arrival (release semantics at CTA scope: this thread's earlier writes are visible to a
+ * thread that sees the phase complete). */
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(
+                     smem_u32(bar))
+                 : "memory");
+}
+
+/* Wait until the phase of parity `parity` has completed (acquire at CTA scope). */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
+{
+    const uint32_t a = smem_u32(bar);
+    uint32_t done;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* Whether the phase of parity `parity` has completed, without waiting (acquire when it has). */
+__device__ __forceinline__ bool mbar_test(uint64_t *bar, uint32_t parity)
+{
+    uint32_t done;
+    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(smem_u32(bar)), "r"(parity)
+                 : "memory");
+    return done != 0;
+}
+
+/* Ordinary (generic proxy) shared-memory writes, cp.async's included, made visible to this
+ * thread's later async-proxy accesses: wgmma reads its shared operands through the async proxy. */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void named_barrier(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* A named barrier that also returns whether `pred` held on every participating thread (the
+ * same answer for all of them). */
+__device__ __forceinline__ bool named_barrier_and(int id, int count, bool pred)
+{
+    uint32_t all;
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n"
+                 " bar.red.and.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(all)
+                 : "r"((uint32_t)pred), "r"(id), "r"(count)
+                 : "memory");
+    return all != 0;
+}
+
+/* Warpgroup register reallocation: the producer gives registers back, the math warpgroups take
+ * them (every warp of a warpgroup executes the same one). */
+template <int N> __device__ __forceinline__ void regs_dealloc()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void regs_alloc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Wait until at most N of this thread's committed cp.async groups are pending. */
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all()
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/* A producer thread's hand-over of shared memory it filled by cp.async to wgmma readers in other
+ * threads: once its copies have landed (a cp_async_wait before), the proxy fence by the writer
+ * itself, then its arrival (release) on the barrier the readers wait on (acquire). */
+__device__ __forceinline__ void publish_copies(uint64_t *bar)
+{
+    fence_proxy_async();
+    mbar_arrive(bar);
+}
+
+} // namespace mlav90
+
+#endif

@@ -1,0 +1,450 @@
+/* The Hopper (sm_90a) split kernel against the fp64 oracle, beside the legal split kernel on the
+ * same launch parameters: random problems (H in {8, 16, 64, 128}, q_len 1..16, chains and trees,
+ * prefixes up to 32k, page_size 1 and 64, BF16 and F16, NaN-poisoned unused pages), whose
+ * schedules hold split items (a partial state merged by the combine) and unsplit ones (out and
+ * lse written by the split kernel). Both families run through mlav_flash_params built here the
+ * way the cuda backend builds them (src/cuda/backend_flash.cu), with the schedule of
+ * mlav_schedule_build, and each result is held to the tolerances of the other GPU tests
+ * (tu_out_tol, tu_lse_tol). Skips (77) without a cc 9.0 device. MLAV_TEST_SEED fixes the seed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+#include "../common/combine_shape.h"
+#include "flash_sm90.h"
+extern "C" { /* a C header without C++ guards */
+#include "../dispatch/validate.h"
+}
+#include "mlaverify_internal.h"
+extern "C" {
+#include "test_util.h"
+}
+
+namespace {
+
+int g_have_device = 0;
+
+void *dalloc(size_t n)
+{
+    void *d = NULL;
+    TU_CK(cudaMalloc(&d, n ? n : 16));
+    return d;
+}
+
+void *dcopy(const void *h, size_t n)
+{
+    void *d = dalloc(n);
+    if (n)
+        TU_CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Wait for the device, at most `seconds`: a kernel that deadlocks (an mbarrier phase never
+ * completed) ends the program with a sentence rather than holding the suite until ctest's
+ * timeout; exiting tears the context, and the kernel, down. */
+void sync_or_exit(const char *what, double seconds)
+{
+    const cudaStream_t legacy = 0;
+    cudaEvent_t ev;
+    TU_CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    TU_CK(cudaEventRecord(ev, legacy));
+    for (long spins = 0; cudaEventQuery(ev) == cudaErrorNotReady; spins++) {
+        if (spins * 1e-3 > seconds) {
+            fprintf(stderr, "%s: the device did not finish in %.0f s (a deadlocked kernel?)\n",
+                    what, seconds);
+            fflush(stdout);
+            exit(1);
+        }
+        usleep(1000);
+    }
+    TU_CK(cudaEventDestroy(ev));
+    TU_CK(cudaGetLastError());
+}
+
+size_t align256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+/* How the page table reaches the kernels: request b's row b (ROWS_NONE), or row B + 1 - b of a
+ * shared table of B + 2 rows through page_table_rows (ROWS_SHARED, the ROWS instances). */
+enum rows_mode { ROWS_NONE = 0, ROWS_SHARED = 1 };
+
+/* Run one family (sm90 or legal) on problem `p` with schedule `sch` and compare. */
+void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedule *sch,
+                const mlav_cuda_device *dev, int sm90, const char *name, rows_mode rows)
+{
+    const size_t esz = 2;
+    const int W = MLAV_FLASH_W;
+    void *dq = dcopy(p->q, p->q_elems * esz);
+    void *dkv = dcopy(p->kv, p->kv_elems * esz);
+    const size_t mp = (size_t)info->max_pages;
+    int32_t *dpt = NULL, *drows = NULL;
+    if (rows == ROWS_NONE) {
+        dpt = (int32_t *)dcopy(p->page_table, sizeof(int32_t) * (size_t)info->B * mp);
+    } else {
+        /* rows 0 and 1 of the shared table hold bad ids (never selected) */
+        const int nr = info->B + 2;
+        int32_t *shared = (int32_t *)tu_xcalloc((size_t)nr * mp, sizeof(int32_t));
+        int32_t *idx = (int32_t *)tu_xcalloc((size_t)info->B, sizeof(int32_t));
+        for (size_t k = 0; k < 2 * mp; k++)
+            shared[k] = -7;
+        for (int b = 0; b < info->B; b++) {
+            idx[b] = info->B + 1 - b;
+            memcpy(shared + (size_t)idx[b] * mp, p->page_table + (size_t)b * mp,
+                   mp * sizeof(int32_t));
+        }
+        dpt = (int32_t *)dcopy(shared, sizeof(int32_t) * (size_t)nr * mp);
+        drows = (int32_t *)dcopy(idx, sizeof(int32_t) * (size_t)info->B);
+        free(shared);
+        free(idx);
+    }
+    uint32_t *dmask = p->tree_mask ? (uint32_t *)dcopy(p->tree_mask, sizeof(uint32_t) *
+                                                                         (size_t)info->T *
+                                                                         info->mask_words)
+                                   : NULL;
+    void *dout = dalloc(p->out_elems * esz);
+    float *dlse = (float *)dalloc(p->lse_elems * sizeof(float));
+    TU_CK(cudaMemset(dout, 0xff, p->out_elems * esz));
+    TU_CK(cudaMemset(dlse, 0xff, p->lse_elems * sizeof(float)));
+    /* the NaN row and the row of bad page ids */
+    uint16_t nan_row[MLAV_FLASH_W];
+    for (int i = 0; i < W; i++)
+        nan_row[i] = p->c.dtype == MLAV_DTYPE_F16 ? 0x7e00 : 0x7fc0;
+    void *dnan = dcopy(nan_row, sizeof nan_row);
+    int32_t *dbad = (int32_t *)dalloc(sizeof(int32_t) * (size_t)info->max_pages);
+    TU_CK(cudaMemset(dbad, 0xff, sizeof(int32_t) * (size_t)info->max_pages));
+    /* the partial states, NaN-poisoned: a combine that read a slot no split wrote fails */
+    const size_t prow = (size_t)(sch->n_slots > 0 ? sch->n_slots : 1) * MLAV_FLASH_BLOCK_M;
+    const size_t po = align256(2 * prow * MLAV_FLASH_DL), pl = align256(4 * prow),
+                 ps = align256(4 * prow * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
+    char *ws = (char *)dalloc(po + pl + ps);
+    TU_CK(cudaMemset(ws, 0xff, po + pl + ps));
+    void *ditems = dcopy(sch->items, sizeof(mlav_split_item) * (size_t)sch->n_items);
+    void *dcomb = dcopy(sch->combine, sizeof(mlav_combine_item) * (size_t)sch->n_combine);
+    int max_nsplit = 1;
+    for (int i = 0; i < sch->n_combine; i++)
+        max_nsplit = sch->combine[i].nsplit > max_nsplit ? sch->combine[i].nsplit : max_nsplit;
+
+    mlav_flash_params fp;
+    memset(&fp, 0, sizeof fp);
+    fp.q = dq;
+    fp.kv = dkv;
+    fp.page_table = dpt;
+    fp.page_table_rows = drows;
+    fp.page_table_num_rows = info->B + 2;
+    fp.tree_mask = dmask;
+    fp.out = dout;
+    fp.lse = dlse;
+    fp.part_o = ws;
+    fp.part_lse = (float *)(ws + po);
+    fp.part_scale = (float *)(ws + po + pl);
+    fp.items = (const mlav_split_item *)ditems;
+    fp.combine = (const mlav_combine_item *)dcomb;
+    fp.n_items = sch->n_items;
+    fp.n_combine = sch->n_combine;
+    fp.H = info->H;
+    fp.page_size = info->page_size;
+    fp.max_pages = info->max_pages;
+    fp.mask_words = info->mask_words;
+    fp.page_div = mlav_fastdiv_make((uint32_t)info->page_size);
+    fp.page_elems = (uint32_t)info->page_size * W;
+    fp.page_limit = (uint32_t)p->num_pages;
+    fp.nan_row = dnan;
+    fp.bad_pages = dbad;
+    fp.num_pages = p->num_pages;
+    fp.scale_log2 = info->scale * MLAV_LOG2E;
+    fp.kv_scale = 1.0f;
+    fp.combine_col_blocks =
+        mlav_combine_col_blocks((int64_t)sch->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, dev);
+    mlav_flash_launch_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.all_groups = mlav_flash_all_groups(info->max_q_len, info->H);
+    lo.combine_kind = mlav_combine_kind(max_nsplit);
+
+    mlav_status s = sm90 ? mlav_flash_sm90_launch(info->dtype, &fp, &lo, 0, 0)
+                         : mlav_flash_launch(info->dtype, &fp, &lo, 0, 0);
+    if (s != MLAV_OK)
+        fail_msg("%s %s: launch returned %s: %s", sm90 ? "sm90" : "legal", name,
+                 mlav_status_string(s), mlav_get_error());
+    sync_or_exit(sm90 ? "sm90 launch" : "legal launch", 60.0);
+    TU_CK(cudaDeviceSynchronize());
+    tu_poison(p);
+    TU_CK(cudaMemcpy(p->out, dout, p->out_elems * esz, cudaMemcpyDeviceToHost));
+    TU_CK(cudaMemcpy(p->lse, dlse, p->lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
+    char msg[512];
+    const int ok = tu_compare(p, tu_out_tol(p->c.dtype), tu_lse_tol(p->c.dtype), msg, sizeof msg);
+    printf("  %-5s %s%s: items %d (combine %d, max splits %d): %s %s\n", sm90 ? "sm90" : "legal",
+           name, rows ? ",rows" : "", sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL",
+           msg);
+    fflush(stdout);
+    void *bufs[] = {dq, dkv, dpt, drows, dmask, dout, dlse, dnan, dbad, ws, ditems, dcomb};
+    for (void *b : bufs)
+        if (b)
+            TU_CK(cudaFree(b));
+    if (!ok)
+        fail_msg("%s %s: %s", sm90 ? "sm90" : "legal", name, msg);
+}
+
+/* `p` (tu_reference run, its page table possibly edited since) through both families. */
+void run_problem(tu_problem *p, const mlav_cuda_device *dev, rows_mode rows)
+{
+    const tu_case *c = &p->c;
+    mlav_problem_info info;
+    if (mlav_problem_validate(&p->prob, &info) != MLAV_OK)
+        fail_msg("validate: %s", mlav_get_error());
+    int bps = 0;
+    if (mlav_flash_sm90_prepare(info.dtype, info.kv_dtype, dev, &bps) != MLAV_OK)
+        fail_msg("sm90 prepare: %s", mlav_get_error());
+    int bps_legal = 0;
+    if (mlav_flash_prepare(info.dtype, info.kv_dtype, dev, &bps_legal) != MLAV_OK)
+        fail_msg("legal prepare: %s", mlav_get_error());
+    /* one schedule for both families, at the sm90 kernel's residency (1 block per SM, as the
+     * legal's): the legal kernel's, or (by the case's seed, half the cases) the sm90 one with
+     * splits aligned to 64 keys, which the legal kernel runs as well */
+    const int sched64 = (int)(c->seed & 1);
+    const mlav_schedule_params sp = sched64
+                                        ? mlav_flash_sm90_schedule_params(dev->sm_count, bps)
+                                        : mlav_flash_schedule_params(dev->sm_count, bps);
+    mlav_schedule sch;
+    memset(&sch, 0, sizeof sch);
+    if (mlav_schedule_build(&info, &sp, &sch) != MLAV_OK)
+        fail_msg("schedule: %s", mlav_get_error());
+    char name[300];
+    tu_case_name(c, name, sizeof name - 16);
+    if (sched64)
+        strcat(name, ",sched64");
+    run_family(p, &info, &sch, dev, 0, name, rows);
+    run_family(p, &info, &sch, dev, 1, name, rows);
+    mlav_schedule_free(&sch);
+    mlav_problem_info_free(&info);
+}
+
+void run_case(const tu_case *c, const mlav_cuda_device *dev, rows_mode rows)
+{
+    tu_problem *p = tu_make(c);
+    tu_reference(p);
+    run_problem(p, dev, rows);
+    tu_free(p);
+}
+
+mlav_cuda_device device_or_fail(void)
+{
+    mlav_cuda_device dev;
+    if (mlav_cuda_device_query(&dev) != MLAV_OK)
+        fail_msg("device query: %s", mlav_get_error());
+    return dev;
+}
+
+void test_sm90_random(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    uint64_t seed = tu_seed();
+    printf("test_sm90_random: seed 0x%llx (MLAV_TEST_SEED to repeat)\n",
+           (unsigned long long)seed);
+    uint64_t st = seed;
+    const int heads[4] = {8, 16, 64, 128};
+    const int cases = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 24;
+    for (int k = 0; k < cases; k++) {
+        tu_case c;
+        memset(&c, 0, sizeof c);
+        c.H = heads[k % 4];
+        c.Dl = MLAV_FLASH_DL;
+        c.Dr = MLAV_FLASH_DR;
+        c.page_size = (k / 4) % 2 ? 64 : 1;
+        c.dtype = (k / 8) % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.tree = (tu_tree)(tu_next(&st) % 4);
+        c.seed = tu_next(&st);
+        /* alternate one long request (split items) with a few short ones (mostly unsplit) */
+        const int long_one = (k + k / 4) % 2 == 0; /* every H long and short over 8 cases */
+        c.B = long_one ? 1 : 1 + (int)(tu_next(&st) % 4);
+        for (int b = 0; b < c.B; b++) {
+            c.q_lens[b] = 1 + (int)(tu_next(&st) % 16);
+            c.prefixes[b] = long_one ? 1024 + (int)(tu_next(&st) % 31744)
+                                     : (int)(tu_next(&st) % 700);
+        }
+        /* every third case through a shared page table (page_table_rows) */
+        run_case(&c, &dev, k % 3 == 2 ? ROWS_SHARED : ROWS_NONE);
+    }
+}
+
+/* A case of H heads, page size ps, dtype dt, tree tr and n requests of the given draft
+ * lengths and prefixes. */
+tu_case make_case(int H, int ps, mlav_dtype dt, tu_tree tr, int n, const int *q_lens,
+                  const int *prefixes, uint64_t seed)
+{
+    tu_case c;
+    memset(&c, 0, sizeof c);
+    c.H = H;
+    c.Dl = MLAV_FLASH_DL;
+    c.Dr = MLAV_FLASH_DR;
+    c.page_size = ps;
+    c.dtype = dt;
+    c.tree = tr;
+    c.B = n;
+    c.seed = seed;
+    for (int b = 0; b < n; b++) {
+        c.q_lens[b] = q_lens[b];
+        c.prefixes[b] = prefixes[b];
+    }
+    return c;
+}
+
+/* A NaN in a draft row's values (c_kv) reaches exactly the rows whose tree mask sees that row:
+ * a hidden key's P = 0 times NaN on the tensor cores would be NaN, so the kernel sanitizes V
+ * on such tiles (sanitize_v); the oracle says which rows are NaN and tu_compare requires the
+ * NaN positions to match. Draft lengths 9 and 33 (two mask words). */
+void test_sm90_nonfinite_hidden_draft(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed();
+    for (int k = 0; k < 2; k++) {
+        const int q_lens[2] = {9, 33}, prefixes[2] = {300, 1000};
+        tu_case c = make_case(8, 1, k ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16, TU_BUSHY, 2, q_lens,
+                              prefixes, seed + k);
+        tu_problem *p = tu_make(&c);
+        /* request 0: draft node 3, column 7; request 1: draft node 20, column 300 */
+        const int32_t bad_node[2] = {3, 20}, bad_col[2] = {7, 300};
+        for (int b = 0; b < 2; b++) {
+            const int32_t j = c.prefixes[b] + bad_node[b], ps = c.page_size;
+            const size_t row =
+                (size_t)p->page_table[(size_t)b * (size_t)p->prob.max_pages + (size_t)(j / ps)] *
+                    (size_t)ps +
+                (size_t)(j % ps);
+            mlav_store_from_f32(p->kv, (int)c.dtype,
+                                row * (size_t)(c.Dl + c.Dr) + (size_t)bad_col[b], NAN);
+        }
+        tu_reference(p);
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
+    }
+}
+
+/* Rising scores (tu_rising_scores): the running maxima of many rows move again and again inside
+ * a split, so O's rescale runs after the first tile too, in some warps and not others (the
+ * kernel skips it in a warp whose rows all keep their maximum). */
+void test_sm90_rising_scores(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed();
+    const int q1[1] = {9}, p1[1] = {4000}, q2[2] = {9, 33}, p2[2] = {3000, 700};
+    const tu_case cases[3] = {
+        make_case(64, 1, MLAV_DTYPE_BF16, TU_CHAIN_NULL, 1, q1, p1, seed),
+        make_case(16, 16, MLAV_DTYPE_F16, TU_BUSHY, 2, q2, p2, seed + 1),
+        make_case(128, 64, MLAV_DTYPE_BF16, TU_DEEP, 2, q2, p2, seed + 2),
+    };
+    for (int k = 0; k < 3; k++) {
+        tu_problem *p = tu_make(&cases[k]);
+        tu_rising_scores(p, 64);
+        tu_reference(p);
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
+    }
+}
+
+/* Values near 1e30 and 1e-30 (tu_scale_magnitudes, out scaled by 2^+-100): the partial states
+ * (fp16 with a power of two per row and 128 columns) must carry both. */
+void test_sm90_extreme_magnitudes(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed();
+    const int q1[1] = {9}, p1[1] = {1500}, q2[2] = {9, 33}, p2[2] = {700, 2000};
+    for (int k = 0; k < 4; k++) {
+        const tu_case c =
+            k < 2 ? make_case(64, 1, MLAV_DTYPE_BF16, TU_BUSHY, 1, q1, p1, seed + k)
+                  : make_case(16, 16, MLAV_DTYPE_BF16, TU_CHAIN, 2, q2, p2, seed + k);
+        tu_problem *p = tu_make(&c);
+        tu_scale_magnitudes(p, k % 2 ? -100 : 100);
+        tu_reference(p);
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
+    }
+}
+
+/* Page ids outside the pool (one past it, and negative) in a prefix page of requests 0 and 2:
+ * every row of both sees those keys, which read as NaN rows, so their out and lse are NaN
+ * (tu_compare requires the NaN positions to match); request 1 is untouched. */
+void test_sm90_bad_page_ids(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    for (int k = 0; k < 2; k++) {
+        tu_case c;
+        memset(&c, 0, sizeof c);
+        c.H = 8;
+        c.Dl = MLAV_FLASH_DL;
+        c.Dr = MLAV_FLASH_DR;
+        c.page_size = 16;
+        c.B = 3;
+        c.dtype = k ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.tree = TU_BUSHY;
+        c.seed = tu_seed();
+        const int q_lens[3] = {9, 9, 9}, prefixes[3] = {40, 300, 40};
+        for (int b = 0; b < 3; b++) {
+            c.q_lens[b] = q_lens[b];
+            c.prefixes[b] = prefixes[b];
+        }
+        tu_problem *p = tu_make(&c);
+        tu_reference(p);
+        const int32_t mp = p->prob.max_pages;
+        p->page_table[0 * mp + 0] = (int32_t)p->num_pages + 5;
+        p->page_table[2 * mp + 1] = -3;
+        for (int32_t b = 0; b < 3; b += 2)
+            for (int32_t t = p->q_indptr[b]; t < p->q_indptr[b + 1]; t++)
+                for (int32_t h = 0; h < c.H; h++) {
+                    const size_t row = (size_t)t * (size_t)c.H + (size_t)h;
+                    p->ref_lse[row] = NAN;
+                    for (int32_t d = 0; d < c.Dl; d++)
+                        p->ref_out[row * (size_t)c.Dl + (size_t)d] = NAN;
+                }
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
+    }
+}
+
+} // namespace
+
+int main(void)
+{
+    int n = 0, dev = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0 && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9 && prop.minor == 0)
+        g_have_device = 1;
+    else
+        printf("test_sm90_gpu: no cc 9.0 device, skipped\n");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sm90_random),
+        cmocka_unit_test(test_sm90_bad_page_ids),
+        cmocka_unit_test(test_sm90_nonfinite_hidden_draft),
+        cmocka_unit_test(test_sm90_rising_scores),
+        cmocka_unit_test(test_sm90_extreme_magnitudes),
+    };
+    const int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    return rc == 0 && !g_have_device ? 77 : rc;
+}
