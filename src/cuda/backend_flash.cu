@@ -12,7 +12,11 @@
 #include "../common/combine_shape.h"
 #include "cuda_offload.h"
 #include "flash.h"
+#include "flash_family.h"
 #include "mma.cuh"
+#ifdef MLAV_WITH_SM90
+#include "sm90/flash_sm90.h"
+#endif
 
 namespace {
 
@@ -39,16 +43,19 @@ struct flash_config {
     int combine_grid;             /* plans for limits: the combine launch's blocks */
     int combine_step;             /* plans for limits: the step combine's instance
                                    * (MLAV_COMBINE_STEP_DENSE or _ROOMY, flash.h) */
+    mlav_flash_family family;     /* the split kernel's family (flash_family.h) */
     mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
     size_t part_o_bytes;          /* workspace: the partial outputs */
     size_t part_lse_bytes;        /* then the partial lse */
     size_t part_scale_bytes;      /* then part_scale: 16-bit plans only, 0 for F32 */
 };
 
-/* The device, the kernel's residency and the schedule's parameters. `max_q_len` picks the split
- * kernel's instance: the plan's longest draft, or the limits'. */
+/* The device, the split kernel's family (the sm_90a one for a plan for one problem where
+ * flash_family.h's rule gives it and it runs the dtypes), its residency and the schedule's
+ * parameters. `max_q_len` picks the legal kernel's instance: the plan's longest draft, or the
+ * limits'. */
 mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int more_waves,
-                          flash_config *c)
+                          bool exact, flash_config *c)
 {
     if (p->Dl != MLAV_FLASH_DL || p->Dr != MLAV_FLASH_DR)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
@@ -59,10 +66,26 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
     if (s != MLAV_OK)
         return s;
     c->kv_fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
-    s = mlav_flash_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
-    if (s != MLAV_OK)
-        return s;
-    c->sp = mlav_flash_schedule_params(c->dev.sm_count, c->blocks_per_sm);
+    c->family = MLAV_FLASH_FAMILY_LEGAL;
+#ifdef MLAV_WITH_SM90
+    if (exact && mlav_flash_family_of(c->dev.cc_major, c->dev.cc_minor, NULL) ==
+                     MLAV_FLASH_FAMILY_SM90 &&
+        mlav_flash_sm90_supported(p->dtype, p->kv_dtype, &c->dev) == MLAV_OK) {
+        s = mlav_flash_sm90_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
+        if (s != MLAV_OK)
+            return s;
+        c->family = MLAV_FLASH_FAMILY_SM90;
+        c->sp = mlav_flash_sm90_schedule_params(c->dev.sm_count, c->blocks_per_sm);
+    }
+#else
+    (void)exact;
+#endif
+    if (c->family == MLAV_FLASH_FAMILY_LEGAL) {
+        s = mlav_flash_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
+        if (s != MLAV_OK)
+            return s;
+        c->sp = mlav_flash_schedule_params(c->dev.sm_count, c->blocks_per_sm);
+    }
     c->sp.more_waves = more_waves;
     c->page_div = mlav_fastdiv_make((uint32_t)p->page_size);
     c->pdl = c->dev.cc_major >= 9;
@@ -266,7 +289,7 @@ void flash_free(void *state)
  * (FLASH_LAUNCH_EXACT). */
 mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t *ws)
 {
-    mlav_status s = config_device(p, p->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
+    mlav_status s = config_device(p, p->max_q_len, MLAV_FLASH_MORE_WAVES, true, &st->cfg);
     if (s != MLAV_OK)
         return s;
     s = mlav_schedule_build(p, &st->cfg.sp, &st->sched);
@@ -321,6 +344,10 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
                     st->d_combine, st->sched.n_combine);
     /* kernels run on this plan's device; the caller's current device must be it */
     const mlav_flash_launch_opts lo = launch_opts(&st->cfg);
+#ifdef MLAV_WITH_SM90
+    if (st->cfg.family == MLAV_FLASH_FAMILY_SM90)
+        return mlav_flash_sm90_launch(p->dtype, &fp, &lo, 0, stream);
+#endif
     return mlav_flash_launch(p->dtype, &fp, &lo, 0, stream);
 }
 
@@ -347,7 +374,7 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
     st->lim = *lim;
     st->owner = owner;
     st->H = shape->H;
-    mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
+    mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_MORE_WAVES, false, &st->cfg);
     if (s != MLAV_OK)
         return s;
     st->cfg.sp = mlav_step_params(shape->H, lim, st->cfg.sp);
