@@ -113,6 +113,26 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const T *kv,
     }
 }
 
+/* Ask the L2 for this thread's rows of the tile starting at KV row j0 (the first of a row's 8
+ * threads asks for the whole row, one bulk prefetch), whose page ids were looked up: the
+ * producer does it a tile before it gathers the tile, so that two tiles are in flight from
+ * memory while the ring holds two in shared memory. Rows past kv_end are not asked for; a page
+ * id outside the pool asks for the NaN row. */
+template <typename T>
+__device__ __forceinline__ void prefetch_kv_tile(const T *kv, const int32_t (&pages)[ROWS_PER_THREAD],
+                                                 int j0, int kv_end, const mlav_flash_params &p,
+                                                 int pt)
+{
+    if (pt % ROW_LANES != 0)
+        return;
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_THREAD; i++) {
+        const int j = j0 + pt / ROW_LANES + ROW_STEP * i;
+        if (j < kv_end)
+            prefetch_l2(kv_row_src(kv, pages[i], j, true, p), (uint32_t)(W * sizeof(T)));
+    }
+}
+
 /* Whether KV tile [j0, j0 + 64) needs its V part sanitized before P V: it holds draft keys,
  * which some rows may not see, or rows past the split end (the legal kernel's rule for its
  * tiles). */

@@ -109,6 +109,8 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
         cp_async_wait<0>();
     if (n > 0)
         publish_copies(&full[0]);
+    if (n > 2)
+        prefetch_kv_tile(kv, page_next, c.kv_begin + 2 * TILE_N, c.kv_end, p, pt);
     for (int t = 0; t + 1 < n; t++) {
         cp_async_wait<0>(); /* tile t + 1 */
         publish_copies(&full[(t + 1) % STAGES]);
@@ -120,6 +122,10 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
                          c.kv_end, p, pt);
             cp_async_commit();
             kv_pages_of(page_next, ptab, j0 + TILE_N, c.kv_end, p, pt);
+            /* tile t + 3 to the L2 while tile t + 2 lands (the wait for its page ids costs
+             * nothing: the producer's next step waits for tile t + 2) */
+            if (t + 3 < n)
+                prefetch_kv_tile(kv, page_next, j0 + TILE_N, c.kv_end, p, pt);
         }
     }
 }

@@ -100,6 +100,14 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
                  : "memory");
 }
 
+/* Ask the L2 to fetch `bytes` (a multiple of 16) at global address `src` (16-byte aligned),
+ * without waiting and without a destination in shared memory. */
+__device__ __forceinline__ void prefetch_l2(const void *src, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes)
+                 : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
