@@ -3,10 +3,24 @@
  * (verify_flash_f32.cu) goes through the same entry points. */
 #include "../flash.h"
 #include "launch.h"
+#include "traits.cuh"
 
 namespace mlav {
 namespace flash {
 namespace {
+
+/* The plan (backend_flash.cu), the schedule and the combine read the kernel's shape from flash.h
+ * (MLAV_FLASH_DL, _DR, _BLOCK_M, _SCALE_COLS: row tiles, partial-state rows and columns): every
+ * family in the table must be instantiated with it. */
+template <typename Tr> constexpr bool plan_shape()
+{
+    return Tr::DL == MLAV_FLASH_DL && Tr::DR == MLAV_FLASH_DR && Tr::BM == MLAV_FLASH_BLOCK_M &&
+           Tr::BN == MLAV_FLASH_BLOCK_N && Tr::NT == MLAV_FLASH_THREADS &&
+           Tr::COLS_Q == MLAV_FLASH_SCALE_COLS;
+}
+static_assert(plan_shape<family_16<__nv_bfloat16>>() && plan_shape<family_16<__half>>() &&
+                  plan_shape<family_e4m3<__nv_bfloat16>>() && plan_shape<family_e4m3<__half>>(),
+              "every family has the shape the plan and the combine are built for");
 
 /* Every family the library is built with: one line per instantiation file. */
 const family *const families[] = {&family_bf16, &family_f16, &family_bf16_e4m3,
