@@ -23,10 +23,12 @@ namespace flash {
  * 16-dim chunk, from the two registers an ldmatrix.trans of raw bytes gave this lane (keys 0-7
  * and 8-15): each holds keys 2t, 2t + 1 (halves) at dims 2g, 2g + 1 (bytes), and the permute
  * pairs the keys per dim. */
+template <typename Tr>
 __device__ __forceinline__ void v_fragments_fp8(uint32_t r0, uint32_t r1, uint32_t b[4])
 {
-    mlav::e4m3x4_to_half2x2(__byte_perm(r0, 0u, 0x3120), b[0], b[2]);
-    mlav::e4m3x4_to_half2x2(__byte_perm(r1, 0u, 0x3120), b[1], b[3]);
+    using cvt = mlav::kv_bytes<typename Tr::kv_type>;
+    cvt::to_half2x2(__byte_perm(r0, 0u, 0x3120), b[0], b[2]);
+    cvt::to_half2x2(__byte_perm(r1, 0u, 0x3120), b[1], b[3]);
 }
 
 /* Zero the Inf and NaN elements of one V fragment (four registers of two elements each), on
@@ -78,8 +80,8 @@ static __device__ inline void pv_pair_fp8(float (&o)[Tr::MT][Tr::COLS_Q / 8][4],
                                             int st)
 {
     uint32_t b0[4], b1[4];
-    v_fragments_fp8(r[0], r[1], b0);
-    v_fragments_fp8(r[2], r[3], b1);
+    v_fragments_fp8<Tr>(r[0], r[1], b0);
+    v_fragments_fp8<Tr>(r[2], r[3], b1);
     if constexpr (SANITIZE) {
         zero_nonfinite_fragment<typename Tr::mma_t>(b0);
         zero_nonfinite_fragment<typename Tr::mma_t>(b1);

@@ -27,11 +27,12 @@ namespace mlav {
 namespace flash {
 
 /* The two K B fragments (b0, b1) of one n8 tile and k16 step from the register an ldmatrix of
- * raw bytes gave this lane: depths 4t, 4t + 1 are k = 2t, 2t + 1 and depths 4t + 2, 4t + 3 are
+ * raw bytes gave this lane (converted by the KV element type's kv_bytes, convert.cuh): depths 4t, 4t + 1 are k = 2t, 2t + 1 and depths 4t + 2, 4t + 3 are
  * k = 2t + 8, 2t + 9 (the order PI). */
+template <typename Tr>
 __device__ __forceinline__ void k_fragment_fp8(uint32_t r, uint32_t &b0, uint32_t &b1)
 {
-    mlav::e4m3x4_to_half2x2(r, b0, b1);
+    mlav::kv_bytes<typename Tr::kv_type>::to_half2x2(r, b0, b1);
 }
 
 /* The S stage's arrays (fragments in flight), declared by the kernel where the loop declares
@@ -96,8 +97,8 @@ __device__ __forceinline__ void s_tile(float (&s)[Tr::MT][Tr::NTS][4],
             mlav::ldsm_x4(braw[kp], kb8 + kp * 32);
         {
             uint32_t(&b)[4] = sr.b;
-            k_fragment_fp8(rk[0], b[0], b[1]);
-            k_fragment_fp8(rk[1], b[2], b[3]);
+            k_fragment_fp8<Tr>(rk[0], b[0], b[1]);
+            k_fragment_fp8<Tr>(rk[1], b[2], b[3]);
 #pragma unroll
             for (int i = 0; i < MT; i++) {
                 MTY::mma(s[i][0], qa[i], b[0], b[1]);
@@ -111,8 +112,8 @@ __device__ __forceinline__ void s_tile(float (&s)[Tr::MT][Tr::NTS][4],
             uint32_t(&b)[2][4] = sr.b2;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                k_fragment_fp8(braw[slot][2 * h], b[h][0], b[h][1]);
-                k_fragment_fp8(braw[slot][2 * h + 1], b[h][2], b[h][3]);
+                k_fragment_fp8<Tr>(braw[slot][2 * h], b[h][0], b[h][1]);
+                k_fragment_fp8<Tr>(braw[slot][2 * h + 1], b[h][2], b[h][3]);
             }
             if (kp + KP_AHEAD < KPAIRS)
                 mlav::ldsm_x4(braw[slot], kb8 + (kp + KP_AHEAD) * 32);

@@ -50,7 +50,7 @@ template <int DL_, int DR_> struct head_dims {
 using mla_512_64 = head_dims<512, 64>;
 
 /* An FP8 E4M3 cache's element type (cuda_fp8.h): its tiles stay e4m3 bytes in shared memory and
- * are converted in registers (pv_tile.cuh, s_tile.cuh). */
+ * are converted in registers (pv_tile.cuh, s_tile.cuh; mlav::kv_bytes<e4m3>, convert.cuh). */
 using e4m3 = __nv_fp8_e4m3;
 
 /* T: q and out (BF16 or F16). Kv: the cache's element, T or e4m3. Dims: head_dims. */
@@ -58,9 +58,10 @@ template <typename T, typename Kv, typename Dims = mla_512_64> struct traits {
     using q_type = T;
     using out_type = T;
     using kv_type = Kv;
-    /* An FP8 cache (docs/DESIGN.md#fp8-kv): raw e4m3 tiles, and every MMA in F16 (for BF16 q
-     * too: q_to_f16, prologue.cuh) */
-    static constexpr bool FP8 = std::is_same<Kv, e4m3>::value;
+    /* A one-byte (FP8) cache (docs/DESIGN.md#fp8-kv): raw tiles, converted in registers by the
+     * element type's mlav::kv_bytes (convert.cuh), and every MMA in F16 (for BF16 q too:
+     * q_to_f16, prologue.cuh) */
+    static constexpr bool FP8 = sizeof(Kv) == 1;
     static_assert(FP8 || std::is_same<Kv, T>::value, "a 16-bit cache holds q's type");
     using mma_t = std::conditional_t<FP8, __half, T>; /* the MMA operands' type (Q, K, P, V) */
     using kv_elem = std::conditional_t<FP8, uint8_t, T>; /* a KV tile's unit in shared memory */
