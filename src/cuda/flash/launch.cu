@@ -50,7 +50,8 @@ using mlav::flash::family_for;
 size_t mlav_flash_smem_bytes(int kv_fp8)
 {
     /* every family of one cache kind has the same layout (traits.cuh) */
-    const family *f = family_for(MLAV_DTYPE_BF16, mlav::flash::kv_dtype_of(MLAV_DTYPE_BF16, kv_fp8));
+    const family *f =
+        family_for(MLAV_DTYPE_BF16, mlav::flash::kv_dtype_of(MLAV_DTYPE_BF16, kv_fp8));
     return f->smem_bytes;
 }
 

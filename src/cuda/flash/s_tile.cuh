@@ -27,8 +27,9 @@ namespace mlav {
 namespace flash {
 
 /* The two K B fragments (b0, b1) of one n8 tile and k16 step from the register an ldmatrix of
- * raw bytes gave this lane (converted by the KV element type's kv_bytes, convert.cuh): depths 4t, 4t + 1 are k = 2t, 2t + 1 and depths 4t + 2, 4t + 3 are
- * k = 2t + 8, 2t + 9 (the order PI). */
+ * raw bytes gave this lane, converted by the KV element type's kv_bytes (convert.cuh): depths
+ * 4t, 4t + 1 are k = 2t, 2t + 1 and depths 4t + 2, 4t + 3 are k = 2t + 8, 2t + 9 (the order
+ * PI). */
 template <typename Tr>
 __device__ __forceinline__ void k_fragment_fp8(uint32_t r, uint32_t &b0, uint32_t &b1)
 {

@@ -1,6 +1,6 @@
 /* The flash split kernel's compile-time shape: one traits type per instance family (q/out type,
- * KV element type, head dims), from which every stage (the .cuh files of src/cuda/flash) takes its tile
- * sizes, warp layout and shared-memory layout. A family is one instantiation file
+ * KV element type, head dims), from which every stage (the .cuh files of src/cuda/flash) takes
+ * its tile sizes, warp layout and shared-memory layout. A family is one instantiation file
  * (flash/instantiations/) and one row of the launch table (flash/launch.cu).
  *
  * Block layout (8 warps): two groups of 4 warps, each owning 32 rows. Warp w is quarter
@@ -108,7 +108,8 @@ template <typename T, typename Kv, typename Dims = mla_512_64> struct traits {
     static constexpr int KV_RS = FP8 ? RAW_RS : RS;
     static constexpr int KV_TILE_ELEMS = FP8 ? RAW_TILE_BYTES : SKV_ELEMS;
 
-    static constexpr int SX_FLOATS = GROUPS * QUARTERS * (QUARTERS - 1) * 32 * 4; /* [grp][dest][slot][lane] */
+    /* [grp][dest][slot][lane] */
+    static constexpr int SX_FLOATS = GROUPS * QUARTERS * (QUARTERS - 1) * 32 * 4;
     static constexpr int SP_ELEMS = GROUPS * GROUP_ROWS * PS;
     static constexpr int SQ_ELEMS = BM * QPS;
     static constexpr int SROW_FLOATS = GROUPS * QUARTERS * 16; /* [grp][warp][16 rows] */
