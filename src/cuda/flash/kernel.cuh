@@ -8,10 +8,12 @@
  *                            online softmax (softmax.cuh), P V (pv_tile.cuh)
  *   epilogue (epilogue.cuh)  lse and O, or the split's partial state
  * Included by one instantiation file per family (flash/instantiations/), which compile in
- * parallel; ptxas's register usage level follows them there (src/cuda/CMakeLists.txt). The
- * stages are __forceinline__ functions taking what they read by reference, in the order the
- * loop was measured in: ptxas allocates the main loop as one piece, and any change in the order
- * of its operations may move its speed (docs/PERFORMANCE.md#ptxas). */
+ * parallel; ptxas's register usage level follows them there (src/cuda/CMakeLists.txt). ptxas
+ * allocates the main loop as one piece, and any change in the order of the operations it is
+ * given may move its speed (docs/PERFORMANCE.md#ptxas), so the stages are written to inline into
+ * the operations of the loop they were cut from: scalars by value, the arrays of the former body
+ * code declared here (the stages' *_regs), the former lambdas with reference parameters, the
+ * per-lane offsets and the group-start barrier here (docs/DESIGN.md#extending). */
 #ifndef MLAV_CUDA_FLASH_KERNEL_CUH
 #define MLAV_CUDA_FLASH_KERNEL_CUH
 
