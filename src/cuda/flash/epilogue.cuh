@@ -53,16 +53,19 @@ struct epilogue_regs {
  * other group, which synced with it on the full barrier of tile n_tiles - 1, is past its S of
  * tile n_tiles - 2; so the buffers of tiles n_tiles - 3 and n_tiles - 4 are free, and with fewer
  * tiles buffers 2 and 3 were never gathered into (the prologue fills 0 and 1). `slot`: the
- * item's partial-state slot, < 0 for the final output. */
+ * item's partial-state slot, < 0 for the final output; `warp`, `tid`: as the kernel's. */
 template <typename Tr>
 __device__ __forceinline__ void epilogue(const mlav_flash_params &p,
                                          const float (&o)[Tr::MT][Tr::COLS_Q / 8][4],
                                          const float (&ref_max)[4], const float (&run_sum)[2],
                                          float *sL, typename Tr::kv_elem *ring, int slot,
                                          float fp8_scale, int M, int m0, int gm0, int q_start,
-                                         int n_tiles, int grp, int dq, int own_m, int lane, int g,
-                                         int qd, int bar, epilogue_regs &er)
+                                         int n_tiles, int warp, int tid, int bar, epilogue_regs &er)
 {
+    /* this thread's coordinates from its indices, as the kernel derives them: given as values,
+     * the row-sum and output addresses came out in another form on sm_120 */
+    const int lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    const int grp = warp / Tr::QUARTERS, dq = warp % Tr::QUARTERS, own_m = dq >> 1;
     using T = typename Tr::out_type;
     using OTY = mlav::mma_type<T>;
     constexpr bool FP8 = Tr::FP8;

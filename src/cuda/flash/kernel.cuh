@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(Tr::NT, 1) verify_kernel(const mlav_flash_para
         return;
     epilogue_regs er;
     epilogue<Tr>(p, o, ref_max, run_sum, sL, ring, item.slot, fp8_scale, M, m0, gm0, q_start,
-                 n_tiles, grp, dq, own_m, lane, g, qd, bar, er);
+                 n_tiles, warp, tid, bar, er);
 }
 
 } // namespace
