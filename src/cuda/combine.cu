@@ -337,12 +337,19 @@ __device__ __forceinline__ void warp_merge(const mlav_flash_params &p, const mla
     mlav::wait_for_primary(); /* launched early (p.pdl): the split grid's states are complete */
 
     const float lse_s = lane < n ? p.part_lse[row0 + lane * rstride] : -INFINITY;
+    /* one column block's scale as a single conditional load, as the whole row's as a loop: the
+     * forms each kernel was measured with */
     float us[NCB];
+    if constexpr (NCB == 1) {
+        us[0] = partial<T>::scaled && lane < n ? p.part_scale[(row0 + lane * rstride) * CBS + cb0]
+                                               : 1.0f;
+    } else {
 #pragma unroll
-    for (int cb = 0; cb < NCB; cb++)
-        us[cb] = partial<T>::scaled && lane < n
-                     ? p.part_scale[(row0 + lane * rstride) * CBS + (cb0 + cb)]
-                     : 1.0f;
+        for (int cb = 0; cb < NCB; cb++)
+            us[cb] = partial<T>::scaled && lane < n
+                         ? p.part_scale[(row0 + lane * rstride) * CBS + (cb0 + cb)]
+                         : 1.0f;
+    }
     typename io::raw v[BATCH][NCB];
 #pragma unroll
     for (int s = 0; s < BATCH; s++)
