@@ -38,16 +38,15 @@ __device__ __forceinline__ void k_fragment_fp8(uint32_t r, uint32_t &b0, uint32_
 
 /* The S stage's arrays (fragments in flight), declared by the kernel where the loop declares
  * its others: as arrays of the stage function, their registers came to ptxas in another order,
- * and it allocated the main loop anew (docs/PERFORMANCE.md#ptxas). */
+ * and it allocated the main loop anew (docs/PERFORMANCE.md#ptxas). Which ones: those that keep
+ * every family's PTX as it was (FP8: the rope step's rk and b stay the function's). */
 template <bool FP8, int MT> struct s_tile_regs { /* 16-bit K: fragments, loaded two ahead */
     uint32_t bk[3][4];
     uint32_t qa[MT][4];
 };
 template <int MT> struct s_tile_regs<true, MT> { /* FP8 K: raw registers, converted in use */
     uint32_t qa[MT][4];
-    uint32_t rk[2];
     uint32_t braw[2][4];
-    uint32_t b[4];
     uint32_t b2[2][4];
 };
 
@@ -87,7 +86,7 @@ __device__ __forceinline__ void s_tile(float (&s)[Tr::MT][Tr::NTS][4],
             qa[i][2] = a.y;
             qa[i][3] = c.y;
         }
-        uint32_t(&rk)[2] = sr.rk;
+        uint32_t rk[2];
         mlav::ldsm_x2(rk, sK + k_off + DL + dq * ROPE_Q);
         const uint8_t *kb8 = sK + k_off + dq * COLS_Q;
         constexpr int KPAIRS = KSTEPS / 2, KP_AHEAD = 2;
@@ -97,7 +96,7 @@ __device__ __forceinline__ void s_tile(float (&s)[Tr::MT][Tr::NTS][4],
         for (int kp = 0; kp < KP_AHEAD; kp++)
             mlav::ldsm_x4(braw[kp], kb8 + kp * 32);
         {
-            uint32_t(&b)[4] = sr.b;
+            uint32_t b[4];
             k_fragment_fp8<Tr>(rk[0], b[0], b[1]);
             k_fragment_fp8<Tr>(rk[1], b[2], b[3]);
 #pragma unroll
