@@ -60,8 +60,13 @@ __device__ __forceinline__ int32_t step_item_index(const mlav_flash_params &p)
     const mlav_step_header *h = reinterpret_cast<const mlav_step_header *>(p.items) - 1;
     const bool mine = __ldg(reinterpret_cast<const unsigned long long *>(&h->owner)) ==
                       p.step_owner;
-    return mlav_step_item_of_block(blockIdx.x, mine ? __ldg(&h->n_items) : 0,
-                                   (uint32_t)p.step_spread);
+    const int32_t ix = mlav_step_item_of_block(blockIdx.x, mine ? __ldg(&h->n_items) : 0,
+                                               (uint32_t)p.step_spread);
+    /* an item past the plan's limits (a workspace written over) runs nothing either: checked
+     * here, before the block's state exists, and not after the item's load in the kernel, where
+     * ptxas allocated the whole STEP instance anew and it ran 1.10-1.14 of 3445dec's time at
+     * long prefixes (docs/PERFORMANCE.md#engine-steps) */
+    return ix >= 0 && mlav_step_item_fits(p.items[ix], p) ? ix : -1;
 }
 
 } // namespace flash

@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(Tr::NT, 1) verify_kernel(const mlav_flash_para
     constexpr int QUARTERS = Tr::QUARTERS, GROUP_ROWS = Tr::GROUP_ROWS, PS = Tr::PS;
     const int32_t step_ix = F::STEP ? step_item_index(p) : 0;
     if (F::STEP && step_ix < 0)
-        return; /* past the step's schedule */
+        return; /* past the step's schedule, or an item past the plan's limits */
     extern __shared__ __align__(16) unsigned char smem[];
     E *ring = reinterpret_cast<E *>(smem + SL::KV); /* the KV tiles: [STAGES][KV_TILE_ELEMS] */
     float *sX = reinterpret_cast<float *>(smem + SL::X);
@@ -60,8 +60,6 @@ __global__ void __launch_bounds__(Tr::NT, 1) verify_kernel(const mlav_flash_para
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     /* blockIdx.x read here, not above, keeps the non-STEP instances' sm_120 code as it was */
     const mlav_split_item item = p.items[F::STEP ? (uint32_t)step_ix : blockIdx.x];
-    if (F::STEP && !mlav_step_item_fits(item, p))
-        return; /* an item past the plan's limits (a workspace written over): nothing */
     /* This thread, and the block's rows and keys. Plain locals handed to the stages one by one:
      * read through a struct, ptxas was given a different order of the same operations, and
      * allocated the main loop anew (docs/PERFORMANCE.md#ptxas). */

@@ -34,8 +34,7 @@
 
 #include <type_traits>
 
-#include "../cuda_backend.h"
-#include "../flash.h"
+#include "../flash.h" /* with the device facts' header: MLAV_SM120_SMEM_LIMIT */
 #include "../mma.cuh"
 
 namespace mlav {
