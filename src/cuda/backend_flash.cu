@@ -68,8 +68,10 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
     c->kv_fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
     c->family = MLAV_FLASH_FAMILY_LEGAL;
 #ifdef MLAV_WITH_SM90
-    if (exact && mlav_flash_family_of(c->dev.cc_major, c->dev.cc_minor, NULL) ==
-                     MLAV_FLASH_FAMILY_SM90 &&
+    if (exact &&
+        mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
+                                   (int64_t)p->max_q_len * p->H,
+                                   p->max_kv_len) == MLAV_FLASH_FAMILY_SM90 &&
         mlav_flash_sm90_supported(p->dtype, p->kv_dtype, &c->dev) == MLAV_OK) {
         s = mlav_flash_sm90_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
         if (s != MLAV_OK)
