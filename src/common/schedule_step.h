@@ -398,7 +398,7 @@ MLAV_HD int mlav_step_request_ok(int64_t q_len, int64_t kv, int32_t max_q_len, i
 /* The split item that block t of a plan for limits' fixed grid runs, for a step of n items
  * (its header's count), or -1 past them: t itself, or, for a step of fewer items than `spread`
  * (0: never), item t / 2 on the even blocks and none on the odd ones (t / 2 + spread >= n), so
- * that each of a small step's blocks has a TPC to itself (verify_flash.cu, step_item_index,
+ * that each of a small step's blocks has a TPC to itself (flash/features.cuh, step_item_index,
  * says why). Each item < n has exactly one block when the grid has at least 2 (spread - 1)
  * blocks (the backend gives spread = SMs / 2 + 1 only to grids of a block per SM or more;
  * tests/test_schedule.c). Any n, also a header no update wrote (0 or -1), gives items below

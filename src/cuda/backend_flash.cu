@@ -115,7 +115,7 @@ mlav_status config_combine(const mlav_problem_info *p, int max_nsplit, int64_t c
             return s;
     }
     /* partial outputs: fp32 for F32 plans, fp16 with a scale per row and 128 columns otherwise
-     * (verify_flash.cu's epilogue) */
+     * (flash/epilogue.cuh) */
     const size_t rows = (size_t)n_slots * MLAV_FLASH_BLOCK_M;
     const bool f32 = p->dtype == MLAV_DTYPE_F32;
     c->part_o_bytes = align256((f32 ? sizeof(float) : sizeof(uint16_t)) * rows * MLAV_FLASH_DL);
@@ -510,7 +510,7 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
         make_params(shape, &st->cfg, t, part, st->d_nan_row, region_items(ws), st->bd.max_items,
                     region_combine(ws, &st->bd), st->bd.max_combine);
     /* a step of at most half as many blocks as SMs runs them one per TPC, on the grid's even
-     * blocks (verify_flash.cu, step_item_index), where the grid has a block per SM and its
+     * blocks (flash/features.cuh, step_item_index), where the grid has a block per SM and its
      * blocks fill both warp groups: only there was one per TPC faster
      * (docs/PERFORMANCE.md#engine-steps) */
     fp.step_spread = st->cfg.all_groups && st->bd.max_items >= st->cfg.dev.sm_count
