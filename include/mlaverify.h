@@ -117,6 +117,14 @@ typedef enum mlav_dtype {
 MLAV_API size_t mlav_dtype_size(mlav_dtype d);
 /** "f32", "bf16", "f16", "fp8_e4m3"; "?" for an unknown value. */
 MLAV_API const char *mlav_dtype_name(mlav_dtype d);
+/** The i-th name of the library's one table of dtype names (i from 0; NULL past the last) and
+ *  its dtype through *d (may be NULL): the canonical names and their aliases ("fp32", "float32",
+ *  "bfloat16", "fp16", "half", "fp8", "e4m3", "float8_e4m3fn", ...), which the CLI, the bundle
+ *  tools and the Python binding accept. */
+MLAV_API const char *mlav_dtype_alias(int32_t i, mlav_dtype *d);
+/** The dtype `name` denotes: a name of mlav_dtype_alias's table in any case, with or without a
+ *  "torch." prefix. MLAV_OK, or MLAV_ERR_INVALID_ARG with a sentence naming the canonical ones. */
+MLAV_API mlav_status mlav_dtype_parse(const char *name, mlav_dtype *d);
 
 typedef enum mlav_memory {
     MLAV_MEM_HOST = 0,   /* ordinary host memory */

@@ -107,6 +107,8 @@ _PROTOTYPES = {
     "mlav_backend_from_name": (_st, [ctypes.c_char_p, ctypes.POINTER(_int)]),
     "mlav_dtype_size": (ctypes.c_size_t, [_int]),
     "mlav_dtype_name": (ctypes.c_char_p, [_int]),
+    "mlav_dtype_alias": (ctypes.c_char_p, [ctypes.c_int32, ctypes.POINTER(_int)]),
+    "mlav_dtype_parse": (_st, [ctypes.c_char_p, ctypes.POINTER(_int)]),
     "mlav_context_create": (_st, [ctypes.POINTER(_vp), _int]),
     "mlav_context_free": (None, [_vp]),
     "mlav_context_backend": (_int, [_vp]),
