@@ -58,7 +58,9 @@ MLAV_API unsigned mlav_version_number(void);
 /** Runtime version as "MAJOR.MINOR.PATCH". */
 MLAV_API const char *mlav_version_string(void);
 
-/** Opaque handles: a context picks and holds a backend; a plan is one scheduled problem. */
+/** Opaque handles: a context picks and holds a backend; a plan is a scheduled problem, or a plan
+ *  for limits whose steps' lengths come by mlav_plan_update (one kind underneath: a plan for one
+ *  problem is a plan for limits whose update ran at plan time). */
 typedef struct mlav_context mlav_context;
 typedef struct mlav_plan mlav_plan;
 
@@ -115,6 +117,14 @@ typedef enum mlav_dtype {
 MLAV_API size_t mlav_dtype_size(mlav_dtype d);
 /** "f32", "bf16", "f16", "fp8_e4m3"; "?" for an unknown value. */
 MLAV_API const char *mlav_dtype_name(mlav_dtype d);
+/** The i-th name of the library's one table of dtype names (i from 0; NULL past the last) and
+ *  its dtype through *d (may be NULL): the canonical names and their aliases ("fp32", "float32",
+ *  "bfloat16", "fp16", "half", "fp8", "e4m3", "float8_e4m3fn", ...), which the CLI, the bundle
+ *  tools and the Python binding accept. */
+MLAV_API const char *mlav_dtype_alias(int32_t i, mlav_dtype *d);
+/** The dtype `name` denotes: a name of mlav_dtype_alias's table in any case, with or without a
+ *  "torch." prefix. MLAV_OK, or MLAV_ERR_INVALID_ARG with a sentence naming the canonical ones. */
+MLAV_API mlav_status mlav_dtype_parse(const char *name, mlav_dtype *d);
 
 typedef enum mlav_memory {
     MLAV_MEM_HOST = 0,   /* ordinary host memory */
@@ -282,16 +292,16 @@ MLAV_API mlav_status mlav_verify(mlav_context *ctx, const mlav_problem *p, const
 
 /** The most one step of a plan for limits will run. */
 typedef struct mlav_limits {
-    int32_t max_batch;   /* most requests in a step, 1 .. MLAV_STEP_MAX_BATCH */
+    int32_t max_batch;   /* most requests in a step, 1 .. mlav_limits_max_batch() */
     int32_t max_tokens;  /* most query tokens in a step (q_indptr[batch]), >= 1 */
     int32_t max_q_len;   /* longest draft of a request (q_len), 1 .. max_tokens */
     int32_t max_kv_len;  /* longest kv_len of a request, >= max_q_len, and at most
                             max_pages * page_size */
 } mlav_limits;
 
-/** Most requests of a plan for limits (the device scheduler keeps a prefix sum per request in
- *  shared memory). */
-#define MLAV_STEP_MAX_BATCH 2048
+/** Most requests of a plan for limits (limits.max_batch), 2048 in this version: the device
+ *  scheduler keeps a prefix sum per request in shared memory. */
+MLAV_API int32_t mlav_limits_max_batch(void);
 
 /** One step's lengths. */
 typedef struct mlav_lengths {
@@ -344,12 +354,58 @@ MLAV_API mlav_status mlav_plan_step_status(const mlav_plan *plan, const void *wo
 
 /** Merge `num_states` attention states over disjoint KV ranges into one (exact up to rounding).
  *  outs[i]: [rows, dim] float32, lses[i]: [rows] float32 (natural log; -inf = empty state).
- *  Writes out [rows, dim] and lse [rows]; out may alias outs[0] and lse lses[0].
+ *  Writes out [rows, dim] and lse [rows]; out may alias outs[0] and lse lses[0] (exactly: any
+ *  other overlap of an output with an input or the other output is refused).
  *  Rows whose states are all empty get out = 0, lse = -inf.
  *  Returns MLAV_OK or MLAV_ERR_INVALID_ARG. */
 MLAV_API mlav_status mlav_merge_states(int32_t num_states, int64_t rows, int32_t dim,
                                        const float *const *outs, const float *const *lses,
                                        float *out, float *lse);
+
+/* Merging attention states on host or device memory, on a stream. A state is (o, lse) over a
+ * KV range: o [rows, dim] the softmax-weighted average of V over the range, lse [rows] float32
+ * its log-sum-exp (natural log; -inf: nothing visible, an empty state). rows is any flattening,
+ * typically tokens x heads ([T, H, Dl] is rows = T * H, dim = Dl). The merge is the one the
+ * split-KV combine applies: a NaN lse in any state makes its row's out and lse NaN;
+ * a row whose states are all empty gets out 0, lse -inf; an empty state's o is never read.
+ * o is accumulated in fp32 and rounded to `dtype` once (nearest even).
+ *
+ * `memory` says where every pointer of the call lives. MLAV_MEM_HOST: a C loop on the calling
+ * thread; `stream` is ignored. MLAV_MEM_DEVICE: a CUDA kernel on the current device, queued on
+ * `stream` (a cudaStream_t; NULL = the legacy default stream) and asynchronous: nothing is
+ * allocated, synchronized or read back, so the call can be captured in a CUDA graph (a replay
+ * reads whatever the same pointers hold then). A library built without CUDA returns
+ * MLAV_ERR_UNSUPPORTED for device memory. Pointers must be aligned to their element size.
+ * Only out and lse are written, and only after every check has passed.
+ * Each returns MLAV_OK, MLAV_ERR_INVALID_ARG (a NULL, a count or size out of range, dtype not
+ * F32 / BF16 / F16, a misaligned pointer, an overlap the rules below refuse, a device pointer
+ * that is not memory of the current device), MLAV_ERR_UNSUPPORTED, MLAV_ERR_NO_DEVICE or
+ * MLAV_ERR_CUDA, with a sentence (mlav_last_error). */
+
+/** Most states one merge takes. */
+#define MLAV_MERGE_MAX_STATES 4096
+
+/** Merge `num_states` (1 .. MLAV_MERGE_MAX_STATES) states stacked in one tensor each, as an
+ *  all-gather of the ranks' partial states writes them:
+ *    outs [num_states, rows, dim] dtype, lses [num_states, rows] float32 (inputs);
+ *    out  [rows, dim] dtype, lse [rows] float32 or NULL (not written) (outputs).
+ *  out may be exactly outs' first state (out == outs) and lse exactly lses' first (lse ==
+ *  lses); any other overlap of an output with an input or with the other output is refused.
+ *  (Stacked rather than an array of pointers: a device merge then needs no pointer array in
+ *  device memory, so nothing is copied or allocated per call and a graph keeps two pointers.) */
+MLAV_API mlav_status mlav_merge_states_stacked(mlav_memory memory, mlav_dtype dtype,
+                                               int32_t num_states, int64_t rows, int32_t dim,
+                                               const void *outs, const float *lses, void *out,
+                                               float *lse, void *stream);
+
+/** Merge state b into state a in place (FlashInfer's merge_state_in_place, SGLang's and vLLM's
+ *  two-state merge): out [rows, dim] dtype and lse [rows] float32 hold state a and receive the
+ *  merge; other_out [rows, dim] dtype and other_lse [rows] float32 hold state b (read only).
+ *  State b may not overlap state a, nor out overlap lse. */
+MLAV_API mlav_status mlav_merge_state_in_place(mlav_memory memory, mlav_dtype dtype,
+                                               int64_t rows, int32_t dim, void *out, float *lse,
+                                               const void *other_out, const float *other_lse,
+                                               void *stream);
 
 /** Words per mask row for a request batch whose longest draft has max_q_len nodes. */
 MLAV_API int32_t mlav_tree_mask_words(int32_t max_q_len);

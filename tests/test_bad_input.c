@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,6 +406,36 @@ static void test_bad_input_context(void **state)
     assert_string_equal(mlav_backend_name((mlav_backend)99), "?");
     assert_string_equal(mlav_dtype_name((mlav_dtype)9), "?");
     assert_int_equal(mlav_dtype_size((mlav_dtype)9), 0);
+
+    /* the one table of dtype names: the canonical names first, each alias parsed to its dtype
+     * in any case and with a "torch." prefix; anything else refused with a sentence */
+    mlav_dtype dt = MLAV_DTYPE_F32, dt2;
+    int n_alias = 0;
+    for (const char *nm; (nm = mlav_dtype_alias(n_alias, &dt)) != NULL; n_alias++) {
+        char up[64], torch[80];
+        size_t k = 0;
+        for (; nm[k] && k + 1 < sizeof up; k++)
+            up[k] = (char)toupper((unsigned char)nm[k]);
+        up[k] = '\0';
+        snprintf(torch, sizeof torch, "torch.%s", nm);
+        assert_int_equal(mlav_dtype_parse(nm, &dt2), MLAV_OK);
+        assert_int_equal(dt2, dt);
+        assert_int_equal(mlav_dtype_parse(up, &dt2), MLAV_OK);
+        assert_int_equal(dt2, dt);
+        assert_int_equal(mlav_dtype_parse(torch, &dt2), MLAV_OK);
+        assert_int_equal(dt2, dt);
+        if (n_alias < 4) /* the canonical names first, in mlav_dtype order */
+            assert_string_equal(nm, mlav_dtype_name((mlav_dtype)n_alias));
+    }
+    assert_true(n_alias >= 8);
+    assert_null(mlav_dtype_alias(-1, &dt));
+    expect_fail(mlav_dtype_parse("fp8_e5m2", &dt2), MLAV_ERR_INVALID_ARG, "fp8_e5m2",
+                "an unknown dtype name");
+    expect_fail(mlav_dtype_parse("bf1", &dt2), MLAV_ERR_INVALID_ARG, "bf1", "a prefix of a name");
+    expect_fail(mlav_dtype_parse("bf16x", &dt2), MLAV_ERR_INVALID_ARG, "bf16x", "a longer name");
+    expect_fail(mlav_dtype_parse("", &dt2), MLAV_ERR_INVALID_ARG, NULL, "an empty name");
+    expect_fail(mlav_dtype_parse(NULL, &dt2), MLAV_ERR_INVALID_ARG, NULL, "a NULL name");
+    expect_fail(mlav_dtype_parse("bf16", NULL), MLAV_ERR_INVALID_ARG, NULL, "a NULL output");
     assert_non_null(mlav_status_string((mlav_status)99));
 
     /* MLAV_BACKEND: validated when AUTO reads it, ignored for an explicit backend */

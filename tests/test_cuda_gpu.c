@@ -823,7 +823,7 @@ static void test_cuda_rising_scores(void **state)
  * overflow to Inf at one end and flush to 0 at the other. F32 plans keep fp32 partials.
  * BF16 q over an FP8 cache (its kv_scale moves, q goes to 1e-30 and 1e30): the FP8 instances
  * compute in F16, which holds neither, through a per-block power of two (q_to_f16 in
- * verify_flash.cu) that must go both ways.
+ * flash/features.cuh) that must go both ways.
  * Problem k is case k / 2 with values x 2^100 (k even) or x 2^-100 (k odd). */
 static const tu_case magnitude_cases[] = {
     CASE(64, 512, 64, 1, BF16, TU_BUSHY, 1, QS(9), PS(1500)),

@@ -781,7 +781,7 @@ static void test_schedule_step_rule_matches_reference(void **state)
 
 /* mlav_step_item_of_block: over every step size of a grid, each item below the step's count
  * has exactly one block and no block gets another; a step smaller than `spread` has its items on
- * the even blocks in order (one per TPC, verify_flash.cu); headers no update wrote run nothing.
+ * the even blocks in order (one per TPC, flash/features.cuh); headers no update wrote run nothing.
  * Grids and spreads as the backend pairs them (spread = SMs / 2 + 1 on grids of SMs blocks or
  * more: the H200's 132 SMs, sm_120's 188 and 170, odd counts), and spread 0. */
 static void test_step_item_of_block_covers_each_item_once(void **state)

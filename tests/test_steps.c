@@ -193,7 +193,7 @@ static void test_steps_bad_limits(void **state)
         const char *words;
     } cases[] = {
         {{0, 10, 4, 100}, "max_batch"},
-        {{MLAV_STEP_MAX_BATCH + 1, 10, 4, 100}, "max_batch"},
+        {{mlav_limits_max_batch() + 1, 10, 4, 100}, "max_batch"},
         {{2, 0, 1, 100}, "max_tokens"},
         {{2, 10, 11, 100}, "max_q_len"},
         {{2, 10, 0, 100}, "max_q_len"},

@@ -812,7 +812,8 @@ static void test_step_schedule_device_matches_host(void **state)
     schedule_bytes(64, &l4, 300, &rng, seed);
 }
 
-/* Plans for limits on cuda-naive: refused with a sentence; an AUTO context falls back. */
+/* Plans for limits on cuda-naive: refused with a sentence (an AUTO context falls back:
+ * test_steps_auto_fallback). */
 static void test_steps_naive_refused(void **state)
 {
     (void)state;
@@ -828,6 +829,60 @@ static void test_steps_naive_refused(void **state)
     mlav_context_free(ctx);
 }
 
+/* AUTO's one fallback rule serves both constructors: where the cuda backend declines (dims
+ * other than 512 + 64), a plan for one problem and a plan for limits alike are made on the cpu,
+ * and the context's note says which kind was declined and why; the plan for limits then runs an
+ * engine step on the cpu against the oracle. */
+static void test_steps_auto_fallback(void **state)
+{
+    (void)state;
+    need_device();
+    const char *env = getenv("MLAV_BACKEND");
+    char *saved = env ? strdup(env) : NULL;
+    unsetenv("MLAV_BACKEND");
+    mlav_context *ctx;
+    OK(mlav_context_create(&ctx, MLAV_BACKEND_AUTO));
+    assert_int_equal(mlav_context_backend(ctx), MLAV_BACKEND_CUDA);
+    const mlav_limits lim = {3, 24, 8, 300};
+    const uint64_t seed = tu_seed();
+    sf_engine *e = sf_make(&lim, 4, 64, 16, 16, MLAV_DTYPE_BF16, 0, 1, seed);
+    const mlav_problem shape = sf_shape(e);
+    mlav_plan *lp;
+    OK(mlav_plan_create_for_limits(ctx, &shape, &lim, &lp));
+    assert_int_equal(mlav_plan_backend(lp), MLAV_BACKEND_CPU);
+    assert_non_null(strstr(mlav_context_note(ctx), "plan for limits"));
+    assert_non_null(strstr(mlav_context_note(ctx), "falling back to cpu"));
+    sf_step(e, 0);
+    mlav_problem p = shape;
+    p.batch = e->batch;
+    p.q_indptr = e->q_indptr;
+    p.kv_lens = e->kv_lens;
+    mlav_plan *xp;
+    OK(mlav_plan_create(ctx, &p, &xp));
+    assert_int_equal(mlav_plan_backend(xp), MLAV_BACKEND_CPU);
+    assert_non_null(strstr(mlav_context_note(ctx), "this problem"));
+    const size_t bytes = mlav_plan_workspace_bytes(lp);
+    void *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(ws);
+    const mlav_lengths len = sf_lengths(e);
+    OK(mlav_plan_update(lp, &len, ws, bytes, NULL));
+    const mlav_tensors t = sf_tensors(e, 0);
+    sf_poison(e);
+    OK(mlav_run(lp, &t, ws, bytes, NULL));
+    char msg[256];
+    if (!sf_check(e, 0, e->out[0], e->lse[0], msg, sizeof msg))
+        fail_msg("AUTO's cpu plan for limits: %s (seed 0x%llx)", msg, (unsigned long long)seed);
+    free(ws);
+    mlav_plan_free(xp);
+    mlav_plan_free(lp);
+    mlav_context_free(ctx);
+    sf_free(e);
+    if (saved) {
+        setenv("MLAV_BACKEND", saved, 1);
+        free(saved);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -837,6 +892,7 @@ int main(void)
         cmocka_unit_test(test_steps_graph_h16_page64_bf16_fp8),
         cmocka_unit_test(test_steps_graph_h8_page1_bf16_kinds),
         cmocka_unit_test(test_steps_naive_refused),
+        cmocka_unit_test(test_steps_auto_fallback),
         cmocka_unit_test(test_steps_run_before_update),
         cmocka_unit_test(test_step_schedule_device_matches_host),
         cmocka_unit_test(test_steps_foreign_workspace_gpu),

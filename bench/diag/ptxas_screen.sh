@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Which ptxas/nvcc options give the split kernel different machine code, and do any spill? Runs
-# on any machine with nvcc (no GPU, no disassembler): compiles src/cuda/verify_flash.cu once per
-# option set for one architecture, and prints per set the registers and spill bytes of each
-# kernel instance and how much of the BF16 all-groups instance's code is identical, in order, to
-# the product's build (the options src/cuda/CMakeLists.txt gives the file). Sets that share
+# on any machine with nvcc (no GPU, no disassembler): compiles the BF16 family's instantiation
+# file (src/cuda/flash/instantiations/bf16.cu) once per option set for one architecture, and
+# prints per set the registers and spill bytes of each kernel instance and how much of the
+# all-groups instance's code is identical, in order, to the product's build (the options
+# src/cuda/CMakeLists.txt gives the instantiation files). Sets that share
 # their code are grouped, so only distinct codes need device time (docs/PERFORMANCE.md#ptxas, session 12:
 # the product's option was found this way, then timed with `mlaverify bench` per code).
 #   bash bench/diag/ptxas_screen.sh [ARCH (90)] ["OPTIONS" ...]      env: OUT_DIR (build-exp/ptxas)
@@ -16,7 +17,8 @@ arch=${1:-90}
 shift || true
 out=${OUT_DIR:-build-exp/ptxas}
 mkdir -p "$out"
-# the options the product gives verify_flash.cu (src/cuda/CMakeLists.txt, when ptxas has them)
+# the options the product gives the flash instantiations (src/cuda/CMakeLists.txt, when ptxas
+# has them)
 product=$(sed -n 's/.*COMPILE_OPTIONS "\([^"]*\)".*/\1/p' src/cuda/CMakeLists.txt)
 if [ $# -gt 0 ]; then
   sets=("$@")
@@ -27,12 +29,12 @@ else
 fi
 build() { # build NAME "OPTIONS": cubin and ptxas -v log
   # shellcheck disable=SC2086
-  nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_"$arch" -Iinclude -Isrc/cuda \
-    -DMLAV_WITH_CUDA -cubin -Xptxas -v $2 -o "$out/$1.cubin" src/cuda/verify_flash.cu \
-    > "$out/$1.log" 2>&1
+  nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_"$arch" -Iinclude -Isrc/cuda -Isrc \
+    -DMLAV_WITH_CUDA -cubin -Xptxas -v $2 -o "$out/$1.cubin" \
+    src/cuda/flash/instantiations/bf16.cu > "$out/$1.log" 2>&1
 }
 build product "$product"
-printf '%-48s %-22s %-10s %s\n' "options" "registers (4 kernels)" "spill B" \
+printf '%-48s %-22s %-10s %s\n' "options" "registers (8 kernels)" "spill B" \
   "BF16 all-groups code identical to the product's"
 declare -A seen
 for i in "${!sets[@]}"; do
@@ -44,12 +46,12 @@ for i in "${!sets[@]}"; do
   regs=$(grep -o 'Used [0-9]* registers' "$out/$name.log" | awk '{printf "%s ", $2}')
   spill=$(grep -o '[0-9]* bytes spill stores' "$out/$name.log" | awk '{s += $1} END {print s + 0}')
   same=$(python3 bench/diag/sass_identity.py "$out/product.cubin" "$out/$name.cubin" \
-    flash_verify_kernelI13__nv_bfloat16Lb1 | tail -n1 | sed 's/; longest.*//')
-  # the code of the four flash instances, not the whole cubin (which records the options)
+    featuresILb1ELb0ELb0E | tail -n1 | sed 's/; longest.*//')
+  # the code of the family's instances, not the whole cubin (which records the options)
   code=$(python3 -c "import sys, hashlib; sys.path.insert(0, 'bench/diag'); import sass_identity as s
 print(hashlib.sha256(b''.join(s.kernel_text(sys.argv[1], k) for k in
-      ('kernelI6__halfLb0', 'kernelI6__halfLb1', 'kernelI13__nv_bfloat16Lb0',
-       'kernelI13__nv_bfloat16Lb1'))).hexdigest()[:12])" "$out/$name.cubin")
+      ['featuresILb%dELb%dELb%dE' % (k & 1, k >> 1 & 1, k >> 2) for k in range(8)])).hexdigest()[:12])" \
+      "$out/$name.cubin")
   group=${seen[$code]:-}
   [ -z "$group" ] && seen[$code]=${sets[$i]:-(none)}
   printf '%-48s %-22s %-10s %s%s\n' "${sets[$i]:-(none)}" "$regs" "$spill" "$same" \

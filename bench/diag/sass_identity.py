@@ -6,10 +6,14 @@ loop's speed moves with it (docs/PERFORMANCE.md#ptxas). This compares the .text 
 that left the ~1,000-instruction main loop alone shows an identical run of about that length.
 It needs only nvcc and readelf, so a variant can be screened in seconds before device time:
 
-    nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Iinclude -Isrc/cuda \\
+    nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Iinclude -Isrc/cuda -Isrc \\
          -DMLAV_WITH_CUDA -Xptxas=--register-usage-level=10 -cubin -o a.cubin \\
-         src/cuda/verify_flash.cu     (likewise b.cubin; the option is the product's, CMakeLists)
-    bench/diag/sass_identity.py a.cubin b.cubin [KERNEL_SUBSTRING]   (default: the BF16 flash kernel)
+         src/cuda/flash/instantiations/bf16.cu   (likewise b.cubin; the option is the product's,
+                                                  src/cuda/CMakeLists.txt)
+    bench/diag/sass_identity.py a.cubin b.cubin [KERNEL_SUBSTRING [SUBSTRING_IN_B]]
+(default: the BF16 family's instance without features; a second substring names the kernel in
+b.cubin where its name differs, e.g. against a build from before the flash folder:
+flash_verify_kernelI13__nv_bfloat16Lb0ELb0ELb0ELb0E in a, featuresILb0ELb0ELb0E in b)
 """
 import difflib
 import re
@@ -31,10 +35,12 @@ def kernel_text(path, name):
 
 
 def main():
-    if len(sys.argv) not in (3, 4):
+    if len(sys.argv) not in (3, 4, 5):
         sys.exit(__doc__)
-    name = sys.argv[3] if len(sys.argv) == 4 else 'flash_verify_kernelI13__nv_bfloat16'
-    a, b = (kernel_text(p, name) for p in sys.argv[1:3])
+    name = (sys.argv[3] if len(sys.argv) >= 4 else
+            'traitsI13__nv_bfloat16S4_NS0_9head_dimsILi512ELi64EEEEENS0_8featuresILb0ELb0ELb0E')
+    a = kernel_text(sys.argv[1], name)
+    b = kernel_text(sys.argv[2], sys.argv[4] if len(sys.argv) == 5 else name)
     ia = [a[i:i + 16] for i in range(0, len(a), 16)]
     ib = [b[i:i + 16] for i in range(0, len(b), 16)]
     blocks = difflib.SequenceMatcher(None, ia, ib, autojunk=False).get_matching_blocks()

@@ -159,16 +159,11 @@ static int parse_kv_list(const char *s, bench_args *a)
         if (comma)
             *comma = '\0';
         int kv;
+        mlav_dtype kd; /* the library's one table of names (mlav_dtype_alias) */
         if (!strcmp(p, "same"))
             kv = BENCH_KV_SAME;
-        else if (!strcmp(p, "fp8") || !strcmp(p, "fp8_e4m3"))
-            kv = MLAV_DTYPE_FP8_E4M3;
-        else if (!strcmp(p, "bf16"))
-            kv = MLAV_DTYPE_BF16;
-        else if (!strcmp(p, "f16"))
-            kv = MLAV_DTYPE_F16;
-        else if (!strcmp(p, "f32"))
-            kv = MLAV_DTYPE_F32;
+        else if (*p && mlav_dtype_parse(p, &kd) == MLAV_OK)
+            kv = (int)kd;
         else {
             bench_usage_error("--kv-dtype: %s%s%s in '%s' (same, bf16, f16, f32, "
                             "fp8)", *p ? "unknown dtype '" : "an empty entry", p, *p ? "'" : "",
@@ -236,12 +231,9 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
             a->grid_opts = 1;
         } else if (!strcmp(arg, "--dtype")) {
             a->grid_opts = 1;
-            if (!strcmp(v, "bf16"))
-                a->dtype = MLAV_DTYPE_BF16;
-            else if (!strcmp(v, "f16"))
-                a->dtype = MLAV_DTYPE_F16;
-            else if (!strcmp(v, "f32"))
-                a->dtype = MLAV_DTYPE_F32;
+            mlav_dtype qd; /* the library's one table of names; q is never FP8 */
+            if (mlav_dtype_parse(v, &qd) == MLAV_OK && qd != MLAV_DTYPE_FP8_E4M3)
+                a->dtype = qd;
             else {
                 bench_usage_error("unknown dtype '%s' (bf16, f16, f32)", v);
                 return 2;

@@ -18,12 +18,14 @@ its run as the torch ops ``mlaverify::verify_step`` and ``mlaverify::verify_step
 package is typed (PEP 561: ``py.typed``).
 """
 from .api import (BACKENDS, DTYPES, Context, Plan, Problem, backend_compiled,
-                  cuda_device_count, dtype_name, tree_mask_words, verify, version)
+                  cuda_device_count, dtype_name, limits_max_batch, tree_mask_words, verify,
+                  version)
 from .bundle import capture_bundle, check_bundle, complete_bundle, read_bundle, write_bundle
 from .errors import (CudaError, InvalidArgumentError, MlavError, NoDeviceError,
                      OutOfMemoryError, StepStatusError, UnsupportedError, WorkspaceError)
-from .tree import (accept_greedy, merge_states, pack_mask, parents_from_tree_mask,
-                   tree_mask_from_parents, unpack_mask)
+from .merge import merge_state, merge_states
+from .tree import (accept_greedy, pack_mask, parents_from_tree_mask, tree_mask_from_parents,
+                   unpack_mask)
 from .steps import StepPlan
 from ._lib import LibraryNotFoundError
 
@@ -34,7 +36,7 @@ __all__ = [
     "dtype_name", "tree_mask_words", "verify", "version", "capture_bundle", "check_bundle",
     "complete_bundle", "read_bundle", "write_bundle", "CudaError", "InvalidArgumentError",
     "MlavError", "NoDeviceError", "OutOfMemoryError", "UnsupportedError", "WorkspaceError",
-    "accept_greedy", "merge_states", "pack_mask", "parents_from_tree_mask",
+    "accept_greedy", "merge_state", "merge_states", "pack_mask", "parents_from_tree_mask",
     "tree_mask_from_parents", "unpack_mask", "StepPlan", "StepStatusError",
     "LibraryNotFoundError",
 ]

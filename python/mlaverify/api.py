@@ -44,9 +44,10 @@ _DTYPE_ALIASES = {
 #: the bundle CLI share: compared lowercase, after dropping a "torch." prefix (so
 #: torch.float8_e4m3fn is one too); the mlav_dtype value 3 is one as well.
 FP8_NAMES = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn", "f8_e4m3")
-# element dtypes (numpy / torch names) a tensor of each dtype may have; numpy has neither
-# bfloat16 nor an fp8 type, so raw bits (uint16) and bytes (uint8) stand in for them
-_ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
+#: Element dtypes (numpy / torch names) a tensor of each dtype may have, the one table of the
+#: binding's checks and fast paths: numpy has neither bfloat16 nor an fp8 type, so raw bits
+#: (uint16) and bytes (uint8) stand in for them (the last name is numpy's)
+ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
              "fp8_e4m3": ("float8_e4m3fn", "uint8")}
 _ALIGN = 256
 
@@ -195,6 +196,25 @@ def kv_scale_arg(kv_scale: Any, device: Optional[int],
     return 0.0, a.ptr
 
 
+def kv_scale_value(kv_scale: Any) -> float:
+    """The value of an FP8 cache's kv_scale where a file needs the value itself (a bundle's
+    kv_scale tensor): kv_scale_arg's kinds (a number, not a bool; or a 1-element array or
+    tensor, here of any float dtype and anywhere, read back to the host), checked finite and > 0
+    in float32 as the library checks a run's."""
+    if isinstance(kv_scale, (bool, np.bool_)):
+        raise invalid("kv_scale must be a number or a float32 tensor, not a bool")
+    if is_torch(kv_scale):
+        kv_scale = kv_scale.detach().cpu().numpy()
+    a = np.asarray(kv_scale, dtype=np.float64)
+    if a.size != 1:
+        raise invalid("kv_scale must be one value, not an array of shape %s" % list(a.shape))
+    v = float(a.reshape(-1)[0])
+    if not (np.isfinite(v) and v > 0 and np.isfinite(np.float32(v)) and np.float32(v) > 0):
+        raise invalid("kv_scale = %r must be finite and > 0 (an FP8 element's value is "
+                      "e4m3(byte) x kv_scale)" % v)
+    return v
+
+
 def infer_dtype(q: Tensor) -> str:
     """Plan dtype of a q tensor: float32 -> f32, float16 -> f16, torch.bfloat16 -> bf16; a uint16
     array (raw BF16 bits) needs dtype='bf16' said explicitly."""
@@ -226,6 +246,11 @@ def cuda_device_count() -> int:
 def version() -> str:
     """The loaded library's version string ("0.2.0")."""
     return _lib.text(_lib.load().mlav_version_string())
+
+
+def limits_max_batch() -> int:
+    """The most requests of a plan for limits (StepPlan's max_batch), as the library says."""
+    return int(_lib.load().mlav_limits_max_batch())
 
 
 def tree_mask_words(max_q_len: int) -> int:
@@ -408,7 +433,81 @@ class _StreamScope:
             self.cm.__exit__(*exc)
 
 
-class Plan:
+def host_workspace(nbytes: int) -> np.ndarray:
+    """A zeroed, 256-byte aligned host workspace of `nbytes` (at least 1) bytes: a numpy view."""
+    n = max(nbytes, 1)
+    buf = np.zeros(n + _ALIGN, dtype=np.uint8)
+    off = (-buf.ctypes.data) % _ALIGN
+    return buf[off:off + n]
+
+
+def device_workspace(nbytes: int, device: int) -> Any:
+    """A zeroed, 256-byte aligned workspace of `nbytes` (at least 1) bytes on CUDA `device`: a
+    view of a torch uint8 tensor, allocated on the current stream there."""
+    torch = torch_module()
+    n = max(nbytes, 1)
+    with torch.cuda.device(device):
+        buf = torch.zeros(n + _ALIGN, dtype=torch.uint8, device=torch.device("cuda", device))
+    off = (-buf.data_ptr()) % _ALIGN
+    return buf[off:off + n]
+
+
+class PlanCore:
+    """What every plan of the binding is: one mlav_plan (the library has one kind of plan: a
+    plan for one problem is a plan for limits whose update ran at plan time), made on a context
+    and a CUDA device, with its backend, its workspace's size and place, and its lifetime.
+    Plan (one problem) and StepPlan (limits: mlaverify.steps) are this core plus their calls."""
+
+    _h = None
+    _what = "plan"  # for the sentence of a closed plan
+
+    def _make(self, create: Any, args: Tuple[Any, ...], context: Optional[Context],
+              backend: Union[str, int], device: Any) -> None:
+        """Create the plan with `create(ctx, *args, &plan)` (mlav_plan_create or
+        mlav_plan_create_for_limits) on `device` (None: the current one) and read back what the
+        library chose."""
+        self._ctx = context if context is not None else Context(backend)
+        self._lock = threading.Lock()
+        lib = _lib.load()
+        self._device = _cuda_index(device) if device is not None else None
+        h = ctypes.c_void_p()
+        with self._ctx._lock:
+            if self._device is not None:
+                with torch_module().cuda.device(self._device):
+                    check(create(self._ctx._handle(), *args, ctypes.byref(h)))
+            else:
+                check(create(self._ctx._handle(), *args, ctypes.byref(h)))
+        self._h = h
+        self.backend = _BACKEND_NAMES[lib.mlav_plan_backend(h)]
+        self.workspace_bytes = int(lib.mlav_plan_workspace_bytes(h))
+        self.workspace_memory = "device" if lib.mlav_plan_workspace_memory(h) else "host"
+
+    def _handle(self):
+        if self._h is None:
+            raise invalid("the %s is closed" % self._what)
+        return self._h
+
+    def _release(self) -> None:
+        """Drop the buffers the plan keeps (its workspace, its outputs)."""
+
+    def close(self) -> None:
+        """Free the plan (and its workspace). A CUDA graph that captured one of its calls must
+        be destroyed first."""
+        h, self._h = getattr(self, "_h", None), None
+        if h is not None and _lib._lib is not None:
+            _lib._lib.mlav_plan_free(h)
+        self._release()
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Plan(PlanCore):
     """A scheduled problem (mlav_plan_create): plan once per batch shape, run every step.
 
     Plan(problem) or Plan(num_heads=..., q_indptr=..., ...) with Problem's fields, plus
@@ -431,39 +530,20 @@ class Plan:
         elif fields:
             raise invalid("give a Problem or its fields, not both")
         self.problem = problem
-        self._ctx = context if context is not None else Context(backend)
-        self._lock = threading.Lock()
-        self._h = None
         self._host_ws = None
         self._dev_ws = None
         self._dev_ws_streams = set()
         self._ws_stream = None
-        lib = _lib.load()
-        self._device = _cuda_index(device) if device is not None else None
-        h = ctypes.c_void_p()
-        st = problem._struct()
-        torch = torch_module()
-        with self._ctx._lock:
-            if self._device is not None:
-                with torch.cuda.device(self._device):
-                    check(lib.mlav_plan_create(self._ctx._handle(), ctypes.byref(st),
-                                               ctypes.byref(h)))
-            else:
-                check(lib.mlav_plan_create(self._ctx._handle(), ctypes.byref(st),
-                                           ctypes.byref(h)))
-        self._h = h
-        self.backend = _BACKEND_NAMES[lib.mlav_plan_backend(h)]
-        self.workspace_bytes = int(lib.mlav_plan_workspace_bytes(h))
-        self.workspace_memory = "device" if lib.mlav_plan_workspace_memory(h) else "host"
+        self._make(_lib.load().mlav_plan_create, (ctypes.byref(problem._struct()),), context,
+                   backend, device)
         if self.workspace_memory == "device":
+            torch = torch_module()
             if self._device is None and torch is not None and torch.cuda.is_available():
                 self._device = torch.cuda.current_device()
             if self._device is not None:
                 self._device_workspace(self._device, None)
         elif self.workspace_bytes:
-            buf = np.zeros(self.workspace_bytes + _ALIGN, dtype=np.uint8)
-            off = (-buf.ctypes.data) % _ALIGN
-            self._host_ws = buf[off:off + self.workspace_bytes]
+            self._host_ws = host_workspace(self.workspace_bytes)
 
     # -- workspace -----------------------------------------------------------------------------
 
@@ -481,12 +561,10 @@ class Plan:
                                 "the plan's %d-byte workspace would be allocated inside a CUDA "
                                 "graph capture: create the Plan with device=... or run it once "
                                 "before capturing" % self.workspace_bytes)
-                        ws = torch.zeros(self.workspace_bytes + _ALIGN, dtype=torch.uint8,
-                                         device=torch.device("cuda", device))
-                        off = (-ws.data_ptr()) % _ALIGN
+                        ws = device_workspace(self.workspace_bytes, device)
                         # torch ties a block to the stream it was allocated on
                         self._ws_stream = torch.cuda.current_stream(device).cuda_stream
-                        self._dev_ws = ws[off:off + self.workspace_bytes]
+                        self._dev_ws = ws
         return self._dev_ws
 
     # -- run -----------------------------------------------------------------------------------
@@ -618,27 +696,9 @@ class Plan:
                                ws.data_ptr() if ws is not None else None,
                                self.workspace_bytes, handle))
 
-    def _handle(self):
-        if self._h is None:
-            raise invalid("the plan is closed")
-        return self._h
-
-    def close(self) -> None:
-        """Free the plan (and its workspace). A CUDA graph that captured a run must be
-        destroyed first."""
-        h, self._h = getattr(self, "_h", None), None
-        if h is not None and _lib._lib is not None:
-            _lib._lib.mlav_plan_free(h)
+    def _release(self) -> None:
         self._dev_ws = None
         self._host_ws = None
-
-    __del__ = close
-
-    def __enter__(self) -> "Plan":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return "Plan(%s, backend=%s, workspace=%d bytes %s)" % (
@@ -693,10 +753,10 @@ def check_run_tensors(shape: Any, q: Tensor, kv_cache: Tensor, page_table: Tenso
                       ", ".join("%s on %s" % (a.name, a.where) for a in args) +
                       " (all host memory, or all on one CUDA device)")
     for a, dt in ((a_q, shape.dtype), (a_kv, shape.kv_dtype), (a_out, shape.dtype)):
-        if a is not None and a.dtype not in _ELEMENTS[dt]:
+        if a is not None and a.dtype not in ELEMENTS[dt]:
             raise invalid("%s has dtype %s; the plan's %s %s needs %s" % (
                 a.name, a.dtype, "kv_dtype" if a is a_kv else "dtype", dt,
-                " or ".join(_ELEMENT_DOC.get(e, e) for e in _ELEMENTS[dt])))
+                " or ".join(_ELEMENT_DOC.get(e, e) for e in ELEMENTS[dt])))
     if a_out is not None and a_out.dtype != a_q.dtype:
         raise invalid("out has dtype %s but q has %s" % (a_out.dtype, a_q.dtype))
     if a_pt.dtype != "int32":

@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from .api import FP8_NAMES, is_fp8  # the one table of FP8 names (the binding's too)
+from .api import FP8_NAMES, is_fp8, kv_scale_value  # the binding's FP8 names and scale rule
 
 FORMAT = "mlaverify-bundle"
 VERSION = "1"
@@ -124,21 +124,6 @@ def write_safetensors(path, tensors, metadata):
             f.write(data)
 
 
-def _kv_scale_value(kv_scale):
-    """A kv_scale given as a number, a 1-element numpy array or a torch tensor, as a float."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(kv_scale, torch.Tensor):
-        kv_scale = kv_scale.detach().cpu().numpy()
-    a = np.asarray(kv_scale, dtype=np.float64)
-    if a.size != 1:
-        raise ValueError("kv_scale must be one value, not an array of shape %s" % list(a.shape))
-    v = float(a.reshape(-1)[0])
-    if not (np.isfinite(v) and v > 0 and np.isfinite(np.float32(v)) and np.float32(v) > 0):
-        raise ValueError("kv_scale = %r must be finite and > 0 (an FP8 element's value is "
-                         "e4m3(byte) x kv_scale)" % v)
-    return v
-
-
 def write_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, tree_parents,
                  softmax_scale, d_latent, dtype=None, draft_tokens=None, vocab=256,
                  readout_seed=1, source="golden/write_bundle.py", extra_metadata=None,
@@ -195,7 +180,7 @@ def write_bundle(path, *, q, kv_cache, page_table, q_indptr, kv_lens, tree_paren
     st = _DTYPES[dtype]
     tensors = [("softmax_scale", "F32", [1], np.array([softmax_scale], dtype="<f4"))]
     if fp8:  # the 4-byte tensors first, in the order mlaverify gen writes them
-        kv_scale = _kv_scale_value(kv_scale)
+        kv_scale = kv_scale_value(kv_scale)
         tensors.append(("kv_scale", "F32", [1], np.array([kv_scale], dtype="<f4")))
         kv_st = "F8_E4M3"
         if kv_cache.dtype == np.uint8:

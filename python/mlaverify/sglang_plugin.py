@@ -69,7 +69,8 @@ def kv_dtype_of(model_runner):
     """None (the pool holds the model dtype) or "fp8_e4m3"; other pools are refused."""
     dt = str(getattr(model_runner, "kv_cache_dtype", "")).replace("torch.", "")
     model_dt = str(getattr(model_runner, "dtype", "")).replace("torch.", "")
-    if dt in ("float8_e4m3fn", "fp8_e4m3"):
+    from .api import is_fp8  # the one table of FP8 names
+    if is_fp8(dt):
         return "fp8_e4m3"
     if dt in ("", "auto", model_dt):
         return None

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import threading
 import weakref
 from typing import Any, Dict, Optional, Tuple
 
@@ -33,16 +32,15 @@ import numpy as np
 
 from . import _lib
 from ._arrays import as_int, host_int32, is_torch, torch_module, wrap
-from .api import (_BACKEND_NAMES, MEM_DEVICE, MEM_HOST, Context, Tensor, _cuda_index,
-                  check_run_tensors, kv_scale_arg, no_cuda_in_torch, problem_struct,
-                  shape_fields, tree_mask_words)
+from .api import (ELEMENTS, MEM_DEVICE, MEM_HOST, Context, PlanCore, Tensor, check_run_tensors,
+                  device_workspace, host_workspace, kv_scale_arg, no_cuda_in_torch,
+                  problem_struct, shape_fields, tree_mask_words)
 from .errors import ERR_INVALID_ARG, StepStatusError, check, invalid
 
-_ALIGN = 256
 _I32_MIN, _I32_MAX = -2**31, 2**31 - 1
 
-_NP_ELEMENT = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
-               "bf16": np.dtype(np.uint16), "fp8_e4m3": np.dtype(np.uint8)}
+# the numpy element of each dtype: the last of api.ELEMENTS' names (numpy's own or its stand-in)
+_NP_ELEMENT = {k: np.dtype(v[-1]) for k, v in ELEMENTS.items()}
 _NP_I32, _NP_U32, _NP_F32 = np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)
 _from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 
@@ -107,8 +105,9 @@ def plan_by_id(plan_id: int) -> "StepPlan":
     return p
 
 
-class StepPlan:
-    """A plan for limits (mlav_plan_create_for_limits) with its workspace, allocated once.
+class StepPlan(PlanCore):
+    """A plan for limits (mlav_plan_create_for_limits) with its workspace, allocated once: the
+    binding's one plan (mlaverify.api.PlanCore) with the calls of engine steps.
 
     num_heads, softmax_scale, dtype ("bf16", "f16", "f32"), page_size, max_pages (the page
     table's row stride), d_latent (512), d_rope (64): the shape, as in Problem.
@@ -128,12 +127,13 @@ class StepPlan:
     that run different steps at once need one StepPlan each.
     """
 
+    _what = "StepPlan"
+
     def __init__(self, num_heads: int, softmax_scale: float, dtype: Any, page_size: int,
                  max_pages: int, max_batch: int, max_tokens: int, max_q_len: int,
                  max_kv_len: int, d_latent: int = 512, d_rope: int = 64,
                  context: Optional[Context] = None, backend: Any = "auto", device: Any = None,
                  kv_dtype: Any = None) -> None:
-        self._h = None
         # the shape's rule is Problem's (mlaverify.api.shape_fields): one check for both
         f = shape_fields(num_heads=num_heads, softmax_scale=softmax_scale, dtype=dtype,
                          page_size=page_size, max_pages=max_pages, d_latent=d_latent,
@@ -148,30 +148,17 @@ class StepPlan:
             max_tokens=int32_arg("max_tokens", max_tokens),
             max_q_len=int32_arg("max_q_len", max_q_len),
             max_kv_len=int32_arg("max_kv_len", max_kv_len))
-        self._ctx = context if context is not None else Context(backend)
-        self._lock = threading.Lock()
         self._bufs = {}
-        shape = problem_struct(f)
-        lib = _lib.load()
+        self._fbufs = {}
         torch = torch_module()
-        self._device = _cuda_index(device) if device is not None else None
-        h = ctypes.c_void_p()
-        with self._ctx._lock:
-            if self._device is not None:
-                with torch.cuda.device(self._device):
-                    check(lib.mlav_plan_create_for_limits(self._ctx._handle(), ctypes.byref(shape),
-                                                          ctypes.byref(lim), ctypes.byref(h)))
-            else:
-                check(lib.mlav_plan_create_for_limits(self._ctx._handle(), ctypes.byref(shape),
-                                                      ctypes.byref(lim), ctypes.byref(h)))
-        self._h = h
+        lib = _lib.load()
+        self._make(lib.mlav_plan_create_for_limits,
+                   (ctypes.byref(problem_struct(f)), ctypes.byref(lim)), context, backend, device)
+        h = self._h
         got = _lib.MlavLimits()
         check(lib.mlav_plan_limits(h, ctypes.byref(got)))
         self._limits = {f: int(getattr(got, f)) for f, _ in _lib.MlavLimits._fields_}
         self.mask_words = tree_mask_words(self._limits["max_q_len"])
-        self.backend = _BACKEND_NAMES[lib.mlav_plan_backend(h)]
-        self.workspace_bytes = int(lib.mlav_plan_workspace_bytes(h))
-        self.workspace_memory = "device" if lib.mlav_plan_workspace_memory(h) else "host"
         if self.workspace_memory == "device":
             if torch is None:
                 self.close()
@@ -186,19 +173,11 @@ class StepPlan:
             if torch.cuda.is_current_stream_capturing():
                 self.close()
                 raise invalid("create a StepPlan outside CUDA graph capture")
-            n = max(self.workspace_bytes, 1)
-            with torch.cuda.device(self._device):
-                buf = torch.zeros(n + _ALIGN, dtype=torch.uint8,
-                                  device=torch.device("cuda", self._device))
-            off = (-buf.data_ptr()) % _ALIGN
-            self.workspace = buf[off:off + n]
+            self.workspace = device_workspace(self.workspace_bytes, self._device)
             self._ws_ptr = self.workspace.data_ptr()
         else:
             self._device = None
-            n = max(self.workspace_bytes, 1)
-            buf = np.zeros(n + _ALIGN, dtype=np.uint8)
-            off = (-buf.ctypes.data) % _ALIGN
-            self.workspace = buf[off:off + n]
+            self.workspace = host_workspace(self.workspace_bytes)
             self._ws_ptr = self.workspace.ctypes.data
         self.id = next(_IDS)
         _PLANS[self.id] = self
@@ -219,7 +198,7 @@ class StepPlan:
                         (T, self.num_heads))
         self._np = (_NP_ELEMENT[self.dtype], _NP_ELEMENT.get(self.kv_dtype))
         self._tf = None      # torch's objects for the fast path, made at the first torch call
-        self._fbufs = {}     # q's dtype object (numpy or torch) -> the plan's own out, lse
+        # self._fbufs: q's dtype object (numpy or torch) -> the plan's own out, lse
         if self._device is not None:
             C = torch._C
             self._get_device = getattr(C, "_cuda_getDevice", None) or torch.cuda.current_device
@@ -245,11 +224,6 @@ class StepPlan:
         """The CUDA device index of a CUDA plan, None for a CPU plan."""
         return self._device
 
-    def _handle(self):
-        if self._h is None:
-            raise invalid("the StepPlan is closed")
-        return self._h
-
     def _stream(self):
         if self._device is None:
             return None
@@ -260,7 +234,7 @@ class StepPlan:
         when it is not current) and torch's current stream there."""
         h = self._h
         if h is None:
-            raise invalid("the StepPlan is closed")
+            raise invalid("the %s is closed" % self._what)
         d = self._device
         if d is None:
             return fn(h, ref, self._ws_ptr, self.workspace_bytes, None)
@@ -436,11 +410,11 @@ class StepPlan:
     def _torch_fast(self):
         """torch's objects the fast path compares by identity (made at the first torch run)."""
         torch = torch_module()
-        t = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.dtype]
-        if self.kv_dtype == "fp8_e4m3":
-            kv = (torch.uint8, getattr(torch, "float8_e4m3fn", torch.uint8))
-        else:
-            kv = (t, t)
+        t = getattr(torch, ELEMENTS[self.dtype][0])
+        # the cache's torch elements: q's, or an FP8 cache's two (api.ELEMENTS; uint8 where
+        # torch has no float8_e4m3fn)
+        kv = (t, t) if self.kv_dtype == self.dtype else \
+            tuple(getattr(torch, e, torch.uint8) for e in ELEMENTS[self.kv_dtype])
         u32 = getattr(torch, "uint32", torch.int32)
         self._tf = (torch.Tensor, torch.strided, self._tdevice(), t, kv[0], kv[1], torch.int32,
                     u32, torch.float32)
@@ -622,22 +596,9 @@ class StepPlan:
 
     # -- lifetime ------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Free the plan. A CUDA graph that captured its update or runs must be destroyed
-        first."""
-        h, self._h = getattr(self, "_h", None), None
-        if h is not None and _lib._lib is not None:
-            _lib._lib.mlav_plan_free(h)
+    def _release(self) -> None:
         self._bufs = {}
         self._fbufs = {}
-
-    __del__ = close
-
-    def __enter__(self) -> "StepPlan":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return ("StepPlan(H=%d, Dl=%d, Dr=%d, %s, page_size=%d, max_pages=%d, limits=%s, "

@@ -19,9 +19,16 @@ writes the step's rows of out and lse (declared mutated: ``Tensor(a!)``) and ret
 The fake (meta) implementations give those shapes, or nothing, without running anything.
 ``verify_step(plan, ...)`` below calls either.
 
+The state merges of ``mlaverify.merge`` are ops too: ``torch.ops.mlaverify.merge_states(outs,
+lses)`` (outs [N, ..., dim], lses [N, ...] float32; returns fresh out and lse) and
+``torch.ops.mlaverify.merge_state_in_place(out, lse, other_out, other_lse)`` (merges the other
+state into out and lse, declared mutated; returns nothing, allocates nothing), on the current
+stream for CUDA tensors (capturable) and on the host for CPU ones.
+
 Registration: ``torch.library.Library`` with CPU and CUDA kernels and fake ones through
 ``torch.library.register_fake`` (2.4+; ``impl_abstract`` 2.2, 2.3), Meta kernels before; a
-``torch.library.custom_op`` dispatches slower (see _register). The module attribute
+``torch.library.custom_op`` dispatches slower (see _register; through it only the verify ops are
+made). The module attribute
 ``REGISTERED`` says whether the ops exist, ``HOW`` how they were registered or why not.
 """
 from typing import Any, Tuple  # no `from __future__ import annotations`: custom_op reads
@@ -29,6 +36,7 @@ from typing import Any, Tuple  # no `from __future__ import annotations`: custom
 
 from .api import real_arg
 from .errors import invalid
+from .merge import merge_state, merge_states
 from .steps import _PLANS, plan_by_id
 
 try:  # pragma: no cover - depends on the environment
@@ -47,6 +55,13 @@ _OP_OUT = None  # torch.ops.mlaverify.verify_step_out
 _SCHEMA = ("verify_step(Tensor q, Tensor kv_cache, Tensor page_table, Tensor? tree_mask, "
            "int plan_id, int d_latent, float? kv_scale=None, Tensor? kv_scale_tensor=None, "
            "Tensor? page_table_rows=None) -> (Tensor, Tensor)")
+# the state merges (mlaverify.merge) as ops: CPU tensors on the host, CUDA tensors on the
+# current stream (capturable; merge_state_in_place allocates nothing)
+MERGE_OP = "mlaverify::merge_states"
+MERGE_OP_IN_PLACE = "mlaverify::merge_state_in_place"
+_SCHEMA_MERGE = "merge_states(Tensor outs, Tensor lses) -> (Tensor, Tensor)"
+_SCHEMA_MERGE_IN_PLACE = ("merge_state_in_place(Tensor(a!) out, Tensor(b!) lse, "
+                          "Tensor other_out, Tensor other_lse) -> ()")
 _SCHEMA_OUT = ("verify_step_out(Tensor q, Tensor kv_cache, Tensor page_table, "
                "Tensor? tree_mask, int plan_id, Tensor(a!) out, Tensor(b!) lse, "
                "float? kv_scale=None, Tensor? kv_scale_tensor=None, "
@@ -90,6 +105,22 @@ def _fake_out(q, kv_cache, page_table, tree_mask, plan_id, out, lse, kv_scale=No
     return None
 
 
+def _merge(outs, lses):
+    return merge_states(outs, lses)
+
+
+def _merge_fake(outs, lses):
+    return outs.new_empty(outs.shape[1:]), lses.new_empty(lses.shape[1:])
+
+
+def _merge_in_place(out, lse, other_out, other_lse):
+    merge_state(out, lse, other_out, other_lse)
+
+
+def _merge_in_place_fake(out, lse, other_out, other_lse):
+    return None
+
+
 def _register():
     global REGISTERED, HOW, _LIB
     if torch is None:
@@ -106,7 +137,10 @@ def _register():
                 getattr(lib_mod, "impl_abstract", None)
             for schema, name, op, run, fake_fn in (
                     (_SCHEMA, "verify_step", OP, _run, _fake),
-                    (_SCHEMA_OUT, "verify_step_out", OP_OUT, _run_out, _fake_out)):
+                    (_SCHEMA_OUT, "verify_step_out", OP_OUT, _run_out, _fake_out),
+                    (_SCHEMA_MERGE, "merge_states", MERGE_OP, _merge, _merge_fake),
+                    (_SCHEMA_MERGE_IN_PLACE, "merge_state_in_place", MERGE_OP_IN_PLACE,
+                     _merge_in_place, _merge_in_place_fake)):
                 lib.define(schema)
                 for key in ("CPU", "CUDA"):
                     lib.impl(name, run, key)

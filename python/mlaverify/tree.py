@@ -1,4 +1,5 @@
-"""Host helpers: tree masks, greedy acceptance, merging attention states (numpy in, numpy out).
+"""Host helpers: tree masks and greedy acceptance (numpy in, numpy out); merging attention
+states is mlaverify.merge's.
 
 The packed mask layout is the library's: row t has ``words = ceil(max_q_len / 32)`` uint32
 words; bit k (word k // 32, bit k % 32) says draft node k of t's request is visible to t.
@@ -7,7 +8,7 @@ torch takes it as int32: ``torch.from_numpy(mask.view(np.int32)).cuda()``.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -131,62 +132,3 @@ def accept_greedy(parents: Any, draft_tokens: Any,
                                       accepted.ctypes.data, ctypes.byref(num),
                                       ctypes.byref(bonus)))
     return accepted[:num.value].copy(), int(bonus.value)
-
-
-def merge_states(outs: Sequence[Any], lses: Sequence[Any], out: Optional[np.ndarray] = None,
-                 lse: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
-    """Merge attention states computed over disjoint KV ranges (mlav_merge_states).
-
-    outs  sequence of float32 arrays [..., dim] (e.g. [T, H, Dl] from several GPUs' shards)
-    lses  sequence of float32 arrays [...] (natural log; -inf = empty state)
-    out, lse  optional outputs (out may be outs[0], lse lses[0])
-    Host memory only (numpy or CPU torch; a torch input gives torch outputs).
-    Returns (out, lse).
-    """
-    lib = _lib.load()
-    if len(outs) != len(lses) or len(outs) < 1:
-        raise invalid("give as many lses as outs (at least one), not %d and %d"
-                      % (len(outs), len(lses)))
-    as_torch = is_torch(outs[0])
-
-    def host(name, x):
-        if is_torch(x):
-            if x.device.type != "cpu":
-                raise invalid("%s is on %s; merge_states works on host memory" % (name, x.device))
-            x = x.detach().numpy()
-        a = np.asarray(x)
-        if a.dtype != np.float32 or not a.flags.c_contiguous:
-            raise invalid("%s must be a C-contiguous float32 array, not %s%s" % (
-                name, a.dtype, "" if a.flags.c_contiguous else " (non-contiguous)"))
-        return a
-
-    o = [host("outs[%d]" % i, x) for i, x in enumerate(outs)]
-    s = [host("lses[%d]" % i, x) for i, x in enumerate(lses)]
-    shape = o[0].shape
-    if len(shape) < 1:
-        raise invalid("outs[0] must be [..., dim]")
-    for i in range(len(o)):
-        if o[i].shape != shape or s[i].shape != shape[:-1]:
-            raise invalid("outs[%d] %s / lses[%d] %s do not match outs[0] %s / %s" % (
-                i, list(o[i].shape), i, list(s[i].shape), list(shape), list(shape[:-1])))
-    dim = c_int("dim (outs[0].shape[-1])", shape[-1])
-    rows = c_int("rows", np.prod(shape[:-1], dtype=np.int64), 64)
-    c_int("num_states (len(outs))", len(o))
-    out_t, lse_t = out, lse
-    if out is None:
-        out_t = np.empty(shape, dtype=np.float32)
-    if lse is None:
-        lse_t = np.empty(shape[:-1], dtype=np.float32)
-    oa, la = host("out", out_t), host("lse", lse_t)
-    if oa.shape != shape or la.shape != shape[:-1]:
-        raise invalid("out / lse must be %s / %s" % (list(shape), list(shape[:-1])))
-    po = (ctypes.c_void_p * len(o))(*[a.ctypes.data for a in o])
-    pl = (ctypes.c_void_p * len(s))(*[a.ctypes.data for a in s])
-    check(lib.mlav_merge_states(len(o), rows, dim, po, pl, oa.ctypes.data, la.ctypes.data))
-    if as_torch:
-        torch = __import__("torch")
-        if out is None:
-            out_t = torch.from_numpy(out_t)
-        if lse is None:
-            lse_t = torch.from_numpy(lse_t)
-    return out_t, lse_t

@@ -167,6 +167,42 @@ def _engine_loop(seed, steps, page_size, as_torch, shared=False):
     plan.close()
 
 
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_steps_plan_and_step_plan_same_bits(seed, backend):
+    """One plan path: a Plan of a step's exact problem and a StepPlan updated with the same
+    lengths give the same bits on the CPU backends (the library's exact plan is a plan for
+    limits whose update ran at plan time)."""
+    rng = np.random.default_rng(seed)
+    eng = Engine(rng, max_batch=8, max_tokens=96, max_q_len=40, max_kv_len=160, page_size=4)
+    splan = StepPlan(H, SCALE, "f32", 4, eng.P, eng.B, eng.T, eng.Q, eng.K, d_latent=DL,
+                     d_rope=DR, backend=backend)
+    compared = 0
+    for _ in range(8):
+        st = eng.step()
+        q, mask, T = _step_inputs(eng, st, splan.mask_words, rng)
+        keep = st["q_lens"] > 0
+        if not T:
+            continue
+        qi = np.zeros(int(keep.sum()) + 1, np.int32)
+        qi[1:] = np.cumsum(st["q_lens"][keep])
+        kv = np.ascontiguousarray(st["kv_lens"][keep], np.int32)
+        pt = np.ascontiguousarray(st["page_table"][:st["batch"]][keep])
+        pt_full = np.zeros((eng.B, eng.P), np.int32)
+        pt_full[:pt.shape[0]] = pt
+        plan = mv.Plan(num_heads=H, softmax_scale=SCALE, dtype="f32", page_size=4,
+                       q_indptr=qi, kv_lens=kv, max_pages=eng.P, d_latent=DL, d_rope=DR,
+                       backend=backend)
+        xmask = mv.tree_mask_from_parents(np.concatenate(st["parents"]), qi)
+        xo, xl = plan.run(np.ascontiguousarray(q[:T]), eng.pool, pt, xmask)
+        plan.close()
+        splan.update(qi, kv)
+        so, sl = splan.run(q, eng.pool, pt_full, mask)
+        assert np.array_equal(np.asarray(so)[:T], xo) and np.array_equal(np.asarray(sl)[:T], xl)
+        compared += 1
+    assert compared >= 4
+    splan.close()
+
+
 def test_steps_engine_loop_numpy(seed):
     _engine_loop(seed, 200, page_size=4, as_torch=False)
 
@@ -239,6 +275,15 @@ def test_steps_plan_arguments_checked(kw, words):
     with pytest.raises((ValueError, mv.MlavError)) as e:
         _small_plan(**kw)
     assert words in str(e.value), str(e.value)
+
+
+def test_steps_limits_max_batch():
+    """The batch limit is the library's query, and a plan at it is made, one past it refused."""
+    n = mv.limits_max_batch()
+    assert n == 2048
+    _small_plan(max_batch=n).close()
+    with pytest.raises(mv.InvalidArgumentError, match="limits.max_batch = %d" % (n + 1)):
+        _small_plan(max_batch=n + 1)
 
 
 def test_steps_run_checks_shapes_and_places():

@@ -262,3 +262,26 @@ def test_validation_no_device_error_without_cuda_in_torch():
             _plan("plan", device=dev)
     with pytest.raises(mv.InvalidArgumentError, match="not a CUDA device"):
         _plan("step", device="cpu")
+
+
+def test_dtype_names_are_the_librarys():
+    """The binding's dtype names (api._DTYPE_ALIASES for q and out, api.FP8_NAMES for the
+    cache) are exactly the library's one table (mlav_dtype_alias), which the CLI and the bundle
+    tools parse with mlav_dtype_parse: a name added on one side only fails here."""
+    import ctypes
+    lib = mv._lib.load()
+    c_names = {}
+    d = ctypes.c_int()
+    i = 0
+    while True:
+        name = lib.mlav_dtype_alias(i, ctypes.byref(d))
+        if name is None:
+            break
+        c_names[name.decode()] = d.value
+        i += 1
+    py_names = {k: mv.api.DTYPES[v] for k, v in mv.api._DTYPE_ALIASES.items()}
+    py_names.update({k: mv.api.DTYPES["fp8_e4m3"] for k in mv.api.FP8_NAMES})
+    assert c_names == py_names
+    for name, value in c_names.items():
+        assert lib.mlav_dtype_parse(("torch." + name.upper()).encode(), ctypes.byref(d)) == 0
+        assert d.value == value

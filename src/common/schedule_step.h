@@ -26,10 +26,15 @@
 extern "C" {
 #endif
 
+/* Most requests of a plan for limits (mlav_limits_max_batch): the device scheduler keeps a
+ * prefix sum per request in shared memory, and the host rule's scratch is sized by it. */
+#define MLAV_STEP_MAX_BATCH 2048
+
 /* The step region at the start of a plan for limits' workspace: this header, then (CUDA) the
- * items and combine items of the step, or (CPU backends) the step's lengths. A workspace belongs
- * to the plan whose update wrote it last: the header carries that plan's id and limits (`owner`,
- * `limits`), which the host path checks before a run reads the step and the CUDA kernels compare
+ * items and combine items of the step, or (host workspaces) the step's lengths and then the
+ * backend's schedule (src/dispatch/step.h). A workspace belongs to the plan whose update wrote it
+ * last: the header carries that plan's id and limits (`owner`, `limits`), which dispatch checks
+ * before a run on a host workspace reads the step and the CUDA kernels compare
  * with the running plan's before they read an item, so that another plan's step (laid out for
  * other limits), or a workspace no update wrote, runs nothing. */
 typedef struct mlav_step_header {
@@ -393,7 +398,7 @@ MLAV_HD int mlav_step_request_ok(int64_t q_len, int64_t kv, int32_t max_q_len, i
 /* The split item that block t of a plan for limits' fixed grid runs, for a step of n items
  * (its header's count), or -1 past them: t itself, or, for a step of fewer items than `spread`
  * (0: never), item t / 2 on the even blocks and none on the odd ones (t / 2 + spread >= n), so
- * that each of a small step's blocks has a TPC to itself (verify_flash.cu, step_item_index,
+ * that each of a small step's blocks has a TPC to itself (flash/features.cuh, step_item_index,
  * says why). Each item < n has exactly one block when the grid has at least 2 (spread - 1)
  * blocks (the backend gives spread = SMs / 2 + 1 only to grids of a block per SM or more;
  * tests/test_schedule.c). Any n, also a header no update wrote (0 or -1), gives items below

@@ -2,6 +2,7 @@
  * double; the only rounding is the final store to the output dtype. An FP8 KV element is
  * dequantized exactly: double(e4m3) x double(kv_scale) (4 by 24 significant bits fit a double). */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +22,16 @@ static double kv_value(const void *kv, int kdt, size_t i, double kv_scale)
     return (double)mlav_load_as_f32(kv, kdt, i) * kv_scale;
 }
 
-mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *t, double *out64,
-                                double *lse64)
+/* Doubles of one thread's scratch: a block of scores, then the query row. */
+static size_t oracle_thread_doubles(const mlav_problem_info *p)
+{
+    return ORACLE_BLOCK + (size_t)p->W;
+}
+
+/* The oracle on `nthreads` threads (0: OpenMP's default); `scratch` holds nthreads x
+ * oracle_thread_doubles, or is NULL, and then each thread allocates its own. */
+static mlav_status oracle_compute(const mlav_problem_info *p, const mlav_tensors *t,
+                                  double *out64, double *lse64, double *scratch, int nthreads)
 {
     const int32_t H = p->H, Dl = p->Dl, W = p->W;
     const int dt = (int)p->dtype, kdt = (int)p->kv_dtype;
@@ -32,10 +41,12 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
         return status;
     const double kv_scale = (double)kv_scale_f;
 
-#pragma omp parallel
+#pragma omp parallel num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
     {
-        double *s = malloc(sizeof(double) * ORACLE_BLOCK);
-        double *q = malloc(sizeof(double) * (size_t)W);
+        double *mine = scratch ? scratch + (size_t)omp_get_thread_num() * oracle_thread_doubles(p)
+                               : NULL;
+        double *s = mine ? mine : malloc(sizeof(double) * ORACLE_BLOCK);
+        double *q = mine ? mine + ORACLE_BLOCK : malloc(sizeof(double) * (size_t)W);
         if (!s || !q) {
 #pragma omp atomic write
             status = MLAV_ERR_OUT_OF_MEMORY;
@@ -120,45 +131,84 @@ mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *
             if (lse64)
                 lse64[row] = m + log(sum);
         }
-        free(s);
-        free(q);
+        if (!mine) {
+            free(s);
+            free(q);
+        }
     }
     if (status != MLAV_OK)
         return mlav_set_error(status, "out of host memory in the oracle");
     return MLAV_OK;
 }
 
+mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *t, double *out64,
+                                double *lse64)
+{
+    return oracle_compute(p, t, out64, lse64, NULL, 0);
+}
+
 /* ---- the `reference` backend ----------------------------------------------------------- */
+
+/* Its plan is the most rows a run computes and the threads it runs on; its workspace holds the
+ * fp64 results of those rows and each thread's scratch, so that a run allocates nothing. A plan
+ * for limits has no schedule: dispatch keeps the step's lengths in the workspace. */
+typedef struct ref_state {
+    int nthreads;
+    size_t rows;    /* most (token, head) rows of a run */
+} ref_state;
+
+static size_t ref_out_doubles(const ref_state *st, int32_t Dl)
+{
+    return st->rows * (size_t)Dl + 1;
+}
 
 static mlav_status ref_available(void)
 {
     return MLAV_OK;
 }
 
-static mlav_status ref_plan(const mlav_problem_info *p, void **state, size_t *ws)
+static mlav_status ref_plan(const mlav_problem_info *p, const mlav_limits *lim, uint64_t owner,
+                            void **state, size_t *ws)
 {
-    (void)p;
-    *state = NULL;
-    *ws = 0;
+    (void)owner;
+    ref_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a reference plan");
+    st->nthreads = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
+    st->rows = (size_t)lim->max_tokens * (size_t)p->H;
+    *state = st;
+    *ws = sizeof(double) * (ref_out_doubles(st, p->Dl) + st->rows + 1 +
+                            (size_t)st->nthreads * oracle_thread_doubles(p));
+    return MLAV_OK;
+}
+
+static mlav_status ref_update(const mlav_problem_info *shape, const void *state,
+                              const mlav_lengths *len, void *workspace, size_t workspace_bytes,
+                              void *stream)
+{
+    /* the step is its lengths, which dispatch keeps in the workspace's step region */
+    (void)shape, (void)state, (void)len, (void)workspace, (void)workspace_bytes, (void)stream;
     return MLAV_OK;
 }
 
 static mlav_status ref_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,
                            void *workspace, size_t workspace_bytes, void *stream)
 {
-    (void)state, (void)workspace, (void)workspace_bytes, (void)stream;
+    (void)stream;
+    const ref_state *st = state;
     if (t->memory != MLAV_MEM_HOST)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "the reference backend runs on host memory only");
-    size_t rows = (size_t)p->T * (size_t)p->H;
-    double *out64 = malloc(sizeof(double) * (rows * (size_t)p->Dl + 1));
-    double *lse64 = malloc(sizeof(double) * (rows + 1));
-    if (!out64 || !lse64) {
-        free(out64);
-        free(lse64);
-        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for the oracle");
-    }
-    mlav_status s = mlav_oracle_compute(p, t, out64, lse64);
+    const size_t rows = (size_t)p->T * (size_t)p->H;
+    if (rows > st->rows || !workspace ||
+        workspace_bytes < sizeof(double) * (ref_out_doubles(st, p->Dl) + st->rows + 1 +
+                                            (size_t)st->nthreads * oracle_thread_doubles(p)))
+        return mlav_set_error(MLAV_ERR_INTERNAL, "the reference run's %zu rows or workspace do "
+                                                 "not fit its plan", rows);
+    double *out64 = workspace;
+    double *lse64 = out64 + ref_out_doubles(st, p->Dl);
+    double *scratch = lse64 + st->rows + 1;
+    mlav_status s = oracle_compute(p, t, out64, lse64, scratch, st->nthreads);
     if (s == MLAV_OK) {
         for (size_t k = 0; k < rows * (size_t)p->Dl; k++)
             mlav_store_from_f32(t->out, (int)p->dtype, k, (float)out64[k]);
@@ -166,14 +216,12 @@ static mlav_status ref_run(const mlav_problem_info *p, const void *state, const 
             for (size_t k = 0; k < rows; k++)
                 t->lse[k] = (float)lse64[k];
     }
-    free(out64);
-    free(lse64);
     return s;
 }
 
-static void ref_plan_free(void *state)
+static void ref_free(void *state)
 {
-    (void)state;
+    free(state);
 }
 
 const mlav_backend_ops mlav_backend_reference_ops = {
@@ -182,8 +230,9 @@ const mlav_backend_ops mlav_backend_reference_ops = {
     .workspace_memory = MLAV_MEM_HOST,
     .available = ref_available,
     .plan = ref_plan,
+    .update = ref_update,
     .run = ref_run,
-    .plan_free = ref_plan_free,
+    .free = ref_free,
     .workspace_alloc = mlav_host_workspace_alloc,
     .workspace_free = mlav_host_workspace_free,
 };

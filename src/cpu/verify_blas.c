@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@
 #include "../common/visibility.h"
 #include "../dispatch/backend.h"
 #include "oracle.h"
+#include "verify_blas.h"
 
 /* Tuning constants (compile-time, as STYLE.md asks; -D overrides them for tuning runs).
  * Measured on a 2-core Zen 5 with OpenBLAS 0.3.21's Haswell kernels: 128, 256 and 512-key
@@ -44,10 +46,10 @@
  * r % H: contiguous in q and out) against KV rows [k0, k1). */
 typedef struct cpu_item {
     int32_t b;      /* request */
-    int32_t rows;   /* <= cpu_state.rows_max */
+    int32_t rows;   /* <= cpu_sched.rows_max */
     int64_t r0;     /* first folded row (H x q_len can pass 2^31) */
     int32_t split;  /* index in its group; -1 when the item covers all KV and writes out itself */
-    int32_t group;  /* index into cpu_state.groups when split >= 0 */
+    int32_t group;  /* index into the schedule's groups when split >= 0 */
     int64_t k0, k1; /* KV rows */
     double cost;    /* rows x keys, for largest-first ordering */
 } cpu_item;
@@ -55,21 +57,66 @@ typedef struct cpu_item {
 /* A row block whose KV is split: its partial states are merged after every item has run. */
 typedef struct cpu_group {
     int32_t b, rows, nsplit;
+    int32_t pad;  /* zero: the schedule's sum reads every byte */
     int64_t r0;
     size_t part; /* float offset of its partials: nsplit x [rows, Dl] outs, then nsplit x [rows]
                     lses */
 } cpu_group;
 
+/* What every schedule of a plan fits in: its work list's capacity, the scratch's tile and rows,
+ * the partial states' floats. A plan for one problem's are its one schedule's; a plan for
+ * limits' hold for any step within the limits (cpu_bounds_of). */
+typedef struct cpu_bounds {
+    int32_t max_items, max_groups;
+    int32_t tile, rows;
+    size_t part_floats;
+} cpu_bounds;
+
+/* One step's schedule: this header, then items [bounds.max_items] and groups
+ * [bounds.max_groups]. A plan for one problem keeps it (made at plan time); a plan for limits
+ * writes it into the workspace at each update, where the caller may write over it, so a run
+ * checks it (sched_check) before it follows an index or an offset. */
+typedef struct cpu_sched {
+    int32_t n_items, n_groups;
+    int32_t tile;         /* keys per tile (CPU_TILE, less for short steps or wide rows) */
+    int32_t rows_max;     /* most rows of any item */
+    size_t part_floats;   /* floats of all partial states */
+    uint64_t sum;         /* of the lengths and work list it was made for (sched_sum) */
+} cpu_sched;
+#define CPU_SCHED_HDR 64  /* bytes of the header: the items start on a line */
+
 typedef struct cpu_state {
     int nthreads;         /* omp_get_max_threads() at plan time: the scratch slots */
-    int32_t tile;         /* keys per tile (CPU_TILE, less for short problems or wide rows) */
-    int32_t rows_max;     /* most rows of any item */
-    size_t thread_floats; /* scratch floats per thread */
-    size_t part_floats;   /* floats of all partial states */
-    int32_t n_items, n_groups;
-    cpu_item *items;      /* largest first */
-    cpu_group *groups;
+    cpu_bounds bd;
+    size_t sched_bytes;   /* the workspace's schedule region (plans for limits), else 0 */
+    size_t thread_floats; /* scratch floats per thread slot (for the bounds' tile and rows) */
+    cpu_sched *one;       /* a plan for one problem: its schedule; NULL for limits */
 } cpu_state;
+
+/* Plans made and schedules built, for the tests (mlav_cpu_plan_counts): a run makes neither. */
+static atomic_long plans_made, schedules_built;
+
+void mlav_cpu_plan_counts(long *plans, long *schedules)
+{
+    *plans = atomic_load(&plans_made);
+    *schedules = atomic_load(&schedules_built);
+}
+
+static cpu_item *sched_items(const cpu_sched *sc)
+{
+    return (cpu_item *)(void *)((char *)sc + CPU_SCHED_HDR);
+}
+
+static cpu_group *sched_groups(const cpu_sched *sc, const cpu_bounds *bd)
+{
+    return (cpu_group *)(void *)(sched_items(sc) + bd->max_items);
+}
+
+static size_t sched_bytes_of(const cpu_bounds *bd)
+{
+    return CPU_SCHED_HDR + sizeof(cpu_item) * (size_t)bd->max_items +
+           sizeof(cpu_group) * (size_t)bd->max_groups;
+}
 
 static size_t round_up(size_t x, size_t a)
 {
@@ -126,9 +173,8 @@ static size_t scratch_layout(const mlav_problem_info *p, int32_t rows, int32_t t
     return off;
 }
 
-static int cmp_items(const void *a, const void *b)
+static int cmp_items(const cpu_item *x, const cpu_item *y)
 {
-    const cpu_item *x = a, *y = b;
     if (x->cost != y->cost)
         return x->cost > y->cost ? -1 : 1;
     /* ties in a fixed order, so the plan is a pure function of the problem and thread count */
@@ -137,6 +183,38 @@ static int cmp_items(const void *a, const void *b)
     if (x->r0 != y->r0)
         return x->r0 < y->r0 ? -1 : 1;
     return x->k0 < y->k0 ? -1 : (x->k0 > y->k0);
+}
+
+/* Largest first, by cmp_items (a total order: no two items share b, r0 and k0). A heap sort:
+ * in place and allocation-free, as an update must be. */
+static void sift_down(cpu_item *a, int64_t root, int64_t n)
+{
+    for (;;) {
+        int64_t child = 2 * root + 1;
+        if (child >= n)
+            return;
+        /* the heap keeps the item that sorts last on top */
+        if (child + 1 < n && cmp_items(&a[child], &a[child + 1]) < 0)
+            child++;
+        if (cmp_items(&a[root], &a[child]) >= 0)
+            return;
+        const cpu_item t = a[root];
+        a[root] = a[child];
+        a[child] = t;
+        root = child;
+    }
+}
+
+static void sort_items(cpu_item *a, int64_t n)
+{
+    for (int64_t k = n / 2 - 1; k >= 0; k--)
+        sift_down(a, k, n);
+    for (int64_t end = n - 1; end > 0; end--) {
+        const cpu_item t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift_down(a, 0, end);
+    }
 }
 
 /* The scheduler: a pure function of the problem's shape and lengths and the thread count.
@@ -150,16 +228,33 @@ static int cmp_items(const void *a, const void *b)
  * CPU_MIN_ROWS rows (many heads, short context). Row blocks never exceed `max_rows`, which
  * bounds the scratch. Blocks and splits are balanced (sizes differ by at most one row or one
  * tile). With one thread nothing is split: splits would only add work. */
-static mlav_status cpu_schedule(const mlav_problem_info *p, int nthreads, cpu_state *st)
-{
-    const int64_t H = p->H, W = p->W;
-    const int64_t max_rows = clamp64(CPU_BLOCK_FLOATS / W, CPU_MIN_ROWS, CPU_MAX_ROWS);
-    int64_t tile = clamp64(CPU_BLOCK_FLOATS / W, 16, CPU_TILE);
-    if (p->max_kv_len < tile) /* short problems: a smaller tile, so the scratch shrinks too */
-        tile = (int64_t)round_up((size_t)(p->max_kv_len > 0 ? p->max_kv_len : 1), 16);
-    st->nthreads = nthreads;
-    st->tile = (int32_t)tile;
 
+static int64_t sched_max_rows(int64_t W)
+{
+    return clamp64(CPU_BLOCK_FLOATS / W, CPU_MIN_ROWS, CPU_MAX_ROWS);
+}
+
+/* Keys per tile for problems whose longest kv_len is `max_kv`: CPU_TILE, fewer for wide rows,
+ * and for short problems a smaller tile, so that the scratch shrinks too. */
+static int64_t sched_tile(int64_t W, int64_t max_kv)
+{
+    const int64_t tile = clamp64(CPU_BLOCK_FLOATS / W, 16, CPU_TILE);
+    if (max_kv < tile)
+        return (int64_t)round_up((size_t)(max_kv > 0 ? max_kv : 1), 16);
+    return tile;
+}
+
+/* What one walk of the scheduler counted (and, filling, wrote). */
+typedef struct sched_walk {
+    int64_t n_items, n_groups, rows_max;
+    size_t part;
+} sched_walk;
+
+/* One walk over the requests: counts only when `items` is NULL, else fills items and groups. */
+static void schedule_walk(const mlav_problem_info *p, int nthreads, int64_t tile,
+                          cpu_item *items, cpu_group *groups, sched_walk *w)
+{
+    const int64_t H = p->H, max_rows = sched_max_rows(p->W);
     double total = 0.0;
     for (int32_t b = 0; b < p->B; b++) {
         int32_t q_len = mlav_info_q_len(p, b);
@@ -167,95 +262,152 @@ static mlav_status cpu_schedule(const mlav_problem_info *p, int nthreads, cpu_st
             total += (double)H * q_len * ((double)p->kv_lens[b] + CPU_ROW_OVERHEAD);
     }
     const double chunk = total / ((double)nthreads * CPU_WAVES);
-
-    /* two passes: count, then fill */
-    int64_t n_items = 0, n_groups = 0, rows_max = 1;
-    size_t part = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) {
-            if (n_items > INT32_MAX || n_groups > INT32_MAX)
-                return mlav_set_error(MLAV_ERR_UNSUPPORTED, "%lld CPU work items are too many",
-                                      (long long)n_items);
-            st->items = malloc(sizeof(cpu_item) * (size_t)(n_items ? n_items : 1));
-            st->groups = malloc(sizeof(cpu_group) * (size_t)(n_groups ? n_groups : 1));
-            if (!st->items || !st->groups)
-                return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY,
-                                      "out of host memory for the CPU schedule");
-            st->n_items = (int32_t)n_items;
-            st->n_groups = (int32_t)n_groups;
-            n_items = n_groups = 0;
-            part = 0;
+    *w = (sched_walk){.rows_max = 1};
+    for (int32_t b = 0; b < p->B; b++) {
+        int32_t q_len = mlav_info_q_len(p, b);
+        if (q_len == 0)
+            continue; /* no output rows */
+        const int64_t M = H * q_len, kv = p->kv_lens[b], ntiles = ceil_div(kv, tile);
+        const double cost = (double)M * ((double)kv + CPU_ROW_OVERHEAD);
+        int64_t want = 1;
+        if (nthreads > 1)
+            want = (int64_t)fmin(ceil(cost / chunk), (double)INT32_MAX);
+        const int64_t kv_parts = clamp64(ntiles / CPU_MIN_SPLIT_TILES, 1, CPU_MAX_SPLITS);
+        const int64_t min_blk = ceil_div(M, max_rows);
+        int64_t nblk = min_blk;
+        if (want > kv_parts * nblk) { /* KV too short to split enough: cut the rows too */
+            const int64_t most = ceil_div(M, CPU_MIN_ROWS);
+            nblk = clamp64(ceil_div(want, kv_parts), min_blk, most > min_blk ? most : min_blk);
         }
-        for (int32_t b = 0; b < p->B; b++) {
-            int32_t q_len = mlav_info_q_len(p, b);
-            if (q_len == 0)
-                continue; /* no output rows */
-            const int64_t M = H * q_len, kv = p->kv_lens[b], ntiles = ceil_div(kv, tile);
-            const double cost = (double)M * ((double)kv + CPU_ROW_OVERHEAD);
-            int64_t want = 1;
-            if (nthreads > 1)
-                want = (int64_t)fmin(ceil(cost / chunk), (double)INT32_MAX);
-            const int64_t kv_parts = clamp64(ntiles / CPU_MIN_SPLIT_TILES, 1, CPU_MAX_SPLITS);
-            const int64_t min_blk = ceil_div(M, max_rows);
-            int64_t nblk = min_blk;
-            if (want > kv_parts * nblk) { /* KV too short to split enough: cut the rows too */
-                const int64_t most = ceil_div(M, CPU_MIN_ROWS);
-                nblk = clamp64(ceil_div(want, kv_parts), min_blk, most > min_blk ? most : min_blk);
+        const int64_t nsplit = clamp64(ceil_div(want, nblk), 1, kv_parts);
+        const int64_t base_rows = M / nblk, extra_rows = M % nblk;
+        for (int64_t blk = 0; blk < nblk; blk++) {
+            /* the first M % nblk blocks get one row more */
+            const int64_t r0 = blk * base_rows + (blk < extra_rows ? blk : extra_rows);
+            const int64_t rows = base_rows + (blk < extra_rows ? 1 : 0);
+            if (rows > w->rows_max)
+                w->rows_max = rows;
+            if (items && nsplit > 1)
+                groups[w->n_groups] = (cpu_group){.b = b,
+                                                  .rows = (int32_t)rows,
+                                                  .nsplit = (int32_t)nsplit,
+                                                  .r0 = r0,
+                                                  .part = w->part};
+            for (int64_t s = 0; s < nsplit; s++) {
+                if (items) {
+                    const int64_t k0 = ntiles * s / nsplit * tile;
+                    const int64_t t1 = ntiles * (s + 1) / nsplit;
+                    const int64_t k1 = t1 * tile < kv ? t1 * tile : kv;
+                    items[w->n_items] = (cpu_item){
+                        .b = b,
+                        .rows = (int32_t)rows,
+                        .r0 = r0,
+                        .split = nsplit > 1 ? (int32_t)s : -1,
+                        .group = nsplit > 1 ? (int32_t)w->n_groups : -1,
+                        .k0 = k0,
+                        .k1 = k1,
+                        .cost = (double)rows * ((double)(k1 - k0) + CPU_ROW_OVERHEAD),
+                    };
+                }
+                w->n_items++;
             }
-            const int64_t nsplit = clamp64(ceil_div(want, nblk), 1, kv_parts);
-            const int64_t base_rows = M / nblk, extra_rows = M % nblk;
-            for (int64_t blk = 0; blk < nblk; blk++) {
-                /* the first M % nblk blocks get one row more */
-                const int64_t r0 = blk * base_rows + (blk < extra_rows ? blk : extra_rows);
-                const int64_t rows = base_rows + (blk < extra_rows ? 1 : 0);
-                if (rows > rows_max)
-                    rows_max = rows;
-                if (pass == 1 && nsplit > 1)
-                    st->groups[n_groups] = (cpu_group){.b = b,
-                                                       .rows = (int32_t)rows,
-                                                       .nsplit = (int32_t)nsplit,
-                                                       .r0 = r0,
-                                                       .part = part};
-                for (int64_t s = 0; s < nsplit; s++) {
-                    if (pass == 1) {
-                        const int64_t k0 = ntiles * s / nsplit * tile;
-                        const int64_t t1 = ntiles * (s + 1) / nsplit;
-                        const int64_t k1 = t1 * tile < kv ? t1 * tile : kv;
-                        st->items[n_items] = (cpu_item){
-                            .b = b,
-                            .rows = (int32_t)rows,
-                            .r0 = r0,
-                            .split = nsplit > 1 ? (int32_t)s : -1,
-                            .group = nsplit > 1 ? (int32_t)n_groups : -1,
-                            .k0 = k0,
-                            .k1 = k1,
-                            .cost = (double)rows * ((double)(k1 - k0) + CPU_ROW_OVERHEAD),
-                        };
-                    }
-                    n_items++;
-                }
-                if (nsplit > 1) {
-                    part += (size_t)nsplit * (size_t)rows * ((size_t)p->Dl + 1);
-                    part = round_up(part, CPU_ALIGN);
-                    n_groups++;
-                }
+            if (nsplit > 1) {
+                w->part += (size_t)nsplit * (size_t)rows * ((size_t)p->Dl + 1);
+                w->part = round_up(w->part, CPU_ALIGN);
+                w->n_groups++;
             }
         }
     }
-    qsort(st->items, (size_t)st->n_items, sizeof(cpu_item), cmp_items);
-    st->rows_max = (int32_t)rows_max;
-    st->thread_floats = scratch_layout(p, st->rows_max, st->tile, NULL, NULL);
-    st->part_floats = part;
+}
+
+/* FNV-1a over bytes, continuing from `h`. */
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *c = data;
+    for (size_t k = 0; k < n; k++)
+        h = (h ^ c[k]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The sum a schedule carries: of the step's lengths and its header and work list, so that a run
+ * on a workspace written over since its update is refused rather than followed. */
+static uint64_t sched_sum(const mlav_problem_info *p, const cpu_sched *sc, const cpu_bounds *bd)
+{
+    uint64_t h = fnv(0xcbf29ce484222325ull, &p->B, sizeof p->B);
+    h = fnv(h, p->q_indptr, sizeof(int32_t) * ((size_t)p->B + 1));
+    h = fnv(h, p->kv_lens, sizeof(int32_t) * (size_t)p->B);
+    h = fnv(h, sc, offsetof(cpu_sched, sum));
+    h = fnv(h, sched_items(sc), sizeof(cpu_item) * (size_t)sc->n_items);
+    return fnv(h, sched_groups(sc, bd), sizeof(cpu_group) * (size_t)sc->n_groups);
+}
+
+/* The schedule of a step (`p` with its lengths) into `sc`, whose work list holds `bd`'s
+ * capacity: what a plan for one problem does once and a plan for limits at each update.
+ * Allocates nothing. */
+static mlav_status schedule_into(const mlav_problem_info *p, int nthreads, const cpu_bounds *bd,
+                                 cpu_sched *sc)
+{
+    atomic_fetch_add(&schedules_built, 1);
+    const int64_t tile = sched_tile(p->W, p->max_kv_len);
+    sched_walk w;
+    schedule_walk(p, nthreads, tile, NULL, NULL, &w);
+    if (w.n_items > bd->max_items || w.n_groups > bd->max_groups || tile > bd->tile ||
+        w.rows_max > bd->rows || w.part > bd->part_floats)
+        return mlav_set_error(MLAV_ERR_INTERNAL,
+                              "a cpu schedule of %lld items, %lld groups, tile %lld, %lld rows "
+                              "and %zu partial floats passes its plan's bounds (%d, %d, %d, %d, "
+                              "%zu)",
+                              (long long)w.n_items, (long long)w.n_groups, (long long)tile,
+                              (long long)w.rows_max, w.part, bd->max_items, bd->max_groups,
+                              bd->tile, bd->rows, bd->part_floats);
+    memset(sc, 0, CPU_SCHED_HDR);
+    schedule_walk(p, nthreads, tile, sched_items(sc), sched_groups(sc, bd), &w);
+    sort_items(sched_items(sc), w.n_items);
+    sc->n_items = (int32_t)w.n_items;
+    sc->n_groups = (int32_t)w.n_groups;
+    sc->tile = (int32_t)tile;
+    sc->rows_max = (int32_t)w.rows_max;
+    sc->part_floats = w.part;
+    sc->sum = sched_sum(p, sc, bd);
     return MLAV_OK;
 }
 
-static void cpu_plan_free(void *state)
+/* What any step within the limits can need (plans for limits; the shape's dims). From the rule
+ * above: a request's items are nblk x nsplit <= 2 want + min_blk, with want <= cost / chunk + 1,
+ * and the costs' shares of chunk sum to threads x CPU_WAVES; its split groups' partial rows
+ * nsplit x M <= want x M < 2 M cost / chunk (a split request wants at least 2), so at most
+ * 2 x threads x CPU_WAVES x the longest request's rows over the step, and at most 256 x its
+ * rows. One more of each covers the rounding of the doubles. */
+static cpu_bounds cpu_bounds_of(const mlav_problem_info *shape, const mlav_limits *lim,
+                                int nthreads)
+{
+    const int64_t H = shape->H, max_rows = sched_max_rows(shape->W);
+    const int64_t waves = (int64_t)nthreads * CPU_WAVES + 1;
+    const int64_t rows_all = (int64_t)lim->max_tokens * H, rows_one = (int64_t)lim->max_q_len * H;
+    const int64_t items = 2 * (waves + lim->max_batch) + lim->max_batch + rows_all / max_rows + 1;
+    int64_t part_rows = 2 * waves * rows_one;
+    if (part_rows > (int64_t)CPU_MAX_SPLITS * rows_all)
+        part_rows = (int64_t)CPU_MAX_SPLITS * rows_all;
+    if (nthreads == 1)
+        part_rows = 0; /* one thread splits nothing */
+    cpu_bounds bd;
+    bd.max_items = (int32_t)(items < INT32_MAX ? items : INT32_MAX);
+    bd.max_groups = bd.max_items;
+    /* the tile of a step whose longest kv_len is at most the limits' (sched_tile) */
+    const int64_t base = clamp64(CPU_BLOCK_FLOATS / shape->W, 16, CPU_TILE);
+    bd.tile = (int32_t)round_up((size_t)(lim->max_kv_len < base ? lim->max_kv_len : base), 16);
+    bd.rows = (int32_t)(rows_one < max_rows ? rows_one : max_rows);
+    bd.part_floats = (size_t)part_rows * ((size_t)shape->Dl + 1) +
+                     (size_t)CPU_ALIGN * (size_t)bd.max_groups;
+    return bd;
+}
+
+static void cpu_free(void *state)
 {
     cpu_state *st = state;
     if (!st)
         return;
-    free(st->items);
-    free(st->groups);
+    free(st->one);
     free(st);
 }
 
@@ -264,24 +416,107 @@ static mlav_status cpu_available(void)
     return MLAV_OK;
 }
 
-static mlav_status cpu_plan(const mlav_problem_info *p, void **state, size_t *workspace_bytes)
+static mlav_status cpu_plan(const mlav_problem_info *p, const mlav_limits *lim, uint64_t owner,
+                            void **state, size_t *workspace_bytes)
 {
+    (void)owner; /* dispatch stamps a host workspace's step */
+    atomic_fetch_add(&plans_made, 1);
     cpu_state *st = calloc(1, sizeof *st);
     if (!st)
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a CPU plan");
-    int nthreads = omp_get_max_threads();
-    if (nthreads < 1)
-        nthreads = 1;
-    mlav_status s = cpu_schedule(p, nthreads, st);
-    if (s != MLAV_OK) {
-        cpu_plan_free(st);
-        return s;
-    }
     *state = st;
+    st->nthreads = omp_get_max_threads() > 1 ? omp_get_max_threads() : 1;
+    if (mlav_info_has_lengths(p)) {
+        /* one problem: its update now, into a schedule of exactly its size */
+        sched_walk w;
+        schedule_walk(p, st->nthreads, sched_tile(p->W, p->max_kv_len), NULL, NULL, &w);
+        if (w.n_items > INT32_MAX || w.n_groups > INT32_MAX)
+            return mlav_set_error(MLAV_ERR_UNSUPPORTED, "%lld CPU work items are too many",
+                                  (long long)w.n_items);
+        st->bd = (cpu_bounds){.max_items = (int32_t)w.n_items,
+                              .max_groups = (int32_t)w.n_groups,
+                              .tile = (int32_t)sched_tile(p->W, p->max_kv_len),
+                              .rows = (int32_t)w.rows_max,
+                              .part_floats = w.part};
+        st->one = malloc(sched_bytes_of(&st->bd));
+        if (!st->one)
+            return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY,
+                                  "out of host memory for the CPU schedule");
+        mlav_status s = schedule_into(p, st->nthreads, &st->bd, st->one);
+        if (s != MLAV_OK)
+            return s;
+        st->thread_floats = scratch_layout(p, st->bd.rows, st->bd.tile, NULL, NULL);
+        *workspace_bytes =
+            st->one->n_items
+                ? sizeof(float) * ((size_t)st->nthreads * st->thread_floats + st->bd.part_floats)
+                : 0;
+        return MLAV_OK;
+    }
+    st->bd = cpu_bounds_of(p, lim, st->nthreads);
+    st->sched_bytes = round_up(sched_bytes_of(&st->bd), 256);
+    st->thread_floats = scratch_layout(p, st->bd.rows, st->bd.tile, NULL, NULL);
     *workspace_bytes =
-        st->n_items ? sizeof(float) * ((size_t)nthreads * st->thread_floats + st->part_floats)
-                    : 0;
+        st->sched_bytes +
+        sizeof(float) * ((size_t)st->nthreads * st->thread_floats + st->bd.part_floats);
     return MLAV_OK;
+}
+
+/* A plan for limits' update: the step's schedule into the workspace (after dispatch's step
+ * region, which holds the lengths `len` point at). */
+static mlav_status cpu_update(const mlav_problem_info *shape, const void *state,
+                              const mlav_lengths *len, void *workspace, size_t workspace_bytes,
+                              void *stream)
+{
+    (void)stream;
+    const cpu_state *st = state;
+    if (st->one || workspace_bytes < st->sched_bytes)
+        return mlav_set_error(MLAV_ERR_INTERNAL, "a cpu update on a plan for one problem or "
+                                                 "a short workspace");
+    mlav_problem_info step;
+    mlav_step_info(shape, len->batch, len->q_indptr, len->kv_lens, &step);
+    return schedule_into(&step, st->nthreads, &st->bd, workspace);
+}
+
+/* A workspace's schedule, checked against the step `p` and the plan's bounds before a run
+ * follows it: every count, index, row range, key range and partial-state offset inside what the
+ * plan sized, and its sum that of the step it was made for. */
+static mlav_status sched_check(const mlav_problem_info *p, const cpu_state *st,
+                               const cpu_sched *sc)
+{
+    const cpu_bounds *bd = &st->bd;
+    int ok = sc->n_items >= 0 && sc->n_items <= bd->max_items && sc->n_groups >= 0 &&
+             sc->n_groups <= bd->max_groups && sc->tile >= 1 && sc->tile <= bd->tile &&
+             sc->rows_max >= 1 && sc->rows_max <= bd->rows && sc->part_floats <= bd->part_floats;
+    const cpu_group *groups = ok ? sched_groups(sc, bd) : NULL;
+    for (int32_t g = 0; ok && g < sc->n_groups; g++) {
+        const cpu_group *gr = &groups[g];
+        ok = gr->b >= 0 && gr->b < p->B && gr->nsplit >= 2 && gr->nsplit <= CPU_MAX_SPLITS &&
+             gr->rows >= 1 && gr->rows <= sc->rows_max && gr->r0 >= 0 &&
+             gr->r0 + gr->rows <= (int64_t)p->H * mlav_info_q_len(p, gr->b) &&
+             gr->part <= sc->part_floats &&
+             (size_t)gr->nsplit * (size_t)gr->rows * ((size_t)p->Dl + 1) <=
+                 sc->part_floats - gr->part;
+    }
+    const cpu_item *items = ok ? sched_items(sc) : NULL;
+    for (int32_t k = 0; ok && k < sc->n_items; k++) {
+        const cpu_item *it = &items[k];
+        ok = it->b >= 0 && it->b < p->B && it->rows >= 1 && it->rows <= sc->rows_max &&
+             it->r0 >= 0 && it->r0 + it->rows <= (int64_t)p->H * mlav_info_q_len(p, it->b) &&
+             it->k0 >= 0 && it->k0 <= it->k1 && it->k1 <= p->kv_lens[it->b];
+        if (ok && it->split < 0) {
+            ok = it->group == -1;
+        } else if (ok) {
+            const cpu_group *gr = it->group >= 0 && it->group < sc->n_groups ? &groups[it->group]
+                                                                              : NULL;
+            ok = gr && it->split < gr->nsplit && gr->b == it->b && gr->r0 == it->r0 &&
+                 gr->rows == it->rows;
+        }
+    }
+    if (ok && sc->sum == sched_sum(p, sc, bd))
+        return MLAV_OK;
+    return mlav_set_error(MLAV_ERR_WORKSPACE,
+                          "the workspace's cpu schedule is not the one its update wrote for "
+                          "this step: was it written over since?");
 }
 
 /* ---- the work of one item ------------------------------------------------------------------ */
@@ -462,11 +697,11 @@ static int fp8_q_shift(const float **q, size_t n, float *qf)
     return sh;
 }
 
-static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav_tensors *t,
-                     const cpu_item *it, const cpu_scratch *sc, const float *e4m3,
-                     double kv_scale, float *parts)
+static void run_item(const mlav_problem_info *p, const cpu_sched *sd, const cpu_group *groups,
+                     const mlav_tensors *t, const cpu_item *it, const cpu_scratch *sc,
+                     const float *e4m3, double kv_scale, float *parts)
 {
-    const int32_t H = p->H, W = p->W, Dl = p->Dl, tile = st->tile, rows = it->rows;
+    const int32_t H = p->H, W = p->W, Dl = p->Dl, tile = sd->tile, rows = it->rows;
     const int dt = (int)p->dtype, kdt = (int)p->kv_dtype;
     const int64_t prefix = mlav_info_prefix(p, it->b);
     const int32_t *pt_row = it->k1 > it->k0 ? mlav_page_row(p, t, it->b) : NULL;
@@ -568,7 +803,7 @@ static void run_item(const mlav_problem_info *p, const cpu_state *st, const mlav
             if (t->lse)
                 t->lse[row0 + (size_t)rr] = lse;
         } else {
-            const cpu_group *g = &st->groups[it->group];
+            const cpu_group *g = &groups[it->group];
             float *po = parts + g->part + ((size_t)it->split * (size_t)rows + (size_t)rr) * (size_t)Dl;
             float *pl = parts + g->part + (size_t)g->nsplit * (size_t)rows * (size_t)Dl +
                         (size_t)it->split * (size_t)rows + (size_t)rr;
@@ -636,13 +871,28 @@ static mlav_status cpu_run(const mlav_problem_info *p, const void *state, const 
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "the cpu backend needs host tensors; these are device memory "
                               "(use a CUDA context, or copy them to the host)");
-    if (st->n_items == 0)
+    /* the schedule: the plan's, or the one the workspace's update wrote for this step */
+    const cpu_sched *sd = st->one;
+    if (!sd) {
+        if (!workspace || workspace_bytes < st->sched_bytes)
+            return mlav_set_error(MLAV_ERR_WORKSPACE, "the cpu backend's workspace of %zu bytes "
+                                                      "has no room for its schedule",
+                                  workspace ? workspace_bytes : 0);
+        sd = workspace;
+        mlav_status s = sched_check(p, st, sd);
+        if (s != MLAV_OK)
+            return s;
+    }
+    if (sd->n_items == 0)
         return MLAV_OK;
-    size_t need = sizeof(float) * ((size_t)st->nthreads * st->thread_floats + st->part_floats);
+    size_t need = st->sched_bytes +
+                  sizeof(float) * ((size_t)st->nthreads * st->thread_floats + st->bd.part_floats);
     if (!workspace || workspace_bytes < need)
         return mlav_set_error(MLAV_ERR_WORKSPACE,
                               "the cpu backend needs a %zu-byte workspace, got %zu bytes", need,
                               workspace ? workspace_bytes : 0);
+    const cpu_item *items = sched_items(sd);
+    const cpu_group *groups = sched_groups(sd, &st->bd);
 
     /* An FP8 cache is widened through this table of the 256 values e4m3(byte), exact in fp32;
      * kv_scale is applied outside the products (docs/DESIGN.md#fp8-kv): on the scores' softmax
@@ -658,7 +908,7 @@ static mlav_status cpu_run(const mlav_problem_info *p, const void *state, const 
         for (int b = 0; b < 256; b++)
             e4m3[b] = mlav_e4m3_to_f32((uint8_t)b);
 
-    float *ws = workspace;
+    float *ws = (float *)(void *)((char *)workspace + st->sched_bytes);
     float *parts = ws + (size_t)st->nthreads * st->thread_floats;
     /* At most the plan's thread count: the workspace has that many scratch slots. Inside this
      * region OpenBLAS sees omp_in_parallel() and runs each sgemm on the calling thread. */
@@ -666,15 +916,15 @@ static mlav_status cpu_run(const mlav_problem_info *p, const void *state, const 
     {
         cpu_scratch sc;
         int tid = omp_get_thread_num();
-        scratch_layout(p, st->rows_max, st->tile, ws + (size_t)tid * st->thread_floats, &sc);
+        scratch_layout(p, sd->rows_max, sd->tile, ws + (size_t)tid * st->thread_floats, &sc);
 #pragma omp for schedule(dynamic, 1)
-        for (int32_t k = 0; k < st->n_items; k++)
-            run_item(p, st, t, &st->items[k], &sc, e4m3, (double)kv_scale, parts);
+        for (int32_t k = 0; k < sd->n_items; k++)
+            run_item(p, sd, groups, t, &items[k], &sc, e4m3, (double)kv_scale, parts);
         /* the implicit barrier above: every partial state is written before any merge */
-        for (int32_t g = 0; g < st->n_groups; g++) {
+        for (int32_t g = 0; g < sd->n_groups; g++) {
 #pragma omp for schedule(static) nowait
-            for (int32_t rr = 0; rr < st->groups[g].rows; rr++)
-                merge_row(p, t, &st->groups[g], rr, parts, (double)kv_scale, sc.o);
+            for (int32_t rr = 0; rr < groups[g].rows; rr++)
+                merge_row(p, t, &groups[g], rr, parts, (double)kv_scale, sc.o);
         }
     }
     return MLAV_OK;
@@ -686,8 +936,9 @@ const mlav_backend_ops mlav_backend_cpu_ops = {
     .workspace_memory = MLAV_MEM_HOST,
     .available = cpu_available,
     .plan = cpu_plan,
+    .update = cpu_update,
     .run = cpu_run,
-    .plan_free = cpu_plan_free,
+    .free = cpu_free,
     .workspace_alloc = mlav_host_workspace_alloc,
     .workspace_free = mlav_host_workspace_free,
 };

@@ -1,16 +1,22 @@
 /* The `cuda` backend: plans the split-KV schedule, keeps it on the device, and launches the
  * flash verify and combine kernels. Everything that allocates or synchronizes is in plan.
- * Two kinds of plan share one configuration (flash_config): a plan for one problem, whose
- * schedule is built at plan time, and a plan for limits (engine steps), whose schedule is
- * rebuilt into the workspace at every step by mlav_plan_update, on the host or on the device,
- * and whose launches are sized by the limits. */
+ * One plan state and one configuration (flash_config) serve both kinds of plan; the launch
+ * shape is the plan's option (flash_launch): a plan for one problem makes its update at plan
+ * time and keeps that problem's exact launches, a plan for limits (engine steps) gets each
+ * step's schedule in the workspace from mlav_plan_update, on the host or on the device, and
+ * launches grids sized by the limits. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/combine_shape.h"
+#include "cuda_offload.h"
 #include "flash.h"
+#include "flash_family.h"
 #include "mma.cuh"
+#ifdef MLAV_WITH_SM90
+#include "sm90/flash_sm90.h"
+#endif
 
 namespace {
 
@@ -37,16 +43,19 @@ struct flash_config {
     int combine_grid;             /* plans for limits: the combine launch's blocks */
     int combine_step;             /* plans for limits: the step combine's instance
                                    * (MLAV_COMBINE_STEP_DENSE or _ROOMY, flash.h) */
+    mlav_flash_family family;     /* the split kernel's family (flash_family.h) */
     mlav_fastdiv page_div;        /* KV row / page_size (the gather's page lookup) */
     size_t part_o_bytes;          /* workspace: the partial outputs */
     size_t part_lse_bytes;        /* then the partial lse */
     size_t part_scale_bytes;      /* then part_scale: 16-bit plans only, 0 for F32 */
 };
 
-/* The device, the kernel's residency and the schedule's parameters. `max_q_len` picks the split
- * kernel's instance: the plan's longest draft, or the limits'. */
+/* The device, the split kernel's family (the sm_90a one for a plan for one problem where
+ * flash_family.h's rule gives it and it runs the dtypes), its residency and the schedule's
+ * parameters. `max_q_len` picks the legal kernel's instance: the plan's longest draft, or the
+ * limits'. */
 mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int more_waves,
-                          flash_config *c)
+                          bool exact, flash_config *c)
 {
     if (p->Dl != MLAV_FLASH_DL || p->Dr != MLAV_FLASH_DR)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
@@ -57,10 +66,28 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
     if (s != MLAV_OK)
         return s;
     c->kv_fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
-    s = mlav_flash_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
-    if (s != MLAV_OK)
-        return s;
-    c->sp = mlav_flash_schedule_params(c->dev.sm_count, c->blocks_per_sm);
+    c->family = MLAV_FLASH_FAMILY_LEGAL;
+#ifdef MLAV_WITH_SM90
+    if (exact &&
+        mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
+                                   (int64_t)p->max_q_len * p->H,
+                                   p->max_kv_len) == MLAV_FLASH_FAMILY_SM90 &&
+        mlav_flash_sm90_supported(p->dtype, p->kv_dtype, &c->dev) == MLAV_OK) {
+        s = mlav_flash_sm90_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
+        if (s != MLAV_OK)
+            return s;
+        c->family = MLAV_FLASH_FAMILY_SM90;
+        c->sp = mlav_flash_sm90_schedule_params(c->dev.sm_count, c->blocks_per_sm);
+    }
+#else
+    (void)exact;
+#endif
+    if (c->family == MLAV_FLASH_FAMILY_LEGAL) {
+        s = mlav_flash_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
+        if (s != MLAV_OK)
+            return s;
+        c->sp = mlav_flash_schedule_params(c->dev.sm_count, c->blocks_per_sm);
+    }
     c->sp.more_waves = more_waves;
     c->page_div = mlav_fastdiv_make((uint32_t)p->page_size);
     c->pdl = c->dev.cc_major >= 9;
@@ -88,7 +115,7 @@ mlav_status config_combine(const mlav_problem_info *p, int max_nsplit, int64_t c
             return s;
     }
     /* partial outputs: fp32 for F32 plans, fp16 with a scale per row and 128 columns otherwise
-     * (verify_flash.cu's epilogue) */
+     * (flash/epilogue.cuh) */
     const size_t rows = (size_t)n_slots * MLAV_FLASH_BLOCK_M;
     const bool f32 = p->dtype == MLAV_DTYPE_F32;
     c->part_o_bytes = align256((f32 ? sizeof(float) : sizeof(uint16_t)) * rows * MLAV_FLASH_DL);
@@ -200,16 +227,43 @@ mlav_flash_launch_opts launch_opts(const flash_config *c)
     return lo;
 }
 
-/* ---- plans for one problem ----------------------------------------------------------------- */
+/* ---- the plan: one state, two launch shapes -------------------------------------------------- */
+
+constexpr int STAGING_RING = 8; /* host updates in flight before one waits for the oldest */
+
+/* Which launches a plan makes. A plan for one problem makes its update at plan time: its
+ * schedule is built on the host from its lengths (schedule.c) and kept on the device, and its
+ * launches are that schedule's exact grids with the split kernel's plain instances. A plan for
+ * limits gets each step's schedule in the workspace (mlav_plan_update) and launches grids sized
+ * by the limits, with the STEP instances, whose blocks past the step exit at once. */
+enum flash_launch { FLASH_LAUNCH_EXACT, FLASH_LAUNCH_STEP };
 
 struct flash_state {
+    flash_launch launch;
     flash_config cfg;
-    mlav_schedule sched;
-    void *d_buf;                  /* one device allocation for the arrays below */
-    mlav_split_item *d_items;
-    mlav_combine_item *d_combine;
     void *d_nan_row;              /* [W] NaN of the cache's dtype (mlav_flash_params.nan_row),
                                      then the bad page ids (write_bad_rows) */
+    /* FLASH_LAUNCH_EXACT: the schedule, and one device allocation for its arrays and the rows
+     * above */
+    mlav_schedule sched;
+    void *d_buf;
+    mlav_split_item *d_items;
+    mlav_combine_item *d_combine;
+    /* FLASH_LAUNCH_STEP */
+    int32_t H;
+    mlav_limits lim;
+    unsigned long long owner;     /* the plan's id, stamped into every step header it writes */
+    mlav_step_bounds bd;
+    size_t region_bytes;          /* the step region at the start of the workspace */
+    mlav_fastdiv ka_div;          /* the device scheduler's division by key_align */
+    /* host updates: pinned staging slots, each reusable once its copy has run */
+    pthread_mutex_t mu;
+    int mu_made;
+    char *staging;                /* [STAGING_RING][region_bytes] pinned */
+    mlav_step_scratch *scratch;   /* the host rule's scratch, used under mu */
+    cudaEvent_t ev[STAGING_RING];
+    int ev_made[STAGING_RING], ev_used[STAGING_RING];
+    int next;
 };
 
 void flash_free(void *state)
@@ -217,15 +271,27 @@ void flash_free(void *state)
     flash_state *st = static_cast<flash_state *>(state);
     if (!st)
         return;
+    for (int i = 0; i < STAGING_RING; i++)
+        if (st->ev_made[i])
+            cudaEventDestroy(st->ev[i]);
+    if (st->staging)
+        cudaFreeHost(st->staging);
+    free(st->scratch);
+    if (st->mu_made)
+        pthread_mutex_destroy(&st->mu);
     if (st->d_buf)
         cudaFree(st->d_buf);
+    else if (st->d_nan_row)
+        cudaFree(st->d_nan_row);
     mlav_schedule_free(&st->sched);
     free(st);
 }
 
-mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t *ws)
+/* A plan for one problem: its update now, into plan-owned memory, and its exact launch shape
+ * (FLASH_LAUNCH_EXACT). */
+mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t *ws)
 {
-    mlav_status s = config_device(p, p->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
+    mlav_status s = config_device(p, p->max_q_len, MLAV_FLASH_MORE_WAVES, true, &st->cfg);
     if (s != MLAV_OK)
         return s;
     s = mlav_schedule_build(p, &st->cfg.sp, &st->sched);
@@ -269,22 +335,6 @@ mlav_status flash_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     return MLAV_OK;
 }
 
-mlav_status flash_plan(const mlav_problem_info *p, void **state, size_t *ws)
-{
-    *state = NULL;
-    *ws = 0;
-    flash_state *st = static_cast<flash_state *>(calloc(1, sizeof(flash_state)));
-    if (!st)
-        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
-    mlav_status s = flash_plan_into(p, st, ws);
-    if (s != MLAV_OK) {
-        flash_free(st);
-        return s;
-    }
-    *state = st;
-    return MLAV_OK;
-}
-
 mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
                              const mlav_tensors *t, void *workspace, size_t workspace_bytes,
                              cudaStream_t stream)
@@ -296,38 +346,15 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
                     st->d_combine, st->sched.n_combine);
     /* kernels run on this plan's device; the caller's current device must be it */
     const mlav_flash_launch_opts lo = launch_opts(&st->cfg);
+#ifdef MLAV_WITH_SM90
+    if (st->cfg.family == MLAV_FLASH_FAMILY_SM90)
+        return mlav_flash_sm90_launch(p->dtype, &fp, &lo, 0, stream);
+#endif
     return mlav_flash_launch(p->dtype, &fp, &lo, 0, stream);
 }
 
-mlav_status flash_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,
-                      void *workspace, size_t workspace_bytes, void *stream)
-{
-    return mlav_cuda_run_mapped(p, state, t, workspace, workspace_bytes, stream, flash_run_device,
-                                static_cast<const flash_state *>(state)->cfg.dev.device, "cuda");
-}
 
-/* ---- plans for limits ---------------------------------------------------------------------- */
-
-constexpr int STAGING_RING = 8; /* host updates in flight before one waits for the oldest */
-
-struct flash_step_state {
-    flash_config cfg;
-    int32_t H;
-    mlav_limits lim;
-    unsigned long long owner;     /* the plan's id, stamped into every step header it writes */
-    mlav_step_bounds bd;
-    void *d_nan_row;
-    size_t region_bytes;          /* the step region at the start of the workspace */
-    mlav_fastdiv ka_div;          /* the device scheduler's division by key_align */
-    /* host updates: pinned staging slots, each reusable once its copy has run */
-    pthread_mutex_t mu;
-    int mu_made;
-    char *staging;                /* [STAGING_RING][region_bytes] pinned */
-    mlav_step_scratch *scratch;   /* the host rule's scratch, used under mu */
-    cudaEvent_t ev[STAGING_RING];
-    int ev_made[STAGING_RING], ev_used[STAGING_RING];
-    int next;
-};
+/* ---- plans for limits: the step in the workspace --------------------------------------------- */
 
 /* The step region's arrays (schedule_step.h): header, items, combine. */
 mlav_split_item *region_items(void *region)
@@ -341,31 +368,15 @@ mlav_combine_item *region_combine(void *region, const mlav_step_bounds *bd)
     return reinterpret_cast<mlav_combine_item *>(region_items(region) + bd->max_items);
 }
 
-void step_free(void *state)
-{
-    flash_step_state *st = static_cast<flash_step_state *>(state);
-    if (!st)
-        return;
-    for (int i = 0; i < STAGING_RING; i++)
-        if (st->ev_made[i])
-            cudaEventDestroy(st->ev[i]);
-    if (st->staging)
-        cudaFreeHost(st->staging);
-    free(st->scratch);
-    if (st->d_nan_row)
-        cudaFree(st->d_nan_row);
-    if (st->mu_made)
-        pthread_mutex_destroy(&st->mu);
-    free(st);
-}
-
-mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *lim,
-                           uint64_t owner, flash_step_state *st, size_t *ws)
+/* A plan for limits: the launch shape fixed by the limits (FLASH_LAUNCH_STEP), the workspace's
+ * step region, and the staging of host updates. */
+mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *lim,
+                             uint64_t owner, flash_state *st, size_t *ws)
 {
     st->lim = *lim;
     st->owner = owner;
     st->H = shape->H;
-    mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
+    mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_MORE_WAVES, false, &st->cfg);
     if (s != MLAV_OK)
         return s;
     st->cfg.sp = mlav_step_params(shape->H, lim, st->cfg.sp);
@@ -413,25 +424,8 @@ mlav_status step_plan_into(const mlav_problem_info *shape, const mlav_limits *li
     return MLAV_OK;
 }
 
-mlav_status step_plan(const mlav_problem_info *shape, const mlav_limits *lim, uint64_t owner,
-                      void **state, size_t *ws)
-{
-    *state = NULL;
-    *ws = 0;
-    flash_step_state *st = static_cast<flash_step_state *>(calloc(1, sizeof(flash_step_state)));
-    if (!st)
-        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
-    mlav_status s = step_plan_into(shape, lim, owner, st, ws);
-    if (s != MLAV_OK) {
-        step_free(st);
-        return s;
-    }
-    *state = st;
-    return MLAV_OK;
-}
-
 /* The device check of mlav_cuda_run_mapped, for the update (which maps nothing). */
-mlav_status step_check_device(const flash_step_state *st)
+mlav_status step_check_device(const flash_state *st)
 {
     int dev = -1;
     MLAV_CUDA_TRY(cudaGetDevice(&dev));
@@ -439,7 +433,7 @@ mlav_status step_check_device(const flash_step_state *st)
 }
 
 /* Host lengths (checked by dispatch): schedule into a staging slot, copy it on the stream. */
-mlav_status step_update_host(flash_step_state *st, const mlav_lengths *len, void *ws,
+mlav_status step_update_host(flash_state *st, const mlav_lengths *len, void *ws,
                              cudaStream_t stream)
 {
     pthread_mutex_lock(&st->mu);
@@ -474,7 +468,7 @@ mlav_status step_update(const mlav_problem_info *shape, const void *state,
                         const mlav_lengths *len, void *ws, size_t ws_bytes, void *stream_)
 {
     (void)ws_bytes;
-    flash_step_state *st = const_cast<flash_step_state *>(static_cast<const flash_step_state *>(state));
+    flash_state *st = const_cast<flash_state *>(static_cast<const flash_state *>(state));
     cudaStream_t stream = static_cast<cudaStream_t>(stream_);
     mlav_status s = step_check_device(st);
     if (s != MLAV_OK)
@@ -510,13 +504,13 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
                             const mlav_tensors *t, void *ws, size_t ws_bytes, cudaStream_t stream)
 {
     (void)ws_bytes;
-    const flash_step_state *st = static_cast<const flash_step_state *>(state);
+    const flash_state *st = static_cast<const flash_state *>(state);
     char *part = static_cast<char *>(ws) + st->region_bytes;
     mlav_flash_params fp =
         make_params(shape, &st->cfg, t, part, st->d_nan_row, region_items(ws), st->bd.max_items,
                     region_combine(ws, &st->bd), st->bd.max_combine);
     /* a step of at most half as many blocks as SMs runs them one per TPC, on the grid's even
-     * blocks (verify_flash.cu, step_item_index), where the grid has a block per SM and its
+     * blocks (flash/features.cuh, step_item_index), where the grid has a block per SM and its
      * blocks fill both warp groups: only there was one per TPC faster
      * (docs/PERFORMANCE.md#engine-steps) */
     fp.step_spread = st->cfg.all_groups && st->bd.max_items >= st->cfg.dev.sm_count
@@ -530,12 +524,43 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
     return mlav_flash_launch(shape->dtype, &fp, &lo, st->cfg.combine_step, stream);
 }
 
-mlav_status step_run(const mlav_problem_info *shape, const void *state, const mlav_tensors *t,
-                     void *ws, size_t ws_bytes, void *stream)
+/* ---- the table's functions ------------------------------------------------------------------ */
+
+mlav_status flash_plan(const mlav_problem_info *p, const mlav_limits *lim, uint64_t owner,
+                       void **state, size_t *ws)
 {
-    return mlav_cuda_run_mapped(shape, state, t, ws, ws_bytes, stream, step_run_device,
-                                static_cast<const flash_step_state *>(state)->cfg.dev.device,
-                                "cuda");
+    *state = NULL;
+    *ws = 0;
+    flash_state *st = static_cast<flash_state *>(calloc(1, sizeof(flash_state)));
+    if (!st)
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
+    st->launch = mlav_info_has_lengths(p) ? FLASH_LAUNCH_EXACT : FLASH_LAUNCH_STEP;
+    mlav_status s = st->launch == FLASH_LAUNCH_EXACT ? exact_plan_into(p, st, ws)
+                                                     : limits_plan_into(p, lim, owner, st, ws);
+    if (s != MLAV_OK) {
+        flash_free(st);
+        return s;
+    }
+    *state = st;
+    return MLAV_OK;
+}
+
+mlav_status flash_update(const mlav_problem_info *shape, const void *state,
+                         const mlav_lengths *len, void *ws, size_t ws_bytes, void *stream)
+{
+    if (static_cast<const flash_state *>(state)->launch != FLASH_LAUNCH_STEP)
+        return mlav_set_error(MLAV_ERR_INTERNAL, "a cuda update of a plan for one problem");
+    return step_update(shape, state, len, ws, ws_bytes, stream);
+}
+
+mlav_status flash_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,
+                      void *ws, size_t ws_bytes, void *stream)
+{
+    const flash_state *st = static_cast<const flash_state *>(state);
+    return mlav_cuda_run_mapped(p, state, t, ws, ws_bytes, stream,
+                                st->launch == FLASH_LAUNCH_EXACT ? flash_run_device
+                                                                 : step_run_device,
+                                st->cfg.dev.device, "cuda");
 }
 
 mlav_status step_read(const void *ws, void *stream, void *header, size_t bytes)
@@ -549,7 +574,7 @@ mlav_status step_read(const void *ws, void *stream, void *header, size_t bytes)
 } // namespace
 
 extern "C" const mlav_backend_ops mlav_backend_cuda_ops = {
-    "cuda", MLAV_BACKEND_CUDA, MLAV_MEM_DEVICE, mlav_cuda_available, flash_plan, flash_run,
-    flash_free, mlav_cuda_workspace_alloc, mlav_cuda_workspace_free, step_plan, step_free,
-    step_update, step_run, step_read,
+    "cuda",         MLAV_BACKEND_CUDA, MLAV_MEM_DEVICE,           mlav_cuda_available,
+    flash_plan,     flash_update,      flash_run,                 flash_free,
+    mlav_cuda_workspace_alloc,         mlav_cuda_workspace_free,  step_read,
 };

@@ -1,8 +1,10 @@
 /* The cuda-naive backend's ops table: plan (device facts, the shared-memory fit, device copies
- * of the lengths), run (through the common offload mapping) and free. */
+ * of the lengths), run (through the common offload mapping) and free. Plans for one problem
+ * only: it declines a plan for limits (naive_plan says why). */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cuda_offload.h"
 #include "verify_naive.h"
 
 namespace {
@@ -23,10 +25,19 @@ void naive_plan_free(void *state)
     free(st);
 }
 
-mlav_status naive_plan(const mlav_problem_info *p, void **state, size_t *workspace_bytes)
+mlav_status naive_plan(const mlav_problem_info *p, const mlav_limits *lim, uint64_t owner,
+                       void **state, size_t *workspace_bytes)
 {
+    (void)lim, (void)owner;
     *state = nullptr;
     *workspace_bytes = 0;
+    /* One block per query row of the plan's T: a step's rows past its tokens would be run with
+     * the last request's lengths, so the kernel's grid needs the host's T, which only a plan for
+     * one problem has. */
+    if (!mlav_info_has_lengths(p))
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "cuda-naive has no plan for limits (its grid is one block per "
+                              "query row of one problem); use cuda or cpu");
     mlav_cuda_device dev;
     mlav_status s = mlav_cuda_device_query(&dev);
     if (s != MLAV_OK)
@@ -93,6 +104,14 @@ mlav_status naive_plan(const mlav_problem_info *p, void **state, size_t *workspa
     return MLAV_OK;
 }
 
+mlav_status naive_update(const mlav_problem_info *shape, const void *state,
+                         const mlav_lengths *len, void *workspace, size_t workspace_bytes,
+                         void *stream)
+{
+    (void)shape, (void)state, (void)len, (void)workspace, (void)workspace_bytes, (void)stream;
+    return mlav_set_error(MLAV_ERR_INTERNAL, "a cuda-naive update (it has no plan for limits)");
+}
+
 /* The run on device tensors (mlav_cuda_run_fn): no allocation, no synchronization. */
 mlav_status naive_run_device(const mlav_problem_info *p, const void *state,
                              const mlav_tensors *t, void *workspace, size_t workspace_bytes,
@@ -121,8 +140,7 @@ mlav_status naive_run(const mlav_problem_info *p, const void *state, const mlav_
 } // namespace
 
 extern "C" const mlav_backend_ops mlav_backend_cuda_naive_ops = {
-    "cuda-naive",         MLAV_BACKEND_CUDA_NAIVE,  MLAV_MEM_DEVICE,
-    mlav_cuda_available,  naive_plan,               naive_run,
-    naive_plan_free,      mlav_cuda_workspace_alloc, mlav_cuda_workspace_free,
-    NULL, NULL, NULL, NULL, NULL, /* no plan for limits: the GPU baseline runs one problem */
+    "cuda-naive",   MLAV_BACKEND_CUDA_NAIVE, MLAV_MEM_DEVICE,           mlav_cuda_available,
+    naive_plan,     naive_update,            naive_run,                 naive_plan_free,
+    mlav_cuda_workspace_alloc,               mlav_cuda_workspace_free,  NULL,
 };

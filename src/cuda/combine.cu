@@ -54,7 +54,7 @@ __device__ __forceinline__ float4 times(float4 a, float f)
 }
 
 /* The partial states as the split kernels leave them: fp32 for F32 plans (verify_flash_f32.cu);
- * fp16 for 16-bit plans (verify_flash.cu), each (row, 128-column block) scaled by a power of two
+ * fp16 for 16-bit plans (flash/epilogue.cuh), each (row, 128-column block) scaled by a power of two
  * that part_scale undoes. load() returns one thread's four columns of split s as stored, in fp32;
  * unscale() the factor that restores them, which the combine folds into the split's weight. */
 constexpr int SCALE_COLS = MLAV_FLASH_SCALE_COLS;
@@ -311,48 +311,50 @@ template <> struct row_io<float> { /* F32 plans: fp32 pieces, unscaled */
     }
 };
 
-/* The row combine, for items of at most ROW_MAX_SPLITS splits: a warp merges one row, all 512
- * columns, with no shared memory and no block barrier. Lane s holds split s's lse and weight
- * (the reductions are shuffles) and lane l owns columns 4 l .. 4 l + 3 of each 128-column block;
- * every partial load of the row is issued before the weights are known, in batches of
- * row_io::BATCH splits. Against combine_kernel (a block per row and column block, weights
- * through shared memory and four block barriers) this is one round trip to L2 per row, and a
- * block per 4 rows instead of 1-4 per row for the PDL launch to place
- * (docs/PERFORMANCE.md#combine). */
-constexpr int ROW_WARPS = 4; /* 128 threads: ~170 registers each leave room for 3 blocks per SM */
-static_assert(MLAV_COMBINE_ROW_MAX_SPLITS <= 32, "one lane per split for the weights");
-template <typename T>
-__global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav_flash_params p)
+/* One warp merges row r of item `it` over NCB 128-column blocks from column block cb0, with no
+ * shared memory and no block barrier: lane s holds split s's lse and weight (the reductions are
+ * shuffles) and lane l owns columns 4 l .. 4 l + 3 of each column block; every partial load of
+ * the row is issued before the weights are known, in batches of row_io::BATCH splits. The row
+ * combine (combine_rows_kernel) takes a whole row per warp (NCB = 4); the step combine's row
+ * kind a column block per warp (NCB = 1, combine_step_kernel), so that a batch of in-flight loads
+ * is a quarter of the registers and the kernel that also holds the block combine keeps its
+ * occupancy. The lse is written by the warp of column block 0. */
+template <typename T, int NCB>
+__device__ __forceinline__ void warp_merge(const mlav_flash_params &p, const mlav_combine_item &it,
+                                           int r, int cb0)
 {
     using io = row_io<T>;
     constexpr int CBS = DL / SCALE_COLS, BATCH = io::BATCH;
     static_assert(SCALE_COLS == 32 * 4, "a warp's pieces span one column block");
-    const int64_t u = (int64_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5); /* the row */
-    const int lane = threadIdx.x & 31;
-    if (u >= (int64_t)p.n_combine * BM)
-        return; /* whole warps */
-    const mlav_combine_item it = p.combine[u / BM]; /* the plan's: ready before the wait */
-    const int r = (int)(u % BM), m = it.mtile * BM + r;
+    static_assert(NCB >= 1 && NCB <= CBS, "column blocks of one row");
+    const int lane = threadIdx.x & 31, m = it.mtile * BM + r;
     if (m >= it.rows)
-        return;
+        return; /* uniform over the warp */
     const int n = it.nsplit;
     const size_t row0 = (size_t)it.slot0 * BM + r; /* split 0's partial row */
     const size_t rstride = (size_t)it.slot_stride * BM;
-    const size_t e0 = row0 * DL + lane * 4;       /* this lane's first element in part_o */
+    const size_t e0 = row0 * DL + cb0 * SCALE_COLS + lane * 4; /* this lane's first element */
     mlav::wait_for_primary(); /* launched early (p.pdl): the split grid's states are complete */
 
     const float lse_s = lane < n ? p.part_lse[row0 + lane * rstride] : -INFINITY;
-    float us[CBS];
+    /* one column block's scale as a single conditional load, as the whole row's as a loop: the
+     * forms each kernel was measured with */
+    float us[NCB];
+    if constexpr (NCB == 1) {
+        us[0] = partial<T>::scaled && lane < n ? p.part_scale[(row0 + lane * rstride) * CBS + cb0]
+                                               : 1.0f;
+    } else {
 #pragma unroll
-    for (int cb = 0; cb < CBS; cb++)
-        us[cb] = partial<T>::scaled && lane < n
-                     ? p.part_scale[(row0 + lane * rstride) * CBS + cb]
-                     : 1.0f;
-    typename io::raw v[BATCH][CBS];
+        for (int cb = 0; cb < NCB; cb++)
+            us[cb] = partial<T>::scaled && lane < n
+                         ? p.part_scale[(row0 + lane * rstride) * CBS + (cb0 + cb)]
+                         : 1.0f;
+    }
+    typename io::raw v[BATCH][NCB];
 #pragma unroll
     for (int s = 0; s < BATCH; s++)
 #pragma unroll
-        for (int cb = 0; cb < CBS; cb++)
+        for (int cb = 0; cb < NCB; cb++)
             if (s < n)
                 v[s][cb] = io::load(p.part_o, e0 + s * rstride * DL + cb * SCALE_COLS);
 
@@ -366,15 +368,19 @@ __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float wn = lane < n ? mlav_merge_normalize(w, sum) : 0.0f;
-    float wu[CBS];
+    float wu[NCB];
+    if constexpr (NCB == 1) {
+        wu[0] = lane < n ? mlav_merge_normalize(w, sum) * us[0] : 0.0f;
+    } else {
+        const float wn = lane < n ? mlav_merge_normalize(w, sum) : 0.0f;
 #pragma unroll
-    for (int cb = 0; cb < CBS; cb++)
-        wu[cb] = wn * us[cb];
+        for (int cb = 0; cb < NCB; cb++)
+            wu[cb] = wn * us[cb];
+    }
 
-    float4 acc[CBS];
+    float4 acc[NCB];
 #pragma unroll
-    for (int cb = 0; cb < CBS; cb++)
+    for (int cb = 0; cb < NCB; cb++)
         acc[cb] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s0 = 0;; s0 += BATCH) {
 #pragma unroll
@@ -382,7 +388,7 @@ __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav
             if (s0 + s >= n) /* uniform over the warp */
                 break;
 #pragma unroll
-            for (int cb = 0; cb < CBS; cb++) {
+            for (int cb = 0; cb < NCB; cb++) {
                 const float ws = __shfl_sync(0xffffffffu, wu[cb], s0 + s);
                 const float4 x = io::value(v[s][cb]);
                 acc[cb].x += ws * x.x;
@@ -396,86 +402,36 @@ __global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav
 #pragma unroll
         for (int s = 0; s < BATCH; s++)
 #pragma unroll
-            for (int cb = 0; cb < CBS; cb++)
+            for (int cb = 0; cb < NCB; cb++)
                 if (s0 + BATCH + s < n)
                     v[s][cb] =
                         io::load(p.part_o, e0 + (s0 + BATCH + s) * rstride * DL + cb * SCALE_COLS);
     }
-    T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + lane * 4;
+    T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + cb0 * SCALE_COLS +
+             lane * 4;
     [[maybe_unused]] const float pw = out_pow<T>(p);
 #pragma unroll
-    for (int cb = 0; cb < CBS; cb++)
+    for (int cb = 0; cb < NCB; cb++)
         io::store(out + cb * SCALE_COLS, partial<T>::scaled ? acc[cb] : times(acc[cb], pw));
-    if (p.lse && lane == 0)
+    if (p.lse && cb0 == 0 && lane == 0)
         p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
 }
 
-/* A warp of the step combine's row kind: one 128-column block `cb` of row r of an item of at
- * most ROW_MAX_SPLITS splits. The row combine's scheme (lane s holds split s's lse and weight,
- * the partial loads issued before the weights are known, no shared memory, no barrier) with a
- * warp per column block instead of per row, so that a batch of in-flight loads is a quarter of
- * the registers and the kernel that also holds the block combine keeps its occupancy. */
+/* The row combine, for items of at most ROW_MAX_SPLITS splits: a warp merges one row, all 512
+ * columns (warp_merge). Against combine_kernel (a block per row and column block, weights
+ * through shared memory and four block barriers) this is one round trip to L2 per row, and a
+ * block per 4 rows instead of 1-4 per row for the PDL launch to place
+ * (docs/PERFORMANCE.md#combine). */
+constexpr int ROW_WARPS = 4; /* 128 threads: ~170 registers each leave room for 3 blocks per SM */
+static_assert(MLAV_COMBINE_ROW_MAX_SPLITS <= 32, "one lane per split for the weights");
 template <typename T>
-__device__ __forceinline__ void combine_row_piece(const mlav_flash_params &p,
-                                                  const mlav_combine_item &it, int r, int cb)
+__global__ void __launch_bounds__(ROW_WARPS * 32) combine_rows_kernel(const mlav_flash_params p)
 {
-    using io = row_io<T>;
-    constexpr int BATCH = io::BATCH;
-    const int lane = threadIdx.x & 31, m = it.mtile * BM + r;
-    if (m >= it.rows)
-        return; /* uniform over the block */
-    const int n = it.nsplit;
-    const size_t row0 = (size_t)it.slot0 * BM + r; /* split 0's partial row */
-    const size_t rstride = (size_t)it.slot_stride * BM;
-    const size_t e0 = row0 * DL + cb * SCALE_COLS + lane * 4; /* this lane's first element */
-    mlav::wait_for_primary(); /* launched early (p.pdl): the split grid's states are complete */
-
-    const float lse_s = lane < n ? p.part_lse[row0 + lane * rstride] : -INFINITY;
-    const float us = partial<T>::scaled && lane < n
-                         ? p.part_scale[(row0 + lane * rstride) * (DL / SCALE_COLS) + cb]
-                         : 1.0f;
-    typename io::raw v[BATCH];
-#pragma unroll
-    for (int s = 0; s < BATCH; s++)
-        if (s < n)
-            v[s] = io::load(p.part_o, e0 + s * rstride * DL);
-    float mx = lse_s;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    const int nan = __any_sync(0xffffffffu, lse_s != lse_s);
-    const float w = lane < n ? mlav_merge_weight(lse_s, mx, nan) : 0.0f;
-    float sum = w;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float wu = lane < n ? mlav_merge_normalize(w, sum) * us : 0.0f;
-
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0;; s0 += BATCH) {
-#pragma unroll
-        for (int s = 0; s < BATCH; s++) {
-            if (s0 + s >= n) /* uniform over the warp */
-                break;
-            const float ws = __shfl_sync(0xffffffffu, wu, s0 + s);
-            const float4 x = io::value(v[s]);
-            acc.x += ws * x.x;
-            acc.y += ws * x.y;
-            acc.z += ws * x.z;
-            acc.w += ws * x.w;
-        }
-        if (s0 + BATCH >= n)
-            break;
-#pragma unroll
-        for (int s = 0; s < BATCH; s++)
-            if (s0 + BATCH + s < n)
-                v[s] = io::load(p.part_o, e0 + (s0 + BATCH + s) * rstride * DL);
-    }
-    T *out = static_cast<T *>(p.out) + ((size_t)it.q_start * p.H + m) * DL + cb * SCALE_COLS +
-             lane * 4;
-    io::store(out, partial<T>::scaled ? acc : times(acc, out_pow<T>(p)));
-    if (p.lse && cb == 0 && lane == 0)
-        p.lse[(size_t)it.q_start * p.H + m] = mlav_merge_lse(mx, sum, nan);
+    const int64_t u = (int64_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5); /* the row */
+    if (u >= (int64_t)p.n_combine * BM)
+        return; /* whole warps */
+    const mlav_combine_item it = p.combine[u / BM]; /* the plan's: ready before the wait */
+    warp_merge<T, DL / SCALE_COLS>(p, it, (int)(u % BM), 0);
 }
 
 /* The combine of a plan for limits: one launch whose shape is fixed for every step, merging as
@@ -483,7 +439,7 @@ __device__ __forceinline__ void combine_row_piece(const mlav_flash_params &p,
  * column blocks into the step header (mlav_step_combine_shape); a 1-D grid covers the most
  * blocks any step can take (backend_flash.cu), and a block past the step's exits on reads that
  * every block of an SM shares. Row kind: a block per row, a warp per 128-column block
- * (combine_row_piece); block kinds: blockIdx.x as the exact grid's (item, row, column block),
+ * (warp_merge); block kinds: blockIdx.x as the exact grid's (item, row, column block),
  * item fastest, into combine_block. Chosen per step, because the wide block combine that the
  * limits' longest request needs is slower where a step takes the row combine
  * (docs/PERFORMANCE.md#engine-steps). Two instances (MLAV_COMBINE_STEP_DENSE, _ROOMY): at 8 blocks
@@ -518,7 +474,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) combine_step_kernel(const
     if (kind == MLAV_COMBINE_ROWS) {
         const mlav_combine_item it = p.combine[t / BM]; /* the step's: ready before the wait */
         if (mlav_step_combine_fits(it, p))
-            combine_row_piece<T>(p, it, (int)(t % BM), threadIdx.x >> 5);
+            warp_merge<T, 1>(p, it, (int)(t % BM), threadIdx.x >> 5);
         return;
     }
     const uint32_t per_z = n * BM;

@@ -55,6 +55,17 @@ __device__ __forceinline__ void e4m3x4_to_half2x2(uint32_t w, uint32_t &lo, uint
 #endif
 }
 
+/* A one-byte cache element type's four bytes as two packed F16 pairs, as the flash kernel's K
+ * and V fragments convert them (flash/s_tile.cuh, flash/pv_tile.cuh): one specialization per
+ * KV element type, named by the family's traits (flash/traits.cuh). */
+template <typename KV> struct kv_bytes;
+template <> struct kv_bytes<__nv_fp8_e4m3> {
+    static __device__ __forceinline__ void to_half2x2(uint32_t w, uint32_t &lo, uint32_t &hi)
+    {
+        e4m3x4_to_half2x2(w, lo, hi);
+    }
+};
+
 } // namespace mlav
 
 #endif

@@ -3,7 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda_backend.h"
+#include "cuda_device.h"
+#include "flash_family.h"
 
 /* __FILE__ is an absolute build path; the sentence only needs the file's name. */
 static const char *base_name(const char *path)
@@ -202,6 +203,11 @@ mlav_status mlav_cuda_device_describe(int index, char *buf, size_t buf_len)
                      smem_optin / 1024, prop.l2CacheSize / (1024 * 1024), driver / 1000,
                      (driver % 1000) / 10);
     if (d != index && n > 0 && (size_t)n < buf_len)
-        snprintf(buf + n, buf_len - (size_t)n, ", CUDA ordinal %d", d);
+        n += snprintf(buf + n, buf_len - (size_t)n, ", CUDA ordinal %d", d);
+    const char *why = "";
+    const mlav_flash_family f = mlav_flash_family_of(prop.major, prop.minor, &why);
+    if (n > 0 && (size_t)n < buf_len)
+        snprintf(buf + n, buf_len - (size_t)n, "; flash kernels: %s (%s)",
+                 mlav_flash_family_name(f), why);
     return MLAV_OK;
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
+#include "cuda_offload.h"
 
 /* Is `ptr` memory the kernels of the current device may read? Device memory of this device or
  * managed memory: anything else (pageable or pinned host memory, another GPU's memory) would

@@ -1,5 +1,6 @@
-/* Parameters and launchers of the flash verify path (verify_flash.cu, combine.cu), used by
- * backend_flash.cu. Plain structs; strides in elements; pointers are device. */
+/* Parameters and launchers of the flash verify path (the split kernel in src/cuda/flash,
+ * combine.cu), used by backend_flash.cu. Plain structs; strides in elements; pointers are
+ * device. */
 #ifndef MLAV_CUDA_FLASH_H
 #define MLAV_CUDA_FLASH_H
 
@@ -8,9 +9,11 @@
 #include "../common/fastdiv.h"
 #include "../common/schedule.h"
 #include "../common/schedule_step.h"
-#include "cuda_backend.h"
+#include "cuda_device.h"
 
-/* Compile-time shape of the flash kernel: the DeepSeek-V3 / Kimi K2 latent layout. */
+/* The flash kernel's shape as the plan, the schedule and the combine read it: the DeepSeek-V3 /
+ * Kimi K2 latent layout. The kernel takes its own from its traits (flash/traits.cuh), and the
+ * launch table (flash/launch.cu) checks that every family has this one. */
 #define MLAV_FLASH_DL 512
 #define MLAV_FLASH_DR 64
 #define MLAV_FLASH_W (MLAV_FLASH_DL + MLAV_FLASH_DR)
@@ -63,7 +66,7 @@ mlav_status mlav_step_schedule_prepare(void);
 /* Launch the device scheduler (one block) on `stream`. */
 mlav_status mlav_step_schedule_launch(const mlav_step_sched_params *p, cudaStream_t stream);
 
-/* The parameters of the split kernels (verify_flash.cu, verify_flash_f32.cu) and the combine
+/* The parameters of the split kernels (flash/kernel.cuh, verify_flash_f32.cu) and the combine
  * (combine.cu), by value, one struct for all: the kernels read interleaved fields, and a struct
  * per kernel would move the parameter offsets of fields the split kernel's main loop reads (H,
  * scale_log2, the gather's page fields), which changes its machine code
@@ -104,7 +107,7 @@ typedef struct mlav_flash_params {
     int32_t step_spread;            /* plans for limits: SMs / 2 + 1 where the split grid has a
                                      * block per SM and its blocks fill both warp groups, else 0:
                                      * a step of fewer blocks runs them one per TPC
-                                     * (verify_flash.cu, step_item_index) */
+                                     * (flash/features.cuh, step_item_index) */
     const int32_t *page_table_rows; /* [B] device, or NULL: request b's page-table row
                                      * (page_row.cuh) */
     int64_t page_table_num_rows;    /* rows of page_table when page_table_rows is set */
@@ -167,7 +170,8 @@ static __host__ __device__ __forceinline__ bool mlav_step_combine_fits(const mla
  * that they take no room in the kernels' parameters. */
 typedef struct mlav_flash_launch_opts {
     int32_t all_groups;   /* which split-kernel instance runs: 1 = every warp group computes, also
-                           * one past its request's rows (mlav_flash_all_groups; verify_flash.cu) */
+                           * one past its request's rows (mlav_flash_all_groups;
+                           * flash/features.cuh) */
     int32_t combine_kind; /* which combine runs (mlav_combine_kind): a warp per row, or a block per
                            * row and column block (combine.cu); a plan for limits launches
                            * combine_step_kernel, which takes each step's kind from its header */

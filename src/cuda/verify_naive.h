@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda_backend.h"
+#include "cuda_device.h"
 
 /* Threads per block: 8 warps, each scoring its own keys in pass 1; in pass 2 groups of threads
  * stride the latent columns and split the keys between the groups. */

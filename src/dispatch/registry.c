@@ -1,9 +1,11 @@
 /* The registry of compiled-in backends, backend names, and AUTO selection. CUDA first, CPU
  * last, as a preference order; the reference oracle is never picked by AUTO. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "plan.h"
 
 static const mlav_backend_ops *const registry[] = {
 #ifdef MLAV_WITH_CUDA
@@ -19,6 +21,37 @@ const mlav_backend_ops *mlav_backend_lookup(mlav_backend id)
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
         if (registry[i]->id == id)
             return registry[i];
+    return NULL;
+}
+
+/* AUTO's order of preference: the fast GPU path, then the CPU. */
+static const mlav_backend auto_order[] = {MLAV_BACKEND_CUDA, MLAV_BACKEND_CPU};
+
+const mlav_backend_ops *mlav_auto_first(char *note, size_t n)
+{
+    const mlav_backend_ops *cuda = mlav_backend_lookup(MLAV_BACKEND_CUDA);
+    if (!cuda) {
+        snprintf(note, n, "AUTO: built without CUDA; using cpu");
+    } else if (cuda->available() != MLAV_OK) {
+        snprintf(note, n, "AUTO: cuda unavailable (%s); using cpu", mlav_get_error());
+    } else {
+        snprintf(note, n, "AUTO: using cuda");
+        return cuda;
+    }
+    return mlav_auto_next(cuda);
+}
+
+const mlav_backend_ops *mlav_auto_next(const mlav_backend_ops *tried)
+{
+    const size_t n = sizeof auto_order / sizeof auto_order[0];
+    size_t k = 0;
+    while (k < n && (!tried || auto_order[k] != tried->id))
+        k++;
+    for (k = k < n ? k + 1 : 0; k < n; k++) {
+        const mlav_backend_ops *ops = mlav_backend_lookup(auto_order[k]);
+        if (ops)
+            return ops;
+    }
     return NULL;
 }
 

@@ -12,6 +12,8 @@
  *                            and device: the bench fills its inputs with them)
  *   the split schedule rule  schedule.h and schedule_step.h (the schedule diagnostics), and in
  *                            CUDA code the flash kernel's schedule parameters
+ *   the cpu backend's counts mlav_cpu_plan_counts: plans made and schedules built, for the tests
+ *                            that hold a run to neither
  *
  * None of it is ABI: the shared library keeps these symbols hidden, and whoever includes this
  * header links the static library (the CMake target mlaverify_internal does both). It is not
@@ -26,6 +28,7 @@
 #include "../common/schedule_step.h"
 #include "../core/problem.h"
 #include "../cpu/oracle.h"
+#include "../cpu/verify_blas.h"
 #include "../dispatch/validate.h"
 #ifdef __CUDACC__
 #include "../cuda/flash.h"

@@ -165,29 +165,19 @@ mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const
             shaped = 1;
         } else if (!strcmp(a, "--dtype")) {
             shaped = 1;
-            if (!strcmp(v, "bf16"))
-                p->dtype = MLAV_DTYPE_BF16;
-            else if (!strcmp(v, "f16"))
-                p->dtype = MLAV_DTYPE_F16;
-            else if (!strcmp(v, "f32"))
-                p->dtype = MLAV_DTYPE_F32;
-            else
-                ok = 0;
-            want = "bf16, f16 or f32";
+            mlav_dtype qd; /* the library's one table of names; q is never FP8 */
+            ok = mlav_dtype_parse(v, &qd) == MLAV_OK && qd != MLAV_DTYPE_FP8_E4M3;
+            if (ok)
+                p->dtype = qd;
+            want = "bf16, f16 or f32 (or an alias of mlav_dtype_alias)";
         } else if (!strcmp(a, "--kv-dtype")) {
             shaped = 1;
             kv_name = v;
-            if (!strcmp(v, "fp8") || !strcmp(v, "fp8_e4m3"))
-                kv_named = MLAV_DTYPE_FP8_E4M3;
-            else if (!strcmp(v, "bf16"))
-                kv_named = MLAV_DTYPE_BF16;
-            else if (!strcmp(v, "f16"))
-                kv_named = MLAV_DTYPE_F16;
-            else if (!strcmp(v, "f32"))
-                kv_named = MLAV_DTYPE_F32;
-            else
-                ok = 0;
-            want = "fp8, fp8_e4m3, bf16, f16 or f32";
+            mlav_dtype kd; /* the library's one table of names (mlav_dtype_alias) */
+            ok = mlav_dtype_parse(v, &kd) == MLAV_OK;
+            if (ok)
+                kv_named = kd;
+            want = "fp8_e4m3 (fp8), bf16, f16 or f32, or an alias of mlav_dtype_alias";
         } else if (!strcmp(a, "--kv-scale")) {
             char *end;
             double x = strtod(v, &end);

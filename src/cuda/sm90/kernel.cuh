@@ -13,7 +13,7 @@
  * The running reference maximum moves only on a rise of more than RESCALE_SLACK, the same in
  * both warpgroups (both decide from the same two shared values); each keeps the row sums of its
  * own keys, met in the epilogue. The epilogue writes what the legal kernel writes
- * (verify_flash.cu): out and lse for an unsplit item, else the fp16 partial scaled per 128
+ * (flash/epilogue.cuh): out and lse for an unsplit item, else the fp16 partial scaled per 128
  * columns by part_scale, with part_lse. */
 #ifndef MLAV_CUDA_SM90_KERNEL_CUH
 #define MLAV_CUDA_SM90_KERNEL_CUH

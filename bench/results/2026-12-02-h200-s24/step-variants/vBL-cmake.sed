@@ -1,0 +1,1 @@
+s/COMPILE_OPTIONS "-Xptxas=--register-usage-level=10"/COMPILE_OPTIONS ""/

@@ -1,0 +1,46 @@
+/* The split-kernel family rule (flash_family.h). Read at plan time by the backend, never by a
+ * kernel. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "flash_family.h"
+
+mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **why)
+{
+    const char *unused;
+    const char **w = why ? why : &unused;
+#ifdef MLAV_WITH_SM90
+    if (cc_major != 9 || cc_minor != 0) {
+        *w = "the sm_90a family runs on compute capability 9.0 only";
+        return MLAV_FLASH_FAMILY_LEGAL;
+    }
+    const char *env = getenv("MLAV_FLASH_FAMILY");
+    if (env && strcmp(env, "legal") == 0) {
+        *w = "MLAV_FLASH_FAMILY=legal";
+        return MLAV_FLASH_FAMILY_LEGAL;
+    }
+    *w = "cc 9.0; F32, FP8 caches, plans for limits and requests of at most 16 rows below "
+         "64k keys run the legal family";
+    return MLAV_FLASH_FAMILY_SM90;
+#else
+    (void)cc_major;
+    (void)cc_minor;
+    *w = "this library was built without the sm_90a family (no 90 in CMAKE_CUDA_ARCHITECTURES, "
+         "or a toolkit without sm_90a)";
+    return MLAV_FLASH_FAMILY_LEGAL;
+#endif
+}
+
+mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
+                                             int64_t max_kv_len)
+{
+    const mlav_flash_family f = mlav_flash_family_of(cc_major, cc_minor, NULL);
+    if (f == MLAV_FLASH_FAMILY_SM90 && rows_per_request <= 16 && max_kv_len < 65536)
+        return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile a quarter full, a few tiles a split */
+    return f;
+}
+
+const char *mlav_flash_family_name(mlav_flash_family f)
+{
+    return f == MLAV_FLASH_FAMILY_SM90 ? "sm_90a (wgmma)" : "sm_120-legal (mma.sync)";
+}

@@ -1,0 +1,37 @@
+/* Which split-kernel family the cuda backend runs: the rule, written once for the backend's
+ * plans and for `mlaverify info` (mlav_cuda_device_describe). */
+#ifndef MLAV_CUDA_FLASH_FAMILY_H
+#define MLAV_CUDA_FLASH_FAMILY_H
+
+#include "mlaverify.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mlav_flash_family {
+    MLAV_FLASH_FAMILY_LEGAL = 0, /* mma.sync, cp.async: sm_80 to sm_120 (flash/) */
+    MLAV_FLASH_FAMILY_SM90 = 1,  /* wgmma and a producer warpgroup: sm_90a only (sm90/) */
+} mlav_flash_family;
+
+/* The family a device of compute capability major.minor gets for the plans the sm_90a family
+ * runs (plans for one problem with BF16 or F16 q over a cache of the same dtype): the sm_90a
+ * family on cc 9.0 where this library was built with it, unless the environment variable
+ * MLAV_FLASH_FAMILY is "legal" (for A/B runs and tests). `why` (may be NULL) gets a sentence
+ * that says why. Every other plan (F32, an FP8 cache, plans for limits) runs the legal family. */
+mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **why);
+
+/* The family a plan for one problem gets: mlav_flash_family_of's, except where the legal family
+ * measured faster on the H200, requests of at most 16 folded rows (max_q_len x H) whose longest
+ * kv_len is below 65,536 (docs/PERFORMANCE.md#hopper). */
+mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
+                                             int64_t max_kv_len);
+
+/* The family's name, as `mlaverify info` prints it. */
+const char *mlav_flash_family_name(mlav_flash_family f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
