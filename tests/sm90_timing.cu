@@ -9,7 +9,9 @@
  * events around the replay; median of the replays. It also prints the largest difference of
  * the sm90 outputs from the legal ones (relative to the largest |out|) and whether lse agrees,
  * as a sanity check, not a test (tests/test_sm90_gpu holds the kernel to the oracle). Needs a
- * cc 9.0 device; `sm90_timing [reps] [filter-H]`. */
+ * cc 9.0 device; `sm90_timing [reps] [filter-H]`. Built with the tests (it reaches into
+ * src/cuda/sm90 as they do), not run by ctest; `MLAV_FLASH_FAMILY=legal mlaverify bench` gives
+ * the families' A/B through the public API. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -24,7 +26,7 @@
 
 #include "../common/combine_shape.h"
 #include "flash_sm90.h"
-#include "l2_flush.cuh"
+#include "../bench/diag/l2_flush.cuh"
 #include "mlaverify_internal.h"
 
 #define CK(call)                                                                                 \
