@@ -22,6 +22,7 @@
 
 #include "../../common/merge.h"
 #include "../../common/visibility.h"
+#include "../flash/features.cuh"
 #include "../mma.cuh"
 #include "../page_row.cuh"
 #include "gather.cuh"
@@ -366,15 +367,22 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
                 *reinterpret_cast<const uint4 *>(stg + (uint32_t)r * STAGE_STRIDE + lane * 16);
 }
 
-template <typename T>
+/* STEP: the instance of plans for limits, whose fixed grid runs past the step's schedule: a
+ * block takes its item by the legal STEP instance's rule (mlav::flash::step_item_index: the step
+ * header's owner and count, the TPC spread, mlav_step_item_fits) and a block past the step, or
+ * whose item lies outside the plan's limits, exits before anything else. */
+template <typename T, bool STEP>
 __global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash_params p)
 {
+    const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
+    if (STEP && step_ix < 0)
+        return; /* past the step's schedule, or an item past the plan's limits */
     unsigned char *smem = smem_base();
     const uint32_t base = smem_u32(smem);
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + smem90::BAR);
     uint64_t *full = bars, *empty = bars + STAGES, *qbar = bars + 2 * STAGES;
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
-    const mlav_split_item item = p.items[blockIdx.x];
+    const mlav_split_item item = p.items[STEP ? (uint32_t)step_ix : blockIdx.x];
     const int tid = threadIdx.x;
     /* through a shuffle, so that ptxas knows the warpgroup index warp-uniform */
     const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
