@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/common/dtype.h"
 #include "merge_fixture.h"
 #include "mlaverify.h"
 #include "test_util.h"

@@ -77,9 +77,15 @@ size_t align256(size_t n)
     return (n + 255) & ~(size_t)255;
 }
 
-/* How the page table reaches the kernels: request b's row b (ROWS_NONE), or row B + 1 - b of a
- * shared table of B + 2 rows through page_table_rows (ROWS_SHARED, the ROWS instances). */
-enum rows_mode { ROWS_NONE = 0, ROWS_SHARED = 1 };
+/* How a run reaches the kernels, as flags: the page table's request b at row b (ROWS_NONE), or
+ * at row B + 1 - b of a shared table of B + 2 rows through page_table_rows (ROWS_SHARED, the
+ * ROWS instances); and the launch of a plan for one problem, or (STEP_LAUNCH) the step launch of
+ * a plan for limits on the same schedule, as the device scheduler would lay it out: a step
+ * header before the items (owner, counts, the combine's kind and column blocks), limits that
+ * hold the problem, and grids past the step's items and combine blocks, whose extra blocks
+ * must run nothing (the STEP instances and the step combine). */
+enum run_flags { ROWS_NONE = 0, ROWS_SHARED = 1, STEP_LAUNCH = 2 };
+typedef int rows_mode;
 
 /* Run one family (sm90 or legal) on problem `p` with schedule `sch` and compare. */
 void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedule *sch,
@@ -91,7 +97,7 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     void *dkv = dcopy(p->kv, p->kv_elems * esz);
     const size_t mp = (size_t)info->max_pages;
     int32_t *dpt = NULL, *drows = NULL;
-    if (rows == ROWS_NONE) {
+    if (!(rows & ROWS_SHARED)) {
         dpt = (int32_t *)dcopy(p->page_table, sizeof(int32_t) * (size_t)info->B * mp);
     } else {
         /* rows 0 and 1 of the shared table hold bad ids (never selected) */
@@ -131,11 +137,41 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
                  ps = align256(4 * prow * (MLAV_FLASH_DL / MLAV_FLASH_SCALE_COLS));
     char *ws = (char *)dalloc(po + pl + ps);
     TU_CK(cudaMemset(ws, 0xff, po + pl + ps));
-    void *ditems = dcopy(sch->items, sizeof(mlav_split_item) * (size_t)sch->n_items);
-    void *dcomb = dcopy(sch->combine, sizeof(mlav_combine_item) * (size_t)sch->n_combine);
     int max_nsplit = 1;
     for (int i = 0; i < sch->n_combine; i++)
         max_nsplit = sch->combine[i].nsplit > max_nsplit ? sch->combine[i].nsplit : max_nsplit;
+    const int step = (rows & STEP_LAUNCH) != 0;
+    const int combine_kind = mlav_combine_kind(max_nsplit);
+    const int col_blocks =
+        mlav_combine_col_blocks((int64_t)sch->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, dev);
+    const unsigned long long owner = 0x5eed90a15eed90a1ull;
+    /* the items (after a step header with STEP_LAUNCH) and the combine items */
+    const size_t hdr = step ? sizeof(mlav_step_header) : 0;
+    const size_t items_bytes = sizeof(mlav_split_item) * (size_t)sch->n_items;
+    unsigned char *hitems = (unsigned char *)tu_xcalloc(hdr + items_bytes + 16, 1);
+    if (step) {
+        mlav_step_header h;
+        memset(&h, 0, sizeof h);
+        h.bad = INT32_MAX;
+        h.batch = info->B;
+        h.n_items = sch->n_items;
+        h.n_combine = sch->n_combine;
+        h.n_slots = sch->n_slots;
+        h.chunk_keys = sch->chunk_keys;
+        h.combine_kind = combine_kind;
+        h.combine_col_blocks = col_blocks;
+        h.owner = owner;
+        h.limits.max_batch = info->B;
+        h.limits.max_tokens = info->T;
+        h.limits.max_q_len = info->max_q_len;
+        h.limits.max_kv_len = (int32_t)info->max_kv_len;
+        memcpy(hitems, &h, sizeof h);
+    }
+    memcpy(hitems + hdr, sch->items, items_bytes);
+    void *ditems_alloc = dcopy(hitems, hdr + items_bytes + 16);
+    free(hitems);
+    void *ditems = (unsigned char *)ditems_alloc + hdr;
+    void *dcomb = dcopy(sch->combine, sizeof(mlav_combine_item) * (size_t)sch->n_combine);
 
     mlav_flash_params fp;
     memset(&fp, 0, sizeof fp);
@@ -152,7 +188,7 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     fp.part_scale = (float *)(ws + po + pl);
     fp.items = (const mlav_split_item *)ditems;
     fp.combine = (const mlav_combine_item *)dcomb;
-    fp.n_items = sch->n_items;
+    fp.n_items = sch->n_items + (step ? 5 : 0); /* a step's grid runs past its items */
     fp.n_combine = sch->n_combine;
     fp.H = info->H;
     fp.page_size = info->page_size;
@@ -166,15 +202,27 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     fp.num_pages = p->num_pages;
     fp.scale_log2 = info->scale * MLAV_LOG2E;
     fp.kv_scale = 1.0f;
-    fp.combine_col_blocks =
-        mlav_combine_col_blocks((int64_t)sch->n_combine * MLAV_FLASH_BLOCK_M, max_nsplit, dev);
+    fp.combine_col_blocks = col_blocks;
     mlav_flash_launch_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.all_groups = mlav_flash_all_groups(info->max_q_len, info->H);
-    lo.combine_kind = mlav_combine_kind(max_nsplit);
+    lo.combine_kind = combine_kind;
+    if (step) {
+        fp.step_owner = owner;
+        fp.step_lim.max_batch = info->B;
+        fp.step_lim.max_tokens = info->T;
+        fp.step_lim.max_q_len = info->max_q_len;
+        fp.step_lim.max_kv_len = (int32_t)info->max_kv_len;
+        fp.step_max_slots = sch->n_slots;
+        /* the step combine's grid: the step's blocks last, 3 leading ones that run nothing */
+        lo.combine_grid = sch->n_combine * MLAV_FLASH_BLOCK_M *
+                              (combine_kind == MLAV_COMBINE_ROWS ? 1 : col_blocks) +
+                          3;
+    }
+    const int step_arg = step ? MLAV_COMBINE_STEP_DENSE : 0;
 
-    mlav_status s = sm90 ? mlav_flash_sm90_launch(info->dtype, &fp, &lo, 0, 0)
-                         : mlav_flash_launch(info->dtype, &fp, &lo, 0, 0);
+    mlav_status s = sm90 ? mlav_flash_sm90_launch(info->dtype, &fp, &lo, step_arg, 0)
+                         : mlav_flash_launch(info->dtype, &fp, &lo, step_arg, 0);
     if (s != MLAV_OK)
         fail_msg("%s %s: launch returned %s: %s", sm90 ? "sm90" : "legal", name,
                  mlav_status_string(s), mlav_get_error());
@@ -185,11 +233,11 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     TU_CK(cudaMemcpy(p->lse, dlse, p->lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
     char msg[512];
     const int ok = tu_compare(p, tu_out_tol(p->c.dtype), tu_lse_tol(p->c.dtype), msg, sizeof msg);
-    printf("  %-5s %s%s: items %d (combine %d, max splits %d): %s %s\n", sm90 ? "sm90" : "legal",
-           name, rows ? ",rows" : "", sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL",
-           msg);
+    printf("  %-5s %s%s%s: items %d (combine %d, max splits %d): %s %s\n",
+           sm90 ? "sm90" : "legal", name, (rows & ROWS_SHARED) ? ",rows" : "",
+           step ? ",step" : "", sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL", msg);
     fflush(stdout);
-    void *bufs[] = {dq, dkv, dpt, drows, dmask, dout, dlse, dnan, dbad, ws, ditems, dcomb};
+    void *bufs[] = {dq, dkv, dpt, drows, dmask, dout, dlse, dnan, dbad, ws, ditems_alloc, dcomb};
     for (void *b : bufs)
         if (b)
             TU_CK(cudaFree(b));
@@ -277,8 +325,9 @@ void test_sm90_random(void **state)
             c.prefixes[b] = long_one ? 1024 + (int)(tu_next(&st) % 31744)
                                      : (int)(tu_next(&st) % 700);
         }
-        /* every third case through a shared page table (page_table_rows) */
-        run_case(&c, &dev, k % 3 == 2 ? ROWS_SHARED : ROWS_NONE);
+        /* every third case through a shared page table (page_table_rows), every fourth as the
+         * step of a plan for limits */
+        run_case(&c, &dev, (k % 3 == 2 ? ROWS_SHARED : ROWS_NONE) | (k % 4 == 1 ? STEP_LAUNCH : 0));
     }
 }
 

@@ -3,11 +3,11 @@
  * combine.cu unchanged) on wgmma with a producer warpgroup. Built only with MLAV_WITH_SM90.
  * Runs: BF16 and F16 q with a cache of the same dtype; any page size, page ids outside the pool
  * (NaN rows), a shared page table (page_table_rows), trees and chains, split and unsplit items,
- * PDL. Not yet: an FP8 cache (wgmma takes no MN-major 8-bit B and no mixed types: the producer
- * would dequantize tiles to 16 bits), plans for limits (STEP: the step header's item index and
- * mlav_step_item_fits, as the legal STEP instance), F32 (stays on the FMA path). A caller checks
- * mlav_flash_sm90_supported (cc 9.0, dtypes, shared memory) and launches only step-0 plans
- * without an FP8 cache; mlav_flash_sm90_launch refuses the rest with MLAV_ERR_UNSUPPORTED. */
+ * PDL, plans for one problem and plans for limits (step != 0: the STEP instance, which takes
+ * its item as the legal STEP instance does). Not yet: an FP8 cache (wgmma takes no MN-major
+ * 8-bit B and no mixed types: the producer would dequantize tiles to 16 bits); F32 stays on the
+ * FMA path. A caller checks mlav_flash_sm90_supported (cc 9.0, dtypes, shared memory) and
+ * launches no FP8 cache; mlav_flash_sm90_launch refuses it with MLAV_ERR_UNSUPPORTED. */
 #ifndef MLAV_CUDA_SM90_FLASH_SM90_H
 #define MLAV_CUDA_SM90_FLASH_SM90_H
 
@@ -41,8 +41,9 @@ mlav_status mlav_flash_sm90_supported(mlav_dtype dtype, mlav_dtype kv_dtype,
 mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
                                     const mlav_cuda_device *dev, int *blocks_per_sm);
 
-/* Launch the split kernel then (if any) the combine on `stream`: mlav_flash_launch's contract,
- * for the plans in scope (step 0, no FP8 cache; otherwise MLAV_ERR_UNSUPPORTED). */
+/* Launch the split kernel then (if any) the combine on `stream`: mlav_flash_launch's contract
+ * (`step`: a plan for limits, its grid of fp->n_items blocks running past the step's schedule),
+ * for the plans in scope (no FP8 cache; otherwise MLAV_ERR_UNSUPPORTED). */
 mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp,
                                    const mlav_flash_launch_opts *lo, int step,
                                    cudaStream_t stream);

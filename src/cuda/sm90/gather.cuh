@@ -119,9 +119,9 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const T *kv,
  * memory while the ring holds two in shared memory. Rows past kv_end are not asked for; a page
  * id outside the pool asks for the NaN row. */
 template <typename T>
-__device__ __forceinline__ void prefetch_kv_tile(const T *kv, const int32_t (&pages)[ROWS_PER_THREAD],
-                                                 int j0, int kv_end, const mlav_flash_params &p,
-                                                 int pt)
+__device__ __forceinline__ void prefetch_kv_tile(const T *kv,
+                                                 const int32_t (&pages)[ROWS_PER_THREAD], int j0,
+                                                 int kv_end, const mlav_flash_params &p, int pt)
 {
     if (pt % ROW_LANES != 0)
         return;

@@ -12,8 +12,9 @@
  *        the tensor cores run it under the softmax (consume).
  * The running reference maximum moves only on a rise of more than RESCALE_SLACK, the same in
  * both warpgroups (both decide from the same two shared values); each keeps the row sums of its
- * own keys, met in the epilogue. The epilogue writes what the legal kernel writes (flash/epilogue.cuh): out and lse for
- * an unsplit item, else the fp16 partial scaled per 128 columns by part_scale, with part_lse. */
+ * own keys, met in the epilogue. The epilogue writes what the legal kernel writes
+ * (flash/epilogue.cuh): out and lse for an unsplit item, else the fp16 partial scaled per 128
+ * columns by part_scale, with part_lse. */
 #ifndef MLAV_CUDA_SM90_KERNEL_CUH
 #define MLAV_CUDA_SM90_KERNEL_CUH
 
@@ -21,6 +22,7 @@
 
 #include "../../common/merge.h"
 #include "../../common/visibility.h"
+#include "../flash/features.cuh"
 #include "../mma.cuh"
 #include "../page_row.cuh"
 #include "gather.cuh"
@@ -322,7 +324,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
             for (int j = 0; j < O_REGS / 4; j++)
                 srow[4 * j] = TY::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
         } else {
-            constexpr int SC_J = MLAV_FLASH_SCALE_COLS / 8; /* n8 tiles per part_scale column block */
+            constexpr int SC_J = MLAV_FLASH_SCALE_COLS / 8; /* n8 tiles a part_scale block */
 #pragma unroll
             for (int cb = 0; cb < O_COLS / MLAV_FLASH_SCALE_COLS; cb++) {
                 uint32_t mb = 0;
@@ -365,15 +367,22 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
                 *reinterpret_cast<const uint4 *>(stg + (uint32_t)r * STAGE_STRIDE + lane * 16);
 }
 
-template <typename T>
+/* STEP: the instance of plans for limits, whose fixed grid runs past the step's schedule: a
+ * block takes its item by the legal STEP instance's rule (mlav::flash::step_item_index: the step
+ * header's owner and count, the TPC spread, mlav_step_item_fits) and a block past the step, or
+ * whose item lies outside the plan's limits, exits before anything else. */
+template <typename T, bool STEP>
 __global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash_params p)
 {
+    const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
+    if (STEP && step_ix < 0)
+        return; /* past the step's schedule, or an item past the plan's limits */
     unsigned char *smem = smem_base();
     const uint32_t base = smem_u32(smem);
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + smem90::BAR);
     uint64_t *full = bars, *empty = bars + STAGES, *qbar = bars + 2 * STAGES;
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
-    const mlav_split_item item = p.items[blockIdx.x];
+    const mlav_split_item item = p.items[STEP ? (uint32_t)step_ix : blockIdx.x];
     const int tid = threadIdx.x;
     /* through a shuffle, so that ptxas knows the warpgroup index warp-uniform */
     const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);

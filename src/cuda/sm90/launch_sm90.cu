@@ -7,11 +7,16 @@ static_assert(mlav90::TILE_N == MLAV_FLASH_SM90_TILE_N, "the schedule's tile is 
 
 namespace {
 
-const void *kernel_for(mlav_dtype dtype)
+/* The instance for a dtype (BF16 or F16) and a plan kind (step: a plan for limits). */
+template <typename T> const void *kernel_of(bool step)
 {
-    return dtype == MLAV_DTYPE_BF16
-               ? reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<__nv_bfloat16>)
-               : reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<__half>);
+    return step ? reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<T, true>)
+                : reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<T, false>);
+}
+
+const void *kernel_for(mlav_dtype dtype, bool step)
+{
+    return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(step) : kernel_of<__half>(step);
 }
 
 } // namespace
@@ -42,11 +47,17 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
     mlav_status s = mlav_flash_sm90_supported(dtype, kv_dtype, dev);
     if (s != MLAV_OK)
         return s;
-    const void *f = kernel_for(dtype);
-    MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)mlav90::smem90::BYTES));
-    MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        blocks_per_sm, f, mlav90::THREADS, mlav90::smem90::BYTES));
+    /* both instances (a plan picks one at launch); their resources are the same, and the
+     * schedule is built for the smaller residency */
+    for (int k = 0; k < 2; k++) {
+        const void *f = kernel_for(dtype, k != 0);
+        MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)mlav90::smem90::BYTES));
+        int n = 0;
+        MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, mlav90::THREADS,
+                                                                    mlav90::smem90::BYTES));
+        *blocks_per_sm = k == 0 || n < *blocks_per_sm ? n : *blocks_per_sm;
+    }
     if (*blocks_per_sm < 1)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "flash_sm90 cannot be resident on this device (0 blocks per SM)");
@@ -57,13 +68,13 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
                                    const mlav_flash_launch_opts *lo, int step,
                                    cudaStream_t stream)
 {
-    if (step != 0 || lo->kv_fp8 || (dtype != MLAV_DTYPE_BF16 && dtype != MLAV_DTYPE_F16))
+    if (lo->kv_fp8 || (dtype != MLAV_DTYPE_BF16 && dtype != MLAV_DTYPE_F16))
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
-                              "the sm_90a kernels run BF16 and F16 plans for one problem with a "
-                              "cache of the same dtype");
+                              "the sm_90a kernels run BF16 and F16 plans with a cache of the "
+                              "same dtype");
     if (fp->n_items > 0) {
         void *args[1] = {const_cast<mlav_flash_params *>(fp)};
-        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype), dim3((unsigned)fp->n_items),
+        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, step != 0), dim3((unsigned)fp->n_items),
                                        dim3(mlav90::THREADS), args, mlav90::smem90::BYTES,
                                        stream));
         MLAV_CUDA_TRY(cudaGetLastError());

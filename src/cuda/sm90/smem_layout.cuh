@@ -44,7 +44,7 @@ __host__ __device__ constexpr uint32_t sw128_elem(int r, int col)
 /* Regions, byte offsets from the 1024-byte-aligned base. */
 struct smem90 {
     static constexpr uint32_t Q = 0;
-    static constexpr uint32_t KV = Q + OPERAND_BYTES;           /* stage s: KV + s * OPERAND_BYTES */
+    static constexpr uint32_t KV = Q + OPERAND_BYTES;          /* stage s at KV + s x OPERAND */
     static constexpr uint32_t P = KV + STAGES * OPERAND_BYTES;  /* 64 rows x 64 keys: one block */
     static constexpr uint32_t MAX = P + BLOCK_BYTES;            /* [2 warpgroups][64 rows] fp32 */
     static constexpr uint32_t SUM = MAX + 2 * BM * 4;           /* [2][64] fp32 */

@@ -1,13 +1,17 @@
 /* sm90_timing: the Hopper split kernel (src/cuda/sm90) beside the legal one on the same launch
- * parameters and schedule, at production points: BF16, B {1, 16} x H {8, 16, 64, 128} x q_len
- * {1, 16} x prefix {4096, 32768, 131072}, causal chains, page_size 64 with shuffled pages; and
- * at B {1, 16} x H {8, 128} x q_len 16 x prefix 32768 a random tree mask, and page_size 1 with
- * shuffled rows (the issue's tree-against-chain and page-1-against-64 comparisons). Each family's launch (split kernel and
- * combine) is captured in a CUDA graph and replayed with the L2 flushed before each replay (a
- * read of twice the L2), CUDA events around the replay; median of the replays. It also prints
- * the largest difference between the two families' outputs (relative to the largest |out|) and
- * whether lse agrees, as a sanity check, not a test (tests/test_sm90_gpu holds the kernel to
- * the oracle). Needs a cc 9.0 device; `sm90_timing [reps] [filter-H]`. */
+ * parameters, at production points: BF16, B {1, 16} x H {8, 16, 64, 128} x q_len {1, 16} x
+ * prefix {4096, 32768, 131072}, causal chains, page_size 64 with shuffled pages; and at B {1, 16}
+ * x H {8, 128} x q_len 16 x prefix 32768 a random tree mask, and page_size 1 with shuffled rows
+ * (the issue's tree-against-chain and page-1-against-64 comparisons). Three variants a point:
+ * the legal kernel and the sm90 kernel on the legal schedule, and the sm90 kernel on its own
+ * (splits aligned to 64 keys). Each launch (split kernel and combine) is captured in a CUDA
+ * graph and replayed with the L2 flushed before each replay (a read of twice the L2), CUDA
+ * events around the replay; median of the replays. It also prints the largest difference of
+ * the sm90 outputs from the legal ones (relative to the largest |out|) and whether lse agrees,
+ * as a sanity check, not a test (tests/test_sm90_gpu holds the kernel to the oracle). Needs a
+ * cc 9.0 device; `sm90_timing [reps] [filter-H]`. Built with the tests (it reaches into
+ * src/cuda/sm90 as they do), not run by ctest; `MLAV_FLASH_FAMILY=legal mlaverify bench` gives
+ * the families' A/B through the public API. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -22,14 +26,15 @@
 
 #include "../common/combine_shape.h"
 #include "flash_sm90.h"
-#include "l2_flush.cuh"
+#include "../bench/diag/l2_flush.cuh"
 #include "mlaverify_internal.h"
 
 #define CK(call)                                                                                 \
     do {                                                                                         \
         cudaError_t e_ = (call);                                                                 \
         if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__,         \
+                    __LINE__);                                                                   \
             exit(2);                                                                             \
         }                                                                                        \
     } while (0)
@@ -198,9 +203,9 @@ int main(int argc, char **argv)
         double dmax[NV] = {0, 0, 0}, lmax[NV] = {0, 0, 0}, omax = 0;
         for (int v = 0; v < NV; v++) {
             const int f = v > 0; /* the family */
-            const mlav_schedule_params sp = v == 2
-                                                ? mlav_flash_sm90_schedule_params(dev.sm_count, bps90)
-                                                : mlav_flash_schedule_params(dev.sm_count, bps);
+            const mlav_schedule_params sp =
+                v == 2 ? mlav_flash_sm90_schedule_params(dev.sm_count, bps90)
+                       : mlav_flash_schedule_params(dev.sm_count, bps);
             mlav_schedule sch;
             memset(&sch, 0, sizeof sch);
             MK(mlav_schedule_build(&info, &sp, &sch));

@@ -1,13 +1,14 @@
-/* wgmma_check: the Hopper kernel's shared-memory layouts, descriptors and paged gather on known
+/* test_sm90_layouts_gpu (ctest, GPU): the Hopper kernel's shared-memory layouts, descriptors and paged gather on known
  * random data (sm_90a only). One block of the kernel's shape (a producer warpgroup and two math
  * warpgroups) gathers Q (64 x 576) and one KV tile (64 keys x 576) through a page table with the
- * kernel's loads (gather.cuh) and hand-over (publish_copies, mbarriers), computes S = Q K^T with the kernel's s_tile (m64n32k16,
- * each math warpgroup 32 keys), stores a given P with the kernel's store_p and computes O = P V
- * with its pv_tile (m64n256k16, V read MN-major, each warpgroup 256 columns), and compares S and
- * O with an fp64 host reference: max abs and relative error per product, PASS/FAIL; the exit
- * status is nonzero on any FAIL. Cases: BF16 and F16, page_size 1 (shuffled rows) and 64
- * (shuffled pages), a whole tile and one whose split ends inside it (rows past the end read as
- * zeros). Run: wgmma_check [seed]. */
+ * kernel's loads (gather.cuh) and hand-over (publish_copies, mbarriers), computes S = Q K^T with
+ * the kernel's s_tile (m64n32k16, each math warpgroup 32 keys), stores a given P with the
+ * kernel's store_p and computes O = P V with its pv_tile (m64n256k16, V read MN-major, each
+ * warpgroup 256 columns), and compares S and O with an fp64 host reference: max abs and
+ * relative error per product, PASS/FAIL; the exit status is nonzero on any FAIL. Cases: BF16
+ * and F16, page_size 1 (shuffled rows) and 64 (shuffled pages), a whole tile and one whose split
+ * ends inside it (rows past the end read as zeros). Exits 77 (skipped) without a cc 9.0 device.
+ * Run: test_sm90_layouts_gpu [seed]. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -28,7 +29,8 @@ using namespace mlav90;
     do {                                                                                         \
         cudaError_t e_ = (call);                                                                 \
         if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__,         \
+                    __LINE__);                                                                   \
             exit(2);                                                                             \
         }                                                                                        \
     } while (0)
@@ -306,15 +308,19 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
 int main(int argc, char **argv)
 {
     const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : 0x5eed90a1ull;
-    int dev = 0;
+    int dev = 0, n = 0;
     cudaDeviceProp prop;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("test_sm90_layouts_gpu: no CUDA device, skipped\n");
+        return 77;
+    }
     CK(cudaGetDevice(&dev));
     CK(cudaGetDeviceProperties(&prop, dev));
-    printf("wgmma_check: seed 0x%llx, device %s (cc %d.%d), shared memory %u bytes\n",
+    printf("test_sm90_layouts_gpu: seed 0x%llx, device %s (cc %d.%d), shared memory %u bytes\n",
            (unsigned long long)seed, prop.name, prop.major, prop.minor, (unsigned)smem90::BYTES);
-    if (prop.major != 9) {
-        printf("SKIP: needs a cc 9.0 device (sm_90a code)\n");
-        return 0;
+    if (prop.major != 9 || prop.minor != 0) {
+        printf("skipped: needs a cc 9.0 device (sm_90a code)\n");
+        return 77;
     }
     int fails = 0;
     for (int ps : {1, 64})
