@@ -50,12 +50,12 @@ struct flash_config {
     size_t part_scale_bytes;      /* then part_scale: 16-bit plans only, 0 for F32 */
 };
 
-/* The device, the split kernel's family (the sm_90a one for a plan for one problem where
- * flash_family.h's rule gives it and it runs the dtypes), its residency and the schedule's
- * parameters. `max_q_len` picks the legal kernel's instance: the plan's longest draft, or the
+/* The device, the split kernel's family (the sm_90a one where flash_family.h's rule gives it
+ * for the plan's shape, or the limits', and it runs the dtypes), its residency and the
+ * schedule's parameters. `max_q_len` picks the legal kernel's instance: the plan's longest draft, or the
  * limits'. */
 mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int more_waves,
-                          bool exact, flash_config *c)
+                          flash_config *c)
 {
     if (p->Dl != MLAV_FLASH_DL || p->Dr != MLAV_FLASH_DR)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
@@ -68,8 +68,7 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
     c->kv_fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
     c->family = MLAV_FLASH_FAMILY_LEGAL;
 #ifdef MLAV_WITH_SM90
-    if (exact &&
-        mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
+    if (mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
                                    (int64_t)p->max_q_len * p->H,
                                    p->max_kv_len) == MLAV_FLASH_FAMILY_SM90 &&
         mlav_flash_sm90_supported(p->dtype, p->kv_dtype, &c->dev) == MLAV_OK) {
@@ -79,8 +78,6 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
         c->family = MLAV_FLASH_FAMILY_SM90;
         c->sp = mlav_flash_sm90_schedule_params(c->dev.sm_count, c->blocks_per_sm);
     }
-#else
-    (void)exact;
 #endif
     if (c->family == MLAV_FLASH_FAMILY_LEGAL) {
         s = mlav_flash_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
@@ -291,7 +288,7 @@ void flash_free(void *state)
  * (FLASH_LAUNCH_EXACT). */
 mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t *ws)
 {
-    mlav_status s = config_device(p, p->max_q_len, MLAV_FLASH_MORE_WAVES, true, &st->cfg);
+    mlav_status s = config_device(p, p->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
     if (s != MLAV_OK)
         return s;
     s = mlav_schedule_build(p, &st->cfg.sp, &st->sched);
@@ -376,7 +373,7 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
     st->lim = *lim;
     st->owner = owner;
     st->H = shape->H;
-    mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_MORE_WAVES, false, &st->cfg);
+    mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
     if (s != MLAV_OK)
         return s;
     st->cfg.sp = mlav_step_params(shape->H, lim, st->cfg.sp);
@@ -521,6 +518,10 @@ mlav_status step_run_device(const mlav_problem_info *shape, const void *state,
     fp.step_lim = st->lim;
     fp.step_max_slots = st->bd.max_slots;
     const mlav_flash_launch_opts lo = launch_opts(&st->cfg);
+#ifdef MLAV_WITH_SM90
+    if (st->cfg.family == MLAV_FLASH_FAMILY_SM90)
+        return mlav_flash_sm90_launch(shape->dtype, &fp, &lo, st->cfg.combine_step, stream);
+#endif
     return mlav_flash_launch(shape->dtype, &fp, &lo, st->cfg.combine_step, stream);
 }
 

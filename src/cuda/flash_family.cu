@@ -19,7 +19,7 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
         *w = "MLAV_FLASH_FAMILY=legal";
         return MLAV_FLASH_FAMILY_LEGAL;
     }
-    *w = "cc 9.0; F32, FP8 caches, plans for limits and requests of at most 16 rows below "
+    *w = "cc 9.0; F32, FP8 caches and requests of at most 16 rows below "
          "64k keys run the legal family";
     return MLAV_FLASH_FAMILY_SM90;
 #else

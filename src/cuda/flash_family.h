@@ -15,10 +15,10 @@ typedef enum mlav_flash_family {
 } mlav_flash_family;
 
 /* The family a device of compute capability major.minor gets for the plans the sm_90a family
- * runs (plans for one problem with BF16 or F16 q over a cache of the same dtype): the sm_90a
+ * runs (BF16 or F16 q over a cache of the same dtype): the sm_90a
  * family on cc 9.0 where this library was built with it, unless the environment variable
  * MLAV_FLASH_FAMILY is "legal" (for A/B runs and tests). `why` (may be NULL) gets a sentence
- * that says why. Every other plan (F32, an FP8 cache, plans for limits) runs the legal family. */
+ * that says why. Every other plan (F32, an FP8 cache) runs the legal family. */
 mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **why);
 
 /* The family a plan for one problem gets: mlav_flash_family_of's, except where the legal family
