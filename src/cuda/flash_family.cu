@@ -19,7 +19,7 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
         *w = "MLAV_FLASH_FAMILY=legal";
         return MLAV_FLASH_FAMILY_LEGAL;
     }
-    *w = "cc 9.0; F32, FP8 caches and requests of at most 16 rows below "
+    *w = "cc 9.0; F32, FP8 caches and requests of at most 32 rows below "
          "64k keys run the legal family";
     return MLAV_FLASH_FAMILY_SM90;
 #else
@@ -35,8 +35,8 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
                                              int64_t max_kv_len)
 {
     const mlav_flash_family f = mlav_flash_family_of(cc_major, cc_minor, NULL);
-    if (f == MLAV_FLASH_FAMILY_SM90 && rows_per_request <= 16 && max_kv_len < 65536)
-        return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile a quarter full, a few tiles a split */
+    if (f == MLAV_FLASH_FAMILY_SM90 && rows_per_request <= 32 && max_kv_len < 65536)
+        return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile at most half full, a few tiles a split */
     return f;
 }
 

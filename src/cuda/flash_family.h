@@ -22,7 +22,7 @@ typedef enum mlav_flash_family {
 mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **why);
 
 /* The family a plan for one problem gets: mlav_flash_family_of's, except where the legal family
- * measured faster on the H200, requests of at most 16 folded rows (max_q_len x H) whose longest
+ * measured faster on the H200, requests of at most 32 folded rows (max_q_len x H) whose longest
  * kv_len is below 65,536 (docs/PERFORMANCE.md#hopper). */
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
                                              int64_t max_kv_len);
