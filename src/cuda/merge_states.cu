@@ -75,6 +75,9 @@ template <int DT> __global__ void __launch_bounds__(THREADS) merge_kernel(const 
         __syncthreads();
         if (tid == 0) {
             float sum = 0.0f;
+            /* one weight at a time: unrolled, the loop read s_w three floats at once past the
+             * end of a smaller allocation (compute-sanitizer memcheck) */
+#pragma unroll 1
             for (int i = 0; i < n; i++)
                 sum = __fadd_rn(sum, s_w[i]);
             s_sum = sum;
@@ -152,7 +155,9 @@ extern "C" mlav_status mlav_cuda_merge_states(const char *fn, const mlav_merge_j
     if (job->rows == 0)
         return MLAV_OK;
     const unsigned grid = (unsigned)(job->rows < MAX_BLOCKS ? job->rows : MAX_BLOCKS);
-    const size_t smem = sizeof(float) * (size_t)job->n; /* <= 16 KiB: no opt-in needed */
+    /* <= 16 KiB: no opt-in needed; whole 16-byte words, so that no vector access of the last
+     * weights reads past the allocation */
+    const size_t smem = (sizeof(float) * (size_t)job->n + 15) & ~(size_t)15;
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (job->dtype) {
     case MLAV_DTYPE_F32:
