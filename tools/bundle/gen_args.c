@@ -169,7 +169,7 @@ mlav_status mlav_gen_parse_args(int argc, char **argv, mlav_gen_params *p, const
             ok = mlav_dtype_parse(v, &qd) == MLAV_OK && qd != MLAV_DTYPE_FP8_E4M3;
             if (ok)
                 p->dtype = qd;
-            want = "bf16, f16 or f32 (or an alias of mlav_dtype_alias)";
+            want = "bf16, f16 or f32";
         } else if (!strcmp(a, "--kv-dtype")) {
             shaped = 1;
             kv_name = v;
