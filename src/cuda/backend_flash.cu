@@ -52,8 +52,8 @@ struct flash_config {
 
 /* The device, the split kernel's family (the sm_90a one where flash_family.h's rule gives it
  * for the plan's shape, or the limits', and it runs the dtypes), its residency and the
- * schedule's parameters. `max_q_len` picks the legal kernel's instance: the plan's longest draft, or the
- * limits'. */
+ * schedule's parameters. `max_q_len` picks the legal kernel's instance: the plan's longest
+ * draft, or the limits'. */
 mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int more_waves,
                           flash_config *c)
 {

@@ -63,7 +63,8 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
     const float kv_scale = FP8 ? mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale) : 1.0f;
     /* FP8: the output takes 1 / l x the scale's mantissa, then its power of two on its own
      * (kv_scale.cuh); a split's partial state without the power, which the combine applies */
-    const mlav::out_scale kv_out = FP8 ? mlav::out_scale_of(kv_scale) : mlav::out_scale{1.0f, 1.0f, 0};
+    const mlav::out_scale kv_out =
+        FP8 ? mlav::out_scale_of(kv_scale) : mlav::out_scale{1.0f, 1.0f, 0};
     const float kv_mant = kv_out.mant, kv_pow = kv_out.pw;
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, b);
