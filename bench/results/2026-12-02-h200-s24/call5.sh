@@ -39,8 +39,8 @@ join -t, <(awk -F, "$key" build-f/fam-legal.csv | sort) <(awk -F, "$key" build-f
   sort -k1,1n -k2,2n -k3,3n -k4,4n > build-f/family-ab.txt
 { echo "exact plans: batch heads q_len prefix page legal_us sm90_us legal/sm90"; cat build-f/family-ab.txt
   awk '{l+=log($8); n++} END {printf "exact: geomean legal/sm90 %.3f over %d points\n", exp(l/n), n}' build-f/family-ab.txt
-  echo "engine rows: sm90 / legal (variants-cmp.py, base = legal)"
-  python3 bench/results/2026-12-02-h200-s24/variants-cmp.py build-f/fam-legal-engine.csv build-f/fam-sm90-engine.csv sm90; } > $OUT/family.txt
+  echo "engine rows: sm90 / legal (bench/diag/engine_cmp.py, base = legal)"
+  python3 bench/diag/engine_cmp.py build-f/fam-legal-engine.csv build-f/fam-sm90-engine.csv sm90; } > $OUT/family.txt
 grep -E "geomean|SUMMARY" $OUT/family.txt
 el "sanitizers (left $(left)s)"
 if [ $(left) -gt 60 ]; then

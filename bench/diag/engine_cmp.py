@@ -1,5 +1,11 @@
 #!/usr/bin/env python3
-"""Engine rows of a variant against the base: step_us and run_us ratios per point, and a summary."""
+"""Two `mlaverify bench --engine-csv` files point by point: the variant's exact_us, step_us and
+run_us over the base's, and their range and geomean. bench/ab.sh's engine table compares two
+builds; this compares any two runs of one build too (e.g. the kernel families, run once with
+MLAV_FLASH_FAMILY=legal).
+
+    bench/diag/engine_cmp.py BASE.csv VARIANT.csv NAME
+"""
 import csv, math, sys
 def rows(path):
     d = {}
@@ -8,6 +14,8 @@ def rows(path):
             k = (r['batch'], r['heads'], r['q_len'], r['prefix'], r['page_size'], r.get('kv_dtype', r['dtype']))
             d[k] = (float(r['exact_us']), float(r['step_us']), float(r['run_us']))
     return d
+if len(sys.argv) != 4:
+    sys.exit(__doc__)
 base, var = rows(sys.argv[1]), rows(sys.argv[2])
 name = sys.argv[3]
 rs, rr, re_ = [], [], []

@@ -1,1 +1,0 @@
-s/COMPILE_OPTIONS "-Xptxas=--register-usage-level=10"/COMPILE_OPTIONS ""/
