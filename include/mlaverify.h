@@ -407,6 +407,32 @@ MLAV_API mlav_status mlav_merge_state_in_place(mlav_memory memory, mlav_dtype dt
                                                const void *other_out, const float *other_lse,
                                                void *stream);
 
+/* Context-parallel verify across GPUs: each of R ranks verifies the KV rows it holds and gets a
+ * partial state per row (out, lse); the exchange below gives every rank the merged state, the
+ * verify of the whole cache. */
+
+/** Whether this library was built with NCCL (mlav_cp_merge_states). */
+MLAV_API int mlav_nccl_compiled(void);
+
+/** Collective over the R ranks of an NCCL communicator `comm` (an ncclComm_t): every rank passes
+ *  its partial state, out_local [rows, dim] dtype and lse_local [rows] float32, and receives the
+ *  merged state of all R in out [rows, dim] dtype and lse [rows] float32 (or NULL: not written).
+ *  gathered_out [R, rows, dim] dtype and gathered_lse [R, rows] float32 are the caller's
+ *  scratch (an all-gather of the states lands there, then the merge of
+ *  mlav_merge_states_stacked runs on it, with its NaN and empty-state rules). Every pointer is
+ *  device memory of the current device, which must be the communicator's. Asynchronous on
+ *  `stream`, allocates nothing, capturable in a CUDA graph as NCCL's collectives are. Every rank
+ *  must call it with the same dtype, rows and dim (NCCL cannot check that: a mismatch hangs or
+ *  corrupts, as with any collective). out may be exactly out_local and lse exactly lse_local;
+ *  any other overlap between the six buffers is refused.
+ *  Returns MLAV_OK, MLAV_ERR_INVALID_ARG, MLAV_ERR_UNSUPPORTED (built without NCCL or CUDA),
+ *  MLAV_ERR_NO_DEVICE, MLAV_ERR_CUDA (a CUDA or NCCL call failed; the sentence names it). */
+MLAV_API mlav_status mlav_cp_merge_states(void *comm, mlav_dtype dtype, int64_t rows,
+                                          int32_t dim, const void *out_local,
+                                          const float *lse_local, void *gathered_out,
+                                          float *gathered_lse, void *out, float *lse,
+                                          void *stream);
+
 /** Words per mask row for a request batch whose longest draft has max_q_len nodes. */
 MLAV_API int32_t mlav_tree_mask_words(int32_t max_q_len);
 

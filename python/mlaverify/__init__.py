@@ -23,7 +23,7 @@ from .api import (BACKENDS, DTYPES, Context, Plan, Problem, backend_compiled,
 from .bundle import capture_bundle, check_bundle, complete_bundle, read_bundle, write_bundle
 from .errors import (CudaError, InvalidArgumentError, MlavError, NoDeviceError,
                      OutOfMemoryError, StepStatusError, UnsupportedError, WorkspaceError)
-from .merge import merge_state, merge_states
+from .merge import cp_merge_states, merge_state, merge_states
 from .tree import (accept_greedy, pack_mask, parents_from_tree_mask, tree_mask_from_parents,
                    unpack_mask)
 from .steps import StepPlan
@@ -36,7 +36,7 @@ __all__ = [
     "dtype_name", "tree_mask_words", "verify", "version", "capture_bundle", "check_bundle",
     "complete_bundle", "read_bundle", "write_bundle", "CudaError", "InvalidArgumentError",
     "MlavError", "NoDeviceError", "OutOfMemoryError", "UnsupportedError", "WorkspaceError",
-    "accept_greedy", "merge_state", "merge_states", "pack_mask", "parents_from_tree_mask",
+    "accept_greedy", "cp_merge_states", "merge_state", "merge_states", "pack_mask", "parents_from_tree_mask",
     "tree_mask_from_parents", "unpack_mask", "StepPlan", "StepStatusError",
     "LibraryNotFoundError",
 ]

@@ -142,3 +142,48 @@ def merge_state(out: Any, lse: Any, other_out: Any, other_lse: Any,
     _call(device, "mlav_merge_state_in_place", DTYPES[d], rows, c_int("dim", a.shape[-1]),
           a.ptr, al.ptr, b.ptr, bl.ptr)
     return out, lse
+
+
+def cp_merge_states(out: Any, lse: Any, group: Any = None, gathered: Any = None,
+                    merged_out: Any = None, merged_lse: Any = None) -> Tuple[Any, Any]:
+    """Context-parallel verify's exchange over a torch.distributed process group: each rank
+    gives the partial state of the KV rows it holds, out [..., dim] and lse [...] float32 (a
+    sharded plan's outputs), and every rank receives the merged state, the verify of the whole
+    cache. An all-gather of the states, then merge_states on the gathered [R, ...] stacks.
+
+    group       the process group (default: the world); NCCL for CUDA tensors, gloo for CPU
+    gathered    optional scratch (outs [R, ..., dim] like out, lses [R, ...] float32), so that
+                nothing is allocated (a captured CUDA graph needs that)
+    merged_out, merged_lse   optional outputs (may be out and lse themselves)
+    Returns (merged_out, merged_lse). The C library's own NCCL exchange is
+    mlav_cp_merge_states (an ncclComm_t). Every rank must call it with the same shapes.
+    """
+    torch = torch_module()
+    if torch is None or not is_torch(out) or not is_torch(lse):
+        raise invalid("cp_merge_states exchanges torch tensors over torch.distributed")
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        raise invalid("cp_merge_states needs an initialized torch.distributed process group")
+    ranks = dist.get_world_size(group)
+    if gathered is None:
+        g_out = out.new_empty((ranks,) + tuple(out.shape))
+        g_lse = lse.new_empty((ranks,) + tuple(lse.shape))
+    else:
+        g_out, g_lse = gathered
+        if tuple(g_out.shape) != (ranks,) + tuple(out.shape) or g_out.dtype != out.dtype:
+            raise invalid("gathered[0] is %s %s; the stack of %d states of out is %s %s"
+                          % (g_out.dtype, list(g_out.shape), ranks, out.dtype,
+                             [ranks] + list(out.shape)))
+        if tuple(g_lse.shape) != (ranks,) + tuple(lse.shape) or g_lse.dtype != torch.float32:
+            raise invalid("gathered[1] is %s %s; the stack of %d lse is float32 %s"
+                          % (g_lse.dtype, list(g_lse.shape), ranks, [ranks] + list(lse.shape)))
+    # an all-gather copies: the states travel as bytes, so every dtype goes (gloo has no bf16)
+    o, s = out.contiguous().view(torch.uint8), lse.contiguous().view(torch.uint8)
+    go, gs = g_out.view(torch.uint8), g_lse.view(torch.uint8)
+    if dist.get_backend(group) == "nccl":
+        dist.all_gather_into_tensor(go, o, group=group)
+        dist.all_gather_into_tensor(gs, s, group=group)
+    else:  # gloo and others: a list of views of the stacks, written in place
+        dist.all_gather(list(go.unbind(0)), o, group=group)
+        dist.all_gather(list(gs.unbind(0)), s, group=group)
+    return merge_states(g_out, g_lse, out=merged_out, lse=merged_lse)

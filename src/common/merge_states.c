@@ -283,3 +283,81 @@ mlav_status mlav_merge_state_in_place(mlav_memory memory, mlav_dtype dtype, int6
     const float *pl[2] = {lse, other_lse};
     return merge_host(2, rows, dim, dtype, po, pl, out, lse);
 }
+
+int mlav_nccl_compiled(void)
+{
+#if defined(MLAV_WITH_NCCL) && defined(MLAV_WITH_CUDA)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+mlav_status mlav_cp_merge_states(void *comm, mlav_dtype dtype, int64_t rows, int32_t dim,
+                                 const void *out_local, const float *lse_local,
+                                 void *gathered_out, float *gathered_lse, void *out, float *lse,
+                                 void *stream)
+{
+    static const char fn[] = "mlav_cp_merge_states";
+#if defined(MLAV_WITH_NCCL) && defined(MLAV_WITH_CUDA)
+    if (!comm)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "%s: comm is NULL", fn);
+    int ranks = 0;
+    mlav_status st = mlav_nccl_ranks(fn, comm, &ranks);
+    size_t es = 1, ob = 0, lb = 0;
+    if (st == MLAV_OK)
+        st = check_shape(fn, dtype, ranks, rows, dim, &es, &ob, &lb);
+    if (st != MLAV_OK)
+        return st;
+    if ((st = check_pointer(fn, out_local, "out_local", es)) != MLAV_OK ||
+        (st = check_pointer(fn, lse_local, "lse_local", 4)) != MLAV_OK ||
+        (st = check_pointer(fn, gathered_out, "gathered_out", es)) != MLAV_OK ||
+        (st = check_pointer(fn, gathered_lse, "gathered_lse", 4)) != MLAV_OK ||
+        (st = check_pointer(fn, out, "out", es)) != MLAV_OK ||
+        (lse && (st = check_pointer(fn, lse, "lse", 4)) != MLAV_OK))
+        return st;
+    const span sol = span_of("out_local", out_local, ob), sll = span_of("lse_local", lse_local, lb);
+    const span sgo = span_of("gathered_out", gathered_out, ob * (size_t)ranks);
+    const span sgl = span_of("gathered_lse", gathered_lse, lb * (size_t)ranks);
+    const span so = span_of("out", out, ob), sl = span_of("lse", lse, lse ? lb : 0);
+    /* the all-gather writes the scratch while it reads the local state; the merge then reads only
+     * the scratch, so out may be the local state itself */
+    if ((st = check_apart(fn, sgo, sol, 0)) != MLAV_OK ||
+        (st = check_apart(fn, sgo, sll, 0)) != MLAV_OK ||
+        (st = check_apart(fn, sgo, sgl, 0)) != MLAV_OK ||
+        (st = check_apart(fn, sgl, sol, 0)) != MLAV_OK ||
+        (st = check_apart(fn, sgl, sll, 0)) != MLAV_OK ||
+        (st = check_apart(fn, so, sgo, 0)) != MLAV_OK ||
+        (st = check_apart(fn, so, sgl, 0)) != MLAV_OK ||
+        (st = check_apart(fn, sl, sgo, 0)) != MLAV_OK ||
+        (st = check_apart(fn, sl, sgl, 0)) != MLAV_OK ||
+        (st = check_apart(fn, so, sol, 1)) != MLAV_OK ||
+        (st = check_apart(fn, so, sll, 0)) != MLAV_OK ||
+        (st = check_apart(fn, sl, sll, 1)) != MLAV_OK ||
+        (st = check_apart(fn, sl, sol, 0)) != MLAV_OK || (st = check_apart(fn, so, sl, 0)) != MLAV_OK)
+        return st;
+    const void *ptrs[6] = {out_local, lse_local, gathered_out, gathered_lse, out, lse};
+    const char *names[6] = {"out_local", "lse_local", "gathered_out", "gathered_lse", "out", "lse"};
+    if ((st = mlav_cuda_check_device_pointers(fn, ptrs, names, lse ? 6 : 5)) != MLAV_OK)
+        return st;
+    if (rows == 0)
+        return MLAV_OK;
+    if ((st = mlav_nccl_gather_states(fn, comm, ob, out_local, gathered_out, lb, lse_local,
+                                      gathered_lse, stream)) != MLAV_OK)
+        return st;
+    const mlav_merge_job job = {dtype,        ranks,
+                                rows,         dim,
+                                gathered_out, (const char *)gathered_out + ob,
+                                ob / es,      gathered_lse,
+                                gathered_lse + rows, (size_t)rows,
+                                out,          lse};
+    return merge_device(fn, &job, NULL, NULL, 0, stream);
+#else
+    (void)comm, (void)dtype, (void)rows, (void)dim, (void)out_local, (void)lse_local;
+    (void)gathered_out, (void)gathered_lse, (void)out, (void)lse, (void)stream;
+    return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                          "%s: this library was built without NCCL (configure it with CUDA and "
+                          "MLAV_NCCL=ON, NCCL_ROOT naming where nccl.h and libnccl are)",
+                          fn);
+#endif
+}

@@ -36,6 +36,19 @@ mlav_status mlav_cuda_merge_states(const char *fn, const mlav_merge_job *job,
                                    const void *const *pointers, const char *const *names,
                                    int num_pointers, void *stream);
 
+/* Check that each named pointer is memory of the current device (merge_states.cu). */
+mlav_status mlav_cuda_check_device_pointers(const char *fn, const void *const *pointers,
+                                            const char *const *names, int num_pointers);
+
+/* The exchange of mlav_cp_merge_states (src/nccl/, defined only in a build with NCCL): the
+ * communicator's rank count in *ranks, after checking that its device is the current one; and
+ * the all-gathers of the R ranks' states, o_bytes of o and l_bytes of l from each rank, queued on
+ * `stream` as one NCCL group. Status and a sentence that starts with `fn` on failure. */
+mlav_status mlav_nccl_ranks(const char *fn, void *comm, int *ranks);
+mlav_status mlav_nccl_gather_states(const char *fn, void *comm, size_t o_bytes, const void *o,
+                                    void *gathered_o, size_t l_bytes, const float *l,
+                                    float *gathered_l, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

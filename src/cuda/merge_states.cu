@@ -133,10 +133,10 @@ mlav_status check_device_pointer(const char *fn, const void *ptr, const char *na
 
 } // namespace
 
-extern "C" mlav_status mlav_cuda_merge_states(const char *fn, const mlav_merge_job *job,
-                                              const void *const *pointers,
-                                              const char *const *names, int num_pointers,
-                                              void *stream)
+extern "C" mlav_status mlav_cuda_check_device_pointers(const char *fn,
+                                                       const void *const *pointers,
+                                                       const char *const *names,
+                                                       int num_pointers)
 {
     int device = -1;
     const cudaError_t e = cudaGetDevice(&device);
@@ -149,6 +149,20 @@ extern "C" mlav_status mlav_cuda_merge_states(const char *fn, const mlav_merge_j
         return mlav_cuda_error(e, "cudaGetDevice", __FILE__, __LINE__);
     for (int k = 0; k < num_pointers; k++) {
         const mlav_status st = check_device_pointer(fn, pointers[k], names[k], device);
+        if (st != MLAV_OK)
+            return st;
+    }
+    return MLAV_OK;
+}
+
+/* num_pointers 0: the caller checked them (mlav_cp_merge_states, before its exchange) */
+extern "C" mlav_status mlav_cuda_merge_states(const char *fn, const mlav_merge_job *job,
+                                              const void *const *pointers,
+                                              const char *const *names, int num_pointers,
+                                              void *stream)
+{
+    if (num_pointers > 0) {
+        const mlav_status st = mlav_cuda_check_device_pointers(fn, pointers, names, num_pointers);
         if (st != MLAV_OK)
             return st;
     }
