@@ -1,6 +1,8 @@
 /* The producer warpgroup's loads: Q once per block and the paged KV tiles, 16-byte cp.async
  * copies into the swizzled layout (smem_layout.cuh), published by the copying threads themselves
- * (publish_copies, sync.cuh); and the sanitizing pass that tiles with hidden keys need before P V.
+ * (publish_copies, sync.cuh); an FP8 cache's tiles copied raw and converted to F16 in place, and
+ * BF16 q over it converted to F16 (below); and the sanitizing pass that tiles with hidden keys
+ * need before P V.
  *
  * Eight neighbouring producer threads share a row, each copying every eighth 16-byte chunk of it
  * (9 of 72, one per 128-byte column block), so a warp's copy instruction moves 4 whole rows' 128
