@@ -96,12 +96,10 @@ __device__ __forceinline__ void q_fragments(uint32_t (&qf)[Tr::MT][Tr::KSTEPS][4
  * rows QPS8 apart) from BF16 to F16, times 2^-shift, so that the block's largest |q| lands in
  * [2^14, 2^15) (F16 ends at 65504, BF16 at 3.4e38); returns 2^shift, which the scores take back
  * before the score scale (two multiplies, not one folded factor, so that no input makes the
- * factor overflow where the scores do not: kv_scale.cuh, fp8_score_factors). Exact for every element down to 2^-28 of the block's
- * largest (a normal F16 holds BF16's 8 significant bits); smaller ones round as F16 subnormals,
- * far below the rounding of the dot product they enter. The largest is taken over finite values;
- * Inf and NaN convert as themselves. `red`: 16 words of shared scratch. Two __syncthreads (three
- * with Inf or NaN in Q): the maximum, and the rope chunks, which every thread converts in place
- * for the whole block. */
+ * factor overflow where the scores do not: kv_scale.cuh, fp8_score_factors). The rule and its
+ * exactness: q_to_f16.cuh. The largest is taken over finite values; Inf and NaN convert as
+ * themselves. `red`: 16 words of shared scratch. Two __syncthreads (three with Inf or NaN in Q):
+ * the maximum, and the rope chunks, which every thread converts in place for the whole block. */
 template <typename Tr>
 __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[Tr::MT][Tr::KSTEPS][4], __half *sQ,
                                           uint32_t *red, int tid, int warp, int lane)
