@@ -1,6 +1,7 @@
 /* The Hopper (sm_90a) split kernel against the fp64 oracle, beside the legal split kernel on the
  * same launch parameters: random problems (H in {8, 16, 64, 128}, q_len 1..16, chains and trees,
- * prefixes up to 32k, page_size 1 and 64, BF16 and F16, NaN-poisoned unused pages), whose
+ * prefixes up to 32k, page_size 1 and 64, BF16 and F16 q over a cache of their dtype or FP8
+ * E4M3 with its scale as a host value or a device pointer, NaN-poisoned unused pages), whose
  * schedules hold split items (a partial state merged by the combine) and unsplit ones (out and
  * lse written by the split kernel). Both families run through mlav_flash_params built here the
  * way the cuda backend builds them (src/cuda/backend_flash.cu), with the schedule of
@@ -83,8 +84,10 @@ size_t align256(size_t n)
  * a plan for limits on the same schedule, as the device scheduler would lay it out: a step
  * header before the items (owner, counts, the combine's kind and column blocks), limits that
  * hold the problem, and grids past the step's items and combine blocks, whose extra blocks
- * must run nothing (the STEP instances and the step combine). */
-enum run_flags { ROWS_NONE = 0, ROWS_SHARED = 1, STEP_LAUNCH = 2 };
+ * must run nothing (the STEP instances and the step combine). An FP8 cache's scale: the host
+ * value (mlav_flash_params.kv_scale), or (SCALE_DEVICE) the same value through kv_scale_ptr
+ * with the host value 0, or (SCALE_NAN) a NaN through kv_scale_ptr. */
+enum run_flags { ROWS_NONE = 0, ROWS_SHARED = 1, STEP_LAUNCH = 2, SCALE_DEVICE = 4, SCALE_NAN = 8 };
 typedef int rows_mode;
 
 /* Run one family (sm90 or legal) on problem `p` with schedule `sch` and compare. */
@@ -93,8 +96,9 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
 {
     const size_t esz = 2;
     const int W = MLAV_FLASH_W;
+    const int fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
     void *dq = dcopy(p->q, p->q_elems * esz);
-    void *dkv = dcopy(p->kv, p->kv_elems * esz);
+    void *dkv = dcopy(p->kv, p->kv_elems * p->kv_esz);
     const size_t mp = (size_t)info->max_pages;
     int32_t *dpt = NULL, *drows = NULL;
     if (!(rows & ROWS_SHARED)) {
@@ -126,8 +130,8 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     TU_CK(cudaMemset(dlse, 0xff, p->lse_elems * sizeof(float)));
     /* the NaN row and the row of bad page ids */
     uint16_t nan_row[MLAV_FLASH_W];
-    for (int i = 0; i < W; i++)
-        nan_row[i] = p->c.dtype == MLAV_DTYPE_F16 ? 0x7e00 : 0x7fc0;
+    for (int i = 0; i < W; i++) /* FP8: its first W bytes, e4m3fn NaN */
+        nan_row[i] = fp8 ? 0x7f7f : p->c.dtype == MLAV_DTYPE_F16 ? 0x7e00 : 0x7fc0;
     void *dnan = dcopy(nan_row, sizeof nan_row);
     int32_t *dbad = (int32_t *)dalloc(sizeof(int32_t) * (size_t)info->max_pages);
     TU_CK(cudaMemset(dbad, 0xff, sizeof(int32_t) * (size_t)info->max_pages));
@@ -201,12 +205,20 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     fp.bad_pages = dbad;
     fp.num_pages = p->num_pages;
     fp.scale_log2 = info->scale * MLAV_LOG2E;
-    fp.kv_scale = 1.0f;
+    fp.kv_scale = fp8 ? p->kv_scale : 1.0f;
+    float *dscale = NULL;
+    if (fp8 && (rows & (SCALE_DEVICE | SCALE_NAN))) {
+        const float v = (rows & SCALE_NAN) ? NAN : p->kv_scale;
+        dscale = (float *)dcopy(&v, sizeof v);
+        fp.kv_scale_ptr = dscale;
+        fp.kv_scale = 0.0f; /* the pointer's value is the one read */
+    }
     fp.combine_col_blocks = col_blocks;
     mlav_flash_launch_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.all_groups = mlav_flash_all_groups(info->max_q_len, info->H);
     lo.combine_kind = combine_kind;
+    lo.kv_fp8 = fp8;
     if (step) {
         fp.step_owner = owner;
         fp.step_lim.max_batch = info->B;
@@ -233,11 +245,14 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     TU_CK(cudaMemcpy(p->lse, dlse, p->lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
     char msg[512];
     const int ok = tu_compare(p, tu_out_tol(p->c.dtype), tu_lse_tol(p->c.dtype), msg, sizeof msg);
-    printf("  %-5s %s%s%s: items %d (combine %d, max splits %d): %s %s\n",
+    printf("  %-5s %s%s%s%s: items %d (combine %d, max splits %d): %s %s\n",
            sm90 ? "sm90" : "legal", name, (rows & ROWS_SHARED) ? ",rows" : "",
-           step ? ",step" : "", sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL", msg);
+           step ? ",step" : "",
+           (rows & SCALE_NAN) ? ",kv_scale_ptr NaN" : (rows & SCALE_DEVICE) ? ",kv_scale_ptr" : "",
+           sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL", msg);
     fflush(stdout);
-    void *bufs[] = {dq, dkv, dpt, drows, dmask, dout, dlse, dnan, dbad, ws, ditems_alloc, dcomb};
+    void *bufs[] = {dq,  dkv, dpt, drows,       dmask, dout,  dlse,
+                    dnan, dbad, ws, ditems_alloc, dcomb, dscale};
     for (void *b : bufs)
         if (b)
             TU_CK(cudaFree(b));
@@ -356,7 +371,8 @@ tu_case make_case(int H, int ps, mlav_dtype dt, tu_tree tr, int n, const int *q_
 /* A NaN in a draft row's values (c_kv) reaches exactly the rows whose tree mask sees that row:
  * a hidden key's P = 0 times NaN on the tensor cores would be NaN, so the kernel sanitizes V
  * on such tiles (sanitize_v); the oracle says which rows are NaN and tu_compare requires the
- * NaN positions to match. Draft lengths 9 and 33 (two mask words). */
+ * NaN positions to match. Draft lengths 9 and 33 (two mask words); BF16 and F16 q, over a cache
+ * of their dtype and over an FP8 one (an e4m3 NaN converts to an F16 NaN in the stage). */
 void test_sm90_nonfinite_hidden_draft(void **state)
 {
     (void)state;
@@ -364,10 +380,11 @@ void test_sm90_nonfinite_hidden_draft(void **state)
         skip();
     const mlav_cuda_device dev = device_or_fail();
     const uint64_t seed = tu_seed();
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         const int q_lens[2] = {9, 33}, prefixes[2] = {300, 1000};
-        tu_case c = make_case(8, 1, k ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16, TU_BUSHY, 2, q_lens,
+        tu_case c = make_case(8, 1, k % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16, TU_BUSHY, 2, q_lens,
                               prefixes, seed + k);
+        c.kv_dtype = k >= 2 ? MLAV_DTYPE_FP8_E4M3 : (mlav_dtype)0;
         tu_problem *p = tu_make(&c);
         /* request 0: draft node 3, column 7; request 1: draft node 20, column 300 */
         const int32_t bad_node[2] = {3, 20}, bad_col[2] = {7, 300};
@@ -377,7 +394,7 @@ void test_sm90_nonfinite_hidden_draft(void **state)
                 (size_t)p->page_table[(size_t)b * (size_t)p->prob.max_pages + (size_t)(j / ps)] *
                     (size_t)ps +
                 (size_t)(j % ps);
-            mlav_store_from_f32(p->kv, (int)c.dtype,
+            mlav_store_from_f32(p->kv, (int)p->kv_dtype,
                                 row * (size_t)(c.Dl + c.Dr) + (size_t)bad_col[b], NAN);
         }
         tu_reference(p);
@@ -435,14 +452,15 @@ void test_sm90_extreme_magnitudes(void **state)
 
 /* Page ids outside the pool (one past it, and negative) in a prefix page of requests 0 and 2:
  * every row of both sees those keys, which read as NaN rows, so their out and lse are NaN
- * (tu_compare requires the NaN positions to match); request 1 is untouched. */
+ * (tu_compare requires the NaN positions to match); request 1 is untouched. BF16 and F16 q, over
+ * a cache of their dtype and over an FP8 one (whose NaN row is e4m3 NaN bytes). */
 void test_sm90_bad_page_ids(void **state)
 {
     (void)state;
     if (!g_have_device)
         skip();
     const mlav_cuda_device dev = device_or_fail();
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         tu_case c;
         memset(&c, 0, sizeof c);
         c.H = 8;
@@ -450,7 +468,8 @@ void test_sm90_bad_page_ids(void **state)
         c.Dr = MLAV_FLASH_DR;
         c.page_size = 16;
         c.B = 3;
-        c.dtype = k ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.dtype = k % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.kv_dtype = k >= 2 ? MLAV_DTYPE_FP8_E4M3 : (mlav_dtype)0;
         c.tree = TU_BUSHY;
         c.seed = tu_seed();
         const int q_lens[3] = {9, 9, 9}, prefixes[3] = {40, 300, 40};
@@ -476,6 +495,115 @@ void test_sm90_bad_page_ids(void **state)
     }
 }
 
+/* An FP8 E4M3 cache, random problems as test_sm90_random's (H 8..128, q_len 1..16, chains and
+ * trees, page_size 1 and 64, one long request with split items or a few short ones, shared page
+ * tables, plans for limits), BF16 and F16 q, kv_scale drawn from the seed (log-uniform in
+ * [2^-6, 2^2]), every other case through kv_scale_ptr. */
+void test_sm90_fp8_random(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    uint64_t seed = tu_seed();
+    printf("test_sm90_fp8_random: seed 0x%llx (MLAV_TEST_SEED to repeat)\n",
+           (unsigned long long)seed);
+    uint64_t st = seed;
+    const int heads[4] = {8, 16, 64, 128};
+    const int cases = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 24;
+    for (int k = 0; k < cases; k++) {
+        tu_case c;
+        memset(&c, 0, sizeof c);
+        c.H = heads[k % 4];
+        c.Dl = MLAV_FLASH_DL;
+        c.Dr = MLAV_FLASH_DR;
+        c.page_size = (k / 4) % 2 ? 64 : 1;
+        c.dtype = (k / 8) % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+        c.tree = (tu_tree)(tu_next(&st) % 4);
+        c.seed = tu_next(&st);
+        const int long_one = (k + k / 4) % 2 == 0;
+        c.B = long_one ? 1 : 1 + (int)(tu_next(&st) % 4);
+        for (int b = 0; b < c.B; b++) {
+            c.q_lens[b] = 1 + (int)(tu_next(&st) % 16);
+            c.prefixes[b] = long_one ? 1024 + (int)(tu_next(&st) % 31744)
+                                     : (int)(tu_next(&st) % 700);
+        }
+        run_case(&c, &dev,
+                 (k % 3 == 2 ? ROWS_SHARED : ROWS_NONE) | (k % 4 == 1 ? STEP_LAUNCH : 0) |
+                     (k % 2 ? SCALE_DEVICE : 0));
+    }
+}
+
+/* An FP8 cache's scale at 1 and at the ends of its range, each with q scaled the other way
+ * (tu_scale_magnitudes: the scores stay those of the scale drawn, out moves with the scale):
+ * BF16 q, kv_scale 2^-120 under q near 2^120 (a dot product of q and the bytes alone is past
+ * fp32's range: Q goes to F16 times 2^-shift, and the scores take 2^shift back with the scale
+ * in two factors, fp8_score_factors; a split's partial state holds the scale's power of two in
+ * part_scale only down to 2^-126, fp8_part_scale) and 2^100 under q near 2^-100; F16 q (whose
+ * range ends near 2^16), 2^-8 and 2^8. A short problem of unsplit items and a long one of split
+ * items, page_size 1 and 64, a plan for one problem and the step of a plan for limits, the scale
+ * as a host value and through kv_scale_ptr. */
+void test_sm90_fp8_scale_extremes(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed();
+    printf("test_sm90_fp8_scale_extremes: seed 0x%llx\n", (unsigned long long)seed);
+    const int qs[2] = {9, 4}, ps[2] = {300, 40}, ql[1] = {9}, pl[1] = {5000};
+    for (int d = 0; d < 2; d++)
+        for (int e = 0; e < 3; e++)
+            for (int shape = 0; shape < 2; shape++) {
+                const mlav_dtype dt = d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+                const int ex = e == 0 ? 0 : d ? (e == 1 ? -8 : 8) : (e == 1 ? -120 : 100);
+                const uint64_t cs = seed + (uint64_t)(d * 8 + e * 2 + shape);
+                tu_case c = shape ? make_case(64, 64, dt, TU_CHAIN, 1, ql, pl, cs)
+                                  : make_case(16, 1, dt, TU_BUSHY, 2, qs, ps, cs);
+                c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+                c.kv_scale = 1.0f;
+                tu_problem *p = tu_make(&c);
+                tu_scale_magnitudes(p, ex);
+                tu_reference(p);
+                printf(" kv_scale 2^%d\n", ex);
+                run_problem(p, &dev, (e + shape) % 2 ? STEP_LAUNCH : ROWS_NONE);
+                run_problem(p, &dev, SCALE_DEVICE | ((e + shape) % 2 ? ROWS_NONE : STEP_LAUNCH));
+                tu_free(p);
+            }
+}
+
+/* A device kv_scale that is not finite and > 0 (NaN here; kv_scale_read makes every bad one
+ * NaN) cannot be refused without a host read: every row that sees a key is NaN, out and lse
+ * (mlaverify.h). Every row here sees prefix keys. BF16 and F16 q, unsplit and split items, a plan
+ * for one problem and the step of a plan for limits. */
+void test_sm90_fp8_nan_scale(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed();
+    const int qs[2] = {9, 4}, ps[2] = {300, 40}, ql[1] = {9}, pl[1] = {5000};
+    for (int d = 0; d < 2; d++)
+        for (int shape = 0; shape < 2; shape++) {
+            const mlav_dtype dt = d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+            const uint64_t cs = seed + (uint64_t)(d * 2 + shape);
+            tu_case c = shape ? make_case(64, 64, dt, TU_BUSHY, 1, ql, pl, cs)
+                              : make_case(16, 1, dt, TU_CHAIN, 2, qs, ps, cs);
+            c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+            tu_problem *p = tu_make(&c);
+            tu_reference(p);
+            for (size_t r = 0; r < p->lse_elems; r++) {
+                p->ref_lse[r] = NAN;
+                for (int32_t j = 0; j < c.Dl; j++)
+                    p->ref_out[r * (size_t)c.Dl + (size_t)j] = NAN;
+            }
+            run_problem(p, &dev, SCALE_NAN | (shape ? STEP_LAUNCH : ROWS_NONE));
+            tu_free(p);
+        }
+}
+
 } // namespace
 
 int main(void)
@@ -498,6 +626,9 @@ int main(void)
         cmocka_unit_test(test_sm90_nonfinite_hidden_draft),
         cmocka_unit_test(test_sm90_rising_scores),
         cmocka_unit_test(test_sm90_extreme_magnitudes),
+        cmocka_unit_test(test_sm90_fp8_random),
+        cmocka_unit_test(test_sm90_fp8_scale_extremes),
+        cmocka_unit_test(test_sm90_fp8_nan_scale),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     return rc == 0 && !g_have_device ? 77 : rc;

@@ -7,7 +7,11 @@
  * warpgroup 256 columns), and compares S and O with an fp64 host reference: max abs and
  * relative error per product, PASS/FAIL; the exit status is nonzero on any FAIL. Cases: BF16
  * and F16, page_size 1 (shuffled rows) and 64 (shuffled pages), a whole tile and one whose split
- * ends inside it (rows past the end read as zeros). Exits 77 (skipped) without a cc 9.0 device.
+ * ends inside it (rows past the end read as zeros); and an FP8 E4M3 cache (random bytes, every
+ * finite e4m3 value, subnormals included) under F16 q and under BF16 q scaled by 2^100, gathered
+ * raw and converted to F16 in the stage by the kernel's FP8 gather (its stage first filled with
+ * NaN, so that an F16 chunk the conversion leaves unwritten fails), Q converted to F16 times
+ * 2^-shift (q_tile_to_f16) and S taken back by 2^shift. Exits 77 (skipped) without a cc 9.0 device.
  * Run: test_sm90_layouts_gpu [seed]. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,6 +24,9 @@
 
 #include <vector>
 
+#include <type_traits>
+
+#include "../src/common/dtype.h"
 #include "gather.cuh"
 #include "stages.cuh"
 
@@ -47,12 +54,16 @@ template <> __device__ uint32_t pack2<__half>(float a, float b)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* s_out [64][64] fp32, p_in [64][64] fp32 (converted to T by store_p), o_out [64][512] fp32. */
-template <typename T>
+/* s_out [64][64] fp32, p_in [64][64] fp32 (converted to the products' type by store_p), o_out
+ * [64][512] fp32. T: q's type; Kv: the cache's (T, or one byte: FP8 E4M3, products in F16);
+ * u_out: BF16 q over FP8, the 2^shift Q was divided by. */
+template <typename T, typename Kv = T, typename MT = std::conditional_t<sizeof(Kv) == 1, __half, T>>
 __global__ void __launch_bounds__(384, 1)
     check_kernel(const mlav_flash_params p, const T *q, int j0, int kv_end, float *s_out,
-                 const float *p_in, float *o_out)
+                 const float *p_in, float *o_out, float *u_out)
 {
+    constexpr bool FP8 = sizeof(Kv) == 1;
+    using E = std::conditional_t<FP8, uint8_t, T>;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = reinterpret_cast<unsigned char *>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
@@ -67,15 +78,29 @@ __global__ void __launch_bounds__(384, 1)
     __syncthreads();
     if (wg == 0) {
         const int pt = tid;
+        if constexpr (FP8) { /* NaN (F16 and BF16) wherever the gather leaves a chunk unwritten */
+            for (uint32_t i = (uint32_t)pt; i < OPERAND_BYTES / 16; i += PRODUCER_THREADS)
+                reinterpret_cast<uint4 *>(smem + smem90::KV)[i] =
+                    make_uint4(~0u, ~0u, ~0u, ~0u);
+            asm volatile("bar.sync 5, 128;\n" ::: "memory");
+        }
         load_q(base + smem90::Q, q, 0, BM, pt);
         cp_async_commit();
         int32_t pages[ROWS_PER_THREAD];
         kv_pages_of(pages, p.page_table, j0, kv_end, p, pt);
-        load_kv_tile(base + smem90::KV, static_cast<const T *>(p.kv), pages, j0, kv_end, p, pt);
+        load_kv_tile(base + smem90::KV, static_cast<const E *>(p.kv), pages, j0, kv_end, p, pt);
         cp_async_commit();
         cp_async_wait<1>();
+        if constexpr (FP8 && !std::is_same<T, __half>::value) {
+            const float u = q_tile_to_f16<5>(base + smem90::Q,
+                                             reinterpret_cast<uint32_t *>(smem + smem90::MAX), pt);
+            if (pt == 0)
+                *u_out = u;
+        }
         publish_copies(qbar);
         cp_async_wait<0>();
+        if constexpr (FP8)
+            fp8_convert_tile(base + smem90::KV, pt);
         publish_copies(full);
         return;
     }
@@ -88,7 +113,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < S_REGS; i++)
         s[i] = 0.0f;
     fence_regs(s); /* the zeros are written before the warpgroup fence */
-    s_tile<T>(s, base + smem90::Q, base + smem90::KV, w);
+    s_tile<MT>(s, base + smem90::Q, base + smem90::KV, w);
     float pv[S_REGS];
 #pragma unroll
     for (int j = 0; j < S_REGS / 4; j++)
@@ -98,7 +123,7 @@ __global__ void __launch_bounds__(384, 1)
             s_out[r * TILE_N + key] = s[4 * j + e];
             pv[4 * j + e] = p_in[r * TILE_N + key];
         }
-    store_p(smem + smem90::P, pv, w, warp, lane, pack2<T>);
+    store_p(smem + smem90::P, pv, w, warp, lane, pack2<MT>);
     fence_proxy_async();
     named_barrier(1, 256);
     float o[O_REGS];
@@ -106,7 +131,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < O_REGS; i++)
         o[i] = 0.0f;
     fence_regs(o);
-    pv_tile<T>(o, base + smem90::P, base + smem90::KV, w);
+    pv_tile<MT>(o, base + smem90::P, base + smem90::KV, w);
 #pragma unroll
     for (int j = 0; j < O_REGS / 4; j++)
 #pragma unroll
@@ -151,9 +176,12 @@ struct err_stat {
     }
 };
 
-template <typename T>
-static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
+/* T: q's type; Kv: the cache's (T, or uint8_t: FP8 E4M3 bytes); q_exp: q scaled by 2^q_exp. */
+template <typename T, typename Kv = T>
+static int run_case(const char *tname, int page_size, int tail, uint64_t seed, int q_exp = 0)
 {
+    constexpr bool FP8 = sizeof(Kv) == 1;
+    using MT = std::conditional_t<FP8, __half, T>; /* the products' type */
     rng_state = seed * 0x9e3779b97f4a7c15ull + (uint64_t)page_size * 77 + (uint64_t)tail + 1;
     const int j0 = 192; /* the tile's first KV row: a split start, a multiple of 32 */
     const int kv_len = j0 + TILE_N;
@@ -170,29 +198,47 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
         perm[i] = perm[k];
         perm[k] = x;
     }
-    std::vector<T> hq((size_t)BM * W), hkv((size_t)num_pages * page_size * W);
+    std::vector<T> hq((size_t)BM * W);
+    std::vector<Kv> hkv((size_t)num_pages * page_size * W);
     for (auto &x : hq)
-        x = to_t<T>((float)urand());
-    for (auto &x : hkv)
-        x = to_t<T>((float)urand());
+        x = to_t<T>(ldexpf((float)urand(), q_exp));
+    for (auto &x : hkv) {
+        if constexpr (FP8) { /* any byte but the two NaN ones */
+            do
+                x = (uint8_t)((urand() + 1.0) * 128.0);
+            while ((x & 0x7f) == 0x7f);
+        } else {
+            x = to_t<T>((float)urand());
+        }
+    }
     std::vector<float> hp((size_t)BM * TILE_N);
     for (auto &x : hp)
         x = (float)(urand() + 1.0) * 0.5f;
-    std::vector<T> nan_row(W, to_t<T>(NAN));
+    std::vector<Kv> nan_row(W);
+    for (auto &x : nan_row) {
+        if constexpr (FP8)
+            x = 0x7f;
+        else
+            x = to_t<T>(NAN);
+    }
 
-    T *dq, *dkv, *dnan;
+    T *dq;
+    Kv *dkv, *dnan;
     int32_t *dpt;
-    float *ds, *dp, *dout;
+    float *ds, *dp, *dout, *du;
     CK(cudaMalloc(&dq, hq.size() * sizeof(T)));
-    CK(cudaMalloc(&dkv, hkv.size() * sizeof(T)));
-    CK(cudaMalloc(&dnan, W * sizeof(T)));
+    CK(cudaMalloc(&dkv, hkv.size() * sizeof(Kv)));
+    CK(cudaMalloc(&dnan, W * sizeof(Kv)));
+    CK(cudaMalloc(&du, sizeof(float)));
     CK(cudaMalloc(&dpt, max_pages * sizeof(int32_t)));
     CK(cudaMalloc(&ds, (size_t)BM * TILE_N * 4));
     CK(cudaMalloc(&dp, (size_t)BM * TILE_N * 4));
     CK(cudaMalloc(&dout, (size_t)BM * DL * 4));
     CK(cudaMemcpy(dq, hq.data(), hq.size() * sizeof(T), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dkv, hkv.data(), hkv.size() * sizeof(T), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dnan, nan_row.data(), W * sizeof(T), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dkv, hkv.data(), hkv.size() * sizeof(Kv), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnan, nan_row.data(), W * sizeof(Kv), cudaMemcpyHostToDevice));
+    const float one = 1.0f;
+    CK(cudaMemcpy(du, &one, sizeof one, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dpt, perm.data(), max_pages * sizeof(int32_t), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dp, hp.data(), hp.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(ds, 0xff, (size_t)BM * TILE_N * 4));
@@ -208,9 +254,10 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
     p.page_limit = (uint32_t)num_pages;
     p.nan_row = dnan;
     p.num_pages = num_pages;
-    CK(cudaFuncSetAttribute(check_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    using KvDev = std::conditional_t<FP8, __nv_fp8_e4m3, T>;
+    CK(cudaFuncSetAttribute(check_kernel<T, KvDev>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)smem90::BYTES));
-    check_kernel<T><<<1, 384, smem90::BYTES>>>(p, dq, j0, kv_end, ds, dp, dout);
+    check_kernel<T, KvDev><<<1, 384, smem90::BYTES>>>(p, dq, j0, kv_end, ds, dp, dout, du);
     CK(cudaGetLastError());
     /* at most 30 s: a deadlocked kernel (an mbarrier phase never completed) ends the run */
     for (long spins = 0; cudaStreamQuery(0) == cudaErrorNotReady; spins++) {
@@ -225,6 +272,10 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
     std::vector<float> hs((size_t)BM * TILE_N), ho((size_t)BM * DL);
     CK(cudaMemcpy(hs.data(), ds, hs.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(ho.data(), dout, ho.size() * 4, cudaMemcpyDeviceToHost));
+    float unshift = 1.0f; /* BF16 q over FP8: S as computed is the true S times 2^-shift */
+    CK(cudaMemcpy(&unshift, du, sizeof unshift, cudaMemcpyDeviceToHost));
+    for (auto &x : hs)
+        x *= unshift;
 
     /* the reference: key n of the tile is KV row j0 + n, zero past kv_end */
     const auto kv_at = [&](int n, int d) -> double {
@@ -232,7 +283,10 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
         if (j >= kv_end)
             return 0.0;
         const size_t row = (size_t)perm[j / page_size] * page_size + j % page_size;
-        return from_t<T>(hkv[row * W + d]);
+        if constexpr (FP8)
+            return mlav_e4m3_to_f32(hkv[row * W + d]);
+        else
+            return from_t<T>(hkv[row * W + d]);
     };
     err_stat es[2], eo[2];
     std::vector<double> rs((size_t)BM * TILE_N), ro((size_t)BM * DL);
@@ -252,7 +306,7 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
             double acc = 0, mag = 0;
             for (int n = 0; n < TILE_N; n++) {
                 const double x =
-                    (double)from_t<T>(to_t<T>(hp[(size_t)r * TILE_N + n])) * kv_at(n, c);
+                    (double)from_t<MT>(to_t<MT>(hp[(size_t)r * TILE_N + n])) * kv_at(n, c);
                 acc += x;
                 mag += fabs(x);
             }
@@ -302,6 +356,7 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed)
     cudaFree(ds);
     cudaFree(dp);
     cudaFree(dout);
+    cudaFree(du);
     return fails;
 }
 
@@ -327,6 +382,8 @@ int main(int argc, char **argv)
         for (int tail : {0, 24}) {
             fails += run_case<__nv_bfloat16>("bf16", ps, tail, seed);
             fails += run_case<__half>("f16", ps, tail, seed);
+            fails += run_case<__half, uint8_t>("f16/e4m3", ps, tail, seed);
+            fails += run_case<__nv_bfloat16, uint8_t>("bf16/e4m3", ps, tail, seed, 100);
         }
     printf("%s (%d failed products)\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;

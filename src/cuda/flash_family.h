@@ -15,15 +15,16 @@ typedef enum mlav_flash_family {
 } mlav_flash_family;
 
 /* The family a device of compute capability major.minor gets for the plans the sm_90a family
- * runs (BF16 or F16 q over a cache of the same dtype): the sm_90a
+ * runs (BF16 or F16 q over a cache of the same dtype or FP8 E4M3): the sm_90a
  * family on cc 9.0 where this library was built with it, unless the environment variable
  * MLAV_FLASH_FAMILY is "legal" (for A/B runs and tests). `why` (may be NULL) gets a sentence
- * that says why. Every other plan (F32, an FP8 cache) runs the legal family. */
+ * that says why. Every other plan (F32) runs the legal family. */
 mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **why);
 
 /* The family a plan for one problem gets: mlav_flash_family_of's, except where the legal family
  * measured faster on the H200, requests of at most 32 folded rows (max_q_len x H) whose longest
- * kv_len is below 65,536 (docs/PERFORMANCE.md#hopper). */
+ * kv_len is below 65,536 (docs/PERFORMANCE.md#hopper), unless MLAV_FLASH_FAMILY is "sm90" (so
+ * that tests of small problems reach the sm_90a family). */
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
                                              int64_t max_kv_len);
 

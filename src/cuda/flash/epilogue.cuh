@@ -153,16 +153,8 @@ __device__ __forceinline__ void epilogue(const mlav_flash_params &p,
             const int ex = max((int)((mb >> 23) & 0xffu), 15);
             float sc = __uint_as_float((uint32_t)(268 - ex) << 23) * inv[k]; /* 2^(141-ex) / l */
             float ps = __uint_as_float((uint32_t)(ex - 14) << 23); /* 2^(ex-141) */
-            if constexpr (FP8) {
-                /* the scale's power of two 2^pexp goes into part_scale as far as it stays a
-                 * normal fp32 (the combine's weights take it: a subnormal one kept a few bits
-                 * at kv_scale 2^-126), the rest into the fp16 values, which have 29 binades of
-                 * room below 2^15 */
-                const int tx = ex - 141 + fp8_out.pexp, tc = min(max(tx, -126), 127);
-                ps = __uint_as_float((uint32_t)(tc + 127) << 23);
-                if (tx < tc)
-                    sc *= ldexpf(1.0f, tx - tc);
-            }
+            if constexpr (FP8) /* the scale's power of two (kv_scale.cuh) */
+                mlav::fp8_part_scale(ex, fp8_out.pexp, sc, ps);
             if (qd == 0 && row0 + g < M)
                 p.part_scale[((size_t)slot * BM + (row0 + g - m0)) * QUARTERS + dq] = ps;
             stage_o<Tr>(stage, o, i, e0, g, qd, [sc](float a, float b) {

@@ -6,6 +6,7 @@
 #define MLAV_CUDA_FLASH_PROLOGUE_CUH
 
 #include "../mma.cuh"
+#include "../q_to_f16.cuh"
 #include "traits.cuh"
 
 namespace mlav {
@@ -95,12 +96,10 @@ __device__ __forceinline__ void q_fragments(uint32_t (&qf)[Tr::MT][Tr::KSTEPS][4
  * rows QPS8 apart) from BF16 to F16, times 2^-shift, so that the block's largest |q| lands in
  * [2^14, 2^15) (F16 ends at 65504, BF16 at 3.4e38); returns 2^shift, which the scores take back
  * before the score scale (two multiplies, not one folded factor, so that no input makes the
- * factor overflow where the scores do not). Exact for every element down to 2^-28 of the block's
- * largest (a normal F16 holds BF16's 8 significant bits); smaller ones round as F16 subnormals,
- * far below the rounding of the dot product they enter. The largest is taken over finite values;
- * Inf and NaN convert as themselves. `red`: 16 words of shared scratch. Two __syncthreads (three
- * with Inf or NaN in Q): the maximum, and the rope chunks, which every thread converts in place
- * for the whole block. */
+ * factor overflow where the scores do not: kv_scale.cuh, fp8_score_factors). The rule and its
+ * exactness: q_to_f16.cuh. The largest is taken over finite values; Inf and NaN convert as
+ * themselves. `red`: 16 words of shared scratch. Two __syncthreads (three with Inf or NaN in Q):
+ * the maximum, and the rope chunks, which every thread converts in place for the whole block. */
 template <typename Tr>
 __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[Tr::MT][Tr::KSTEPS][4], __half *sQ,
                                           uint32_t *red, int tid, int warp, int lane)
@@ -112,10 +111,7 @@ __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[Tr::MT][Tr::KSTEPS][4],
      * values below Inf count (the second round, taken only by a block whose Q has Inf or NaN) */
     const auto block_max = [&](bool finite, int round) {
         const auto fold = [finite](uint32_t m, uint32_t w) {
-            w &= 0x7fff7fffu;
-            if (finite) /* an Inf or NaN half counts as 0 */
-                w &= __vcmpltu2(w, 0x7f807f80u);
-            return __vmaxu2(m, w);
+            return mlav::q_bf16_absmax_fold(m, w, finite);
         };
         uint32_t m2 = 0;
 #pragma unroll
@@ -143,15 +139,9 @@ __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[Tr::MT][Tr::KSTEPS][4],
     uint32_t mb = block_max(false, 0);
     if (mb >= 0x7f80u) /* block-uniform */
         mb = block_max(true, 1);
-    /* |x| < 2^(e - 126) for BF16 biased exponent e, so 2^-(e - 141) puts the largest in
-     * [2^14, 2^15); at least -126 so that both powers of two stay normal fp32 */
-    const int shift = max((int)(mb >> 7) - 141, -126);
-    const float down = __uint_as_float((uint32_t)(127 - shift) << 23);
-    const auto cvt = [down](uint32_t w) { /* two BF16 to two F16, times 2^-shift */
-        const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down,
-                                            __uint_as_float(w & 0xffff0000u) * down);
-        return *reinterpret_cast<const uint32_t *>(&h);
-    };
+    const int shift = mlav::q_f16_shift(mb); /* the rule: q_to_f16.cuh */
+    const float down = mlav::q_f16_down(shift);
+    const auto cvt = [down](uint32_t w) { return mlav::q_bf16x2_to_f16x2(w, down); };
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -167,26 +157,7 @@ __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[Tr::MT][Tr::KSTEPS][4],
         *q = make_uint4(cvt(v.x), cvt(v.y), cvt(v.z), cvt(v.w));
     }
     __syncthreads(); /* rope Q is F16 for every warp */
-    return __uint_as_float((uint32_t)(127 + shift) << 23);
-}
-
-/* The score factor of BF16 q over an FP8 cache, 2^shift x scale_log2 x kv_scale (unshift =
- * 2^shift from q_to_f16, shift in [-126, 113]), as the two factors the scores are multiplied by:
- * a power of two `a` and `b`, splitting the factor's exponent in halves. Taken in the order
- * 2^shift, then scale_log2 x kv_scale, a large shift with a small kv_scale overflowed the
- * scores to inf (and the softmax to NaN) where their true values are small: q near BF16's top
- * over a kv_scale of 2^-126 scores 2^33 x 2^113 before the scale. With halves, neither product
- * passes fp32's range unless the score itself does (|dot| < 2^35 with F16 operands), and a
- * factor that underflows belongs to scores far below any softmax's resolution. Per block, in
- * the prologue. A bad kv_scale (NaN, from kv_scale_read) stays NaN. */
-__device__ __forceinline__ void fp8_score_factors(float unshift, float scale_log2, float kv_scale,
-                                                  float &a, float &b)
-{
-    int e;
-    const float m = frexpf(kv_scale, &e); /* kv_scale = m 2^e, m in [0.5, 1) */
-    const int E = ((int)(__float_as_uint(unshift) >> 23) - 127) + e, h = E / 2;
-    a = ldexpf(1.0f, E - h);
-    b = ldexpf(scale_log2 * m, h);
+    return mlav::q_f16_unshift(shift);
 }
 
 } // namespace flash

@@ -60,7 +60,7 @@ struct softmax_regs {
 
 /* Scale the finished block's scores into log2 units and mask them (split end, tree).
  * score_scale: p.scale_log2, or for an FP8 cache scale_log2 x kv_scale (fp8_scale_log2), after
- * BF16 q's power of two q_unshift (prologue.cuh, fp8_score_factors). */
+ * BF16 q's power of two q_unshift (prologue.cuh; kv_scale.cuh, fp8_score_factors). */
 template <typename Tr>
 __device__ __forceinline__ void scale_mask(float (&sv)[4], bool prefix_only, int j_base,
                                            float q_unshift, float fp8_scale_log2,

@@ -1,13 +1,13 @@
 /* The Hopper (sm_90a) flash kernel family: the legal split kernel's contract (mlav_flash_params,
  * its split items, out / lse for an unsplit item and the fp16 partial for a split one, merged by
  * combine.cu unchanged) on wgmma with a producer warpgroup. Built only with MLAV_WITH_SM90.
- * Runs: BF16 and F16 q with a cache of the same dtype; any page size, page ids outside the pool
- * (NaN rows), a shared page table (page_table_rows), trees and chains, split and unsplit items,
- * PDL, plans for one problem and plans for limits (step != 0: the STEP instance, which takes
- * its item as the legal STEP instance does). Not yet: an FP8 cache (wgmma takes no MN-major
- * 8-bit B and no mixed types: the producer would dequantize tiles to 16 bits); F32 stays on the
- * FMA path. A caller checks mlav_flash_sm90_supported (cc 9.0, dtypes, shared memory) and
- * launches no FP8 cache; mlav_flash_sm90_launch refuses it with MLAV_ERR_UNSUPPORTED. */
+ * Runs: BF16 and F16 q with a cache of the same dtype or FP8 E4M3 (kv_scale a host value or
+ * kv_scale_ptr; the producer converts its tiles to F16, as wgmma takes no MN-major 8-bit B and
+ * no mixed types: gather.cuh); any page size, page ids outside the pool (NaN rows), a shared page
+ * table (page_table_rows), trees and chains, split and unsplit items, PDL, plans for one problem
+ * and plans for limits (step != 0: the STEP instance, which takes its item as the legal STEP
+ * instance does). F32 stays on the FMA path. A caller checks mlav_flash_sm90_supported (cc 9.0,
+ * dtypes, shared memory). */
 #ifndef MLAV_CUDA_SM90_FLASH_SM90_H
 #define MLAV_CUDA_SM90_FLASH_SM90_H
 
@@ -30,8 +30,7 @@ static inline mlav_schedule_params mlav_flash_sm90_schedule_params(int sm_count,
 }
 
 /* Whether this device and these dtypes can run the Hopper kernel: MLAV_OK, or
- * MLAV_ERR_UNSUPPORTED with a sentence (not cc 9.0, another dtype, an FP8 cache, too little
- * shared memory). */
+ * MLAV_ERR_UNSUPPORTED with a sentence (not cc 9.0, another dtype, too little shared memory). */
 mlav_status mlav_flash_sm90_supported(mlav_dtype dtype, mlav_dtype kv_dtype,
                                       const mlav_cuda_device *dev);
 
@@ -43,9 +42,15 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
 
 /* Launch the split kernel then (if any) the combine on `stream`: mlav_flash_launch's contract
  * (`step`: a plan for limits, its grid of fp->n_items blocks running past the step's schedule),
- * for the plans in scope (no FP8 cache; otherwise MLAV_ERR_UNSUPPORTED). */
+ * (lo->kv_fp8: the FP8 E4M3 instances), for BF16 and F16 plans (otherwise
+ * MLAV_ERR_UNSUPPORTED). */
 mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp,
                                    const mlav_flash_launch_opts *lo, int step,
                                    cudaStream_t stream);
+
+/* The FP8 E4M3 cache's instance for q's dtype (BF16 or F16) and plan kind (step != 0: a plan
+ * for limits), as a kernel address for cudaLaunchKernel (instances_e4m3.cu; launch_sm90.cu's
+ * table). */
+const void *mlav_flash_sm90_e4m3_kernel(mlav_dtype dtype, int step);
 
 #endif

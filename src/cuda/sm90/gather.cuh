@@ -1,6 +1,8 @@
 /* The producer warpgroup's loads: Q once per block and the paged KV tiles, 16-byte cp.async
  * copies into the swizzled layout (smem_layout.cuh), published by the copying threads themselves
- * (publish_copies, sync.cuh); and the sanitizing pass that tiles with hidden keys need before P V.
+ * (publish_copies, sync.cuh); an FP8 cache's tiles copied raw and converted to F16 in place, and
+ * BF16 q over it converted to F16 (below); and the sanitizing pass that tiles with hidden keys
+ * need before P V.
  *
  * Eight neighbouring producer threads share a row, each copying every eighth 16-byte chunk of it
  * (9 of 72, one per 128-byte column block), so a warp's copy instruction moves 4 whole rows' 128
@@ -16,7 +18,9 @@
 
 #include <stdint.h>
 
+#include "../convert.cuh"
 #include "../flash.h"
+#include "../q_to_f16.cuh"
 #include "smem_layout.cuh"
 #include "sync.cuh"
 
@@ -131,6 +135,167 @@ __device__ __forceinline__ void prefetch_kv_tile(const T *kv,
         if (j < kv_end)
             prefetch_l2(kv_row_src(kv, pages[i], j, true, p), (uint32_t)(W * sizeof(T)));
     }
+}
+
+/* ---- An FP8 E4M3 cache ------------------------------------------------------------------------
+ * Its tiles reach the math warpgroups as F16 in the layout above, so the stages do not change
+ * (wgmma takes neither an 8-bit MN-major B, which V is, nor mixed operand types; e4m3 converts
+ * to F16 exactly, subnormals included, and NaN stays NaN: convert.cuh). Each producer thread
+ * copies its share of a row's 576 bytes into the stage itself by 16-byte cp.async: raw chunk c
+ * (features 16c .. 16c + 15) goes where the first of the two F16 chunks it becomes (2c, 2c + 1)
+ * lies. Once its copies have landed, the thread converts them in place: it reads its own raw
+ * chunk and writes F16 chunk 2c (over the bytes it has just read) and 2c + 1 (where no raw chunk
+ * lies). No thread touches another thread's chunks, so the conversion needs no barrier and no
+ * staging memory beyond the stage (the layout has none to spare: smem_layout.cuh), and the
+ * stage is published as the 16-bit one is (publish_copies: the writer's proxy fence, then its
+ * arrival). cp.async rather than ld.global into registers: a thread's 18 chunks of a tile would
+ * be 72 registers in flight, past the producer's 56, while copies keep a whole tile (and the L2
+ * prefetch of the next) in flight without registers as the producer waits on the ring.
+ * Eight threads a row, as the 16-bit gather: lane l = pt % 8 copies raw chunks l, l + 8, l + 16,
+ * l + 24 and lanes 0..3 also 32 + l, so a warp's copy moves 4 rows' 128 contiguous bytes (the
+ * fifth 64). Raw chunk l + 8k converts to F16 chunks 2l + 16k and 2l + 16k + 1: column block
+ * l / 4 + 2k (the fifth's: 8), positions 2 (l % 4) ^ (r % 8) and that ^ 1, so a thread's raw
+ * chunks sit at a base plus 2k column blocks, and each F16 partner 16 bytes across. */
+constexpr int RAW_ROW_CHUNKS = W / 16;                 /* 36 16-byte chunks of e4m3 a row */
+constexpr int RAW_LANE_CHUNKS = RAW_ROW_CHUNKS / ROW_LANES; /* 4 a lane; lanes 0..3 a fifth */
+static_assert(RAW_ROW_CHUNKS == RAW_LANE_CHUNKS * ROW_LANES + ROW_LANES / 2 &&
+                  2 * RAW_LANE_CHUNKS == W_BLOCKS - 1,
+              "raw chunk l + 8k of a row in column block l / 4 + 2k, the fifth in the last");
+
+__device__ __forceinline__ uint4 lds16(uint32_t a)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(a)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void sts16(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w)
+{
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z),
+                 "r"(w)
+                 : "memory");
+}
+
+/* This thread's shared address of its first raw chunk in a stage at `op`: row pt / 8, F16 chunk
+ * 2 (pt % 8), swizzled by the row. */
+__device__ __forceinline__ uint32_t gather_dst_fp8(uint32_t op, int pt)
+{
+    return op + sw128_chunk(pt / ROW_LANES, 2 * (pt % ROW_LANES));
+}
+
+/* Whether this thread copies a fifth raw chunk of its rows (bytes 512 .. 575). */
+__device__ __forceinline__ bool fp8_fifth(int pt)
+{
+    return pt % ROW_LANES < ROW_LANES / 2;
+}
+
+/* KV rows j0 .. j0 + 63 of an FP8 cache (`kv`: its bytes) into a stage, raw (fp8_convert_tile
+ * converts them once landed); this thread's rows as load_kv_tile's. */
+__device__ __forceinline__ void load_kv_tile(uint32_t stage, const uint8_t *kv,
+                                             const int32_t (&pages)[ROWS_PER_THREAD], int j0,
+                                             int kv_end, const mlav_flash_params &p, int pt)
+{
+    const uint32_t d0 = gather_dst_fp8(stage, pt);
+    const bool fifth = fp8_fifth(pt);
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_THREAD; i++) {
+        const int j = j0 + pt / ROW_LANES + ROW_STEP * i;
+        const bool live = j < kv_end;
+        const int bytes = live ? 16 : 0;
+        const uint8_t *src = kv_row_src(kv, pages[i], j, live, p) + (pt % ROW_LANES) * 16;
+        const uint32_t d = d0 + (uint32_t)(i * ROW_STEP) * 128u;
+#pragma unroll
+        for (int k = 0; k < RAW_LANE_CHUNKS; k++)
+            cp_async16(d + (uint32_t)(2 * k) * BLOCK_BYTES, src + k * ROW_LANES * 16, bytes);
+        if (fifth)
+            cp_async16(d + (uint32_t)(2 * RAW_LANE_CHUNKS) * BLOCK_BYTES,
+                       src + RAW_LANE_CHUNKS * ROW_LANES * 16, bytes);
+    }
+}
+
+/* One raw chunk at `a` (16 e4m3 values) to its two F16 chunks, at `a` and a ^ 16. */
+__device__ __forceinline__ void fp8_convert_chunk(uint32_t a)
+{
+    const uint4 v = lds16(a);
+    uint32_t h[8];
+    mlav::e4m3x4_to_half2x2(v.x, h[0], h[1]);
+    mlav::e4m3x4_to_half2x2(v.y, h[2], h[3]);
+    mlav::e4m3x4_to_half2x2(v.z, h[4], h[5]);
+    mlav::e4m3x4_to_half2x2(v.w, h[6], h[7]);
+    sts16(a, h[0], h[1], h[2], h[3]);
+    sts16(a ^ 16u, h[4], h[5], h[6], h[7]);
+}
+
+/* This thread's raw chunks of the tile in `stage` to F16, in place, after its copies of the tile
+ * have landed (cp_async_wait) and before it publishes the stage. Every chunk, live or not: a row
+ * past kv_end was zero-filled raw, and its F16 partners must be zeros too, not the last tile's
+ * values. */
+__device__ __forceinline__ void fp8_convert_tile(uint32_t stage, int pt)
+{
+    const uint32_t d0 = gather_dst_fp8(stage, pt);
+    const bool fifth = fp8_fifth(pt);
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_THREAD; i++) {
+        const uint32_t d = d0 + (uint32_t)(i * ROW_STEP) * 128u;
+#pragma unroll
+        for (int k = 0; k < RAW_LANE_CHUNKS; k++)
+            fp8_convert_chunk(d + (uint32_t)(2 * k) * BLOCK_BYTES);
+        if (fifth)
+            fp8_convert_chunk(d + (uint32_t)(2 * RAW_LANE_CHUNKS) * BLOCK_BYTES);
+    }
+}
+
+/* BF16 q over an FP8 cache: the Q tile at `sq` to F16 in place by the producer warpgroup, by the
+ * rule of q_to_f16.cuh (times 2^-shift, the largest finite |q| of the block's 64 rows in
+ * [2^14, 2^15)), once every producer thread's Q copies have landed; returns 2^shift, which the
+ * scores take back (kv_scale.cuh, fp8_score_factors). Each thread reads and converts the chunks
+ * it copied (load_q); the block's maximum meets through `red` (8 words of shared scratch) and
+ * the producer's named barrier BAR, once (twice when Q holds Inf or NaN). */
+template <int BAR>
+__device__ __forceinline__ float q_tile_to_f16(uint32_t sq, uint32_t *red, int pt)
+{
+    const uint32_t d0 = gather_dst(sq, pt);
+    const int warp = pt >> 5, lane = pt & 31;
+    const auto block_max = [&](bool finite, int round) {
+        uint32_t m2 = 0;
+#pragma unroll
+        for (int i = 0; i < ROWS_PER_THREAD; i++)
+#pragma unroll
+            for (int k = 0; k < CHUNKS_PER_ROW; k++) {
+                const uint4 v =
+                    lds16(d0 + (uint32_t)(i * ROW_STEP) * 128u + (uint32_t)k * BLOCK_BYTES);
+                m2 = mlav::q_bf16_absmax_fold(m2, v.x, finite);
+                m2 = mlav::q_bf16_absmax_fold(m2, v.y, finite);
+                m2 = mlav::q_bf16_absmax_fold(m2, v.z, finite);
+                m2 = mlav::q_bf16_absmax_fold(m2, v.w, finite);
+            }
+        uint32_t m = __reduce_max_sync(0xffffffffu, max(m2 & 0xffffu, m2 >> 16));
+        if (lane == 0)
+            red[4 * round + warp] = m;
+        asm volatile("bar.sync %0, %1;\n" ::"n"(BAR), "n"(PRODUCER_THREADS) : "memory");
+#pragma unroll
+        for (int w = 0; w < PRODUCER_THREADS / 32; w++)
+            m = max(m, red[4 * round + w]);
+        return m;
+    };
+    uint32_t mb = block_max(false, 0);
+    if (mb >= 0x7f80u) /* block-uniform */
+        mb = block_max(true, 1);
+    const int shift = mlav::q_f16_shift(mb);
+    const float down = mlav::q_f16_down(shift);
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_THREAD; i++)
+#pragma unroll
+        for (int k = 0; k < CHUNKS_PER_ROW; k++) {
+            const uint32_t a = d0 + (uint32_t)(i * ROW_STEP) * 128u + (uint32_t)k * BLOCK_BYTES;
+            const uint4 v = lds16(a);
+            sts16(a, mlav::q_bf16x2_to_f16x2(v.x, down), mlav::q_bf16x2_to_f16x2(v.y, down),
+                  mlav::q_bf16x2_to_f16x2(v.z, down), mlav::q_bf16x2_to_f16x2(v.w, down));
+        }
+    return mlav::q_f16_unshift(shift);
 }
 
 /* Whether KV tile [j0, j0 + 64) needs its V part sanitized before P V: it holds draft keys,

@@ -14,15 +14,24 @@
  * both warpgroups (both decide from the same two shared values); each keeps the row sums of its
  * own keys, met in the epilogue. The epilogue writes what the legal kernel writes
  * (flash/epilogue.cuh): out and lse for an unsplit item, else the fp16 partial scaled per 128
- * columns by part_scale, with part_lse. */
+ * columns by part_scale, with part_lse.
+ * An FP8 E4M3 cache (Kv = __nv_fp8_e4m3): the producer converts each tile to F16 in its stage
+ * (gather.cuh) and, for BF16 q, the Q tile to F16 times 2^-shift (q_to_f16.cuh), so the products
+ * run on F16 operands; the scale is applied as the legal kernel applies it (kv_scale.cuh): the
+ * scores take scale_log2 x kv_scale (with BF16 q, and 2^shift, as fp8_score_factors' two
+ * factors), the output its mantissa through 1 / l and its power of two at the store (a partial
+ * state: in part_scale, fp8_part_scale). */
 #ifndef MLAV_CUDA_SM90_KERNEL_CUH
 #define MLAV_CUDA_SM90_KERNEL_CUH
 
 #include <math.h>
 
+#include <type_traits>
+
 #include "../../common/merge.h"
 #include "../../common/visibility.h"
 #include "../flash/features.cuh"
+#include "../kv_scale.cuh"
 #include "../mma.cuh"
 #include "../page_row.cuh"
 #include "gather.cuh"
@@ -38,6 +47,8 @@ constexpr int PRODUCER_REGS = 56;
 constexpr int MATH_REGS = 224;
 /* named barriers: of the two math warpgroups (1, 2), and of each math warpgroup alone (3, 4) */
 constexpr int BAR_MAX = 1, BAR_P = 2, BAR_EPILOGUE0 = 3;
+/* of the producer warpgroup (BF16 q over an FP8 cache: Q's maximum, q_tile_to_f16) */
+constexpr int BAR_PRODUCER = 5;
 /* the epilogue's staging of a warpgroup's 64 rows x 256 16-bit columns in Q's region: rows 528
  * bytes apart, so that the 8 rows of a fragment store fall in distinct banks */
 constexpr uint32_t STAGE_STRIDE = O_COLS * 2 + 16;
@@ -53,6 +64,10 @@ constexpr float LN2F = 0.6931471805599453f;
 constexpr float RESCALE_SLACK = 8.0f;
 static_assert(PRODUCER_THREADS * PRODUCER_REGS + MATH_THREADS * MATH_REGS <= 65536,
               "the register file");
+
+/* Whether Kv, the cache's element type, is FP8 (one byte); the products' operand type then F16. */
+template <typename Kv> constexpr bool fp8_kv = sizeof(Kv) == 1;
+template <typename T, typename Kv> using mma_t = std::conditional_t<fp8_kv<Kv>, __half, T>;
 
 struct block_ctx {
     int b, q_start, prefix, M, m0, kv_begin, kv_end, n_tiles, slot;
@@ -71,8 +86,10 @@ __device__ __forceinline__ unsigned char *smem_base()
  * barrier, 128 arrivals a phase). Tile t + 1 is published as soon as it lands, before the
  * producer waits for the math warpgroups to release tile t's stage and gathers tile t + 2 into
  * it: so the math warpgroups never wait for a gather issue, and each tile is gathered one tile
- * time ahead of its use. */
-template <typename T>
+ * time ahead of its use. An FP8 cache: each thread converts its chunks of a tile to F16 in place
+ * once they have landed, before it publishes the stage (fp8_convert_tile); BF16 q over it: the
+ * Q tile to F16 before Q is published, its power of two left at smem90::Q_UNSHIFT. */
+template <typename T, typename Kv>
 __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_ctx &c,
                                         uint32_t base, uint64_t *full, uint64_t *empty,
                                         uint64_t *qbar, int pt)
@@ -80,7 +97,9 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
     const T *qg = static_cast<const T *>(p.q) + (size_t)c.q_start * p.H * W;
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
-    const T *kv = static_cast<const T *>(p.kv);
+    constexpr bool FP8 = fp8_kv<Kv>;
+    using E = std::conditional_t<FP8, uint8_t, T>; /* the unit the gather addresses */
+    const E *kv = static_cast<const E *>(p.kv);
     const int n = c.n_tiles;
     int32_t page0[ROWS_PER_THREAD], page1[ROWS_PER_THREAD], page_next[ROWS_PER_THREAD];
     kv_pages_of(page0, ptab, c.kv_begin, c.kv_end, p, pt);
@@ -104,17 +123,29 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
         cp_async_wait<1>();
     else
         cp_async_wait<0>();
+    if constexpr (FP8 && !std::is_same<T, __half>::value) {
+        unsigned char *smem = smem_base();
+        const float unshift = q_tile_to_f16<BAR_PRODUCER>(
+            base + smem90::Q, reinterpret_cast<uint32_t *>(smem + smem90::MAX), pt);
+        if (pt == 0)
+            *reinterpret_cast<float *>(smem + smem90::Q_UNSHIFT) = unshift;
+    }
     publish_copies(qbar);
     if (n > 1)
         cp_async_wait<1>();
     else
         cp_async_wait<0>();
-    if (n > 0)
+    if (n > 0) {
+        if constexpr (FP8)
+            fp8_convert_tile(base + smem90::KV, pt);
         publish_copies(&full[0]);
+    }
     if (n > 2)
         prefetch_kv_tile(kv, page_next, c.kv_begin + 2 * TILE_N, c.kv_end, p, pt);
     for (int t = 0; t + 1 < n; t++) {
         cp_async_wait<0>(); /* tile t + 1 */
+        if constexpr (FP8)
+            fp8_convert_tile(base + smem90::KV + (uint32_t)((t + 1) % STAGES) * OPERAND_BYTES, pt);
         publish_copies(&full[(t + 1) % STAGES]);
         if (t + 2 < n) {
             const int s = t % STAGES;
@@ -135,22 +166,30 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
 /* The epilogue's partial-state scale of one row and 128 columns (the legal kernel's format,
  * combine.cu reads it): from the largest |O| bits `mb` of the columns and 1 / l, the factor
  * 2^(141 - ex) / l that puts the largest |O / l| in [2^14, 2^15) and the part_scale 2^(ex - 141)
- * that restores it, ex the biased exponent of max |O / l|, at least 15. */
-__device__ __forceinline__ void partial_scale(uint32_t mb, float inv, float &sc, float &ps)
+ * that restores it, ex the biased exponent of max |O / l|, at least 15. FP8: `inv` carries the
+ * scale's mantissa, and its power of two 2^pexp goes into ps (and sc) by fp8_part_scale. */
+template <bool FP8>
+__device__ __forceinline__ void partial_scale(uint32_t mb, float inv, int pexp, float &sc,
+                                              float &ps)
 {
     mb = __float_as_uint(__uint_as_float(mb) * inv);
     const int ex = max((int)((mb >> 23) & 0xffu), 15);
     sc = __uint_as_float((uint32_t)(268 - ex) << 23) * inv;
     ps = __uint_as_float((uint32_t)(ex - 14) << 23);
+    if constexpr (FP8)
+        mlav::fp8_part_scale(ex, pexp, sc, ps);
 }
 
 /* WG1 / WG2: the tiles' products and softmax, then the epilogue. */
-template <typename T>
+template <typename T, typename Kv>
 __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_ctx &c,
                                         unsigned char *smem, uint32_t base, uint64_t *full,
                                         uint64_t *empty, uint64_t *qbar, int w, int wt)
 {
-    using TY = mlav::mma_type<T>;
+    constexpr bool FP8 = fp8_kv<Kv>, Q_TO_F16 = FP8 && !std::is_same<T, __half>::value;
+    using MT = mma_t<T, Kv>;         /* the products' operands: Q, K, P, V */
+    using TY = mlav::mma_type<MT>;
+    using OTY = mlav::mma_type<T>; /* out's */
     const int warp = wt >> 5, lane = wt & 31, g = lane >> 2, t4 = lane & 3;
     float *smax = reinterpret_cast<float *>(smem + smem90::MAX);
     float *ssum = reinterpret_cast<float *>(smem + smem90::SUM);
@@ -176,9 +215,30 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
      * another wgmma's accumulators would serialize (C7515) */
     fence_regs(o);
     mbar_wait(qbar, 0);
+    /* The scores' factors: scale_log2; FP8: scale_log2 x kv_scale, with BF16 q as the two factors
+     * qa, sf of fp8_score_factors (Q's power of two back). The output's: out_scale. */
+    [[maybe_unused]] float qa = 1.0f, sf = p.scale_log2;
+    [[maybe_unused]] mlav::out_scale osc = {1.0f, 1.0f, 0};
+    if constexpr (FP8) {
+        const float ks = mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale);
+        osc = mlav::out_scale_of(ks);
+        if constexpr (Q_TO_F16)
+            mlav::fp8_score_factors(*reinterpret_cast<const float *>(smem + smem90::Q_UNSHIFT),
+                                    p.scale_log2, ks, qa, sf);
+        else
+            sf = p.scale_log2 * ks;
+    }
+    const auto score = [&](float x) {
+        if constexpr (Q_TO_F16)
+            return x * qa * sf;
+        else if constexpr (FP8)
+            return x * sf;
+        else
+            return x * p.scale_log2;
+    };
     if (c.n_tiles > 0) {
         mbar_wait(&full[0], parity_of(0)); /* published: publish_copies */
-        s_issue<T>(xn, sq, stage_of(0), w);
+        s_issue<MT>(xn, sq, stage_of(0), w);
     }
 
     /* Per tile t: S(t) was issued before (in tile t - 1, or above); its scores, the row maxima
@@ -207,7 +267,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
              * never written) */
 #pragma unroll
             for (int i = 0; i < S_REGS; i++)
-                x[i] *= p.scale_log2;
+                x[i] = score(x[i]);
         } else {
             int row_i[2];
 #pragma unroll
@@ -224,7 +284,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
                     const int k = j - c.prefix, qi = row_i[h];
                     vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
                 }
-                x[i] = vis ? x[i] * p.scale_log2 : -INFINITY;
+                x[i] = vis ? score(x[i]) : -INFINITY;
             }
         }
 
@@ -269,7 +329,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         /* after O's rescale: with an accumulator written while a wgmma group is in flight,
          * ptxas serializes the wgmmas (C7515) */
         if (early)
-            s_issue<T>(xn, sq, stage_of(t + 1), w);
+            s_issue<MT>(xn, sq, stage_of(t + 1), w);
         float pv[S_REGS];
 #pragma unroll
         for (int i = 0; i < S_REGS; i++) {
@@ -279,10 +339,10 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         store_p(smem + smem90::P, pv, w, warp, lane, TY::pack);
         fence_proxy_async(); /* P (and a sanitized V) for wgmma's reads */
         named_barrier(BAR_P, MATH_THREADS);
-        pv_issue<T>(o, sp, stage, w);
+        pv_issue<MT>(o, sp, stage, w);
         if (next && !early) {
             mbar_wait(&full[(t + 1) % STAGES], parity_of(t + 1));
-            s_issue<T>(xn, sq, stage_of(t + 1), w);
+            s_issue<MT>(xn, sq, stage_of(t + 1), w);
         }
     }
     wgmma_wait<0>();
@@ -309,7 +369,9 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
     for (int h = 0; h < 2; h++) {
         const int r = r0 + 8 * h, m = c.m0 + r;
         const float l = ssum[r] + ssum[BM + r];
-        const float inv = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
+        float inv = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
+        if constexpr (FP8) /* a row of no key stays 0; the scale's power of two: osc.pw */
+            inv = l == 0.0f ? 0.0f : inv * osc.mant;
         const bool live = m < c.M;
         if (live && w == 0 && t4 == 0) {
             const float lse = mlav_finish_lse(m_run[h] * LN2F, l);
@@ -320,9 +382,16 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         }
         uint32_t *srow = reinterpret_cast<uint32_t *>(stg + (uint32_t)r * STAGE_STRIDE) + t4;
         if (final_out) {
+            if constexpr (FP8) {
 #pragma unroll
-            for (int j = 0; j < O_REGS / 4; j++)
-                srow[4 * j] = TY::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+                for (int j = 0; j < O_REGS / 4; j++)
+                    srow[4 * j] = OTY::pack(o[4 * j + 2 * h] * inv * osc.pw,
+                                            o[4 * j + 2 * h + 1] * inv * osc.pw);
+            } else {
+#pragma unroll
+                for (int j = 0; j < O_REGS / 4; j++)
+                    srow[4 * j] = OTY::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+            }
         } else {
             constexpr int SC_J = MLAV_FLASH_SCALE_COLS / 8; /* n8 tiles a part_scale block */
 #pragma unroll
@@ -335,7 +404,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
                 mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
                 mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
                 float sc, ps;
-                partial_scale(mb, inv, sc, ps);
+                partial_scale<FP8>(mb, inv, osc.pexp, sc, ps);
                 const int col_block = w * (O_COLS / MLAV_FLASH_SCALE_COLS) + cb;
                 if (live && t4 == 0)
                     p.part_scale[((size_t)c.slot * BM + r) * (DL / MLAV_FLASH_SCALE_COLS) +
@@ -371,7 +440,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
  * block takes its item by the legal STEP instance's rule (mlav::flash::step_item_index: the step
  * header's owner and count, the TPC spread, mlav_step_item_fits) and a block past the step, or
  * whose item lies outside the plan's limits, exits before anything else. */
-template <typename T, bool STEP>
+template <typename T, typename Kv, bool STEP>
 __global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash_params p)
 {
     const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
@@ -407,10 +476,10 @@ __global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash
     c.slot = item.slot;
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
-        produce<T>(p, c, base, full, empty, qbar, tid);
+        produce<T, Kv>(p, c, base, full, empty, qbar, tid);
     } else {
         regs_alloc<MATH_REGS>();
-        consume<T>(p, c, smem, base, full, empty, qbar, wg - 1, tid - 128 * wg);
+        consume<T, Kv>(p, c, smem, base, full, empty, qbar, wg - 1, tid - 128 * wg);
     }
 }
 

@@ -1,5 +1,6 @@
 /* The Hopper family's host side: which device and dtypes it serves, the kernels' shared-memory
- * attribute, and the launch (the split kernel, then the legal path's combine). */
+ * attribute, and the launch (the split kernel, then the legal path's combine). The 16-bit
+ * caches' instances are compiled here, the FP8 cache's in instances_e4m3.cu. */
 #include "flash_sm90.h"
 #include "kernel.cuh"
 
@@ -7,15 +8,19 @@ static_assert(mlav90::TILE_N == MLAV_FLASH_SM90_TILE_N, "the schedule's tile is 
 
 namespace {
 
-/* The instance for a dtype (BF16 or F16) and a plan kind (step: a plan for limits). */
+/* The instance for a dtype (BF16 or F16), a cache of that dtype, and a plan kind (step: a plan
+ * for limits). */
 template <typename T> const void *kernel_of(bool step)
 {
-    return step ? reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<T, true>)
-                : reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<T, false>);
+    return step ? reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<T, T, true>)
+                : reinterpret_cast<const void *>(&mlav90::flash_sm90_kernel<T, T, false>);
 }
 
-const void *kernel_for(mlav_dtype dtype, bool step)
+/* The launch table: q's dtype, the cache's (its own, or FP8 E4M3), the plan kind. */
+const void *kernel_for(mlav_dtype dtype, bool kv_fp8, bool step)
 {
+    if (kv_fp8)
+        return mlav_flash_sm90_e4m3_kernel(dtype, step ? 1 : 0);
     return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(step) : kernel_of<__half>(step);
 }
 
@@ -28,10 +33,11 @@ mlav_status mlav_flash_sm90_supported(mlav_dtype dtype, mlav_dtype kv_dtype,
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "the sm_90a kernels need a cc 9.0 device, this one is cc %d.%d",
                               dev->cc_major, dev->cc_minor);
-    if ((dtype != MLAV_DTYPE_BF16 && dtype != MLAV_DTYPE_F16) || kv_dtype != dtype)
+    if ((dtype != MLAV_DTYPE_BF16 && dtype != MLAV_DTYPE_F16) ||
+        (kv_dtype != dtype && kv_dtype != MLAV_DTYPE_FP8_E4M3))
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "the sm_90a kernels take BF16 or F16 q with a cache of the same "
-                              "dtype");
+                              "dtype or FP8 E4M3");
     if (dev->smem_optin < (size_t)mlav90::smem90::BYTES)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "the sm_90a kernel needs %u bytes of shared memory per block, this "
@@ -50,7 +56,7 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
     /* both instances (a plan picks one at launch); their resources are the same, and the
      * schedule is built for the smaller residency */
     for (int k = 0; k < 2; k++) {
-        const void *f = kernel_for(dtype, k != 0);
+        const void *f = kernel_for(dtype, kv_dtype == MLAV_DTYPE_FP8_E4M3, k != 0);
         MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)mlav90::smem90::BYTES));
         int n = 0;
@@ -68,13 +74,14 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
                                    const mlav_flash_launch_opts *lo, int step,
                                    cudaStream_t stream)
 {
-    if (lo->kv_fp8 || (dtype != MLAV_DTYPE_BF16 && dtype != MLAV_DTYPE_F16))
+    if (dtype != MLAV_DTYPE_BF16 && dtype != MLAV_DTYPE_F16)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
-                              "the sm_90a kernels run BF16 and F16 plans with a cache of the "
-                              "same dtype");
+                              "the sm_90a kernels run BF16 and F16 plans (a cache of the same "
+                              "dtype or FP8 E4M3)");
     if (fp->n_items > 0) {
         void *args[1] = {const_cast<mlav_flash_params *>(fp)};
-        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, step != 0), dim3((unsigned)fp->n_items),
+        MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, lo->kv_fp8 != 0, step != 0),
+                                       dim3((unsigned)fp->n_items),
                                        dim3(mlav90::THREADS), args, mlav90::smem90::BYTES,
                                        stream));
         MLAV_CUDA_TRY(cudaGetLastError());

@@ -7,7 +7,9 @@
  * 8 rows x 128 bytes form one 1024-byte atom). So S = Q K^T reads Q and K K-major (k16 step s of
  * column block b starts at b * R * 128 + 32 s), and O += P V reads the KV tile MN-major as V: 64
  * features per column block (LBO = a block, 64 x 128 bytes), 8 keys per atom (SBO = 1024), the
- * k16 step s of keys at 2048 s. */
+ * k16 step s of keys at 2048 s. An FP8 cache's tiles are staged raw in their own stage and
+ * converted there to F16 (gather.cuh), so they take no more room than a 16-bit cache's: the
+ * layout is the same for both, 231,472 bytes of the 232,448 the sm_90 opt-in allows. */
 #ifndef MLAV_CUDA_SM90_SMEM_LAYOUT_CUH
 #define MLAV_CUDA_SM90_SMEM_LAYOUT_CUH
 
@@ -49,12 +51,15 @@ struct smem90 {
     static constexpr uint32_t MAX = P + BLOCK_BYTES;            /* [2 warpgroups][64 rows] fp32 */
     static constexpr uint32_t SUM = MAX + 2 * BM * 4;           /* [2][64] fp32 */
     static constexpr uint32_t BAR = SUM + 2 * BM * 4;           /* full[STAGES], empty[STAGES], q */
-    static constexpr uint32_t END = BAR + (2 * STAGES + 1) * 8;
+    /* BF16 q over an FP8 cache: the power of two the producer took out of Q (a float) */
+    static constexpr uint32_t Q_UNSHIFT = BAR + (2 * STAGES + 1) * 8;
+    static constexpr uint32_t END = Q_UNSHIFT + 8;
     /* the launch's dynamic size: the regions and room to align the base to 1024 bytes */
     static constexpr uint32_t BYTES = ((END + 15) / 16) * 16 + 1024;
 };
 static_assert(smem90::P % 1024 == 0 && smem90::KV % 1024 == 0, "swizzle atoms 1024-aligned");
 static_assert(smem90::BYTES <= 232448, "the sm_90 opt-in limit per block (227 KB)");
+static_assert(smem90::BYTES == 231472, "the size docs/PERFORMANCE.md and the comment above give");
 
 } // namespace mlav90
 
