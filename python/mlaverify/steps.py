@@ -116,8 +116,8 @@ class StepPlan(PlanCore):
               name of mlaverify.api.FP8_NAMES, 3): an FP8 E4M3 KV cache (raw bytes: numpy /
               torch uint8, or torch.float8_e4m3fn) whose runs take kv_scale. Anything else
               (another dtype than q's) is refused, as by Plan.
-    backend   "auto", "cpu", "cuda", "reference" (cuda-naive has no plan for limits);
-              ignored when `context` is given
+    backend   "auto", "cpu", "cuda", "cuda-naive", "reference"; ignored when `context` is
+              given
     device    the CUDA device of a CUDA plan (int, "cuda:1", torch.device); default torch's
               current device. The workspace is then a torch uint8 tensor there.
 
