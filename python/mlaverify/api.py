@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import types
 from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
@@ -466,6 +467,15 @@ def device_workspace(nbytes: int, device: int) -> Any:
     return buf[off:off + n]
 
 
+def run_method(doc: str):
+    """PlanCore._run as a class's own `run` with its own docstring: the same code object (one
+    body), no wrapper call on the per-layer path."""
+    fn = PlanCore._run
+    f = types.FunctionType(fn.__code__, fn.__globals__, "run", fn.__defaults__, fn.__closure__)
+    f.__doc__ = doc
+    return f
+
+
 class PlanCore:
     """What every plan of the binding is: one mlav_plan (the library has one kind of plan: a
     plan for one problem is a plan for limits whose update ran at plan time), made on a context
@@ -685,9 +695,10 @@ class PlanCore:
                           a_m.ptr if a_m is not None else None, a_out.ptr,
                           a_lse.ptr if a_lse is not None else None) + rows, device
 
-    def _run(self, q, kv_cache, page_table, tree_mask, out, lse, stream, kv_scale,
-             page_table_rows):
-        """The one run body (Plan.run, StepPlan.run); returns (out, lse)."""
+    def _run(self, q, kv_cache, page_table, tree_mask=None, out=None, lse=None, kv_scale=None,
+             page_table_rows=None, stream=None):
+        """The one run body (Plan.run calls it; StepPlan.run is it, see run_method); returns
+        (out, lse)."""
         ptrs = device = None
         numpy = type(q) is np.ndarray
         if numpy or is_torch(q):
@@ -819,8 +830,8 @@ class Plan(PlanCore):
         stream at a time: for concurrent streams use one Plan per stream.
         Raises MlavError subclasses (InvalidArgumentError, UnsupportedError, ...).
         """
-        return self._run(q, kv_cache, page_table, tree_mask, out, lse, stream, kv_scale,
-                         page_table_rows)
+        return self._run(q, kv_cache, page_table, tree_mask, out, lse, kv_scale,
+                         page_table_rows, stream)
 
     # -- the run's hooks (PlanCore._run) -------------------------------------------------------
 

@@ -34,7 +34,7 @@ from . import _lib
 from ._arrays import as_int, host_int32, is_torch, torch_module, wrap
 from .api import (MEM_DEVICE, MEM_HOST, Context, PlanCore, Tensor, device_workspace,
                   host_workspace, kv_scale_arg, no_cuda_in_torch, np_ptr, problem_struct,
-                  shape_fields, tree_mask_words)
+                  run_method, shape_fields, tree_mask_words)
 from .errors import ERR_INVALID_ARG, StepStatusError, check, invalid
 
 _I32_MIN, _I32_MAX = -2**31, 2**31 - 1
@@ -211,6 +211,9 @@ class StepPlan(PlanCore):
         when it is not current) and torch's current stream there; also PlanCore._run's hook,
         whose tensors are in the plan's place (`device`) and whose stream is torch's current
         one (`stream` None)."""
+        if stream is not None:
+            raise invalid("StepPlan.run takes no stream: it runs on torch's current stream "
+                          "(select one with torch.cuda.stream(s))")
         h = self._h
         if h is None:
             raise invalid("the %s is closed" % self._what)
@@ -375,11 +378,10 @@ class StepPlan(PlanCore):
             self._fbufs[a.obj.dtype] = b
         return b
 
-    def run(self, q: Tensor, kv_cache: Tensor, page_table: Tensor,
-            tree_mask: Optional[Tensor] = None, out: Optional[Tensor] = None,
-            lse: Optional[Tensor] = None, kv_scale: Any = None,
-            page_table_rows: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        """Run the last update's step on one layer's tensors; returns (out, lse).
+    # run(q, kv_cache, page_table, tree_mask=None, out=None, lse=None, kv_scale=None,
+    #     page_table_rows=None): the binding's one run body (PlanCore._run), here without the
+    #     `stream` of Plan.run (refused: a StepPlan follows torch's current stream)
+    run = run_method("""Run the last update's step on one layer's tensors; returns (out, lse).
 
         q          [max_tokens, H, Dl+Dr] in the plan's dtype (numpy uint16 bits for bf16)
         kv_cache   [num_pages, page_size, Dl+Dr] (kv_dtype "fp8_e4m3": uint8 bytes, or torch
@@ -400,10 +402,9 @@ class StepPlan(PlanCore):
                    page_table_rows[b], each of the step's in [0, num_rows); entries past the
                    step's batch are not read
         All host (numpy / CPU torch) for a CPU plan, all CUDA on the plan's device for a CUDA
-        plan (asynchronous on the current torch stream, capturable once out/lse exist).
-        """
-        return self._run(q, kv_cache, page_table, tree_mask, out, lse, None, kv_scale,
-                         page_table_rows)
+        plan (asynchronous on the current torch stream, capturable once out/lse exist; to
+        run on another stream, make it current: torch.cuda.stream(s)).
+        """)
 
     def _run_ref(self, ref):
         """mlav_run on a prebuilt struct (byref of an MlavTensors whose pointers the caller
