@@ -58,8 +58,8 @@ void naive_plan_free(void *state)
 mlav_status staging_make(naive_state *st)
 {
     const size_t slot = 2 * (size_t)st->lim.max_batch + 1;
-    MLAV_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&st->staging),
-                                 slot * STAGING_RING * sizeof(int32_t)));
+    MLAV_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void **>(&st->staging),
+                                slot * STAGING_RING * sizeof(int32_t), cudaHostAllocMapped));
     MLAV_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void **>(&st->staging_dev),
                                            st->staging, 0));
     for (int i = 0; i < STAGING_RING; i++) {
@@ -176,7 +176,8 @@ mlav_status update_host(naive_state *st, const mlav_lengths *len, const mlav_nai
     if (s == MLAV_OK) {
         int32_t *q = st->staging + (size_t)k * slot, *kv = q + len->batch + 1;
         memcpy(q, len->q_indptr, sizeof(int32_t) * ((size_t)len->batch + 1));
-        memcpy(kv, len->kv_lens, sizeof(int32_t) * (size_t)len->batch);
+        if (len->batch > 0) /* kv_lens may be NULL then */
+            memcpy(kv, len->kv_lens, sizeof(int32_t) * (size_t)len->batch);
         const int32_t *dq = st->staging_dev + (size_t)k * slot, *dkv = dq + len->batch + 1;
         s = mlav_naive_step_write(dq, dkv, len->batch, step, stream);
         if (s == MLAV_OK) {
