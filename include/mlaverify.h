@@ -318,7 +318,9 @@ typedef struct mlav_lengths {
  *  within the limits.
  *  On CUDA the plan's runs take MLAV_MEM_DEVICE tensors only. On an AUTO context whose CUDA
  *  backend cannot run the shape, the plan falls back to the CPU as mlav_plan_create does.
- *  cuda-naive has no plan for limits (MLAV_ERR_UNSUPPORTED).
+ *  cuda-naive's plan for limits launches one block per query row of max_tokens, and each
+ *  block reads its request's lengths from the workspace's step (its score row of max_kv_len
+ *  must fit shared memory, else MLAV_ERR_UNSUPPORTED).
  *  Returns MLAV_OK, MLAV_ERR_INVALID_ARG, MLAV_ERR_UNSUPPORTED, MLAV_ERR_OUT_OF_MEMORY,
  *  MLAV_ERR_CUDA. */
 MLAV_API mlav_status mlav_plan_create_for_limits(mlav_context *ctx, const mlav_problem *shape,

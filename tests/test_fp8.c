@@ -869,8 +869,8 @@ static void run_device(mlav_context *ctx, tu_problem *p, int limits, float scale
 #endif
 
 /* The extreme scales of test_fp8_scale_extremes on the device path: device tensors, the scale
- * through a device kv_scale_ptr, a plan for one problem and a plan for limits (the STEP
- * instances), exactly sized outputs. Before the score factor was split (fp8_score_factors),
+ * through a device kv_scale_ptr, a plan for one problem and a plan for limits (cuda: the STEP
+ * instances; cuda-naive: its step read on the device), exactly sized outputs. Before the score factor was split (fp8_score_factors),
  * 2^-126 under q near 2^126 gave NaN lse and out on both kinds. A scale that is not finite and
  * > 0 (0, -1, NaN, Inf) makes every row NaN on both (each row here sees a key). */
 static void test_fp8_scale_extremes_gpu(void **state)
@@ -890,8 +890,6 @@ static void test_fp8_scale_extremes_gpu(void **state)
                     const mlav_dtype dt = dts[d];
                     if (dt == MLAV_DTYPE_F16 && sc == S_MAX)
                         continue;
-                    if (limits && b != MLAV_BACKEND_CUDA)
-                        continue; /* cuda-naive has no plan for limits */
                     tu_case c = {.H = 2, .Dl = 512, .Dr = 64, .page_size = 2, .B = 2,
                                  .dtype = dt, .q_lens = {3, 2}, .prefixes = {5, 0},
                                  .tree = TU_BUSHY,

@@ -4,9 +4,10 @@
  *     rows page ids far outside the pool) give the own table's result bit for bit, and the
  *     oracle's; a device index outside the table (num_rows, -1) makes that request's rows NaN
  *     and leaves the others exact (nothing read outside the table: memcheck in the suite);
- *   - a plan for limits in one CUDA graph: the update from device lengths and every layer's
- *     run, captured once and replayed while the table's rows move to new places at every step
- *     (only the B indices change on the device), each layer of each step against the oracle.
+ *   - a plan for limits (cuda, cuda-naive) in one CUDA graph: the update from device lengths
+ *     and every layer's run, captured once and replayed while the table's rows move to new
+ *     places at every step (only the B indices change on the device), each layer of each step
+ *     against the oracle.
  * Fresh seed per run (printed). Skips without CUDA built in or without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -218,17 +219,18 @@ static void test_page_rows_exact(void **state)
 
 static void test_page_rows_graph(void **state)
 {
-    (void)state;
+    const mlav_backend be = *(const mlav_backend *)*state;
     need_device();
     const uint64_t seed = tu_seed();
-    printf("test_page_rows_gpu graph: seed 0x%llx\n", (unsigned long long)seed);
+    printf("test_page_rows_gpu graph, %s: seed 0x%llx\n", mlav_backend_name(be),
+           (unsigned long long)seed);
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 8 * 9, .max_q_len = 9,
                              .max_kv_len = 3000};
     const int layers = 2, steps = 40;
     sf_engine *e = sf_make(&lim, 16, 512, 64, 1, MLAV_DTYPE_BF16, MLAV_DTYPE_BF16, layers, seed);
     const int32_t mp = e->max_pages, rows = 2 * lim.max_batch + 3;
     mlav_context *ctx;
-    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    OK(mlav_context_create(&ctx, be));
     const mlav_problem shape = sf_shape(e);
     mlav_plan *plan;
     OK(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan));
@@ -301,8 +303,8 @@ static void test_page_rows_graph(void **state)
             CK(cudaMemcpy(ho, dout[l], e->out_bytes, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(hl, dlse[l], e->lse_bytes, cudaMemcpyDeviceToHost));
             if (!sf_check(e, l, ho, hl, msg, sizeof msg))
-                fail_msg("step %d layer %d (seed 0x%llx): %s", s, l, (unsigned long long)seed,
-                         msg);
+                fail_msg("%s step %d layer %d (seed 0x%llx): %s", mlav_backend_name(be), s, l,
+                         (unsigned long long)seed, msg);
         }
     }
     CK(cudaGraphExecDestroy(x));
@@ -327,9 +329,11 @@ static void test_page_rows_graph(void **state)
 
 int main(void)
 {
+    static mlav_backend cuda = MLAV_BACKEND_CUDA, naive = MLAV_BACKEND_CUDA_NAIVE;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_page_rows_exact),
-        cmocka_unit_test(test_page_rows_graph),
+        cmocka_unit_test_prestate(test_page_rows_graph, &cuda),
+        cmocka_unit_test_prestate(test_page_rows_graph, &naive),
     };
     return tu_no_device_skip(cmocka_run_group_tests(tests, NULL, NULL));
 }

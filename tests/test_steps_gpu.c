@@ -104,8 +104,8 @@ static const struct {
 } forced_steps[] = {{1, 16390}, {1, 3000}, {3, 600}};
 enum { FORCED = sizeof forced_steps / sizeof forced_steps[0] };
 
-static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtype kv_dtype,
-                       const mlav_limits *lim, int force_kinds)
+static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype dtype,
+                       mlav_dtype kv_dtype, const mlav_limits *lim, int force_kinds)
 {
     need_device();
     const uint64_t seed = tu_seed();
@@ -116,7 +116,7 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtyp
     sf_engine *e = sf_make(lim, H, 512, 64, page_size, dtype, kv_dtype, layers, seed);
     const char *kv = e->kv_dtype == dtype ? "" : ",kv=fp8_e4m3";
     mlav_context *ctx;
-    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    OK(mlav_context_create(&ctx, be));
     const mlav_problem shape = sf_shape(e);
     mlav_plan *plan;
     OK(mlav_plan_create_for_limits(ctx, &shape, lim, &plan));
@@ -217,9 +217,10 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtyp
             CK(cudaStreamSynchronize(st));
             char msg[256];
             if (!sf_check_skip(e, l, oa, la, skip, msg, sizeof msg))
-                fail_msg("h=%d page=%d %s%s step %d layer %d (%d live, %d tokens, refused %d, "
-                         "kv_scale %g): %s (seed 0x%llx)",
-                         H, page_size, mlav_dtype_name(dtype), kv, s, l, e->live,
+                fail_msg("%s h=%d page=%d %s%s step %d layer %d (%d live, %d tokens, refused "
+                         "%d, kv_scale %g): %s (seed 0x%llx)",
+                         mlav_backend_name(be), H, page_size, mlav_dtype_name(dtype), kv, s, l,
+                         e->live,
                          e->q_indptr[e->batch], skip, (double)e->kv_scale[l], msg,
                          (unsigned long long)seed);
         }
@@ -240,8 +241,8 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtyp
             CK(cudaStreamSynchronize(st));
             char msg[256];
             if (!sf_check(e, l, ob, lb, msg, sizeof msg))
-                fail_msg("host update, step %d layer %d: %s (seed 0x%llx)", s, l, msg,
-                         (unsigned long long)seed);
+                fail_msg("%s host update, step %d layer %d: %s (seed 0x%llx)",
+                         mlav_backend_name(be), s, l, msg, (unsigned long long)seed);
         }
         /* graph A's result of this layer set is in oa/la only for the last layer: compare it */
         if (memcmp(oa, ob, e->out_bytes) != 0 || memcmp(la, lb, e->lse_bytes) != 0)
@@ -249,10 +250,10 @@ static void graph_loop(int32_t H, int32_t page_size, mlav_dtype dtype, mlav_dtyp
                      "(seed 0x%llx)",
                      s, (unsigned long long)seed);
     }
-    print_message("h=%d page=%d %s%s: %d steps, %d with refused lengths; combine kinds rows %d, "
-                  "blocks %d, wide %d; seed 0x%llx\n",
-                  H, page_size, mlav_dtype_name(dtype), kv, steps, refused_steps, kinds[0],
-                  kinds[1], kinds[2], (unsigned long long)seed);
+    print_message("%s h=%d page=%d %s%s: %d steps, %d with refused lengths; combine kinds rows "
+                  "%d, blocks %d, wide %d; seed 0x%llx\n",
+                  mlav_backend_name(be), H, page_size, mlav_dtype_name(dtype), kv, steps,
+                  refused_steps, kinds[0], kinds[1], kinds[2], (unsigned long long)seed);
     if (force_kinds) {
         int dev = 0, sms = 0;
         CK(cudaGetDevice(&dev));
@@ -293,7 +294,7 @@ static void test_steps_graph_h16_page1_bf16(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 16,
                              .max_kv_len = 1000};
-    graph_loop(16, 1, MLAV_DTYPE_BF16, 0, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA, 16, 1, MLAV_DTYPE_BF16, 0, &lim, 0);
 }
 
 static void test_steps_graph_h8_page64_f16(void **state)
@@ -301,14 +302,14 @@ static void test_steps_graph_h8_page64_f16(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 80, .max_q_len = 40,
                              .max_kv_len = 2500};
-    graph_loop(8, 64, MLAV_DTYPE_F16, 0, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA, 8, 64, MLAV_DTYPE_F16, 0, &lim, 0);
 }
 
 static void test_steps_graph_h64_page16_f32(void **state)
 {
     (void)state;
     const mlav_limits lim = {.max_batch = 3, .max_tokens = 12, .max_q_len = 9, .max_kv_len = 600};
-    graph_loop(64, 16, MLAV_DTYPE_F32, 0, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA, 64, 16, MLAV_DTYPE_F32, 0, &lim, 0);
 }
 
 /* The production mix: BF16 q, an FP8 cache (one layer's scale a captured host value, the
@@ -320,7 +321,7 @@ static void test_steps_graph_h16_page64_bf16_fp8(void **state)
      * 102 s together on the H200 host (2e230bd) */
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 40, .max_q_len = 16,
                              .max_kv_len = 1500};
-    graph_loop(16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA, 16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim, 0);
 }
 
 /* The step combine's three kinds (combine.cu's combine_step_kernel) under one graph: steps
@@ -330,7 +331,34 @@ static void test_steps_graph_h8_page1_bf16_kinds(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 3, .max_tokens = 6, .max_q_len = 2,
                              .max_kv_len = 16400};
-    graph_loop(8, 1, MLAV_DTYPE_BF16, 0, &lim, 1);
+    graph_loop(MLAV_BACKEND_CUDA, 8, 1, MLAV_DTYPE_BF16, 0, &lim, 1);
+}
+
+/* cuda-naive's plans for limits under the same graphs: the fixed grid of max_tokens x H blocks,
+ * the step's lengths read on the device (device lengths captured, then host updates), refused
+ * requests and a refused q_indptr writing nothing; three dtypes, pages of 1, 16 and 64, an FP8
+ * cache with a host scale and a device one. */
+static void test_steps_graph_naive_h16_page1_bf16(void **state)
+{
+    (void)state;
+    const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 16,
+                             .max_kv_len = 1000};
+    graph_loop(MLAV_BACKEND_CUDA_NAIVE, 16, 1, MLAV_DTYPE_BF16, 0, &lim, 0);
+}
+
+static void test_steps_graph_naive_h64_page16_f32(void **state)
+{
+    (void)state;
+    const mlav_limits lim = {.max_batch = 3, .max_tokens = 12, .max_q_len = 9, .max_kv_len = 600};
+    graph_loop(MLAV_BACKEND_CUDA_NAIVE, 64, 16, MLAV_DTYPE_F32, 0, &lim, 0);
+}
+
+static void test_steps_graph_naive_h16_page64_bf16_fp8(void **state)
+{
+    (void)state;
+    const mlav_limits lim = {.max_batch = 4, .max_tokens = 40, .max_q_len = 16,
+                             .max_kv_len = 1500};
+    graph_loop(MLAV_BACKEND_CUDA_NAIVE, 16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim, 0);
 }
 
 /* A run on a workspace that no update has written, of 0xff bytes (counts of -1, an unknown
@@ -338,10 +366,10 @@ static void test_steps_graph_h8_page1_bf16_kinds(void **state)
  * are checked on the device, by the split kernel and by the combine). */
 static void test_steps_run_before_update(void **state)
 {
-    (void)state;
+    const mlav_backend be = *(const mlav_backend *)*state;
     need_device();
     mlav_context *ctx;
-    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    OK(mlav_context_create(&ctx, be));
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 32, .max_q_len = 16,
                              .max_kv_len = 2000};
     const int32_t H = 16, W = 576, page = 64, max_pages = (lim.max_kv_len + page - 1) / page;
@@ -375,10 +403,12 @@ static void test_steps_run_before_update(void **state)
         CK(cudaMemcpy(hl, lse, lse_bytes, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < out_bytes; i++)
             if (ho[i] != 0xa5)
-                fail_msg("workspace of 0x%02x bytes: out written at byte %zu", fills[f], i);
+                fail_msg("%s, workspace of 0x%02x bytes: out written at byte %zu",
+                         mlav_backend_name(be), fills[f], i);
         for (size_t i = 0; i < lse_bytes; i++)
             if (hl[i] != 0xa5)
-                fail_msg("workspace of 0x%02x bytes: lse written at byte %zu", fills[f], i);
+                fail_msg("%s, workspace of 0x%02x bytes: lse written at byte %zu",
+                         mlav_backend_name(be), fills[f], i);
         /* and the step status says that no update of this plan wrote it */
         int32_t bad = 7;
         assert_int_equal(mlav_plan_step_status(plan, ws, bytes, NULL, &bad), MLAV_ERR_WORKSPACE);
@@ -495,12 +525,12 @@ static void hostile_poison(const hostile_dev *o, int fill)
  * memcheck (bench/gpu-suite.sh): no access past any buffer. */
 static void test_steps_foreign_workspace_gpu(void **state)
 {
-    (void)state;
+    const mlav_backend be = *(const mlav_backend *)*state;
     need_device();
     const uint64_t seed = tu_seed();
     uint64_t rng = seed;
     mlav_context *ctx;
-    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    OK(mlav_context_create(&ctx, be));
     const mlav_limits la = {.max_batch = 8, .max_tokens = 64, .max_q_len = 8,
                             .max_kv_len = 4000};
     const mlav_limits lb = {.max_batch = 2, .max_tokens = 8, .max_q_len = 4, .max_kv_len = 300};
@@ -537,6 +567,7 @@ static void test_steps_foreign_workspace_gpu(void **state)
         const mlav_lengths lenb = {dev ? MLAV_MEM_DEVICE : MLAV_MEM_HOST, 2, dev ? dqb : qb,
                                    dev ? dkb : kb};
         const char *how = dev ? "device" : "host";
+        print_message("%s, %s update\n", mlav_backend_name(be), how);
         CK(cudaMemset(ws, 0x5a, bytes));
         OK(mlav_plan_update(pa, &lena, ws, bytes, NULL));
         /* B and A2 on A's step */
@@ -577,20 +608,42 @@ static void test_steps_foreign_workspace_gpu(void **state)
     CK(cudaMemcpy(h, ws, ba, cudaMemcpyDeviceToHost));
     mlav_step_header hdr;
     memcpy(&hdr, h, sizeof hdr);
-    assert_true(hdr.n_items > 0);
-    mlav_split_item *it = (mlav_split_item *)(h + sizeof hdr);
-    for (int32_t i = 0; i < hdr.n_items; i++) {
-        switch (i % 4) {
-        case 0: it[i].q_start += la.max_tokens; break;
-        case 1: it[i].b += la.max_batch; break;
-        case 2: it[i].slot = it[i].slot < 0 ? -2 : it[i].slot + (1 << 20); break;
-        default: it[i].kv_end += la.max_kv_len; break;
+    if (be == MLAV_BACKEND_CUDA) {
+        assert_true(hdr.n_items > 0);
+        mlav_split_item *it = (mlav_split_item *)(h + sizeof hdr);
+        for (int32_t i = 0; i < hdr.n_items; i++) {
+            switch (i % 4) {
+            case 0: it[i].q_start += la.max_tokens; break;
+            case 1: it[i].b += la.max_batch; break;
+            case 2: it[i].slot = it[i].slot < 0 ? -2 : it[i].slot + (1 << 20); break;
+            default: it[i].kv_end += la.max_kv_len; break;
+            }
         }
+        CK(cudaMemcpy(ws, h, ba, cudaMemcpyHostToDevice));
+        hostile_poison(&A, 0xa5);
+        OK(mlav_run(pa, &ta, ws, bytes, NULL));
+        CK(cudaDeviceSynchronize());
+    } else {
+        /* cuda-naive's step is its lengths (step_region.h): kv_lens past the limits, then
+         * q_lens past them, under the intact header are requests the kernel refuses: nothing
+         * is written (without its check, a score row past shared memory) */
+        int32_t *q = (int32_t *)(h + sizeof hdr), *kv = q + la.max_batch + 1;
+        for (int32_t b = 0; b < 8; b++)
+            kv[b] = b % 2 ? la.max_kv_len + 1 + b : INT32_MAX - b;
+        CK(cudaMemcpy(ws, h, ba, cudaMemcpyHostToDevice));
+        hostile_poison(&A, 0xa5);
+        OK(mlav_run(pa, &ta, ws, bytes, NULL));
+        if (!hostile_untouched(&A, 0xa5))
+            fail_msg("cuda-naive: a step of kv_lens past the limits wrote rows");
+        for (int32_t b = 0; b <= 8; b++)
+            q[b] = b * (la.max_q_len + 1); /* q_len past the limits */
+        for (int32_t b = 0; b < 8; b++)
+            kv[b] = la.max_q_len + 1;
+        CK(cudaMemcpy(ws, h, ba, cudaMemcpyHostToDevice));
+        OK(mlav_run(pa, &ta, ws, bytes, NULL));
+        if (!hostile_untouched(&A, 0xa5))
+            fail_msg("cuda-naive: a step of q_lens past the limits wrote rows");
     }
-    CK(cudaMemcpy(ws, h, ba, cudaMemcpyHostToDevice));
-    hostile_poison(&A, 0xa5);
-    OK(mlav_run(pa, &ta, ws, bytes, NULL));
-    CK(cudaDeviceSynchronize());
     for (int round = 0; round < 4; round++) {
         for (size_t i = sizeof hdr; i < ba; i++)
             h[i] = (unsigned char)tu_next(&rng);
@@ -619,12 +672,12 @@ static void test_steps_foreign_workspace_gpu(void **state)
  * step_status says every request was taken. */
 static void test_steps_padding_garbage_gpu(void **state)
 {
-    (void)state;
+    const mlav_backend be = *(const mlav_backend *)*state;
     need_device();
     const uint64_t seed = tu_seed();
     uint64_t rng = seed;
     mlav_context *ctx;
-    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA));
+    OK(mlav_context_create(&ctx, be));
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 32, .max_q_len = 4,
                              .max_kv_len = 3000};
     const int32_t max_pages = (lim.max_kv_len + HD_PAGE - 1) / HD_PAGE;
@@ -672,8 +725,9 @@ static void test_steps_padding_garbage_gpu(void **state)
         CK(cudaMemcpy(got, D.out, D.out_bytes, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(got + D.out_bytes, D.lse, D.lse_bytes, cudaMemcpyDeviceToHost));
         if (memcmp(ref, got, D.out_bytes + D.lse_bytes) != 0)
-            fail_msg("%s lengths: the padded step's outputs differ from the live requests' "
-                     "(seed 0x%llx)", dev ? "device" : "host", (unsigned long long)seed);
+            fail_msg("%s, %s lengths: the padded step's outputs differ from the live requests' "
+                     "(seed 0x%llx)", mlav_backend_name(be), dev ? "device" : "host",
+                     (unsigned long long)seed);
     }
     free(ref);
     free(got);
@@ -812,23 +866,6 @@ static void test_step_schedule_device_matches_host(void **state)
     schedule_bytes(64, &l4, 300, &rng, seed);
 }
 
-/* Plans for limits on cuda-naive: refused with a sentence (an AUTO context falls back:
- * test_steps_auto_fallback). */
-static void test_steps_naive_refused(void **state)
-{
-    (void)state;
-    need_device();
-    mlav_context *ctx;
-    OK(mlav_context_create(&ctx, MLAV_BACKEND_CUDA_NAIVE));
-    const mlav_problem shape = {.num_heads = 8, .d_latent = 512, .d_rope = 64,
-                                .softmax_scale = 0.1f, .dtype = MLAV_DTYPE_BF16, .page_size = 1,
-                                .max_pages = 100};
-    const mlav_limits lim = {2, 8, 4, 100};
-    mlav_plan *plan;
-    assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan), MLAV_ERR_UNSUPPORTED);
-    mlav_context_free(ctx);
-}
-
 /* AUTO's one fallback rule serves both constructors: where the cuda backend declines (dims
  * other than 512 + 64), a plan for one problem and a plan for limits alike are made on the cpu,
  * and the context's note says which kind was declined and why; the plan for limits then runs an
@@ -885,18 +922,24 @@ static void test_steps_auto_fallback(void **state)
 
 int main(void)
 {
+    static mlav_backend cuda = MLAV_BACKEND_CUDA, naive = MLAV_BACKEND_CUDA_NAIVE;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_steps_graph_h16_page1_bf16),
         cmocka_unit_test(test_steps_graph_h8_page64_f16),
         cmocka_unit_test(test_steps_graph_h64_page16_f32),
         cmocka_unit_test(test_steps_graph_h16_page64_bf16_fp8),
         cmocka_unit_test(test_steps_graph_h8_page1_bf16_kinds),
-        cmocka_unit_test(test_steps_naive_refused),
+        cmocka_unit_test(test_steps_graph_naive_h16_page1_bf16),
+        cmocka_unit_test(test_steps_graph_naive_h64_page16_f32),
+        cmocka_unit_test(test_steps_graph_naive_h16_page64_bf16_fp8),
         cmocka_unit_test(test_steps_auto_fallback),
-        cmocka_unit_test(test_steps_run_before_update),
+        cmocka_unit_test_prestate(test_steps_run_before_update, &cuda),
+        cmocka_unit_test_prestate(test_steps_run_before_update, &naive),
         cmocka_unit_test(test_step_schedule_device_matches_host),
-        cmocka_unit_test(test_steps_foreign_workspace_gpu),
-        cmocka_unit_test(test_steps_padding_garbage_gpu),
+        cmocka_unit_test_prestate(test_steps_foreign_workspace_gpu, &cuda),
+        cmocka_unit_test_prestate(test_steps_foreign_workspace_gpu, &naive),
+        cmocka_unit_test_prestate(test_steps_padding_garbage_gpu, &cuda),
+        cmocka_unit_test_prestate(test_steps_padding_garbage_gpu, &naive),
     };
     /* MLAV_TEST_FILTER=*schedule* (wildcards * and ?) runs a subset */
     const char *filter = getenv("MLAV_TEST_FILTER");

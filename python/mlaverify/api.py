@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import types
 from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
@@ -50,6 +51,20 @@ FP8_NAMES = ("fp8_e4m3", "fp8", "e4m3", "float8_e4m3fn", "f8_e4m3")
 ELEMENTS = {"f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
              "fp8_e4m3": ("float8_e4m3fn", "uint8")}
 _ALIGN = 256
+
+# the numpy element of each dtype: the last of ELEMENTS' names (numpy's own or its stand-in)
+_NP_ELEMENT = {k: np.dtype(v[-1]) for k, v in ELEMENTS.items()}
+_NP_I32, _NP_U32, _NP_F32 = np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)
+_from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def np_ptr(a):
+    """The data pointer of a C-contiguous numpy array: through the buffer protocol (a third of
+    a.ctypes.data's time) when it is writable and not empty, else a.ctypes.data."""
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
 
 
 def _is_int(x) -> bool:
@@ -452,6 +467,15 @@ def device_workspace(nbytes: int, device: int) -> Any:
     return buf[off:off + n]
 
 
+def run_method(doc: str):
+    """PlanCore._run as a class's own `run` with its own docstring: the same code object (one
+    body), no wrapper call on the per-layer path."""
+    fn = PlanCore._run
+    f = types.FunctionType(fn.__code__, fn.__globals__, "run", fn.__defaults__, fn.__closure__)
+    f.__doc__ = doc
+    return f
+
+
 class PlanCore:
     """What every plan of the binding is: one mlav_plan (the library has one kind of plan: a
     plan for one problem is a plan for limits whose update ran at plan time), made on a context
@@ -467,7 +491,7 @@ class PlanCore:
         mlav_plan_create_for_limits) on `device` (None: the current one) and read back what the
         library chose."""
         self._ctx = context if context is not None else Context(backend)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # runs fill one tensors struct under it
         lib = _lib.load()
         self._device = _cuda_index(device) if device is not None else None
         h = ctypes.c_void_p()
@@ -506,6 +530,208 @@ class PlanCore:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    # -- the one run body --------------------------------------------------------------------------
+    # Plan and StepPlan run through _run. What differs is data set at creation (_run_setup: the
+    # shapes of the run's tensors, the shape their dtypes come from) and three hooks: the
+    # outputs made when out or lse is None (_own_outputs), where the tensors may be
+    # (_check_place) and how mlav_run is called there (_call: workspace and stream). A call
+    # whose tensors pass the fast checks (_fast_numpy, _fast_torch: compared by identity) skips
+    # check_run_tensors, whose sentences it raises otherwise.
+
+    def _run_setup(self, shape: Any, tokens: int, batch: int, mask_words: int,
+                   limits: bool, host_tensors: bool) -> None:
+        """The run's data: `shape` (num_heads, d_latent, d_rope, width, page_size, max_pages,
+        dtype, kv_dtype: a Problem, or the StepPlan itself), the run tensors' shapes of
+        `tokens` rows, `batch` requests and `mask_words` (a plan for limits: the limits'), and
+        whether host tensors may take the fast path (those of a CUDA plan for limits may not:
+        _check_place refuses them)."""
+        self._shape = shape
+        self._host_fast = host_tensors
+        self._run_dims = (tokens, batch, mask_words, limits)
+        H, T, B = shape.num_heads, tokens, batch
+        self._shapes = ((T, H, shape.width), (B, shape.max_pages), (T, mask_words),
+                        (T, H, shape.d_latent), (T, H))
+        self._rows_shape = (B,)
+        self._page_size, self._width = shape.page_size, shape.width
+        self._np = (_NP_ELEMENT[shape.dtype], _NP_ELEMENT.get(shape.kv_dtype))
+        self._fp8 = shape.kv_dtype == "fp8_e4m3"
+        self._tf = None       # torch's objects for the fast path, made at the first torch call
+        self._fbufs = {}      # q's dtype object -> the plan's own (out, lse) (StepPlan)
+        self._run_fn = _lib.load().mlav_run
+        # the plan's place: a Plan's _call sets it per run (its host tensors may run offload)
+        self._t = _lib.MlavTensors(memory=MEM_HOST if self._device is None else MEM_DEVICE)
+        self._t_ref = ctypes.byref(self._t)
+
+    def _tdevice(self):
+        """The plan's place as a torch.device (cpu, or cuda:i), made once."""
+        d = self.__dict__.get("_tdev")
+        if d is None:
+            torch = torch_module()
+            d = self._tdev = torch.device("cpu") if self._device is None else \
+                torch.device("cuda", self._device)
+        return d
+
+    def _torch_fast(self):
+        """torch's objects the fast path compares by identity (made at the first torch run)."""
+        torch = torch_module()
+        sh = self._shape
+        t = getattr(torch, ELEMENTS[sh.dtype][0])
+        # the cache's torch elements: q's, or an FP8 cache's two (ELEMENTS; uint8 where torch
+        # has no float8_e4m3fn)
+        kv = (t, t) if sh.kv_dtype == sh.dtype else \
+            tuple(getattr(torch, e, torch.uint8) for e in ELEMENTS[sh.kv_dtype])
+        u32 = getattr(torch, "uint32", torch.int32)
+        self._tf = (torch.Tensor, torch.strided, self._tdevice(), t, kv[0], kv[1], torch.int32,
+                    u32, torch.float32)
+        return self._tf
+
+    def _fast_torch(self, q, kv, pt, m, out, lse, rows):
+        """The pointers of torch tensors on the plan's device that pass every check of
+        check_run_tensors (dtype, place, layout, contiguity, shape, writable outputs), compared
+        by identity; None when one does not (then _checked says which). q is a torch.Tensor."""
+        Tensor, strided, dev, dt, kdt, kdt2, i32, u32, f32 = self._tf or self._torch_fast()
+        sq, spt, sm, so, sl = self._shapes
+        if not (isinstance(kv, Tensor) and isinstance(pt, Tensor) and isinstance(out, Tensor)
+                and isinstance(lse, Tensor)):
+            return None
+        kd = kv.dtype
+        if q.dtype is not dt or out.dtype is not dt or pt.dtype is not i32 or \
+                lse.dtype is not f32 or (kd is not kdt and kd is not kdt2):
+            return None
+        if q.device != dev or kv.device != dev or pt.device != dev or out.device != dev or \
+                lse.device != dev:
+            return None
+        if q.layout is not strided or kv.layout is not strided or pt.layout is not strided or \
+                out.layout is not strided or lse.layout is not strided:
+            return None
+        if not (q.is_contiguous() and kv.is_contiguous() and pt.is_contiguous() and
+                out.is_contiguous() and lse.is_contiguous()):
+            return None
+        if out.requires_grad or lse.requires_grad:
+            return None
+        ks = kv.shape
+        if q.shape != sq or out.shape != so or lse.shape != sl or \
+                len(ks) != 3 or ks[1] != self._page_size or ks[2] != self._width:
+            return None
+        if m is None:
+            mp = None
+        elif isinstance(m, Tensor) and (m.dtype is i32 or m.dtype is u32) and \
+                m.device == dev and m.layout is strided and m.is_contiguous() and m.shape == sm:
+            mp = m.data_ptr()
+        else:
+            return None
+        if rows is None:
+            if pt.shape != spt:
+                return None
+            rp, nrows = None, 0
+        elif isinstance(rows, Tensor) and rows.dtype is i32 and rows.device == dev and \
+                rows.layout is strided and rows.is_contiguous() and rows.shape == self._rows_shape \
+                and pt.dim() == 2 and pt.shape[1] == spt[1] and pt.shape[0] >= 1:
+            rp, nrows = rows.data_ptr(), pt.shape[0]
+        else:
+            return None
+        return (q.data_ptr(), kv.data_ptr(), ks[0], pt.data_ptr(), mp, out.data_ptr(),
+                lse.data_ptr(), rp, nrows)
+
+    def _fast_numpy(self, q, kv, pt, m, out, lse, rows):
+        """As _fast_torch for numpy arrays (host memory; q is an ndarray)."""
+        nd = np.ndarray
+        if not self._host_fast or type(kv) is not nd or type(pt) is not nd or \
+                type(out) is not nd or type(lse) is not nd or (m is not None and type(m) is not nd):
+            return None
+        dt, kdt = self._np
+        if q.dtype is not dt or out.dtype is not dt or kv.dtype is not (kdt or dt) or \
+                pt.dtype is not _NP_I32 or lse.dtype is not _NP_F32:
+            return None
+        sq, spt, sm, so, sl = self._shapes
+        ks = kv.shape
+        if q.shape != sq or out.shape != so or lse.shape != sl or \
+                len(ks) != 3 or ks[1] != self._page_size or ks[2] != self._width:
+            return None
+        if rows is None:
+            if pt.shape != spt:
+                return None
+            rp, nrows = None, 0
+        elif type(rows) is nd and rows.dtype is _NP_I32 and rows.shape == self._rows_shape and \
+                rows.flags.c_contiguous and rows.flags.aligned and len(pt.shape) == 2 and \
+                pt.shape[1] == spt[1] and pt.shape[0] >= 1:
+            rp, nrows = np_ptr(rows), pt.shape[0]
+        else:
+            return None
+        fq, fkv, fpt, fo, fl = q.flags, kv.flags, pt.flags, out.flags, lse.flags
+        if not (fq.c_contiguous and fkv.c_contiguous and fpt.c_contiguous and fo.c_contiguous
+                and fl.c_contiguous and fq.aligned and fkv.aligned and fpt.aligned and
+                fo.aligned and fl.aligned and fo.writeable and fl.writeable):
+            return None
+        if m is None:
+            mp = None
+        elif (m.dtype is _NP_U32 or m.dtype is _NP_I32) and m.shape == sm and \
+                m.flags.c_contiguous and m.flags.aligned:
+            mp = np_ptr(m)
+        else:
+            return None
+        return (np_ptr(q), np_ptr(kv), ks[0], np_ptr(pt), mp, np_ptr(out), np_ptr(lse), rp,
+                nrows)
+
+    def _checked(self, q, kv_cache, page_table, tree_mask, out, lse, page_table_rows, stream):
+        """Every check of a run's tensors (check_run_tensors), raising InvalidArgumentError with
+        what is wrong, and the place's (_check_place); out None and lse None made by
+        _own_outputs (lse False: not computed). Returns (out, lse, pointers, the tensors' CUDA
+        device or None)."""
+        tokens, batch, words, limits = self._run_dims
+        a_q, a_kv, a_pt, a_m, a_out, a_lse, a_rows = check_run_tensors(
+            self._shape, q, kv_cache, page_table, tree_mask, out, lse, page_table_rows,
+            tokens=tokens, batch=batch, mask_words=words, limits=limits)
+        device = a_q.device
+        self._check_place(a_q)
+        if out is None or lse is None:
+            out, lse = self._own_outputs(a_q, out, lse, stream)
+            a_out = wrap("out", out, writable=True)
+            a_lse = wrap("lse", lse, writable=True) if lse is not False else None
+        if lse is False:
+            lse = None
+        rows = (None, 0) if a_rows is None else (a_rows.ptr, a_pt.shape[0])
+        return out, lse, (a_q.ptr, a_kv.ptr, a_kv.shape[0], a_pt.ptr,
+                          a_m.ptr if a_m is not None else None, a_out.ptr,
+                          a_lse.ptr if a_lse is not None else None) + rows, device
+
+    def _run(self, q, kv_cache, page_table, tree_mask=None, out=None, lse=None, kv_scale=None,
+             page_table_rows=None, stream=None):
+        """The one run body (Plan.run calls it; StepPlan.run is it, see run_method); returns
+        (out, lse)."""
+        ptrs = device = None
+        numpy = type(q) is np.ndarray
+        if numpy or is_torch(q):
+            o, l = out, lse
+            if o is None or l is None:  # the plan's own buffers, once made (StepPlan)
+                b = self._fbufs.get(q.dtype)
+                if b is not None:
+                    o = b[0] if o is None else o
+                    l = b[1] if l is None else l
+            if o is not None and l is not None:
+                ptrs = (self._fast_numpy if numpy else self._fast_torch)(
+                    q, kv_cache, page_table, tree_mask, o, l, page_table_rows)
+                if ptrs is not None:
+                    out, lse = o, l
+                    if not numpy:  # torch tensors in the plan's place
+                        device = self._device
+        if ptrs is None:
+            out, lse, ptrs, device = self._checked(q, kv_cache, page_table, tree_mask, out, lse,
+                                                   page_table_rows, stream)
+        scale = self._fp8 or kv_scale is not None
+        if scale:
+            scale = kv_scale_arg(kv_scale, device, self._shape.kv_dtype)
+        t = self._t
+        with self._lock:
+            (t.q, t.kv_cache, t.num_pages, t.page_table, t.tree_mask, t.out, t.lse,
+             t.page_table_rows, t.page_table_num_rows) = ptrs
+            if scale:  # set on FP8 plans only: kv_scale_arg refuses a scale on any other
+                t.kv_scale, t.kv_scale_ptr = scale
+            st = self._call(self._run_fn, self._t_ref, device, stream)
+        if st:
+            check(st)
+        return out, lse
+
 
 class Plan(PlanCore):
     """A scheduled problem (mlav_plan_create): plan once per batch shape, run every step.
@@ -532,10 +758,13 @@ class Plan(PlanCore):
         self.problem = problem
         self._host_ws = None
         self._dev_ws = None
+        self._ws_lock = threading.Lock()  # the device workspace's allocation, once
         self._dev_ws_streams = set()
         self._ws_stream = None
         self._make(_lib.load().mlav_plan_create, (ctypes.byref(problem._struct()),), context,
                    backend, device)
+        self._run_setup(problem, problem.num_tokens, problem.batch, problem.mask_words, False,
+                        True)
         if self.workspace_memory == "device":
             torch = torch_module()
             if self._device is None and torch is not None and torch.cuda.is_available():
@@ -553,7 +782,7 @@ class Plan(PlanCore):
             return None
         torch = torch_module()
         if self._dev_ws is None:
-            with self._lock:
+            with self._ws_lock:
                 if self._dev_ws is None:
                     with torch.cuda.device(device), _StreamScope(stream):
                         if torch.cuda.is_current_stream_capturing():
@@ -568,12 +797,6 @@ class Plan(PlanCore):
         return self._dev_ws
 
     # -- run -----------------------------------------------------------------------------------
-
-    def _check_inputs(self, q, kv_cache, page_table, tree_mask, out, lse, page_table_rows):
-        p = self.problem
-        return check_run_tensors(p, q, kv_cache, page_table, tree_mask, out, lse,
-                                 page_table_rows, tokens=p.num_tokens, batch=p.batch,
-                                 mask_words=p.mask_words, limits=False)
 
     def run(self, q: Tensor, kv_cache: Tensor, page_table: Tensor,
             tree_mask: Optional[Tensor] = None, out: Optional[Tensor] = None,
@@ -607,79 +830,71 @@ class Plan(PlanCore):
         stream at a time: for concurrent streams use one Plan per stream.
         Raises MlavError subclasses (InvalidArgumentError, UnsupportedError, ...).
         """
-        a_q, a_kv, a_pt, a_mask, a_out, a_lse, a_rows = self._check_inputs(
-            q, kv_cache, page_table, tree_mask, out, lse, page_table_rows)
-        p = self.problem
+        return self._run(q, kv_cache, page_table, tree_mask, out, lse, kv_scale,
+                         page_table_rows, stream)
+
+    # -- the run's hooks (PlanCore._run) -------------------------------------------------------
+
+    def _check_place(self, a_q) -> None:
         device = a_q.device
-        scale_value, scale_ptr = kv_scale_arg(kv_scale, device, p.kv_dtype)
         if device is not None and self._device is not None and device != self._device and \
                 self.workspace_memory == "device":
             raise invalid("the tensors are on cuda:%d but the plan was made on cuda:%d"
                           % (device, self._device))
-        torch_stream, handle = (None, None)
-        if device is not None:
-            torch_stream, handle = _torch_stream(stream, device)
+
+    def _own_outputs(self, a_q, out, lse, stream):
+        """out / lse None: new ones of the tensors' kind (on the run's stream)."""
+        p = self.problem
+        torch_stream = None
+        if a_q.device is not None:
+            torch_stream = _torch_stream(stream, a_q.device)[0]
         with _StreamScope(torch_stream):
-            if a_out is None:
+            if out is None:
                 out = empty_like_kind(a_q, (p.num_tokens, p.num_heads, p.d_latent), a_q.dtype)
-                a_out = wrap("out", out, writable=True)
             if lse is None:
                 lse = empty_like_kind(a_q, (p.num_tokens, p.num_heads), "float32")
-                a_lse = wrap("lse", lse, writable=True)
-        t = _lib.MlavTensors(
-            memory=MEM_HOST if device is None else MEM_DEVICE, q=a_q.ptr, kv_cache=a_kv.ptr,
-            num_pages=c_int("num_pages", a_kv.shape[0], 64), page_table=a_pt.ptr,
-            tree_mask=a_mask.ptr if a_mask is not None else None, out=a_out.ptr,
-            lse=a_lse.ptr if a_lse is not None else None, kv_scale=scale_value,
-            kv_scale_ptr=scale_ptr)
-        set_page_table_rows(t, a_rows, a_pt)
-        if lse is False:
-            lse = None
-        lib = _lib.load()
-        if device is None:
-            self._run_host(lib, t)
-        else:
-            self._run_device(lib, t, device, torch_stream, handle)
         return out, lse
 
-    def _run_host(self, lib, t):
+    def _call(self, fn, ref, device, stream) -> int:
+        """fn = mlav_run of `ref` (the filled struct): host tensors (a CPU plan's workspace, or a
+        CUDA plan's offload mode), or device tensors on `stream` (default: torch's current
+        one)."""
+        self._t.memory = MEM_HOST if device is None else MEM_DEVICE
+        if device is None:
+            return self._call_host(fn, ref)
+        torch_stream, handle = _torch_stream(stream, device)
+        return self._call_device(fn, ref, device, torch_stream, handle)
+
+    def _call_host(self, fn, ref) -> int:
         if self.workspace_memory == "host":
             ws = self._host_ws
-            with self._lock:  # one cached workspace: runs of this plan take turns
-                check(lib.mlav_run(self._handle(), ctypes.byref(t),
-                                   ws.ctypes.data if ws is not None else None,
-                                   self.workspace_bytes, None))
-            return
+            return fn(self._handle(), ref, ws.ctypes.data if ws is not None else None,
+                      self.workspace_bytes, None)
         # a CUDA plan given host tensors (offload mode): the workspace is device memory
         torch = torch_module()
         if self.workspace_bytes and (torch is None or not torch.cuda.is_available()):
             # no way to allocate device memory from here: the one-shot call allocates it
             st = self.problem._struct()
             with self._ctx._lock:
-                check(lib.mlav_verify(self._ctx._handle(), ctypes.byref(st), ctypes.byref(t)))
-            return
+                return _lib.load().mlav_verify(self._ctx._handle(), ctypes.byref(st), ref)
         device = self._device if self._device is not None else (
             torch.cuda.current_device() if torch is not None and torch.cuda.is_available()
             else None)
         if device is None:  # workspace_bytes == 0 and no torch: nothing device-side to pass
-            check(lib.mlav_run(self._handle(), ctypes.byref(t), None, 0, None))
-            return
+            return fn(self._handle(), ref, None, 0, None)
         ws = self._device_workspace(device, None)
         handle = torch.cuda.current_stream(device).cuda_stream
-        with torch.cuda.device(device), self._lock:
-            check(lib.mlav_run(self._handle(), ctypes.byref(t),
-                               ws.data_ptr() if ws is not None else None,
-                               self.workspace_bytes, handle))
+        with torch.cuda.device(device):
+            return fn(self._handle(), ref, ws.data_ptr() if ws is not None else None,
+                      self.workspace_bytes, handle)
 
-    def _run_device(self, lib, t, device, torch_stream, handle):
+    def _call_device(self, fn, ref, device, torch_stream, handle) -> int:
         torch = torch_module()
         if self.workspace_memory == "host":
             # a CPU plan given device tensors: the library answers MLAV_ERR_UNSUPPORTED
             ws = self._host_ws
-            check(lib.mlav_run(self._handle(), ctypes.byref(t),
-                               ws.ctypes.data if ws is not None else None,
-                               self.workspace_bytes, None))
-            return
+            return fn(self._handle(), ref, ws.ctypes.data if ws is not None else None,
+                      self.workspace_bytes, None)
         ws = self._device_workspace(device, torch_stream)
         if ws is not None and handle != self._ws_stream and handle not in self._dev_ws_streams:
             with torch.cuda.device(device):
@@ -692,9 +907,8 @@ class Plan(PlanCore):
                 ws.record_stream(s)
                 self._dev_ws_streams.add(handle)
         with torch.cuda.device(device):
-            check(lib.mlav_run(self._handle(), ctypes.byref(t),
-                               ws.data_ptr() if ws is not None else None,
-                               self.workspace_bytes, handle))
+            return fn(self._handle(), ref, ws.data_ptr() if ws is not None else None,
+                      self.workspace_bytes, handle)
 
     def _release(self) -> None:
         self._dev_ws = None

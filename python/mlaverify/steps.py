@@ -32,26 +32,14 @@ import numpy as np
 
 from . import _lib
 from ._arrays import as_int, host_int32, is_torch, torch_module, wrap
-from .api import (ELEMENTS, MEM_DEVICE, MEM_HOST, Context, PlanCore, Tensor, check_run_tensors,
-                  device_workspace, host_workspace, kv_scale_arg, no_cuda_in_torch,
-                  problem_struct, shape_fields, tree_mask_words)
+from .api import (MEM_DEVICE, MEM_HOST, Context, PlanCore, Tensor, device_workspace,
+                  host_workspace, kv_scale_arg, no_cuda_in_torch, np_ptr, problem_struct,
+                  run_method, shape_fields, tree_mask_words)
 from .errors import ERR_INVALID_ARG, StepStatusError, check, invalid
 
 _I32_MIN, _I32_MAX = -2**31, 2**31 - 1
 
-# the numpy element of each dtype: the last of api.ELEMENTS' names (numpy's own or its stand-in)
-_NP_ELEMENT = {k: np.dtype(v[-1]) for k, v in ELEMENTS.items()}
-_NP_I32, _NP_U32, _NP_F32 = np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)
-_from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
-
-
-def _np_ptr(a):
-    """The data pointer of a C-contiguous numpy array: through the buffer protocol (a third of
-    a.ctypes.data's time) when it is writable and not empty, else a.ctypes.data."""
-    try:
-        return _addressof(_from_buffer(a))
-    except (TypeError, ValueError):
-        return a.ctypes.data
+_NP_I32 = np.dtype(np.int32)
 
 
 def int32_arg(name: str, value: Any, lo: int = _I32_MIN, hi: int = _I32_MAX) -> int:
@@ -69,7 +57,7 @@ def _host_lengths(name, x):
     through host_int32 (range-checked, converted)."""
     if type(x) is np.ndarray:
         if x.dtype is _NP_I32 and x.flags.c_contiguous and x.flags.aligned:
-            return x, _np_ptr(x), x.shape
+            return x, np_ptr(x), x.shape
     elif is_torch(x):
         torch = torch_module()
         if x.dtype is torch.int32 and x.layout is torch.strided and x.is_contiguous() and \
@@ -116,8 +104,8 @@ class StepPlan(PlanCore):
               name of mlaverify.api.FP8_NAMES, 3): an FP8 E4M3 KV cache (raw bytes: numpy /
               torch uint8, or torch.float8_e4m3fn) whose runs take kv_scale. Anything else
               (another dtype than q's) is refused, as by Plan.
-    backend   "auto", "cpu", "cuda", "reference" (cuda-naive has no plan for limits);
-              ignored when `context` is given
+    backend   "auto", "cpu", "cuda", "cuda-naive", "reference"; ignored when `context` is
+              given
     device    the CUDA device of a CUDA plan (int, "cuda:1", torch.device); default torch's
               current device. The workspace is then a torch uint8 tensor there.
 
@@ -184,21 +172,10 @@ class StepPlan(PlanCore):
         # the last update's lengths struct (kept so the pointers outlive the call)
         self._lengths = _lib.MlavLengths()
         self._lengths_ref = ctypes.byref(self._lengths)
-        # per call: the bound C functions, one tensors struct (filled under the lock), the
-        # shapes and dtypes the fast paths compare by identity; the full checks in _checked run
-        # only when a fast check fails, and raise the sentences
-        self._run_fn, self._update_fn = lib.mlav_run, lib.mlav_plan_update
-        self._t = _lib.MlavTensors(memory=MEM_HOST if self._device is None else MEM_DEVICE)
-        self._t_ref = ctypes.byref(self._t)
-        self._fp8 = self.kv_dtype == "fp8_e4m3"
-        self._rows_shape = (self._limits["max_batch"],)
-        T, B = self._limits["max_tokens"], self._limits["max_batch"]
-        self._shapes = ((T, self.num_heads, self.width), (B, self.max_pages),
-                        (T, self.mask_words), (T, self.num_heads, self.d_latent),
-                        (T, self.num_heads))
-        self._np = (_NP_ELEMENT[self.dtype], _NP_ELEMENT.get(self.kv_dtype))
-        self._tf = None      # torch's objects for the fast path, made at the first torch call
-        # self._fbufs: q's dtype object (numpy or torch) -> the plan's own out, lse
+        # the run (PlanCore._run) on tensors of the limits' shapes, in the plan's place
+        self._update_fn = lib.mlav_plan_update
+        self._run_setup(self, self._limits["max_tokens"], self._limits["max_batch"],
+                        self.mask_words, True, self._device is None)
         if self._device is not None:
             C = torch._C
             self._get_device = getattr(C, "_cuda_getDevice", None) or torch.cuda.current_device
@@ -229,9 +206,14 @@ class StepPlan(PlanCore):
             return None
         return self._raw_stream(self._device)
 
-    def _call(self, fn, ref):
+    def _call(self, fn, ref, device=None, stream=None):
         """fn(plan, ref, workspace, bytes, stream): on a CUDA plan on its device (switched only
-        when it is not current) and torch's current stream there."""
+        when it is not current) and torch's current stream there; also PlanCore._run's hook,
+        whose tensors are in the plan's place (`device`) and whose stream is torch's current
+        one (`stream` None)."""
+        if stream is not None:
+            raise invalid("StepPlan.run takes no stream: it runs on torch's current stream "
+                          "(select one with torch.cuda.stream(s))")
         h = self._h
         if h is None:
             raise invalid("the %s is closed" % self._what)
@@ -396,123 +378,10 @@ class StepPlan(PlanCore):
             self._fbufs[a.obj.dtype] = b
         return b
 
-    # -- run -----------------------------------------------------------------------------------
-
-    def _tdevice(self):
-        """The plan's place as a torch.device (cpu, or cuda:i), made once."""
-        d = self.__dict__.get("_tdev")
-        if d is None:
-            torch = torch_module()
-            d = self._tdev = torch.device("cpu") if self._device is None else \
-                torch.device("cuda", self._device)
-        return d
-
-    def _torch_fast(self):
-        """torch's objects the fast path compares by identity (made at the first torch run)."""
-        torch = torch_module()
-        t = getattr(torch, ELEMENTS[self.dtype][0])
-        # the cache's torch elements: q's, or an FP8 cache's two (api.ELEMENTS; uint8 where
-        # torch has no float8_e4m3fn)
-        kv = (t, t) if self.kv_dtype == self.dtype else \
-            tuple(getattr(torch, e, torch.uint8) for e in ELEMENTS[self.kv_dtype])
-        u32 = getattr(torch, "uint32", torch.int32)
-        self._tf = (torch.Tensor, torch.strided, self._tdevice(), t, kv[0], kv[1], torch.int32,
-                    u32, torch.float32)
-        return self._tf
-
-    def _fast_torch(self, q, kv, pt, m, out, lse, rows):
-        """The pointers of torch tensors that pass every check of _checked (dtype, place,
-        layout, contiguity, shape, writable outputs), compared by identity; None when one does
-        not (then _checked says which). q is a torch.Tensor."""
-        Tensor, strided, dev, dt, kdt, kdt2, i32, u32, f32 = self._tf or self._torch_fast()
-        sq, spt, sm, so, sl = self._shapes
-        if not (isinstance(kv, Tensor) and isinstance(pt, Tensor) and isinstance(out, Tensor)
-                and isinstance(lse, Tensor)):
-            return None
-        kd = kv.dtype
-        if q.dtype is not dt or out.dtype is not dt or pt.dtype is not i32 or \
-                lse.dtype is not f32 or (kd is not kdt and kd is not kdt2):
-            return None
-        if q.device != dev or kv.device != dev or pt.device != dev or out.device != dev or \
-                lse.device != dev:
-            return None
-        if q.layout is not strided or kv.layout is not strided or pt.layout is not strided or \
-                out.layout is not strided or lse.layout is not strided:
-            return None
-        if not (q.is_contiguous() and kv.is_contiguous() and pt.is_contiguous() and
-                out.is_contiguous() and lse.is_contiguous()):
-            return None
-        if out.requires_grad or lse.requires_grad:
-            return None
-        ks = kv.shape
-        if q.shape != sq or out.shape != so or lse.shape != sl or \
-                len(ks) != 3 or ks[1] != self.page_size or ks[2] != self.width:
-            return None
-        if m is None:
-            mp = None
-        elif isinstance(m, Tensor) and (m.dtype is i32 or m.dtype is u32) and \
-                m.device == dev and m.layout is strided and m.is_contiguous() and m.shape == sm:
-            mp = m.data_ptr()
-        else:
-            return None
-        if rows is None:
-            if pt.shape != spt:
-                return None
-            rp, nrows = None, 0
-        elif isinstance(rows, Tensor) and rows.dtype is i32 and rows.device == dev and \
-                rows.layout is strided and rows.is_contiguous() and rows.shape == self._rows_shape \
-                and pt.dim() == 2 and pt.shape[1] == spt[1] and pt.shape[0] >= 1:
-            rp, nrows = rows.data_ptr(), pt.shape[0]
-        else:
-            return None
-        return (q.data_ptr(), kv.data_ptr(), ks[0], pt.data_ptr(), mp, out.data_ptr(),
-                lse.data_ptr(), rp, nrows)
-
-    def _fast_numpy(self, q, kv, pt, m, out, lse, rows):
-        """As _fast_torch for numpy arrays on a CPU plan (q is an ndarray)."""
-        nd = np.ndarray
-        if self._device is not None or type(kv) is not nd or type(pt) is not nd or \
-                type(out) is not nd or type(lse) is not nd or (m is not None and type(m) is not nd):
-            return None
-        dt, kdt = self._np
-        if q.dtype is not dt or out.dtype is not dt or kv.dtype is not (kdt or dt) or \
-                pt.dtype is not _NP_I32 or lse.dtype is not _NP_F32:
-            return None
-        sq, spt, sm, so, sl = self._shapes
-        ks = kv.shape
-        if q.shape != sq or out.shape != so or lse.shape != sl or \
-                len(ks) != 3 or ks[1] != self.page_size or ks[2] != self.width:
-            return None
-        if rows is None:
-            if pt.shape != spt:
-                return None
-            rp, nrows = None, 0
-        elif type(rows) is nd and rows.dtype is _NP_I32 and rows.shape == self._rows_shape and \
-                rows.flags.c_contiguous and rows.flags.aligned and len(pt.shape) == 2 and \
-                pt.shape[1] == spt[1] and pt.shape[0] >= 1:
-            rp, nrows = _np_ptr(rows), pt.shape[0]
-        else:
-            return None
-        fq, fkv, fpt, fo, fl = q.flags, kv.flags, pt.flags, out.flags, lse.flags
-        if not (fq.c_contiguous and fkv.c_contiguous and fpt.c_contiguous and fo.c_contiguous
-                and fl.c_contiguous and fq.aligned and fkv.aligned and fpt.aligned and
-                fo.aligned and fl.aligned and fo.writeable and fl.writeable):
-            return None
-        if m is None:
-            mp = None
-        elif (m.dtype is _NP_U32 or m.dtype is _NP_I32) and m.shape == sm and \
-                m.flags.c_contiguous and m.flags.aligned:
-            mp = _np_ptr(m)
-        else:
-            return None
-        return (_np_ptr(q), _np_ptr(kv), ks[0], _np_ptr(pt), mp, _np_ptr(out), _np_ptr(lse),
-                rp, nrows)
-
-    def run(self, q: Tensor, kv_cache: Tensor, page_table: Tensor,
-            tree_mask: Optional[Tensor] = None, out: Optional[Tensor] = None,
-            lse: Optional[Tensor] = None, kv_scale: Any = None,
-            page_table_rows: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        """Run the last update's step on one layer's tensors; returns (out, lse).
+    # run(q, kv_cache, page_table, tree_mask=None, out=None, lse=None, kv_scale=None,
+    #     page_table_rows=None): the binding's one run body (PlanCore._run), here without the
+    #     `stream` of Plan.run (refused: a StepPlan follows torch's current stream)
+    run = run_method("""Run the last update's step on one layer's tensors; returns (out, lse).
 
         q          [max_tokens, H, Dl+Dr] in the plan's dtype (numpy uint16 bits for bf16)
         kv_cache   [num_pages, page_size, Dl+Dr] (kv_dtype "fp8_e4m3": uint8 bytes, or torch
@@ -533,38 +402,9 @@ class StepPlan(PlanCore):
                    page_table_rows[b], each of the step's in [0, num_rows); entries past the
                    step's batch are not read
         All host (numpy / CPU torch) for a CPU plan, all CUDA on the plan's device for a CUDA
-        plan (asynchronous on the current torch stream, capturable once out/lse exist).
-        """
-        ptrs = None
-        numpy = type(q) is np.ndarray
-        if numpy or is_torch(q):
-            o, l = out, lse
-            if o is None or l is None:  # the plan's own buffers, once made (by _checked)
-                b = self._fbufs.get(q.dtype)
-                if b is not None:
-                    o = b[0] if o is None else o
-                    l = b[1] if l is None else l
-            if o is not None and l is not None:
-                ptrs = (self._fast_numpy if numpy else self._fast_torch)(
-                    q, kv_cache, page_table, tree_mask, o, l, page_table_rows)
-                if ptrs is not None:
-                    out, lse = o, l
-        if ptrs is None:
-            out, lse, ptrs = self._checked(q, kv_cache, page_table, tree_mask, out, lse,
-                                           page_table_rows)
-        scale = self._fp8 or kv_scale is not None
-        if scale:
-            scale = kv_scale_arg(kv_scale, self._device, self.kv_dtype)
-        t = self._t
-        with self._lock:
-            (t.q, t.kv_cache, t.num_pages, t.page_table, t.tree_mask, t.out, t.lse,
-             t.page_table_rows, t.page_table_num_rows) = ptrs
-            if scale:
-                t.kv_scale, t.kv_scale_ptr = scale
-            st = self._call(self._run_fn, self._t_ref)
-        if st:
-            check(st)
-        return out, lse
+        plan (asynchronous on the current torch stream, capturable once out/lse exist; to
+        run on another stream, make it current: torch.cuda.stream(s)).
+        """)
 
     def _run_ref(self, ref):
         """mlav_run on a prebuilt struct (byref of an MlavTensors whose pointers the caller
@@ -574,25 +414,18 @@ class StepPlan(PlanCore):
         if st:
             check(st)
 
-    def _checked(self, q, kv_cache, page_table, tree_mask, out, lse, page_table_rows=None):
-        """Every check of a run's tensors (mlaverify.api.check_run_tensors, Plan's, with the
-        limits' shapes), raising InvalidArgumentError with what is wrong; returns
-        (out, lse, pointers) where out/lse None are the plan's own buffers."""
-        if out is None or lse is None:
-            o, l = self.output_buffers(wrap("q", q))
-            out = o if out is None else out
-            lse = l if lse is None else lse
-        a_q, a_kv, a_pt, a_m, a_out, a_lse, a_rows = check_run_tensors(
-            self, q, kv_cache, page_table, tree_mask, out, lse, page_table_rows,
-            tokens=self._limits["max_tokens"], batch=self._limits["max_batch"],
-            mask_words=self.mask_words, limits=True)
+    # -- the run's hooks (PlanCore._run) -------------------------------------------------------
+
+    def _check_place(self, a_q) -> None:
         if a_q.device != self._device:
             raise invalid("this %s plan for limits takes %s tensors; q is on %s" % (
                 self.backend, "host" if self._device is None else "cuda:%d" % self._device,
                 a_q.where))
-        rows = (None, 0) if a_rows is None else (a_rows.ptr, a_pt.shape[0])
-        return out, lse, (a_q.ptr, a_kv.ptr, a_kv.shape[0], a_pt.ptr,
-                          a_m.ptr if a_m is not None else None, a_out.ptr, a_lse.ptr) + rows
+
+    def _own_outputs(self, a_q, out, lse, stream):
+        """out / lse None: the plan's own buffers (output_buffers)."""
+        o, l = self.output_buffers(a_q)
+        return (o if out is None else out), (l if lse is None else lse)
 
     # -- lifetime ------------------------------------------------------------------------------
 

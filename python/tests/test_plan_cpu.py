@@ -146,3 +146,45 @@ def test_plan_readme_numpy_example_runs():
     exec(compile(code, readme, "exec"), env)  # noqa: S102 - our own documentation
     assert env["out"].shape == (13, 8, 512) and env["lse"].shape == (13, 8)
     assert env["path"][0] == 0 and np.all(np.isfinite(env["lse"]))
+
+
+def test_plan_and_step_plan_one_run_body(seed):
+    """Plan and StepPlan run through one body (PlanCore._run): a Plan given out and lse takes
+    the fast path (numpy and CPU torch) and writes the bits of its checked path (out and lse
+    allocated); lse=False leaves lse uncomputed on both kinds of plan; a wrong out still gets
+    the checked path's sentence."""
+    rng = np.random.default_rng(seed)
+    case = make_case(rng, H=4, Dl=64, Dr=16, dtype="f32", page_size=4,
+                     reqs=[(6, 20, "random"), (3, 0, "bushy")])
+    args = (case["q"], case["kv_cache"], case["page_table"], case["tree_mask"])
+    with plan_for(case, "cpu") as plan:
+        want_o, want_l = plan.run(*args)
+        out, lse = np.full_like(want_o, 7.0), np.full_like(want_l, 7.0)
+        got_o, got_l = plan.run(*args, out=out, lse=lse)
+        assert got_o is out and got_l is lse
+        assert np.array_equal(out, want_o) and np.array_equal(lse, want_l)
+        o, l = plan.run(*args, lse=False)
+        assert l is None and np.array_equal(o, want_o)
+        with pytest.raises(mv.InvalidArgumentError, match="out has shape"):
+            plan.run(*args, out=out[:1], lse=lse)
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            t_args = [torch.from_numpy(a.view(np.int32) if a.dtype == np.uint32 else a)
+                      for a in args]
+            t_out, t_lse = torch.full_like(torch.from_numpy(want_o), 7.0), \
+                torch.full_like(torch.from_numpy(want_l), 7.0)
+            plan.run(*t_args, out=t_out, lse=t_lse)
+            assert np.array_equal(t_out.numpy(), want_o) and np.array_equal(t_lse.numpy(), want_l)
+    T = int(case["q_indptr"][-1])
+    sp = mv.StepPlan(4, case["scale"], "f32", 4, case["page_table"].shape[1], 2, T,
+                     int(np.diff(case["q_indptr"]).max()), int(case["kv_lens"].max()),
+                     d_latent=64, d_rope=16, backend="cpu")
+    sp.update(case["q_indptr"], case["kv_lens"])
+    mask = np.zeros((T, sp.mask_words), np.uint32)
+    mask[:, :case["tree_mask"].shape[1]] = case["tree_mask"]
+    o, l = sp.run(case["q"], case["kv_cache"], case["page_table"], mask, lse=False)
+    assert l is None and np.array_equal(o, want_o)
+    sp.close()

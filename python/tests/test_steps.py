@@ -269,7 +269,6 @@ def test_steps_binding_checks_lengths_before_ctypes(kw, words):
     (dict(max_batch=0), "limits.max_batch = 0"),                # the library's sentence
     (dict(max_q_len=17), "limits.max_q_len = 17"),
     (dict(max_kv_len=4), "max_kv_len = 4"),
-    (dict(backend="cuda-naive"), ""),
 ])
 def test_steps_plan_arguments_checked(kw, words):
     with pytest.raises((ValueError, mv.MlavError)) as e:
@@ -461,7 +460,8 @@ def test_steps_torch_op_cpu(seed):
 # -- CUDA: one graph of update (device lengths) + runs, replayed every step -----------------------
 
 @pytest.mark.skipif(not _cuda_ready(), reason="needs torch with CUDA, a CUDA build and a device")
-def test_steps_cuda_graph_update_and_layers(seed):
+@pytest.mark.parametrize("backend", ["cuda", "cuda-naive"])
+def test_steps_cuda_graph_update_and_layers(seed, backend):
     import torch
     rng = np.random.default_rng(seed)
     Hc, Dl, Dr, layers = 8, 512, 64, 3
@@ -469,7 +469,8 @@ def test_steps_cuda_graph_update_and_layers(seed):
     eng = Engine(rng, max_batch=8, max_tokens=96, max_q_len=16, max_kv_len=256, page_size=1)
     dev = torch.device("cuda", torch.cuda.current_device())
     plan = StepPlan(Hc, SCALE, "bf16", 1, eng.P, eng.B, eng.T, eng.Q, eng.K, d_latent=Dl,
-                    d_rope=Dr, backend="cuda", device=dev)
+                    d_rope=Dr, backend=backend, device=dev)
+    assert plan.backend == backend
     assert plan.workspace_memory == "device" and plan.device == dev.index
     plan.workspace.fill_(0xFF)
     pools = [torch.from_numpy(rng.uniform(-1, 1, (eng.pool.shape[0], 1, Wc)).astype(np.float32))
@@ -559,7 +560,8 @@ def test_steps_cuda_graph_update_and_layers(seed):
     plan.close()
 
 
-def test_steps_cuda_refused_request_index(seed):
+@pytest.mark.parametrize("backend", ["cuda", "cuda-naive"])
+def test_steps_cuda_refused_request_index(seed, backend):
     """Device lengths that break the rules skip their request; the binding reports its index as
     an int (refused_request(), StepStatusError.bad_request). A fresh CUDA StepPlan (zeroed
     workspace, empty step) reports -1; a shared page table (page_table_rows) there gives the
@@ -573,7 +575,7 @@ def test_steps_cuda_refused_request_index(seed):
     Dl, Dr = 512, 64  # the flash kernel's dims: a plan for limits runs on it
     Wd = Dl + Dr
     plan = StepPlan(H, SCALE, "f32", 1, 32, 4, 16, 8, 32, d_latent=Dl, d_rope=Dr,
-                    backend="cuda", device=dev)
+                    backend=backend, device=dev)
     assert plan.step_status() == -1 and plan.refused_request() == -1
     i32 = dict(dtype=torch.int32, device=dev)
     plan.update(torch.tensor([0, 2, 5, 6], **i32), torch.tensor([4, 2, 9], **i32))  # 1: kv < q
@@ -594,3 +596,54 @@ def test_steps_cuda_refused_request_index(seed):
     o2, l2 = plan.run(q, pool, table[rows.long()].contiguous().to(dev), None)
     torch.cuda.synchronize()
     assert torch.equal(o1[:6], o2[:6]) and torch.equal(l1[:6], l2[:6])
+
+
+def test_steps_cuda_naive_any_dims(seed):
+    """cuda-naive's plan for limits at dims the flash kernel does not take (Dl 64, Dr 16, f32):
+    random engine steps of device lengths (padding among them) against the fp64 oracle, rows
+    past the step's tokens left as they were, and the same bits as cuda-naive's plan for the
+    step's exact problem."""
+    if not _cuda_ready():
+        pytest.skip("needs torch with CUDA, a CUDA build and a device")
+    import torch
+    rng = np.random.default_rng(seed)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    eng = Engine(rng, max_batch=8, max_tokens=96, max_q_len=40, max_kv_len=160, page_size=4)
+    plan = StepPlan(H, SCALE, "f32", 4, eng.P, eng.B, eng.T, eng.Q, eng.K, d_latent=DL,
+                    d_rope=DR, backend="cuda-naive", device=dev)
+    assert plan.backend == "cuda-naive"
+    pool = torch.from_numpy(eng.pool).to(dev)
+    checked = 0
+    for _ in range(12):
+        st = eng.step()
+        q, mask, T = _step_inputs(eng, st, plan.mask_words, rng)
+        i32 = dict(dtype=torch.int32, device=dev)
+        plan.update(torch.tensor(st["q_indptr"], **i32), torch.tensor(st["kv_lens"], **i32))
+        out = torch.full((eng.T, H, DL), 7.0, device=dev)
+        lse = torch.full((eng.T, H), 7.0, device=dev)
+        plan.run(torch.from_numpy(q).to(dev), pool, torch.from_numpy(st["page_table"]).to(dev),
+                 torch.from_numpy(mask.view(np.int32)).to(dev), out=out, lse=lse)
+        assert plan.step_status() == -1
+        out, lse = out.cpu().numpy(), lse.cpu().numpy()
+        assert np.all(out[T:] == 7.0) and np.all(lse[T:] == 7.0), "rows past the step written"
+        if not T:
+            continue
+        ro, rl = _reference(eng, st, q, T)
+        assert rel_l2(out[:T], ro) <= TOL and rel_l2(lse[:T], rl) <= TOL
+        keep = st["q_lens"] > 0
+        qi = np.zeros(int(keep.sum()) + 1, np.int32)
+        qi[1:] = np.cumsum(st["q_lens"][keep])
+        xplan = mv.Plan(num_heads=H, softmax_scale=SCALE, dtype="f32", page_size=4,
+                        q_indptr=qi, kv_lens=st["kv_lens"][keep], max_pages=eng.P, d_latent=DL,
+                        d_rope=DR, backend="cuda-naive", device=dev)
+        xmask = mv.tree_mask_from_parents(np.concatenate(st["parents"]), qi)
+        pt = np.ascontiguousarray(st["page_table"][:st["batch"]][keep])
+        xo, xl = xplan.run(torch.from_numpy(np.ascontiguousarray(q[:T])).to(dev), pool,
+                           torch.from_numpy(pt).to(dev),
+                           torch.from_numpy(xmask.view(np.int32)).to(dev))
+        xplan.close()
+        assert np.array_equal(xo.cpu().numpy(), out[:T]) and \
+            np.array_equal(xl.cpu().numpy(), lse[:T])
+        checked += 1
+    assert checked >= 8
+    plan.close()

@@ -564,18 +564,10 @@ mlav_status flash_run(const mlav_problem_info *p, const void *state, const mlav_
                                 st->cfg.dev.device, "cuda");
 }
 
-mlav_status step_read(const void *ws, void *stream, void *header, size_t bytes)
-{
-    cudaStream_t st = static_cast<cudaStream_t>(stream);
-    MLAV_CUDA_TRY(cudaMemcpyAsync(header, ws, bytes, cudaMemcpyDeviceToHost, st));
-    MLAV_CUDA_TRY(cudaStreamSynchronize(st));
-    return MLAV_OK;
-}
-
 } // namespace
 
 extern "C" const mlav_backend_ops mlav_backend_cuda_ops = {
     "cuda",         MLAV_BACKEND_CUDA, MLAV_MEM_DEVICE,           mlav_cuda_available,
     flash_plan,     flash_update,      flash_run,                 flash_free,
-    mlav_cuda_workspace_alloc,         mlav_cuda_workspace_free,  step_read,
+    mlav_cuda_workspace_alloc,         mlav_cuda_workspace_free,  mlav_cuda_step_read,
 };

@@ -1,18 +1,40 @@
 /* The cuda-naive backend's ops table: plan (device facts, the shared-memory fit, device copies
- * of the lengths), run (through the common offload mapping) and free. Plans for one problem
- * only: it declines a plan for limits (naive_plan says why). */
+ * of the lengths), update, run (through the common offload mapping) and free. A plan for one
+ * problem keeps its lengths on the device and launches one block per query row of its T; a plan
+ * for limits launches one per row of max_tokens, and its update writes each step's lengths into
+ * the workspace (the lengths form of a step region, src/common/step_region.h), which the kernel
+ * reads on the device. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "../common/step_region.h"
 #include "cuda_offload.h"
 #include "verify_naive.h"
 
 namespace {
 
+constexpr int STAGING_RING = 8; /* host updates in flight before one waits for the oldest */
+
 struct naive_state {
     mlav_cuda_device dev; /* the device the plan was made on; runs must use the same one */
-    int32_t *lengths;     /* device: q_indptr [B+1] then kv_lens [B] */
+    int32_t *lengths;     /* device: q_indptr [B+1] then kv_lens [B] (a plan for one problem
+                             only), then max_pages page ids of -1 */
     size_t smem_bytes;    /* dynamic shared memory per block */
+    /* a plan for limits */
+    int for_limits;
+    uint64_t owner;       /* the plan's id, stamped into every step it writes */
+    mlav_limits lim;
+    /* host updates: the lengths copied into a pinned slot, which the step kernel reads; a slot
+     * is reused once the kernel that read it has run */
+    pthread_mutex_t mu;
+    int mu_made;
+    int32_t *staging;     /* [STAGING_RING][2 max_batch + 1] pinned */
+    int32_t *staging_dev; /* the same memory as the device addresses it */
+    cudaEvent_t ev[STAGING_RING];
+    int ev_made[STAGING_RING], ev_used[STAGING_RING];
+    int next;
 };
 
 void naive_plan_free(void *state)
@@ -20,24 +42,44 @@ void naive_plan_free(void *state)
     naive_state *st = static_cast<naive_state *>(state);
     if (!st)
         return;
+    for (int i = 0; i < STAGING_RING; i++)
+        if (st->ev_made[i])
+            cudaEventDestroy(st->ev[i]);
+    if (st->staging)
+        cudaFreeHost(st->staging);
+    if (st->mu_made)
+        pthread_mutex_destroy(&st->mu);
     if (st->lengths && cudaFree(st->lengths) != cudaSuccess)
         (void)cudaGetLastError();
     free(st);
 }
 
+/* A plan for limits' staging of host updates. */
+mlav_status staging_make(naive_state *st)
+{
+    const size_t slot = 2 * (size_t)st->lim.max_batch + 1;
+    MLAV_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void **>(&st->staging),
+                                slot * STAGING_RING * sizeof(int32_t), cudaHostAllocMapped));
+    MLAV_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void **>(&st->staging_dev),
+                                           st->staging, 0));
+    for (int i = 0; i < STAGING_RING; i++) {
+        MLAV_CUDA_TRY(cudaEventCreateWithFlags(&st->ev[i], cudaEventDisableTiming));
+        st->ev_made[i] = 1;
+    }
+    if (pthread_mutex_init(&st->mu, NULL) != 0)
+        return mlav_set_error(MLAV_ERR_INTERNAL, "pthread_mutex_init failed");
+    st->mu_made = 1;
+    return MLAV_OK;
+}
+
 mlav_status naive_plan(const mlav_problem_info *p, const mlav_limits *lim, uint64_t owner,
                        void **state, size_t *workspace_bytes)
 {
-    (void)lim, (void)owner;
     *state = nullptr;
     *workspace_bytes = 0;
-    /* One block per query row of the plan's T: a step's rows past its tokens would be run with
-     * the last request's lengths, so the kernel's grid needs the host's T, which only a plan for
-     * one problem has. */
-    if (!mlav_info_has_lengths(p))
-        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
-                              "cuda-naive has no plan for limits (its grid is one block per "
-                              "query row of one problem); use cuda or cpu");
+    /* one block per query row of the plan's T: the problem's, or the limits' max_tokens (a
+     * step's rows past its tokens return at once) */
+    const int for_limits = !mlav_info_has_lengths(p);
     mlav_cuda_device dev;
     mlav_status s = mlav_cuda_device_query(&dev);
     if (s != MLAV_OK)
@@ -68,9 +110,20 @@ mlav_status naive_plan(const mlav_problem_info *p, const mlav_limits *lim, uint6
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda-naive plan");
     st->dev = dev;
     st->smem_bytes = smem;
-    /* q_indptr, kv_lens, then max_pages page ids of -1: the row a device page-table row index
-     * outside the table reads (page_row.cuh) */
-    const size_t n_indptr = (size_t)p->B + 1, n_lens = (size_t)p->B;
+    st->for_limits = for_limits;
+    if (for_limits) {
+        st->owner = owner;
+        st->lim = *lim;
+        s = staging_make(st);
+        if (s != MLAV_OK) {
+            naive_plan_free(st);
+            return s;
+        }
+    }
+    /* q_indptr, kv_lens (a plan for one problem), then max_pages page ids of -1: the row a
+     * device page-table row index outside the table reads (page_row.cuh) */
+    const size_t n_indptr = for_limits ? 0 : (size_t)p->B + 1;
+    const size_t n_lens = for_limits ? 0 : (size_t)p->B;
     const size_t n_all = n_indptr + n_lens + (size_t)p->max_pages;
     cudaError_t e = cudaMalloc((void **)&st->lengths, n_all * sizeof(int32_t));
     if (e != cudaSuccess) {
@@ -86,10 +139,13 @@ mlav_status naive_plan(const mlav_problem_info *p, const mlav_limits *lim, uint6
     }
     /* Plain (synchronous) copies: plan may synchronize, and the host arrays must be consumed
      * before plan returns. */
-    e = cudaMemcpy(st->lengths, p->q_indptr, n_indptr * sizeof(int32_t), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(st->lengths + n_indptr, p->kv_lens, n_lens * sizeof(int32_t),
+    if (!for_limits) {
+        e = cudaMemcpy(st->lengths, p->q_indptr, n_indptr * sizeof(int32_t),
                        cudaMemcpyHostToDevice);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(st->lengths + n_indptr, p->kv_lens, n_lens * sizeof(int32_t),
+                           cudaMemcpyHostToDevice);
+    }
     if (e == cudaSuccess)
         e = cudaMemset(st->lengths + n_indptr + n_lens, 0xff,
                        (size_t)p->max_pages * sizeof(int32_t));
@@ -101,15 +157,65 @@ mlav_status naive_plan(const mlav_problem_info *p, const mlav_limits *lim, uint6
         return s;
     }
     *state = st;
+    *workspace_bytes = for_limits ? mlav_step_region_bytes(lim) : 0;
     return MLAV_OK;
+}
+
+/* Host lengths (checked by dispatch): copied into a staging slot, which the step kernel reads. */
+mlav_status update_host(naive_state *st, const mlav_lengths *len, const mlav_naive_step *step,
+                        cudaStream_t stream)
+{
+    const size_t slot = 2 * (size_t)st->lim.max_batch + 1;
+    pthread_mutex_lock(&st->mu);
+    const int k = st->next;
+    st->next = (st->next + 1) % STAGING_RING;
+    mlav_status s = MLAV_OK;
+    cudaError_t e = st->ev_used[k] ? cudaEventSynchronize(st->ev[k]) : cudaSuccess;
+    if (e != cudaSuccess)
+        s = mlav_cuda_error(e, "cudaEventSynchronize", __FILE__, __LINE__);
+    if (s == MLAV_OK) {
+        int32_t *q = st->staging + (size_t)k * slot, *kv = q + len->batch + 1;
+        memcpy(q, len->q_indptr, sizeof(int32_t) * ((size_t)len->batch + 1));
+        if (len->batch > 0) /* kv_lens may be NULL then */
+            memcpy(kv, len->kv_lens, sizeof(int32_t) * (size_t)len->batch);
+        const int32_t *dq = st->staging_dev + (size_t)k * slot, *dkv = dq + len->batch + 1;
+        s = mlav_naive_step_write(dq, dkv, len->batch, step, stream);
+        if (s == MLAV_OK) {
+            e = cudaEventRecord(st->ev[k], stream);
+            if (e != cudaSuccess)
+                s = mlav_cuda_error(e, "cudaEventRecord of a host update", __FILE__, __LINE__);
+            else
+                st->ev_used[k] = 1;
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return s;
 }
 
 mlav_status naive_update(const mlav_problem_info *shape, const void *state,
                          const mlav_lengths *len, void *workspace, size_t workspace_bytes,
-                         void *stream)
+                         void *stream_)
 {
-    (void)shape, (void)state, (void)len, (void)workspace, (void)workspace_bytes, (void)stream;
-    return mlav_set_error(MLAV_ERR_INTERNAL, "a cuda-naive update (it has no plan for limits)");
+    (void)shape, (void)workspace_bytes; /* dispatch checked the workspace against the plan */
+    naive_state *st = const_cast<naive_state *>(static_cast<const naive_state *>(state));
+    if (!st->for_limits)
+        return mlav_set_error(MLAV_ERR_INTERNAL, "a cuda-naive update of a plan for one problem");
+    cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+    int dev = -1;
+    MLAV_CUDA_TRY(cudaGetDevice(&dev));
+    mlav_status s = mlav_cuda_check_plan_device("cuda-naive", st->dev.device, dev);
+    if (s != MLAV_OK)
+        return s;
+    const mlav_naive_step step = {workspace, st->owner, st->lim};
+    if (len->memory == MLAV_MEM_DEVICE)
+        return mlav_naive_step_write(len->q_indptr, len->kv_lens, len->batch, &step, stream);
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    MLAV_CUDA_TRY(cudaStreamIsCapturing(stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone)
+        return mlav_set_error(MLAV_ERR_UNSUPPORTED,
+                              "an update with host lengths cannot be captured (they are copied "
+                              "at the call); pass device lengths, or update before each replay");
+    return update_host(st, len, &step, stream);
 }
 
 /* The run on device tensors (mlav_cuda_run_fn): no allocation, no synchronization. */
@@ -117,7 +223,7 @@ mlav_status naive_run_device(const mlav_problem_info *p, const void *state,
                              const mlav_tensors *t, void *workspace, size_t workspace_bytes,
                              cudaStream_t stream)
 {
-    (void)workspace, (void)workspace_bytes;
+    (void)workspace_bytes;
     const naive_state *st = static_cast<const naive_state *>(state);
     /* Checked on every run, not only at plan time: the limit is the point of the check, and
      * it also raises the kernel's dynamic limit on whatever device runs it. */
@@ -125,8 +231,15 @@ mlav_status naive_run_device(const mlav_problem_info *p, const void *state,
                                              &st->dev, mlav_naive_kernel_name(p));
     if (s != MLAV_OK)
         return s;
+    if (st->for_limits) {
+        /* whatever the workspace holds, the kernel runs only this plan's step */
+        const mlav_naive_step step = {workspace, st->owner, st->lim};
+        return mlav_naive_launch(p, nullptr, nullptr, st->lengths, &step, t, st->smem_bytes,
+                                 stream);
+    }
     const int32_t *q_indptr = st->lengths, *kv_lens = q_indptr + p->B + 1;
-    return mlav_naive_launch(p, q_indptr, kv_lens, kv_lens + p->B, t, st->smem_bytes, stream);
+    return mlav_naive_launch(p, q_indptr, kv_lens, kv_lens + p->B, nullptr, t, st->smem_bytes,
+                             stream);
 }
 
 mlav_status naive_run(const mlav_problem_info *p, const void *state, const mlav_tensors *t,
@@ -142,5 +255,5 @@ mlav_status naive_run(const mlav_problem_info *p, const void *state, const mlav_
 extern "C" const mlav_backend_ops mlav_backend_cuda_naive_ops = {
     "cuda-naive",   MLAV_BACKEND_CUDA_NAIVE, MLAV_MEM_DEVICE,           mlav_cuda_available,
     naive_plan,     naive_update,            naive_run,                 naive_plan_free,
-    mlav_cuda_workspace_alloc,               mlav_cuda_workspace_free,  NULL,
+    mlav_cuda_workspace_alloc,               mlav_cuda_workspace_free,  mlav_cuda_step_read,
 };

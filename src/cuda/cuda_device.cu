@@ -154,6 +154,14 @@ void mlav_cuda_workspace_free(void *ptr)
         (void)cudaGetLastError();
 }
 
+mlav_status mlav_cuda_step_read(const void *workspace, void *stream, void *header, size_t bytes)
+{
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    MLAV_CUDA_TRY(cudaMemcpyAsync(header, workspace, bytes, cudaMemcpyDeviceToHost, st));
+    MLAV_CUDA_TRY(cudaStreamSynchronize(st));
+    return MLAV_OK;
+}
+
 /* ---- public introspection (C linkage through mlaverify.h's extern "C") ------------------- */
 
 /* Ordinal of the index-th device of cc >= 8.0, or -1: the public functions number only the

@@ -51,4 +51,8 @@ mlav_status mlav_cuda_prepare_kernel(const void *func, size_t dynamic_bytes,
 void *mlav_cuda_workspace_alloc(size_t bytes);
 void mlav_cuda_workspace_free(void *ptr);
 
+/* The ops' step_read of a plan for limits whose step header starts its device workspace: copy
+ * `bytes` of it to `header` on `stream`, and synchronize the stream. */
+mlav_status mlav_cuda_step_read(const void *workspace, void *stream, void *header, size_t bytes);
+
 #endif

@@ -7,8 +7,10 @@
 #include <cuda_fp8.h>
 #include <limits.h>
 #include <math.h>
+#include <string.h>
 
 #include "../common/dtype.h"
+#include "../common/step_region.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
 #include "kv_scale.cuh"
@@ -34,6 +36,8 @@ struct naive_args {
     int64_t num_pages;            /* page ids outside [0, num_pages) read as NaN rows */
     int32_t H, Dl, W, page_size, B, max_pages, mask_words;
     int32_t groups;               /* pass 2: thread groups splitting the keys (naive_config) */
+    /* a plan for limits: the step (q_indptr and kv_lens NULL, B and T the limits'), else NULL */
+    mlav_naive_step step;
     float scale;
     /* FP8 caches only: the scale, read by the kernel from kv_scale_ptr ([1] device) when that is
      * not NULL, else kv_scale (the host value, already checked) */
@@ -166,6 +170,27 @@ template <class Op> __device__ float block_reduce(float v, float *red, Op op)
     return r;
 }
 
+/* A plan for limits' step for the block of token `tok`: false where the block runs nothing (a
+ * workspace another plan or no update wrote, a refused q_indptr, a token past the step's);
+ * else the step's batch and lengths (the region's). The grid is the limits': tok < max_tokens. */
+__device__ bool step_lengths(const mlav_naive_step &st, int32_t tok, int32_t *B,
+                             const int32_t **q_indptr, const int32_t **kv_lens)
+{
+    const mlav_step_header *h = static_cast<const mlav_step_header *>(st.region);
+    const mlav_limits hl = h->limits;
+    if (h->owner != st.owner || hl.max_batch != st.lim.max_batch ||
+        hl.max_tokens != st.lim.max_tokens || hl.max_q_len != st.lim.max_q_len ||
+        hl.max_kv_len != st.lim.max_kv_len)
+        return false;
+    const int32_t batch = h->batch, bad = h->bad;
+    if (batch < 0 || batch > st.lim.max_batch || (bad >= batch && bad != INT32_MAX))
+        return false;
+    *B = batch;
+    *q_indptr = mlav_step_region_q_indptr(st.region);
+    *kv_lens = mlav_step_region_kv_lens(st.region, &st.lim);
+    return batch > 0 && tok < (*q_indptr)[batch];
+}
+
 /* T: q and out (float, bf16, half); KV: the cache's element (T, or __nv_fp8_e4m3). */
 template <typename T, typename KV, bool VEC>
 __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_args a)
@@ -181,20 +206,32 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
     const int64_t row = blockIdx.x; /* token * H + head */
     const int32_t tok = (int32_t)(row / a.H);
 
+    const int32_t *q_indptr = a.q_indptr, *kv_lens = a.kv_lens;
+    int32_t B = a.B;
+    if (a.step.region && !step_lengths(a.step, tok, &B, &q_indptr, &kv_lens))
+        return;
+
     /* The request of this token: the last b with q_indptr[b] <= tok (empty requests share
      * their q_indptr with the next one, and the search skips them). */
-    int32_t lo = 0, hi = a.B;
+    int32_t lo = 0, hi = B;
     while (hi - lo > 1) {
         const int32_t mid = (lo + hi) >> 1;
-        if (a.q_indptr[mid] <= tok)
+        if (q_indptr[mid] <= tok)
             lo = mid;
         else
             hi = mid;
     }
     const int32_t b = lo;
-    const int32_t q_len = a.q_indptr[b + 1] - a.q_indptr[b];
-    const int32_t i = tok - a.q_indptr[b];
-    const int32_t kv_len = a.kv_lens[b];
+    const int64_t q_len64 = (int64_t)q_indptr[b + 1] - q_indptr[b];
+    const int64_t i64 = (int64_t)tok - q_indptr[b];
+    const int32_t kv_len = kv_lens[b];
+    /* a step's request is run only if its lengths keep the limits (the update's verdict, taken
+     * again here: whatever the region holds, nothing past the limits is read or written) */
+    if (a.step.region && !(i64 >= 0 && i64 < q_len64 &&
+                           mlav_step_request_ok(q_len64, kv_len, a.step.lim.max_q_len,
+                                                a.step.lim.max_kv_len)))
+        return;
+    const int32_t q_len = (int32_t)q_len64, i = (int32_t)i64;
     const int32_t prefix = kv_len - q_len;
     const int32_t *pt_row = mlav_page_row_dev(a.page_table, a.page_table_rows,
                                               a.page_table_num_rows, a.max_pages, a.bad_pages, b);
@@ -404,6 +441,56 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
         a.lse[row] = m + logf(sum);
 }
 
+/* A plan for limits' update: the step's lengths into the region (its lengths form), and the
+ * header after every thread's verdicts. A request is refused by the rule the flash backend's
+ * scheduler applies (mlav_step_request_ok); q_indptr as a whole where it does not start at 0,
+ * decreases, or ends past max_tokens. A padding request's kv_len is kept as 0, as dispatch keeps
+ * it in a host workspace's region. */
+constexpr int kStepThreads = 256;
+
+__global__ void __launch_bounds__(kStepThreads)
+    naive_step_kernel(const int32_t *qi, const int32_t *kvl, int32_t batch, mlav_naive_step st)
+{
+    __shared__ int flag_s, bad_s;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        flag_s = 0;
+        bad_s = INT32_MAX;
+    }
+    __syncthreads();
+    int32_t *q = mlav_step_region_q_indptr(st.region);
+    int32_t *kv = mlav_step_region_kv_lens(st.region, &st.lim);
+    int flag = 0, bad = INT32_MAX;
+    for (int32_t b = tid; b < batch; b += kStepThreads) {
+        const int32_t q0 = qi[b], q1 = qi[b + 1], k = kvl[b];
+        const int64_t n = (int64_t)q1 - q0;
+        flag |= n < 0 || (b == 0 && q0 != 0) || (b == batch - 1 && q1 > st.lim.max_tokens);
+        if (n >= 0 && n <= INT32_MAX &&
+            !mlav_step_request_ok(n, k, st.lim.max_q_len, st.lim.max_kv_len) && b < bad)
+            bad = b;
+        q[b] = q0;
+        kv[b] = n > 0 ? k : 0;
+        if (b == batch - 1)
+            q[batch] = q1;
+    }
+    if (batch == 0 && tid == 0)
+        q[0] = 0;
+    if (flag)
+        atomicOr(&flag_s, 1);
+    if (bad != INT32_MAX)
+        atomicMin(&bad_s, bad);
+    __syncthreads();
+    if (tid == 0) {
+        mlav_step_header h;
+        memset(&h, 0, sizeof h);
+        h.bad = flag_s ? batch : bad_s;
+        h.batch = batch;
+        h.owner = st.owner;
+        h.limits = st.lim;
+        *static_cast<mlav_step_header *>(st.region) = h;
+    }
+}
+
 template <typename T, typename KV> const void *kernel_for(bool vec)
 {
     return vec ? reinterpret_cast<const void *>(&naive_verify_kernel<T, KV, true>)
@@ -456,7 +543,8 @@ size_t mlav_naive_smem_bytes(const mlav_problem_info *p)
 
 mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indptr,
                               const int32_t *kv_lens, const int32_t *bad_pages,
-                              const mlav_tensors *t, size_t smem_bytes, cudaStream_t stream)
+                              const mlav_naive_step *step, const mlav_tensors *t,
+                              size_t smem_bytes, cudaStream_t stream)
 {
     const naive_config cfg = make_config(p);
     naive_args a;
@@ -480,6 +568,11 @@ mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indpt
     a.max_pages = p->max_pages;
     a.mask_words = p->mask_words;
     a.groups = cfg.groups;
+    if (step) {
+        a.step = *step;
+    } else {
+        memset(&a.step, 0, sizeof a.step);
+    }
     a.scale = p->scale;
     /* An FP8 scale: a device tensor the kernel reads (a captured graph follows its value), or
      * the host value, checked here (offload mode resolved a host kv_scale_ptr into it) */
@@ -511,5 +604,14 @@ mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indpt
     /* A stale error of some earlier call must not be blamed on this launch. */
     (void)cudaGetLastError();
     MLAV_CUDA_TRY(cudaLaunchKernel(kernel, grid, block, args, smem_bytes, stream));
+    return MLAV_OK;
+}
+
+mlav_status mlav_naive_step_write(const int32_t *q_indptr, const int32_t *kv_lens, int32_t batch,
+                                  const mlav_naive_step *step, cudaStream_t stream)
+{
+    (void)cudaGetLastError();
+    naive_step_kernel<<<1, kStepThreads, 0, stream>>>(q_indptr, kv_lens, batch, *step);
+    MLAV_CUDA_TRY(cudaGetLastError());
     return MLAV_OK;
 }

@@ -103,22 +103,6 @@ void mlav_step_info(const mlav_problem_info *shape, int32_t batch, const int32_t
 
 /* ---- the step region of a host workspace -------------------------------------------------- */
 
-size_t mlav_step_region_bytes(const mlav_limits *lim)
-{
-    const size_t n = sizeof(mlav_step_header) + sizeof(int32_t) * (2 * (size_t)lim->max_batch + 1);
-    return (n + 255) / 256 * 256;
-}
-
-static int32_t *region_q_indptr(void *ws)
-{
-    return (int32_t *)((char *)ws + sizeof(mlav_step_header));
-}
-
-static int32_t *region_kv_lens(void *ws, const mlav_limits *lim)
-{
-    return region_q_indptr(ws) + lim->max_batch + 1;
-}
-
 void mlav_step_region_write(const mlav_plan *plan, const mlav_lengths *len, void *workspace,
                             mlav_lengths *written)
 {
@@ -128,7 +112,8 @@ void mlav_step_region_write(const mlav_plan *plan, const mlav_lengths *len, void
     hdr->batch = len->batch;
     hdr->owner = plan->id;
     hdr->limits = plan->limits;
-    int32_t *q = region_q_indptr(workspace), *kv = region_kv_lens(workspace, &plan->limits);
+    int32_t *q = mlav_step_region_q_indptr(workspace);
+    int32_t *kv = mlav_step_region_kv_lens(workspace, &plan->limits);
     memcpy(q, len->q_indptr, sizeof(int32_t) * (size_t)(len->batch + 1));
     for (int32_t b = 0; b < len->batch; b++)
         kv[b] = len->q_indptr[b + 1] > len->q_indptr[b] ? len->kv_lens[b] : 0;
@@ -146,8 +131,8 @@ mlav_status mlav_step_region_read(const mlav_plan *plan, void *workspace,
                               "the workspace's step has batch %d, outside [0, limits.max_batch = "
                               "%d]: was it written over since its update?",
                               hdr->batch, plan->limits.max_batch);
-    const mlav_lengths len = {MLAV_MEM_HOST, hdr->batch, region_q_indptr(workspace),
-                              region_kv_lens(workspace, &plan->limits)};
+    const mlav_lengths len = {MLAV_MEM_HOST, hdr->batch, mlav_step_region_q_indptr(workspace),
+                              mlav_step_region_kv_lens(workspace, &plan->limits)};
     mlav_status s = mlav_step_check_lengths(&plan->limits, &len);
     for (int32_t b = 0; b < len.batch && s == MLAV_OK; b++)
         if (len.q_indptr[b + 1] == len.q_indptr[b] && len.kv_lens[b] != 0)

@@ -5,6 +5,7 @@
 #define MLAV_DISPATCH_STEP_H
 
 #include "../common/schedule_step.h"
+#include "../common/step_region.h"
 #include "plan.h"
 
 /* A new plan's id: unique per plan made in this process, never 0 or all ones. */
@@ -12,10 +13,6 @@ uint64_t mlav_next_plan_id(void);
 
 /* Host lengths against the limits: the first broken rule, as a sentence. */
 mlav_status mlav_step_check_lengths(const mlav_limits *lim, const mlav_lengths *len);
-
-/* Bytes of the step region of a host workspace: the header, then q_indptr [max_batch + 1] and
- * kv_lens [max_batch], rounded up to 256 so that the backend's part stays aligned. */
-size_t mlav_step_region_bytes(const mlav_limits *lim);
 
 /* Write a step's host lengths (checked) into the region, stamped with the plan: a padding
  * request's (q_len 0) kv_len is kept as 0, so that no run reads its page ids. *written gets the
