@@ -36,4 +36,10 @@ static MLAV_HD int64_t mlav_shard_global(mlav_shard s, int64_t l)
            l % s.stripe;
 }
 
+/* The KV rows request b's blocks read: its kv_len, or the rank's rows of it (host only). */
+static inline int64_t mlav_info_kv_rows(const mlav_problem_info *p, int32_t b)
+{
+    return mlav_shard_rows(p->shard, p->kv_lens[b]);
+}
+
 #endif
