@@ -151,7 +151,8 @@ tu_case sh_draw_case(uint64_t *rng, int32_t H, int32_t Dl, int32_t Dr, int32_t p
     int any = 0;
     for (int32_t b = 0; b < c.B; b++) {
         c.q_lens[b] = (int32_t)(tu_next(rng) % 7);
-        c.prefixes[b] = tu_next(rng) % 4 == 0 ? 0 : (int32_t)(tu_next(rng) % (uint64_t)(max_prefix + 1));
+        const int32_t prefix = (int32_t)(tu_next(rng) % (uint64_t)(max_prefix + 1));
+        c.prefixes[b] = tu_next(rng) % 4 == 0 ? 0 : prefix;
         any |= c.q_lens[b] > 0;
     }
     if (!any)
@@ -206,8 +207,8 @@ static mlav_status run_rank(mlav_context *ctx, const tu_problem *p, sh_rank *r, 
     return s;
 }
 
-int sh_verify_merged(mlav_context *ctx, tu_problem *p, int32_t ranks, int32_t stripe, int for_limits,
-             uint64_t seed, char *msg, size_t msg_len)
+int sh_verify_merged(mlav_context *ctx, tu_problem *p, int32_t ranks, int32_t stripe,
+                     int for_limits, uint64_t seed, char *msg, size_t msg_len)
 {
     sh_rank *r[8] = {0};
     int ok = ranks >= 2 && ranks <= 8;

@@ -51,5 +51,5 @@ int32_t sh_stripe(const tu_problem *p, int32_t ranks, int kind, uint64_t *rng);
  * `for_limits` a plan for limits of each rank's shard, updated with the step's host lengths),
  * merge the partial states and compare with the oracle of the whole cache (tu_reference must
  * have run) at the dtype's tolerance. Returns 1, or 0 with what failed in msg. */
-int sh_verify_merged(mlav_context *ctx, tu_problem *p, int32_t ranks, int32_t stripe, int for_limits,
-             uint64_t seed, char *msg, size_t msg_len);
+int sh_verify_merged(mlav_context *ctx, tu_problem *p, int32_t ranks, int32_t stripe,
+                     int for_limits, uint64_t seed, char *msg, size_t msg_len);
