@@ -150,7 +150,8 @@ static mlav_step_eval eval_at(const step_reqs *r, int64_t chunk, const mlav_sche
 }
 
 void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int32_t *kv_lens,
-                              mlav_shard shard, int32_t H, const mlav_limits *lim, const mlav_schedule_params *sp,
+                              mlav_shard shard, int32_t H, const mlav_limits *lim,
+                              const mlav_schedule_params *sp,
                               const mlav_step_bounds *bd, mlav_step_header *hdr,
                               mlav_split_item *items, mlav_combine_item *combine,
                               mlav_step_scratch *scratch)

@@ -738,8 +738,8 @@ static void run_item(const mlav_problem_info *p, const cpu_sched *sd, const cpu_
     for (int64_t j0 = it->k0; j0 < it->k1; j0 += tile) {
         int32_t n = (int32_t)(it->k1 - j0 < tile ? it->k1 - j0 : tile);
         /* prefix columns [0, np) are visible to every row; draft columns [np, n) per the mask */
-        const int64_t lp = local_prefix;
-        int32_t np = (int32_t)(lp - j0 < 0 ? 0 : (lp - j0 > n ? n : lp - j0));
+        const int64_t lp = local_prefix, np64 = lp - j0 < 0 ? 0 : (lp - j0 > n ? n : lp - j0);
+        int32_t np = (int32_t)np64;
         int draft_bad = 0;
         for (int32_t c = 0; c < n; c++) {
             size_t src = mlav_kv_row_index(p, pt_row, j0 + c) * (size_t)W;

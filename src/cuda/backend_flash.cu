@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../common/combine_shape.h"
+#include "../common/shard.h"
 #include "cuda_offload.h"
 #include "flash.h"
 #include "flash_family.h"
@@ -68,12 +69,11 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
     c->kv_fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
     c->family = MLAV_FLASH_FAMILY_LEGAL;
 #ifdef MLAV_WITH_SM90
-    /* a KV shard (context-parallel decode) runs on the legal family, whose kernels judge
-     * visibility at global rows (src/common/shard.h); the sm_90a family has no shard path */
-    if (p->shard.ranks <= 1 &&
-        mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
+    /* the rule weighs the KV rows a block reads: with a KV shard, the rank's */
+    if (mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
                                    (int64_t)p->max_q_len * p->H,
-                                   p->max_kv_len) == MLAV_FLASH_FAMILY_SM90 &&
+                                   mlav_shard_rows(p->shard, p->max_kv_len)) ==
+            MLAV_FLASH_FAMILY_SM90 &&
         mlav_flash_sm90_supported(p->dtype, p->kv_dtype, &c->dev) == MLAV_OK) {
         s = mlav_flash_sm90_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
         if (s != MLAV_OK)
