@@ -4,7 +4,8 @@
  * compared with the fp64 oracle of the whole cache; R in {2, 3, 4}, stripes 1, page_size and a
  * contiguous chunk, page sizes 1, 16, 64, random ragged batches, trees and causal chains, prefix
  * 0, ranks that hold no row of a request; plans for one problem and plans for limits with host
- * lengths. Then the shard fields' validation sentences and the capacity rule. */
+ * lengths. Then the split schedules of a shard (the exact plan's and the step rule's: the rank's
+ * rows, the global prefix), the shard fields' validation sentences and the capacity rule. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/common/schedule.h"
+#include "../src/common/schedule_step.h"
+#include "../src/dispatch/validate.h"
 #include "mlaverify.h"
 #include "shard_fixture.h"
 #include "test_util.h"
@@ -109,6 +113,98 @@ static void test_shard_one_rank(void **state)
     mlav_context_free(ctx);
 }
 
+/* The rank's rows among the global rows [0, n), counted from the layout. */
+static int64_t rows_of(int64_t n, int32_t ranks, int32_t rank, int32_t stripe)
+{
+    int64_t k = 0;
+    for (int64_t g = 0; g < n; g++)
+        k += (g / stripe) % ranks == rank;
+    return k;
+}
+
+/* Each request's items (per row tile) tile exactly the rank's rows [0, n_r(kv_len)) in order
+ * (one empty item where the rank holds none) and carry the global prefix. */
+static void check_items(const mlav_split_item *items, int32_t n_items, int32_t batch,
+                        const int32_t *qi, const int32_t *kv, int32_t H, int32_t ranks,
+                        int32_t rank, int32_t stripe)
+{
+    int32_t it = 0;
+    for (int32_t b = 0; b < batch; b++) {
+        const int32_t q = qi[b + 1] - qi[b];
+        if (q == 0)
+            continue;
+        const int64_t held = rows_of(kv[b], ranks, rank, stripe);
+        const int32_t mt = (q * H + 63) / 64;
+        int64_t end = 0;
+        do {
+            for (int32_t m = 0; m < mt; m++, it++) {
+                assert_true(it < n_items);
+                const mlav_split_item *x = &items[it];
+                assert_int_equal(x->b, b);
+                assert_int_equal(x->mtile, m);
+                assert_int_equal(x->kv_begin, end);
+                assert_true(x->kv_end <= held && (x->kv_end > x->kv_begin || held == 0));
+                assert_int_equal(x->prefix, kv[b] - q);
+            }
+            end = items[it - 1].kv_end;
+        } while (end < held);
+    }
+    assert_int_equal(it, n_items);
+}
+
+/* The exact schedule (mlav_schedule_build on a validated sharded problem) and the step rule
+ * (mlav_step_schedule_build, the CUDA plan's host update; the device scheduler is its twin, held
+ * to the same bytes by tests/test_steps_gpu.c and exercised sharded by test_shard_gpu) split the
+ * rank's rows. */
+static void test_shard_schedules(void **state)
+{
+    (void)state;
+    uint64_t rng = seeded("schedules");
+    const mlav_schedule_params sp = {64, 32, 32, 256, 132, 128, 1, 2};
+    const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 8,
+                             .max_kv_len = 5000};
+    const mlav_step_bounds bd = mlav_step_bounds_of(16, &lim, &sp);
+    mlav_split_item *items = tu_xcalloc((size_t)bd.max_items, sizeof *items);
+    mlav_combine_item *comb = tu_xcalloc((size_t)bd.max_combine + 1, sizeof *comb);
+    mlav_step_scratch *scratch = tu_xcalloc(1, mlav_step_scratch_bytes());
+    for (int round = 0; round < 200; round++) {
+        const int32_t ranks = 2 + (int32_t)(tu_next(&rng) % 3);
+        const int32_t rank = (int32_t)(tu_next(&rng) % (uint64_t)ranks);
+        const int32_t stripes[] = {1, 16, 64, 2500};
+        const int32_t stripe = stripes[tu_next(&rng) % 4];
+        int32_t batch = 1 + (int32_t)(tu_next(&rng) % 8), qi[9] = {0}, kv[8];
+        for (int32_t b = 0; b < batch; b++) {
+            const int32_t q = (int32_t)(tu_next(&rng) % 9);
+            kv[b] = q + (int32_t)(tu_next(&rng) % (tu_next(&rng) % 2 ? 4992 : 40));
+            qi[b + 1] = qi[b] + q;
+        }
+        const mlav_shard sh = {ranks, rank, stripe};
+        mlav_step_header h;
+        mlav_step_schedule_build(batch, qi, kv, sh, 16, &lim, &sp, &bd, &h, items, comb,
+                                 scratch);
+        assert_int_equal(h.bad, INT32_MAX);
+        check_items(items, h.n_items, batch, qi, kv, 16, ranks, rank, stripe);
+
+        if (qi[batch] == 0)
+            continue;
+        const mlav_problem prob = {.num_heads = 16, .d_latent = 512, .d_rope = 64,
+                                   .softmax_scale = 0.1f, .dtype = MLAV_DTYPE_BF16,
+                                   .page_size = 1, .batch = batch, .q_indptr = qi,
+                                   .kv_lens = kv, .max_pages = 5000, .shard_ranks = ranks,
+                                   .shard_rank = rank, .shard_stripe = stripe};
+        mlav_problem_info info;
+        assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+        mlav_schedule sc;
+        assert_int_equal(mlav_schedule_build(&info, &sp, &sc), MLAV_OK);
+        check_items(sc.items, sc.n_items, batch, qi, kv, 16, ranks, rank, stripe);
+        mlav_schedule_free(&sc);
+        mlav_problem_info_free(&info);
+    }
+    free(items);
+    free(comb);
+    free(scratch);
+}
+
 static void expect_invalid(mlav_context *ctx, const mlav_problem *prob, const char *needle)
 {
     mlav_plan *plan = NULL;
@@ -186,6 +282,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shard_validation),
         cmocka_unit_test(test_shard_one_rank),
+        cmocka_unit_test(test_shard_schedules),
         cmocka_unit_test(test_shard_cpu),
         cmocka_unit_test(test_shard_reference),
     };
