@@ -827,13 +827,15 @@ def verify(q: Tensor, kv_cache: Tensor, page_table: Tensor, tree_mask: Optional[
            dtype: Any = None, out: Optional[Tensor] = None, lse: Union[Tensor, None, bool] = None,
            backend: Union[str, int] = "auto", context: Optional["Context"] = None,
            stream: Any = None, kv_dtype: Any = None, kv_scale: Any = None,
-           page_table_rows: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
+           page_table_rows: Optional[Tensor] = None,
+           shard: Any = None) -> Tuple[Tensor, Optional[Tensor]]:
     """One shot: plan, run, free. Shapes come from the tensors (H and W from q, page_size from
     kv_cache, max_pages from page_table); d_rope = W - d_latent; dtype is inferred from q
     (float32, float16, torch.bfloat16) unless given (numpy uint16 BF16 bits need
     dtype="bf16"); kv_dtype is "fp8_e4m3" for a torch.float8_e4m3fn cache, else q's unless
     given (uint8 e4m3 bytes need kv_dtype="fp8_e4m3"), and an FP8 cache needs kv_scale (see
     Plan.run). page_table_rows: see Plan.run (page_table is then [num_rows, max_pages]).
+    shard: (ranks, rank, stripe), this rank's KV shard (see Problem; page_table is the rank's).
     Convenient, not fast: an engine plans once and runs many times. Returns (out, lse)."""
     a_q, a_kv, a_pt = wrap("q", q), wrap("kv_cache", kv_cache), wrap("page_table", page_table)
     if len(a_q.shape) != 3:
@@ -854,7 +856,7 @@ def verify(q: Tensor, kv_cache: Tensor, page_table: Tensor, tree_mask: Optional[
     with Plan(num_heads=a_q.shape[1], d_latent=d_latent, d_rope=W - d_latent,
               softmax_scale=softmax_scale, dtype=dtype, page_size=a_kv.shape[1],
               q_indptr=q_indptr, kv_lens=kv_lens, max_pages=a_pt.shape[1],
-              kv_dtype=kv_dtype, backend=backend, context=context,
+              kv_dtype=kv_dtype, shard=shard, backend=backend, context=context,
               device=device if (device is not None and is_torch(q)) else None) as plan:
         return plan.run(q, kv_cache, page_table, tree_mask, out=out, lse=lse, stream=stream,
                         kv_scale=kv_scale, page_table_rows=page_table_rows)

@@ -105,6 +105,23 @@ def test_a_rank_without_rows_gives_the_empty_state(seed):
     compare(case, out, lse, round_to_dtype(o64, "f32"), l64, "chunk 20 over 3 ranks", seed)
 
 
+def test_one_shot_verify_takes_a_shard(seed):
+    """mv.verify(shard=...) runs the rank's shard: the same as the rank's Plan."""
+    rng = np.random.default_rng(seed)
+    case = make_case(rng, H=2, Dl=32, Dr=8, dtype="f32", page_size=4,
+                     reqs=[(3, 21, "random"), (2, 9, "chain")])
+    local, local_pt, _ = rank_copy(case, 2, 1, 4, rng)
+    out, lse = mv.verify(case["q"], local, local_pt, case["tree_mask"],
+                         q_indptr=case["q_indptr"], kv_lens=case["kv_lens"],
+                         softmax_scale=case["scale"], d_latent=32, backend="cpu",
+                         shard=(2, 1, 4))
+    with mv.Plan(num_heads=2, d_latent=32, d_rope=8, softmax_scale=case["scale"],
+                 dtype="f32", page_size=4, q_indptr=case["q_indptr"], kv_lens=case["kv_lens"],
+                 max_pages=local_pt.shape[1], shard=(2, 1, 4), backend="cpu") as plan:
+        want = plan.run(case["q"], local, local_pt, case["tree_mask"])
+    assert np.array_equal(out, want[0]) and np.array_equal(lse, want[1])
+
+
 @pytest.mark.parametrize("shard,needle", [((-1, 0, 1), "shard_ranks = -1"),
                                           ((2, 2, 1), "shard_rank = 2"),
                                           ((0, 1, 1), "shard_rank = 1"),
