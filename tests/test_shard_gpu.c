@@ -7,7 +7,8 @@
  *    cc 9.0: test_shard_gpu_legal runs it again under MLAV_FLASH_FAMILY=legal);
  *  - plans for limits with DEVICE lengths: each rank's update and run and the device merge
  *    (mlav_merge_states_stacked) captured once in one CUDA graph, replayed for steps whose
- *    lengths, trees and caches change, padded to the limits' batch.
+ *    lengths, trees and caches change, padded to the limits' batch; each step also updated from
+ *    host lengths (the host rule) on a second workspace, whose run must give the same bits.
  * Every test skips without CUDA or a device of cc >= 8.0. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -133,7 +134,11 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
     int32_t *dkvl = dmalloc(sizeof(int32_t) * lim.max_batch);
     void *douts = dmalloc(out_rank * (size_t)ranks), *dout = dmalloc(out_rank);
     float *dlses = dmalloc(lse_rank * (size_t)ranks), *dlse = dmalloc(lse_rank);
-    void *dkv[MAXR], *dws[MAXR];
+    void *dkv[MAXR], *dws[MAXR], *dws2[MAXR];
+    void *dout2 = dmalloc(out_rank);
+    float *dlse2 = dmalloc(lse_rank);
+    unsigned char *h1 = tu_xcalloc(out_rank + lse_rank, 1);
+    unsigned char *h2 = tu_xcalloc(out_rank + lse_rank, 1);
     int32_t *dpt[MAXR];
     mlav_plan *plan[MAXR];
     size_t ws_bytes[MAXR];
@@ -151,6 +156,7 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
         assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan[r]), MLAV_OK);
         ws_bytes[r] = mlav_plan_workspace_bytes(plan[r]);
         dws[r] = dmalloc(ws_bytes[r]);
+        dws2[r] = dmalloc(ws_bytes[r]);
         dkv[r] = dmalloc((size_t)pool_pages * page_size * kv_row);
         dpt[r] = dmalloc(sizeof(int32_t) * lim.max_batch * mp);
     }
@@ -212,11 +218,31 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
         CK(cudaMemsetAsync(dlse, 0xff, lse_rank, st));
         CK(cudaGraphLaunch(exec, st));
         CK(cudaStreamSynchronize(st));
+        const mlav_lengths hlen = {MLAV_MEM_HOST, lim.max_batch, qi, kvl};
         for (int32_t r = 0; r < ranks; r++) {
             int32_t bad = 0;
             assert_int_equal(mlav_plan_step_status(plan[r], dws[r], ws_bytes[r], st, &bad),
                              MLAV_OK);
             assert_int_equal(bad, -1);
+            /* the same step from host lengths (the host rule) on a second workspace: the
+             * device rule's schedule, so the rank's state bit for bit */
+            const mlav_tensors t2 = {.memory = MLAV_MEM_DEVICE, .q = dq, .kv_cache = dkv[r],
+                                     .num_pages = pool_pages, .page_table = dpt[r],
+                                     .tree_mask = dmask, .out = dout2, .lse = dlse2,
+                                     .kv_scale = kv_scale};
+            assert_int_equal(mlav_plan_update(plan[r], &hlen, dws2[r], ws_bytes[r], st),
+                             MLAV_OK);
+            assert_int_equal(mlav_run(plan[r], &t2, dws2[r], ws_bytes[r], st), MLAV_OK);
+            CK(cudaStreamSynchronize(st));
+            const size_t ob = (size_t)T * H * Dl * esz, lb = (size_t)T * H * sizeof(float);
+            CK(cudaMemcpy(h1, (char *)douts + out_rank * (size_t)r, ob, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(h1 + ob, (char *)dlses + lse_rank * (size_t)r, lb,
+                          cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(h2, dout2, ob, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(h2 + ob, dlse2, lb, cudaMemcpyDeviceToHost));
+            if (memcmp(h1, h2, ob + lb) != 0)
+                fail_msg("graph step %d, rank %d of %d: the host update's run differs from the "
+                         "device update's", s, r, ranks);
         }
         tu_poison(p);
         CK(cudaMemcpy(p->out, dout, p->out_elems * esz, cudaMemcpyDeviceToHost));
@@ -236,6 +262,7 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
     for (int32_t r = 0; r < ranks; r++) {
         mlav_plan_free(plan[r]);
         CK(cudaFree(dws[r]));
+        CK(cudaFree(dws2[r]));
         CK(cudaFree(dkv[r]));
         CK(cudaFree(dpt[r]));
     }
@@ -247,6 +274,10 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
     CK(cudaFree(dout));
     CK(cudaFree(dlses));
     CK(cudaFree(dlse));
+    CK(cudaFree(dout2));
+    CK(cudaFree(dlse2));
+    free(h1);
+    free(h2);
     CK(cudaStreamDestroy(st));
     mlav_context_free(ctx);
 }
