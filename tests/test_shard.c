@@ -18,6 +18,7 @@
 
 #include "../src/common/schedule.h"
 #include "../src/common/schedule_step.h"
+#include "../src/common/shard.h"
 #include "../src/dispatch/validate.h"
 #include "mlaverify.h"
 #include "shard_fixture.h"
@@ -120,6 +121,46 @@ static int64_t rows_of(int64_t n, int32_t ranks, int32_t rank, int32_t stripe)
     for (int64_t g = 0; g < n; g++)
         k += (g / stripe) % ranks == rank;
     return k;
+}
+
+/* src/common/shard.h against the layout spelled out: the rank's row count of every prefix
+ * [0, n), and each held row's global row, in 64-bit and the kernels' 32-bit form, up to rows
+ * near 2^31 and stripes whose span passes 2^32. */
+static void test_shard_mapping(void **state)
+{
+    (void)state;
+    uint64_t rng = seeded("mapping");
+    for (int round = 0; round < 300; round++) {
+        const int32_t ranks = 2 + (int32_t)(tu_next(&rng) % 7);
+        const int32_t rank = (int32_t)(tu_next(&rng) % (uint64_t)ranks);
+        const int32_t stripe = round % 3 == 0 ? 1 + (int32_t)(tu_next(&rng) % 100)
+                                              : 1 + (int32_t)(tu_next(&rng) % INT32_MAX);
+        const mlav_shard s = {ranks, rank, stripe};
+        /* a window of global rows [g0, g0 + 300) below 2^31, its rows counted from the layout */
+        const int64_t g0 = (int64_t)(tu_next(&rng) % ((uint64_t)INT32_MAX - 300));
+        int64_t before = mlav_shard_rows(s, g0), held = before;
+        for (int64_t g = g0; g < g0 + 300; g++) {
+            if ((g / stripe) % ranks != rank) {
+                assert_int_equal(mlav_shard_rows(s, g + 1), held);
+                continue;
+            }
+            const int64_t l = g / ((int64_t)stripe * ranks) * stripe + g % stripe;
+            assert_int_equal(l, held); /* the rank's rows below g: its local row */
+            assert_int_equal(mlav_shard_global(s, l), g);
+            assert_int_equal(mlav_shard_global32(s, (uint32_t)l), (uint32_t)g);
+            assert_int_equal(mlav_shard_rows(s, g + 1), ++held);
+        }
+        if (g0 < 10000) { /* from 0: the count itself */
+            int64_t k = 0;
+            for (int64_t g = 0; g < g0; g++)
+                k += (g / stripe) % ranks == rank;
+            assert_int_equal(before, k);
+        }
+    }
+    const mlav_shard none = {1, 0, 7}, zero = {0, 0, 0};
+    assert_int_equal(mlav_shard_rows(none, 12345), 12345);
+    assert_int_equal(mlav_shard_global(zero, 99), 99);
+    assert_int_equal(mlav_shard_global32(none, 4000000000u), 4000000000u);
 }
 
 /* Each request's items (per row tile) tile exactly the rank's rows [0, n_r(kv_len)) in order
@@ -280,6 +321,7 @@ static void test_shard_validation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shard_mapping),
         cmocka_unit_test(test_shard_validation),
         cmocka_unit_test(test_shard_one_rank),
         cmocka_unit_test(test_shard_schedules),

@@ -36,6 +36,17 @@ static MLAV_HD int64_t mlav_shard_global(mlav_shard s, int64_t l)
            l % s.stripe;
 }
 
+/* mlav_shard_global in 32-bit unsigned arithmetic, for the kernels' masked keys: exact for a
+ * row the rank holds of a request of fewer than 2^31 rows (every term is then below the global
+ * row; a product that wraps is one by q = 0), wrapped but defined for any other. */
+static MLAV_HD uint32_t mlav_shard_global32(mlav_shard s, uint32_t l)
+{
+    if (s.ranks <= 1)
+        return l;
+    const uint32_t stripe = (uint32_t)s.stripe, q = l / stripe;
+    return q * (stripe * (uint32_t)s.ranks) + (uint32_t)s.rank * stripe + (l - q * stripe);
+}
+
 /* The KV rows request b's blocks read: its kv_len, or the rank's rows of it (host only). */
 static inline int64_t mlav_info_kv_rows(const mlav_problem_info *p, int32_t b)
 {

@@ -94,7 +94,8 @@ __device__ __forceinline__ void scale_mask(float (&sv)[4], bool prefix_only, int
             bool vis = j < kv_end && row_i[rr] >= 0;
             if (vis && j >= local_prefix) {
                 const int k =
-                    (p.shard.ranks > 1 ? (int)mlav_shard_global(p.shard, j) : j) - prefix;
+                    (p.shard.ranks > 1 ? (int)mlav_shard_global32(p.shard, (uint32_t)j) : j) -
+                    prefix;
                 const int i = row_i[rr];
                 vis = mlav_draft_visible(p.tree_mask, p.mask_words, q_start + i, i, k);
             }

@@ -226,7 +226,9 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
                 if (vis && j >= c.local_prefix) {
                     /* a local row's draft key: its global row less the global prefix */
                     const int k =
-                        (p.shard.ranks > 1 ? (int)mlav_shard_global(p.shard, j) : j) - c.prefix;
+                        (p.shard.ranks > 1 ? (int)mlav_shard_global32(p.shard, (uint32_t)j)
+                                           : j) -
+                        c.prefix;
                     const int qi = row_i[h];
                     vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
                 }
