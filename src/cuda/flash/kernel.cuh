@@ -172,7 +172,10 @@ __global__ void __launch_bounds__(Tr::NT, 1) verify_kernel(const mlav_flash_para
      * buffer of tile t + AHEAD - STAGES = t - 2, and the other group is then past the middle of
      * tile t - 1. Barrier ids: barriers (traits.cuh). */
     mlav::cp_async_wait<AHEAD - 1>(); /* this thread's part of tile 0 (and of rope Q) landed */
-    mlav::named_barrier_arrive(BAR::full(grp ^ 1, 0), NT);
+    /* an item of no tile (a KV shard's rank holding no row of the request) leaves no arrival
+     * that no group would sync on; it goes straight to the epilogue's empty state */
+    if (n_tiles > 0)
+        mlav::named_barrier_arrive(BAR::full(grp ^ 1, 0), NT);
     /* Group 1 starts once group 0 has its first S, so the groups run staggered (ping-pong): one
      * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
      * offset bounded (faster than starting together: docs/PERFORMANCE.md#kernel). */
