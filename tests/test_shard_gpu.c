@@ -178,6 +178,10 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
                      MLAV_OK);
     CK(cudaStreamEndCapture(st, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
+    /* the states' rows past a step's tokens are not written by the runs but read by the merge
+     * (which covers max_tokens): zero states there, whose merged rows are not compared */
+    CK(cudaMemsetAsync(douts, 0, out_rank * (size_t)ranks, st));
+    CK(cudaMemsetAsync(dlses, 0, lse_rank * (size_t)ranks, st));
 
     char msg[800], name[300];
     int32_t *pt = tu_xcalloc((size_t)lim.max_batch * mp, sizeof(int32_t));
