@@ -146,12 +146,32 @@ typedef struct mlav_problem {
     const int32_t *q_indptr;  /* [B+1] host: q_indptr[0] = 0, non-decreasing; q_len[b] =
                                  q_indptr[b+1] - q_indptr[b] >= 0 */
     const int32_t *kv_lens;   /* [B] host: kv_len[b] = prefix_len[b] + q_len[b] >= q_len[b] */
-    int32_t max_pages;        /* row stride of page_table; kv_len[b] <= max_pages * page_size */
+    int32_t max_pages;        /* row stride of page_table; kv_len[b] <= max_pages * page_size
+                                 (with a shard: the rank's rows of it, n_r(kv_len[b])) */
     mlav_dtype kv_dtype;      /* dtype of kv_cache: MLAV_DTYPE_FP8_E4M3 (an FP8 cache, with
                                  mlav_tensors.kv_scale), or `dtype` itself. 0 (F32, as a
                                  zero-initialised problem has it) also means `dtype`: an F32
                                  cache under 16-bit q is not a supported mix. Any other value is
                                  MLAV_ERR_INVALID_ARG. */
+    /* Context-parallel decode (a KV shard): this rank holds only some KV rows of every request
+     * and computes the partial state (out, lse) over them, exact for its shard; merging the
+     * ranks' states (mlav_merge_states_stacked) gives the unsharded verify. q, q_indptr,
+     * kv_lens, tree_mask and the limits stay GLOBAL (the same on every rank): visibility (the
+     * prefix, the mask over the draft nodes) is judged on global KV positions. Zero-initialised
+     * (shard_ranks 0 or 1) is no sharding. Global row g of a request lives on rank
+     * (g / I) % R at the rank's local row (g / (I R)) I + g % I, with R = shard_ranks and
+     * I = shard_stripe: I = 1 is vLLM's token round robin, I a multiple of page_size keeps
+     * pages whole, I >= ceil(kv_len / R) is the contiguous-chunk layout (rank r holds rows
+     * [r I, (r + 1) I)). Rank r holds n_r(kv_len) = (kv_len / (I R)) I +
+     * clamp(kv_len % (I R) - r I, 0, I) rows of a request, and its page_table row addresses
+     * them: local row l at page page_table[b][l / page_size], slot l % page_size; so
+     * n_r(kv_len) <= max_pages * page_size is the capacity rule (not kv_len). A node that sees
+     * none of the rank's rows gets out 0 and lse -inf (an empty state, which the merge skips).
+     * shard_ranks < 0, shard_rank outside [0, max(shard_ranks, 1)) or shard_stripe < 0 is
+     * MLAV_ERR_INVALID_ARG. */
+    int32_t shard_ranks;      /* R: 0 or 1 = this rank holds every KV row (no sharding) */
+    int32_t shard_rank;       /* r in [0, R) (0 when not sharded) */
+    int32_t shard_stripe;     /* I: KV rows per stripe, >= 1; 0 means 1 */
 } mlav_problem;
 
 typedef struct mlav_tensors {
@@ -296,7 +316,8 @@ typedef struct mlav_limits {
     int32_t max_tokens;  /* most query tokens in a step (q_indptr[batch]), >= 1 */
     int32_t max_q_len;   /* longest draft of a request (q_len), 1 .. max_tokens */
     int32_t max_kv_len;  /* longest kv_len of a request, >= max_q_len, and at most
-                            max_pages * page_size */
+                            max_pages * page_size (with a shard: the global kv_len, whose
+                            rows on the rank, n_r(max_kv_len), are at most that) */
 } mlav_limits;
 
 /** Most requests of a plan for limits (limits.max_batch), 2048 in this version: the device
@@ -313,7 +334,8 @@ typedef struct mlav_lengths {
 } mlav_lengths;
 
 /** Make a plan for limits. `shape` gives num_heads, d_latent, d_rope, softmax_scale, dtype,
- *  kv_dtype, page_size and max_pages (the page_table row stride); its batch, q_indptr and
+ *  kv_dtype, page_size, max_pages (the page_table row stride) and the shard fields (every step
+ *  then takes global lengths and runs the rank's shard); its batch, q_indptr and
  *  kv_lens are ignored. The workspace bound (mlav_plan_workspace_bytes) covers every step
  *  within the limits.
  *  On CUDA the plan's runs take MLAV_MEM_DEVICE tensors only. On an AUTO context whose CUDA

@@ -648,8 +648,8 @@ static void check_step_case(const step_case *c, int exhaustive, uint64_t seed, i
     mlav_step_scratch *scratch = malloc(mlav_step_scratch_bytes());
     assert_non_null(scratch);
     memset(scratch, 0x5a ^ (n & 0xff), mlav_step_scratch_bytes());
-    mlav_step_schedule_build(c->batch, c->q_indptr, c->kv_lens, c->H, &c->lim, &c->sp, &bd, &h[0],
-                             items[0], combine[0], scratch);
+    mlav_step_schedule_build(c->batch, c->q_indptr, c->kv_lens, (mlav_shard){1, 0, 1}, c->H,
+                             &c->lim, &c->sp, &bd, &h[0], items[0], combine[0], scratch);
     free(scratch);
     ref_step_schedule_build(c->batch, c->q_indptr, c->kv_lens, c->H, &c->lim, &c->sp, &bd, &h[1],
                             items[1], combine[1], exhaustive);

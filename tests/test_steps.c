@@ -529,7 +529,8 @@ static void test_steps_schedule_rule(void **state)
             qi[b + 1] = (t += q);
         }
         mlav_step_header h;
-        mlav_step_schedule_build(batch, qi, kv, H, &lim, sp, &bd, &h, items, comb, scratch);
+        mlav_step_schedule_build(batch, qi, kv, (mlav_shard){1, 0, 1}, H, &lim, sp, &bd, &h,
+                                 items, comb, scratch);
         assert_true(h.n_items <= bd.max_items && h.n_combine <= bd.max_combine);
         assert_true(h.n_slots <= bd.max_slots);
         assert_int_equal(h.batch, batch);

@@ -150,8 +150,8 @@ static void steps(void)
                 continue;
             }
             mlav_step_header h;
-            mlav_step_schedule_build(B, q_indptr, kv_lens, H, &lim, &spm, &bd, &h, items,
-                                     combine, rule_scratch());
+            mlav_step_schedule_build(B, q_indptr, kv_lens, (mlav_shard){1, 0, 1}, H, &lim, &spm,
+                                     &bd, &h, items, combine, rule_scratch());
             const mlav_schedule st = {.n_items = h.n_items, .n_combine = h.n_combine,
                                       .n_slots = h.n_slots, .items = items, .combine = combine};
             const mlav_schedule_params model_sp = params(8);
@@ -206,8 +206,8 @@ static void step_times(void)
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);
             for (int k = 0; k < n; k++)
-                mlav_step_schedule_build(B, q_indptr, kv_lens, 16, &lim, &sp, &bd, &h, items,
-                                         combine, rule_scratch());
+                mlav_step_schedule_build(B, q_indptr, kv_lens, (mlav_shard){1, 0, 1}, 16, &lim,
+                                         &sp, &bd, &h, items, combine, rule_scratch());
             clock_gettime(CLOCK_MONOTONIC, &t1);
             if (r >= 0)
                 us[r] = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 +

@@ -229,7 +229,8 @@ int main(void)
         const auto rule_into = [&](char *dst) {
             mlav_step_header *h = reinterpret_cast<mlav_step_header *>(dst);
             mlav_split_item *it = reinterpret_cast<mlav_split_item *>(dst + sizeof *h);
-            mlav_step_schedule_build(B, qi.data(), kv.data(), H, &lim, &sp, &bd, h, it,
+            mlav_step_schedule_build(B, qi.data(), kv.data(), mlav_shard{1, 0, 1}, H, &lim, &sp,
+                                     &bd, h, it,
                                      reinterpret_cast<mlav_combine_item *>(it + bd.max_items),
                                      scratch);
             rule_hdr = *h;

@@ -51,7 +51,11 @@ class MlavProblem(ctypes.Structure):
         ("kv_lens", ctypes.c_void_p),       # const int32_t * [B], host
         ("max_pages", ctypes.c_int32),
         ("kv_dtype", ctypes.c_int),         # mlav_dtype of kv_cache: 3 (FP8 E4M3) or dtype
-    ]                                       # (0 also means dtype)
+                                            # (0 also means dtype)
+        ("shard_ranks", ctypes.c_int32),    # KV shard (context-parallel decode): R, 0 or 1 = none
+        ("shard_rank", ctypes.c_int32),     # r in [0, R)
+        ("shard_stripe", ctypes.c_int32),   # I: KV rows per stripe, 0 means 1
+    ]
 
 
 class MlavTensors(ctypes.Structure):

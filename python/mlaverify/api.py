@@ -141,16 +141,31 @@ def real_arg(name: str, x: Any) -> float:
     return float(x)
 
 
+def shard_arg(shard: Any) -> Tuple[int, int, int]:
+    """A KV shard as (ranks, rank, stripe) int32s: None is (0, 0, 0), no sharding. A tuple of
+    three integers otherwise; the library checks their values (ranks >= 0, 0 <= rank <
+    max(ranks, 1), stripe >= 0) with its own sentence."""
+    if shard is None:
+        return (0, 0, 0)
+    if isinstance(shard, (str, bytes)) or not hasattr(shard, "__len__") or len(shard) != 3:
+        raise invalid("shard = %r must be (ranks, rank, stripe) or None" % (shard,))
+    return tuple(c_int("shard[%d] (%s)" % (i, n), v)
+                 for i, (n, v) in enumerate(zip(("ranks", "rank", "stripe"), shard)))
+
+
 def shape_fields(*, num_heads: Any, softmax_scale: Any, dtype: Any, page_size: Any,
-                 max_pages: Any, d_latent: Any, d_rope: Any, kv_dtype: Any) -> Dict[str, Any]:
+                 max_pages: Any, d_latent: Any, d_rope: Any, kv_dtype: Any,
+                 shard: Any = None) -> Dict[str, Any]:
     """The checked shape of a plan, the one rule Problem (so Plan and verify) and StepPlan share:
     int32 integers (see c_int), a number for softmax_scale, the canonical dtype and kv_dtype
-    (see kv_dtype_name). The library checks the values themselves (num_heads >= 1, ...)."""
+    (see kv_dtype_name), the shard (see shard_arg). The library checks the values themselves
+    (num_heads >= 1, ...)."""
     f = dict(num_heads=c_int("num_heads", num_heads), d_latent=c_int("d_latent", d_latent),
              d_rope=c_int("d_rope", d_rope), page_size=c_int("page_size", page_size),
              max_pages=c_int("max_pages", max_pages),
              softmax_scale=real_arg("softmax_scale", softmax_scale), dtype=dtype_name(dtype))
     f["kv_dtype"] = kv_dtype_name(kv_dtype, f["dtype"])
+    f["shard"] = shard_arg(shard)
     return f
 
 
@@ -161,7 +176,8 @@ def problem_struct(f: Dict[str, Any], batch: int = 0, q_indptr: Optional[int] = 
         num_heads=f["num_heads"], d_latent=f["d_latent"], d_rope=f["d_rope"],
         softmax_scale=f["softmax_scale"], dtype=DTYPES[f["dtype"]], page_size=f["page_size"],
         batch=batch, q_indptr=q_indptr, kv_lens=kv_lens, max_pages=f["max_pages"],
-        kv_dtype=DTYPES[f["kv_dtype"]])
+        kv_dtype=DTYPES[f["kv_dtype"]], shard_ranks=f["shard"][0], shard_rank=f["shard"][1],
+        shard_stripe=f["shard"][2])
 
 
 def kv_scale_arg(kv_scale: Any, device: Optional[int],
@@ -331,6 +347,12 @@ class Problem:
     max_pages      page_table row stride; default ceil(max(kv_lens) / page_size)
     kv_dtype       None (the cache has `dtype`) or "fp8_e4m3" (alias "fp8"): an E4M3 cache,
                    whose runs take kv_scale
+    shard          None, or (ranks, rank, stripe): context-parallel decode, this rank holding
+                   global KV row g of each request when (g // stripe) % ranks == rank, at local
+                   row (g // (stripe * ranks)) * stripe + g % stripe, which its page_table row
+                   addresses. q_indptr, kv_lens and the tree mask stay global; the run's out
+                   and lse are the rank's partial state (merge them: mlaverify.merge). Give
+                   max_pages for the rank's page table (the default is the global one's).
 
     Lists, numpy arrays or torch tensors are accepted for the lengths (a CUDA tensor is copied
     to the host, which synchronizes: pass host copies, e.g. SGLang's seq_lens_cpu).
@@ -339,7 +361,7 @@ class Problem:
     def __init__(self, *, num_heads: int, q_indptr: Any, kv_lens: Any, softmax_scale: float,
                  d_latent: int = 512, d_rope: int = 64, dtype: Any = "bf16",
                  page_size: int = 1, max_pages: Optional[int] = None,
-                 kv_dtype: Any = None) -> None:
+                 kv_dtype: Any = None, shard: Any = None) -> None:
         self.kv_lens = host_int32("kv_lens", kv_lens)
         if self.kv_lens.ndim != 1:
             raise invalid("kv_lens must be 1-D [B], not %s" % list(self.kv_lens.shape))
@@ -351,11 +373,13 @@ class Problem:
             max_pages = max(1, -(-longest // max(ps, 1)))
         f = self._fields = shape_fields(
             num_heads=num_heads, softmax_scale=softmax_scale, dtype=dtype, page_size=page_size,
-            max_pages=max_pages, d_latent=d_latent, d_rope=d_rope, kv_dtype=kv_dtype)
+            max_pages=max_pages, d_latent=d_latent, d_rope=d_rope, kv_dtype=kv_dtype,
+            shard=shard)
         self.num_heads, self.d_latent, self.d_rope = f["num_heads"], f["d_latent"], f["d_rope"]
         self.softmax_scale, self.dtype, self.kv_dtype = (f["softmax_scale"], f["dtype"],
                                                          f["kv_dtype"])
         self.page_size, self.max_pages = f["page_size"], f["max_pages"]
+        self.shard = f["shard"]
         q_lens = np.diff(self.q_indptr) if self.batch else np.zeros(0, np.int32)
         self.num_tokens = int(self.q_indptr[-1])            # T
         self.max_q_len = int(q_lens.max()) if self.batch else 0
@@ -1017,13 +1041,15 @@ def verify(q: Tensor, kv_cache: Tensor, page_table: Tensor, tree_mask: Optional[
            dtype: Any = None, out: Optional[Tensor] = None, lse: Union[Tensor, None, bool] = None,
            backend: Union[str, int] = "auto", context: Optional["Context"] = None,
            stream: Any = None, kv_dtype: Any = None, kv_scale: Any = None,
-           page_table_rows: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
+           page_table_rows: Optional[Tensor] = None,
+           shard: Any = None) -> Tuple[Tensor, Optional[Tensor]]:
     """One shot: plan, run, free. Shapes come from the tensors (H and W from q, page_size from
     kv_cache, max_pages from page_table); d_rope = W - d_latent; dtype is inferred from q
     (float32, float16, torch.bfloat16) unless given (numpy uint16 BF16 bits need
     dtype="bf16"); kv_dtype is "fp8_e4m3" for a torch.float8_e4m3fn cache, else q's unless
     given (uint8 e4m3 bytes need kv_dtype="fp8_e4m3"), and an FP8 cache needs kv_scale (see
     Plan.run). page_table_rows: see Plan.run (page_table is then [num_rows, max_pages]).
+    shard: (ranks, rank, stripe), this rank's KV shard (see Problem; page_table is the rank's).
     Convenient, not fast: an engine plans once and runs many times. Returns (out, lse)."""
     a_q, a_kv, a_pt = wrap("q", q), wrap("kv_cache", kv_cache), wrap("page_table", page_table)
     if len(a_q.shape) != 3:
@@ -1044,7 +1070,7 @@ def verify(q: Tensor, kv_cache: Tensor, page_table: Tensor, tree_mask: Optional[
     with Plan(num_heads=a_q.shape[1], d_latent=d_latent, d_rope=W - d_latent,
               softmax_scale=softmax_scale, dtype=dtype, page_size=a_kv.shape[1],
               q_indptr=q_indptr, kv_lens=kv_lens, max_pages=a_pt.shape[1],
-              kv_dtype=kv_dtype, backend=backend, context=context,
+              kv_dtype=kv_dtype, shard=shard, backend=backend, context=context,
               device=device if (device is not None and is_torch(q)) else None) as plan:
         return plan.run(q, kv_cache, page_table, tree_mask, out=out, lse=lse, stream=stream,
                         kv_scale=kv_scale, page_table_rows=page_table_rows)

@@ -104,6 +104,8 @@ class StepPlan(PlanCore):
               name of mlaverify.api.FP8_NAMES, 3): an FP8 E4M3 KV cache (raw bytes: numpy /
               torch uint8, or torch.float8_e4m3fn) whose runs take kv_scale. Anything else
               (another dtype than q's) is refused, as by Plan.
+    shard     None or (ranks, rank, stripe): a KV shard, as in Problem; the limits and every
+              step's lengths stay global (max_pages: the rank's page table).
     backend   "auto", "cpu", "cuda", "cuda-naive", "reference"; ignored when `context` is
               given
     device    the CUDA device of a CUDA plan (int, "cuda:1", torch.device); default torch's
@@ -121,11 +123,12 @@ class StepPlan(PlanCore):
                  max_pages: int, max_batch: int, max_tokens: int, max_q_len: int,
                  max_kv_len: int, d_latent: int = 512, d_rope: int = 64,
                  context: Optional[Context] = None, backend: Any = "auto", device: Any = None,
-                 kv_dtype: Any = None) -> None:
+                 kv_dtype: Any = None, shard: Any = None) -> None:
         # the shape's rule is Problem's (mlaverify.api.shape_fields): one check for both
         f = shape_fields(num_heads=num_heads, softmax_scale=softmax_scale, dtype=dtype,
                          page_size=page_size, max_pages=max_pages, d_latent=d_latent,
-                         d_rope=d_rope, kv_dtype=kv_dtype)
+                         d_rope=d_rope, kv_dtype=kv_dtype, shard=shard)
+        self.shard = f["shard"]
         self.num_heads, self.d_latent, self.d_rope = f["num_heads"], f["d_latent"], f["d_rope"]
         self.page_size, self.max_pages = f["page_size"], f["max_pages"]
         self.softmax_scale, self.dtype, self.kv_dtype = (f["softmax_scale"], f["dtype"],

@@ -58,7 +58,8 @@ int main(void) {
     F(mlav_problem, num_heads); F(mlav_problem, d_latent); F(mlav_problem, d_rope);
     F(mlav_problem, softmax_scale); F(mlav_problem, dtype); F(mlav_problem, page_size);
     F(mlav_problem, batch); F(mlav_problem, q_indptr); F(mlav_problem, kv_lens);
-    F(mlav_problem, max_pages); F(mlav_problem, kv_dtype);
+    F(mlav_problem, max_pages); F(mlav_problem, kv_dtype); F(mlav_problem, shard_ranks);
+    F(mlav_problem, shard_rank); F(mlav_problem, shard_stripe);
     F(mlav_tensors, memory); F(mlav_tensors, q); F(mlav_tensors, kv_cache);
     F(mlav_tensors, num_pages); F(mlav_tensors, page_table); F(mlav_tensors, tree_mask);
     F(mlav_tensors, out); F(mlav_tensors, lse); F(mlav_tensors, kv_scale);

@@ -1,6 +1,8 @@
 /* The split-KV scheduler: balance KV rows across blocks so one long request fills the GPU. */
 #include "schedule.h"
 
+#include "shard.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +50,7 @@ static inline int walk_next(walk *w)
         if (w->rows <= 0)
             continue;
         w->mt = ceil_div(w->rows, w->sp->rows_per_tile);
-        w->ns = mlav_schedule_splits(w->p->kv_lens[w->b], w->chunk, w->sp->key_align,
+        w->ns = mlav_schedule_splits(mlav_info_kv_rows(w->p, w->b), w->chunk, w->sp->key_align,
                                      w->sp->max_splits, &w->per);
         return 1;
     }
@@ -62,7 +64,7 @@ static inline int64_t walk_begin(const walk *w, int64_t k)
 
 static inline int64_t walk_end(const walk *w, int64_t k)
 {
-    const int64_t end = k * w->per + w->per, kv = w->p->kv_lens[w->b];
+    const int64_t end = k * w->per + w->per, kv = mlav_info_kv_rows(w->p, w->b);
     return end < kv ? end : kv;
 }
 
@@ -270,8 +272,8 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
      * (v2, docs/PERFORMANCE.md#schedule). */
     int64_t max_kv = 1;
     for (int32_t b = 0; b < p->B; b++)
-        if (mlav_info_q_len(p, b) > 0 && p->kv_lens[b] > max_kv)
-            max_kv = p->kv_lens[b];
+        if (mlav_info_q_len(p, b) > 0 && mlav_info_kv_rows(p, b) > max_kv)
+            max_kv = mlav_info_kv_rows(p, b);
     const int64_t cap = ceil_div(blocks_at(p, sp, ceil_div(max_kv, sp->key_align) * sp->key_align),
                                  sp->target_blocks) *
                         sp->target_blocks;
@@ -296,7 +298,8 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
     int64_t best = model_at(p, sp, chunk0, &d), best_chunk = chunk0, last = chunk0;
     int64_t work = 0; /* KV rows of loop work over all blocks, the same at every chunk */
     for (int32_t b = 0; b < p->B; b++)
-        work += ceil_div((int64_t)mlav_info_q_len(p, b) * p->H, sp->rows_per_tile) * p->kv_lens[b];
+        work += ceil_div((int64_t)mlav_info_q_len(p, b) * p->H, sp->rows_per_tile) *
+                mlav_info_kv_rows(p, b);
     for (int64_t k = 0; k < 2 + (int64_t)sp->more_waves; k++) {
         int64_t c;
         if (k < 2) {

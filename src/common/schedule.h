@@ -13,7 +13,11 @@ extern "C" {
 #endif
 
 /* One block of the flash kernel: rows [mtile*rows_per_tile, +rows_per_tile) of request b's
- * folded (token, head) rows against its KV rows [kv_begin, kv_end). slot < 0: the block owns
+ * folded (token, head) rows against its KV rows [kv_begin, kv_end): the rows the plan's rank
+ * reads (its local rows with a KV shard, src/common/shard.h; every row without), which may be
+ * none (kv_begin == kv_end: a rank holding no row of the request writes its empty state), while
+ * `prefix` stays the request's global prefix, against which the kernel judges visibility at
+ * each local row's global position. slot < 0: the block owns
  * every KV row of the request and writes out/lse directly; else it writes a partial state into
  * workspace slot `slot` for the combine kernel. */
 typedef struct mlav_split_item {

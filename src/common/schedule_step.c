@@ -6,6 +6,7 @@
 
 #include "combine_shape.h"
 #include "fastdiv.h"
+#include "shard.h"
 
 /* A step's most row tiles: each request at most tiles(max_q_len); all of them at most the
  * tokens' rows rounded up once per request that has any. */
@@ -149,7 +150,8 @@ static mlav_step_eval eval_at(const step_reqs *r, int64_t chunk, const mlav_sche
 }
 
 void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int32_t *kv_lens,
-                              int32_t H, const mlav_limits *lim, const mlav_schedule_params *sp,
+                              mlav_shard shard, int32_t H, const mlav_limits *lim,
+                              const mlav_schedule_params *sp,
                               const mlav_step_bounds *bd, mlav_step_header *hdr,
                               mlav_split_item *items, mlav_combine_item *combine,
                               mlav_step_scratch *scratch)
@@ -178,12 +180,14 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
         const int64_t t = mlav_step_tiles(q, H, sp->rows_per_tile);
         if (t == 0)
             continue;
-        if (kv_lens[b] > max_kv)
-            max_kv = kv_lens[b];
-        work += t * kv_lens[b];
+        /* the rows the rank reads; none splits as one row would (mlav_schedule_splits) */
+        const int64_t rows = mlav_shard_rows(shard, kv_lens[b]), kv = rows > 0 ? rows : 1;
+        if (kv > max_kv)
+            max_kv = kv;
+        work += t * rows;
         all_tiles += t;
-        r->kv[r->n] = (uint32_t)kv_lens[b];
-        r->x[r->n] = (double)(mlav_fastdiv_div((uint32_t)kv_lens[b] - 1, fka) + 1) - 0.5;
+        r->kv[r->n] = (uint32_t)kv;
+        r->x[r->n] = (double)(mlav_fastdiv_div((uint32_t)kv - 1, fka) + 1) - 0.5;
         r->tiles[r->n] = (int32_t)t;
         r->b[r->n++] = b;
     }
@@ -248,7 +252,8 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
     int32_t it = 0, ci = 0, slot = 0, most = 0;
     const double ibest = best_chunk > 0 ? 1.0 / (double)(best_chunk / sp->key_align) : 0.0;
     for (int32_t i = 0; i < r->n && best_chunk > 0; i++) {
-        const int32_t b = r->b[i], kv = (int32_t)r->kv[i], mt = r->tiles[i];
+        const int32_t b = r->b[i], mt = r->tiles[i];
+        const int32_t kv = (int32_t)mlav_shard_rows(shard, kv_lens[b]); /* may be 0 */
         uint32_t s0, q0;
         const int32_t s =
             (int32_t)mlav_step_splits_of(r->kv[i], r->x[i], ibest, (uint32_t)sp->key_align,
@@ -259,7 +264,7 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
          * step, by one each (slot stays -1 unsplit) */
         mlav_split_item x = {.b = b, .mtile = 0, .kv_begin = 0, .kv_end = 0,
                              .slot = s > 1 ? slot : -1, .q_start = q_indptr[b], .q_len = q,
-                             .prefix = kv - q};
+                             .prefix = kv_lens[b] - q};
         const int32_t dslot = s > 1;
         for (int32_t k = 0; k < s; k++) {
             const int64_t begin = k * per;

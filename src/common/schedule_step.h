@@ -446,9 +446,12 @@ mlav_step_bounds mlav_step_bounds_of(int32_t H, const mlav_limits *lim,
  * lengths break the limits are skipped and the first is recorded in header->bad; a q_indptr not
  * starting at 0, decreasing or past max_tokens leaves the schedule empty. The device scheduler
  * writes the same bytes. `scratch` (mlav_step_scratch_bytes, any alignment malloc gives) is the
- * caller's, used by one build at a time. */
+ * caller's, used by one build at a time. kv_lens are global; with a KV shard
+ * (`shard`, src/common/shard.h; {1, 0, 1} or zeroes: none) the splits are over the rank's rows
+ * of each request, as mlav_schedule_build's are. */
 void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int32_t *kv_lens,
-                              int32_t H, const mlav_limits *lim, const mlav_schedule_params *sp,
+                              mlav_shard shard, int32_t H, const mlav_limits *lim,
+                              const mlav_schedule_params *sp,
                               const mlav_step_bounds *bd, mlav_step_header *hdr,
                               mlav_split_item *items, mlav_combine_item *combine,
                               mlav_step_scratch *scratch);

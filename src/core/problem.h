@@ -16,6 +16,12 @@
 extern "C" {
 #endif
 
+/* A KV shard (mlav_problem's shard fields), normalised by validation: ranks >= 1 (1: every
+ * row, the identity), 0 <= rank < ranks, stripe >= 1. The mapping is src/common/shard.h's. */
+typedef struct mlav_shard {
+    int32_t ranks, rank, stripe;
+} mlav_shard;
+
 /* A validated problem, owned by the plan: the host arrays are copied and the derived lengths
  * computed once, so backends never recompute them. */
 typedef struct mlav_problem_info {
@@ -30,7 +36,8 @@ typedef struct mlav_problem_info {
     int32_t max_q_len;
     int32_t mask_words;        /* ceil(max_q_len / 32), at least 1 */
     int64_t max_kv_len;
-    int64_t total_kv;          /* sum of kv_len */
+    int64_t total_kv;          /* sum of the KV rows read: kv_len, or its rows on the rank */
+    mlav_shard shard;          /* the rank's KV shard ({1, 0, 1}: every row) */
     int32_t *q_indptr;         /* [B+1], copied */
     int32_t *kv_lens;          /* [B], copied */
 } mlav_problem_info;

@@ -60,7 +60,7 @@ static mlav_status oracle_compute(const mlav_problem_info *p, const mlav_tensors
             while (p->q_indptr[b + 1] <= tok)
                 b++;
             int32_t i = tok - p->q_indptr[b];
-            int64_t kv_len = p->kv_lens[b];
+            int64_t kv_len = mlav_shard_rows(p->shard, p->kv_lens[b]); /* the rows read */
             const int32_t *pt_row = kv_len > 0 ? mlav_page_row(p, t, b) : NULL;
             for (int32_t d = 0; d < W; d++)
                 q[d] = mlav_load_as_f32(t->q, dt, (size_t)row * (size_t)W + (size_t)d);

@@ -2,6 +2,7 @@
 #ifndef MLAV_CPU_ORACLE_H
 #define MLAV_CPU_ORACLE_H
 
+#include "../common/shard.h"
 #include "../common/visibility.h"
 #include "../core/problem.h"
 
@@ -16,16 +17,17 @@ extern "C" {
 mlav_status mlav_oracle_compute(const mlav_problem_info *p, const mlav_tensors *t, double *out64,
                                 double *lse64);
 
-/* Whether KV row j (0 <= j < kv_len) of request b is visible to that request's query node i:
- * the rule of visibility.h with request b's prefix and mask row. */
+/* Whether the rank's KV row j (0 <= j < mlav_shard_rows(p->shard, kv_len); every row j <
+ * kv_len when not sharded) of request b is visible to that request's query node i: the rule of
+ * visibility.h at the row's global position, with request b's prefix and mask row. */
 static inline int mlav_visible(const mlav_problem_info *p, const uint32_t *tree_mask, int32_t b,
                                int32_t i, int64_t j)
 {
     return mlav_kv_visible(tree_mask, p->mask_words, (int64_t)p->q_indptr[b] + i, i,
-                           mlav_info_prefix(p, b), j);
+                           mlav_info_prefix(p, b), mlav_shard_global(p->shard, j));
 }
 
-/* Address of KV row j in the pool, for a request whose page-table row is `pt_row`
+/* Address of (the rank's) KV row j in the pool, for a request whose page-table row is `pt_row`
  * (mlav_page_row; no bounds check: validation did it). */
 static inline size_t mlav_kv_row_index(const mlav_problem_info *p, const int32_t *pt_row,
                                        int64_t j)

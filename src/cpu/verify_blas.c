@@ -259,7 +259,8 @@ static void schedule_walk(const mlav_problem_info *p, int nthreads, int64_t tile
     for (int32_t b = 0; b < p->B; b++) {
         int32_t q_len = mlav_info_q_len(p, b);
         if (q_len > 0)
-            total += (double)H * q_len * ((double)p->kv_lens[b] + CPU_ROW_OVERHEAD);
+            total += (double)H * q_len *
+                     ((double)mlav_shard_rows(p->shard, p->kv_lens[b]) + CPU_ROW_OVERHEAD);
     }
     const double chunk = total / ((double)nthreads * CPU_WAVES);
     *w = (sched_walk){.rows_max = 1};
@@ -267,7 +268,9 @@ static void schedule_walk(const mlav_problem_info *p, int nthreads, int64_t tile
         int32_t q_len = mlav_info_q_len(p, b);
         if (q_len == 0)
             continue; /* no output rows */
-        const int64_t M = H * q_len, kv = p->kv_lens[b], ntiles = ceil_div(kv, tile);
+        /* the rows the rank reads (every row when not sharded) */
+        const int64_t M = H * q_len, kv = mlav_shard_rows(p->shard, p->kv_lens[b]);
+        const int64_t ntiles = ceil_div(kv, tile);
         const double cost = (double)M * ((double)kv + CPU_ROW_OVERHEAD);
         int64_t want = 1;
         if (nthreads > 1)
@@ -502,7 +505,8 @@ static mlav_status sched_check(const mlav_problem_info *p, const cpu_state *st,
         const cpu_item *it = &items[k];
         ok = it->b >= 0 && it->b < p->B && it->rows >= 1 && it->rows <= sc->rows_max &&
              it->r0 >= 0 && it->r0 + it->rows <= (int64_t)p->H * mlav_info_q_len(p, it->b) &&
-             it->k0 >= 0 && it->k0 <= it->k1 && it->k1 <= p->kv_lens[it->b];
+             it->k0 >= 0 && it->k0 <= it->k1 &&
+             it->k1 <= mlav_shard_rows(p->shard, p->kv_lens[it->b]);
         if (ok && it->split < 0) {
             ok = it->group == -1;
         } else if (ok) {
@@ -566,7 +570,8 @@ static int all_finite(const float *x, int32_t n)
     return ok;
 }
 
-/* Hide the draft keys of columns [c0, n) (KV rows j0 + c) that a row's node does not see. */
+/* Hide the draft keys of columns [c0, n) (the rank's KV rows j0 + c, judged at their global
+ * rows against the global `prefix`) that a row's node does not see. */
 static void mask_tile(const mlav_problem_info *p, const mlav_tensors *t, const cpu_item *it,
                       int64_t prefix, int64_t j0, int32_t c0, int32_t n, float *s, int32_t ld)
 {
@@ -576,7 +581,8 @@ static void mask_tile(const mlav_problem_info *p, const mlav_tensors *t, const c
         int32_t i = (int32_t)((it->r0 + rr) / H); /* the row's node */
         float *sr = s + (size_t)rr * (size_t)ld;
         for (int32_t c = c0; c < n; c++)
-            if (!mlav_kv_visible(t->tree_mask, p->mask_words, q0 + i, i, prefix, j0 + c))
+            if (!mlav_kv_visible(t->tree_mask, p->mask_words, q0 + i, i, prefix,
+                                 mlav_shard_global(p->shard, j0 + c)))
                 sr[c] = -INFINITY;
     }
 }
@@ -704,6 +710,7 @@ static void run_item(const mlav_problem_info *p, const cpu_sched *sd, const cpu_
     const int32_t H = p->H, W = p->W, Dl = p->Dl, tile = sd->tile, rows = it->rows;
     const int dt = (int)p->dtype, kdt = (int)p->kv_dtype;
     const int64_t prefix = mlav_info_prefix(p, it->b);
+    const int64_t local_prefix = mlav_shard_rows(p->shard, prefix); /* the rank's prefix rows */
     const int32_t *pt_row = it->k1 > it->k0 ? mlav_page_row(p, t, it->b) : NULL;
     const size_t row0 = (size_t)p->q_indptr[it->b] * (size_t)H + (size_t)it->r0; /* in q, out */
 
@@ -731,7 +738,8 @@ static void run_item(const mlav_problem_info *p, const cpu_sched *sd, const cpu_
     for (int64_t j0 = it->k0; j0 < it->k1; j0 += tile) {
         int32_t n = (int32_t)(it->k1 - j0 < tile ? it->k1 - j0 : tile);
         /* prefix columns [0, np) are visible to every row; draft columns [np, n) per the mask */
-        int32_t np = (int32_t)(prefix - j0 < 0 ? 0 : (prefix - j0 > n ? n : prefix - j0));
+        const int64_t lp = local_prefix, np64 = lp - j0 < 0 ? 0 : (lp - j0 > n ? n : lp - j0);
+        int32_t np = (int32_t)np64;
         int draft_bad = 0;
         for (int32_t c = 0; c < n; c++) {
             size_t src = mlav_kv_row_index(p, pt_row, j0 + c) * (size_t)W;

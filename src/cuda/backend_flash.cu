@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../common/combine_shape.h"
+#include "../common/shard.h"
 #include "cuda_offload.h"
 #include "flash.h"
 #include "flash_family.h"
@@ -68,9 +69,11 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
     c->kv_fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
     c->family = MLAV_FLASH_FAMILY_LEGAL;
 #ifdef MLAV_WITH_SM90
+    /* the rule weighs the KV rows a block reads: with a KV shard, the rank's */
     if (mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
                                    (int64_t)p->max_q_len * p->H,
-                                   p->max_kv_len) == MLAV_FLASH_FAMILY_SM90 &&
+                                   mlav_shard_rows(p->shard, p->max_kv_len), c->kv_fp8) ==
+            MLAV_FLASH_FAMILY_SM90 &&
         mlav_flash_sm90_supported(p->dtype, p->kv_dtype, &c->dev) == MLAV_OK) {
         s = mlav_flash_sm90_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
         if (s != MLAV_OK)
@@ -209,6 +212,7 @@ mlav_flash_params make_params(const mlav_problem_info *p, const flash_config *c,
      * else the host value dispatch checked */
     fp.kv_scale_ptr = c->kv_fp8 ? t->kv_scale_ptr : NULL;
     fp.kv_scale = c->kv_fp8 ? t->kv_scale : 1.0f;
+    fp.shard = p->shard;
     return fp;
 }
 
@@ -248,6 +252,7 @@ struct flash_state {
     mlav_combine_item *d_combine;
     /* FLASH_LAUNCH_STEP */
     int32_t H;
+    mlav_shard shard;             /* the plan's KV shard: host updates schedule its rows */
     mlav_limits lim;
     unsigned long long owner;     /* the plan's id, stamped into every step header it writes */
     mlav_step_bounds bd;
@@ -373,6 +378,7 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
     st->lim = *lim;
     st->owner = owner;
     st->H = shape->H;
+    st->shard = shape->shard;
     mlav_status s = config_device(shape, lim->max_q_len, MLAV_FLASH_MORE_WAVES, &st->cfg);
     if (s != MLAV_OK)
         return s;
@@ -443,8 +449,8 @@ mlav_status step_update_host(flash_state *st, const mlav_lengths *len, void *ws,
     if (s == MLAV_OK) {
         void *slot = st->staging + (size_t)k * st->region_bytes;
         mlav_step_header *hdr = static_cast<mlav_step_header *>(slot);
-        mlav_step_schedule_build(len->batch, len->q_indptr, len->kv_lens, st->H, &st->lim,
-                                 &st->cfg.sp, &st->bd, hdr, region_items(slot),
+        mlav_step_schedule_build(len->batch, len->q_indptr, len->kv_lens, st->shard, st->H,
+                                 &st->lim, &st->cfg.sp, &st->bd, hdr, region_items(slot),
                                  region_combine(slot, &st->bd), st->scratch);
         hdr->owner = st->owner;
         hdr->limits = st->lim;
@@ -494,6 +500,7 @@ mlav_status step_update(const mlav_problem_info *shape, const void *state,
     sp.ka_div = st->ka_div;
     sp.region_bytes = st->region_bytes;
     sp.owner = st->owner;
+    sp.shard = st->shard;
     return mlav_step_schedule_launch(&sp, stream);
 }
 

@@ -6,6 +6,8 @@
 
 #include "cuda_offload.h"
 
+#include "../common/shard.h"
+
 /* Is `ptr` memory the kernels of the current device may read? Device memory of this device or
  * managed memory: anything else (pageable or pinned host memory, another GPU's memory) would
  * fault inside a kernel, and a fault poisons the whole CUDA context of the caller's process. */
@@ -142,7 +144,7 @@ static mlav_status run_offload(const mlav_problem_info *p, const void *state,
                                   pt_bytes);
         for (int32_t b = 0; b < p->B; b++) {
             int32_t *dst = pt_gather + (size_t)b * (size_t)p->max_pages;
-            if (p->kv_lens[b] > 0)
+            if (mlav_shard_rows(p->shard, p->kv_lens[b]) > 0) /* rows it reads: checked */
                 memcpy(dst, mlav_page_row(p, t, b), (size_t)p->max_pages * sizeof(int32_t));
             else
                 memset(dst, 0, (size_t)p->max_pages * sizeof(int32_t));

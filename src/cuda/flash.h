@@ -57,6 +57,8 @@ typedef struct mlav_step_sched_params {
     mlav_fastdiv ka_div;         /* division by sp.key_align */
     size_t region_bytes;         /* the step region, zero past the combine items */
     unsigned long long owner;    /* the plan's id, stamped into the header with lim */
+    mlav_shard shard;            /* the plan's KV shard: kv_lens are global, the splits are
+                                    over the rank's rows of each request (src/common/shard.h) */
 } mlav_step_sched_params;
 
 /* Once per device before its first launch (a plan for limits' creation): the device scheduler's
@@ -121,6 +123,11 @@ typedef struct mlav_flash_params {
     unsigned long long step_owner;
     mlav_limits step_lim;
     int32_t step_max_slots;
+    /* The plan's KV shard (src/common/shard.h; ranks 1: every row): an item's KV rows are the
+     * rank's local rows and its prefix the global one; the kernels take the rank's prefix rows
+     * as the prefix tiles and judge a draft tile's keys at their global rows. Last, for the
+     * offsets of the fields before it. */
+    mlav_shard shard;
 } mlav_flash_params;
 
 /* Whether a split item of a plan for limits stays within the plan's own limits: its request
@@ -133,7 +140,8 @@ static __host__ __device__ __forceinline__ bool mlav_step_item_fits(const mlav_s
 {
     /* 32-bit unsigned compares (a negative field wraps past every bound): q_len <= max_q_len
      * bounds q_len x H below 2^31 (the limits' rule), and each difference or sum is formed only
-     * of terms the compares before it bounded. A kv_end below kv_begin runs no tile. With 64-bit
+     * of terms the compares before it bounded. An empty range (a KV shard's rank holding no row
+     * of the request) runs no tile and writes the empty state. With 64-bit
      * products and signed pairs of compares the check made two STEP instances spill on sm_120. */
     const mlav_limits &l = p.step_lim;
     return (uint32_t)x.b < (uint32_t)l.max_batch &&
@@ -141,7 +149,7 @@ static __host__ __device__ __forceinline__ bool mlav_step_item_fits(const mlav_s
            (uint32_t)x.q_start <= (uint32_t)(l.max_tokens - x.q_len) &&
            (uint32_t)x.mtile <= (uint32_t)(x.q_len * p.H - 1) / MLAV_FLASH_BLOCK_M &&
            (uint32_t)x.prefix <= (uint32_t)(l.max_kv_len - x.q_len) &&
-           (uint32_t)x.kv_begin < (uint32_t)x.kv_end && x.kv_end <= x.prefix + x.q_len &&
+           (uint32_t)x.kv_begin <= (uint32_t)x.kv_end && x.kv_end <= x.prefix + x.q_len &&
            (uint32_t)x.slot + 1u <= (uint32_t)p.step_max_slots;
 }
 

@@ -23,8 +23,8 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
         *w = "MLAV_FLASH_FAMILY=sm90 (every BF16 or F16 plan, short requests included)";
         return MLAV_FLASH_FAMILY_SM90;
     }
-    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype or FP8 E4M3); F32 and requests of at "
-         "most 32 rows below 64k keys run the legal family";
+    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype); F32, FP8 caches and requests of at "
+         "most 32 rows below 64k keys run the legal family (MLAV_FLASH_FAMILY=sm90 forces it)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
@@ -36,13 +36,15 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 }
 
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
-                                             int64_t max_kv_len)
+                                             int64_t max_kv_len, int kv_fp8)
 {
     const mlav_flash_family f = mlav_flash_family_of(cc_major, cc_minor, NULL);
     const char *env = getenv("MLAV_FLASH_FAMILY");
     const int forced = env && strcmp(env, "sm90") == 0;
     if (f == MLAV_FLASH_FAMILY_SM90 && !forced && rows_per_request <= 32 && max_kv_len < 65536)
         return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile at most half full, a few tiles a split */
+    if (f == MLAV_FLASH_FAMILY_SM90 && !forced && kv_fp8)
+        return MLAV_FLASH_FAMILY_LEGAL; /* the FP8 gather's conversion holds the pipeline */
     return f;
 }
 

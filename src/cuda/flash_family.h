@@ -22,11 +22,12 @@ typedef enum mlav_flash_family {
 mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **why);
 
 /* The family a plan for one problem gets: mlav_flash_family_of's, except where the legal family
- * measured faster on the H200, requests of at most 32 folded rows (max_q_len x H) whose longest
- * kv_len is below 65,536 (docs/PERFORMANCE.md#hopper), unless MLAV_FLASH_FAMILY is "sm90" (so
- * that tests of small problems reach the sm_90a family). */
+ * measured faster on the H200 (docs/PERFORMANCE.md#hopper): requests of at most 32 folded rows
+ * (max_q_len x H) whose longest kv_len is below 65,536, and an FP8 E4M3 cache (kv_fp8 nonzero),
+ * whose sm_90a gather converts on the producer's path; unless MLAV_FLASH_FAMILY is "sm90" (so
+ * that tests reach the sm_90a family with both). */
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
-                                             int64_t max_kv_len);
+                                             int64_t max_kv_len, int kv_fp8);
 
 /* The family's name, as `mlaverify info` prints it. */
 const char *mlav_flash_family_name(mlav_flash_family f);

@@ -12,6 +12,7 @@
  * cycles and what paid. Code size is not what costs, nor a cold start (same anchor). */
 #include "../common/fastdiv.h"
 #include "../common/schedule_step.h"
+#include "../common/shard.h"
 #include "flash.h"
 
 namespace {
@@ -278,14 +279,18 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             t = (int32_t)(((uint32_t)q * (uint32_t)p.H + rows - 1) / rows);
         else if (b < first_bad)
             first_bad = b;
+        /* the rows the rank reads (kv itself without a KV shard); none splits as one row
+         * would, as on the host (mlav_step_schedule_build) */
+        const int32_t rows_read = (int32_t)mlav_shard_rows(p.shard, kv);
+        const int32_t kv_split = rows_read > 0 ? rows_read : 1;
         s.tiles[b] = t;
-        s.kv[b] = (uint32_t)kv;
+        s.kv[b] = (uint32_t)kv_split;
         s.q0[b] = q0;
         if (b == batch - 1)
             s.q0[batch] = q1;
         if (t) {
-            max_kv = kv > max_kv ? kv : max_kv;
-            work += (int64_t)t * kv;
+            max_kv = kv_split > max_kv ? kv_split : max_kv;
+            work += (int64_t)t * rows_read;
             all += t;
         }
     }
@@ -461,14 +466,18 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
                                   ? (int32_t)mlav_step_floor_div((double)local + 0.5, s.inv[mt])
                                   : local / mt;
             const int32_t m = local - k * mt;
-            const uint32_t kv = s.kv[b], ns = (uint32_t)s.splits[b] + 1;
+            const uint32_t ns = (uint32_t)s.splits[b] + 1;
+            /* the request's global kv_len, and the rank's rows of it (may be none), read again
+             * only with a KV shard: s.kv holds the rows split */
+            const int32_t gkv = p.shard.ranks > 1 ? p.kv_lens[b] : (int32_t)s.kv[b];
+            const int64_t kv = p.shard.ranks > 1 ? mlav_shard_rows(p.shard, gkv) : gkv;
             /* mlav_schedule_splits' per: ceil(kk / s0) ka (the recount, schedule_step.h) */
             const int64_t per = (int64_t)s.per[b] * ka;
             const int64_t begin = k * per;
             const int64_t end = begin + per < kv ? begin + per : kv;
             const int32_t q0 = s.q0[b], qb = s.q0[b + 1] - q0;
             lo = make_int4(b, m, (int32_t)begin, (int32_t)end);
-            hi = make_int4(ns > 1 ? s.slot[b] + k * mt + m : -1, q0, qb, (int32_t)kv - qb);
+            hi = make_int4(ns > 1 ? s.slot[b] + k * mt + m : -1, q0, qb, gkv - qb);
         }
         /* two 16-byte stores, not eight of 4 (the region is 256-byte aligned, items 32) */
         int4 *const dst = reinterpret_cast<int4 *>(p.items + i);

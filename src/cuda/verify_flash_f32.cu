@@ -8,6 +8,7 @@
 
 #include "../common/dtype.h"
 #include "../common/merge.h"
+#include "../common/shard.h"
 #include "../common/visibility.h"
 #include "flash.h"
 #include "kv_scale.cuh"
@@ -112,7 +113,9 @@ __global__ void __launch_bounds__(THREADS) flash_f32_kernel(const mlav_flash_par
             acc[k] = 0.0f;
         float run_max = -INFINITY, run_sum = 0.0f;
         for (int j = item.kv_begin; j < item.kv_end; j++) {
-            if (!mlav_kv_visible(p.tree_mask, p.mask_words, q_start + i, i, prefix, j))
+            /* j: the rank's row with a KV shard, judged at its global row */
+            if (!mlav_kv_visible(p.tree_mask, p.mask_words, q_start + i, i, prefix,
+                                 mlav_shard_global(p.shard, j)))
                 continue;
             const int32_t page = ptab[j / p.page_size];
             const bool bad = page < 0 || page >= p.num_pages; /* reads as NaN, never OOB */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../common/dtype.h"
+#include "../common/shard.h"
 #include "../common/step_region.h"
 #include "../common/visibility.h"
 #include "convert.cuh"
@@ -43,6 +44,8 @@ struct naive_args {
      * not NULL, else kv_scale (the host value, already checked) */
     const float *kv_scale_ptr;
     float kv_scale;
+    mlav_shard shard;             /* the KV shard: kv_lens are global, a request's rows here are
+                                     the rank's (src/common/shard.h) */
 };
 
 constexpr int kWarps = MLAV_NAIVE_THREADS / 32;
@@ -224,15 +227,18 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
     const int32_t b = lo;
     const int64_t q_len64 = (int64_t)q_indptr[b + 1] - q_indptr[b];
     const int64_t i64 = (int64_t)tok - q_indptr[b];
-    const int32_t kv_len = kv_lens[b];
+    const int32_t kv_len_global = kv_lens[b];
     /* a step's request is run only if its lengths keep the limits (the update's verdict, taken
      * again here: whatever the region holds, nothing past the limits is read or written) */
     if (a.step.region && !(i64 >= 0 && i64 < q_len64 &&
-                           mlav_step_request_ok(q_len64, kv_len, a.step.lim.max_q_len,
+                           mlav_step_request_ok(q_len64, kv_len_global, a.step.lim.max_q_len,
                                                 a.step.lim.max_kv_len)))
         return;
     const int32_t q_len = (int32_t)q_len64, i = (int32_t)i64;
-    const int32_t prefix = kv_len - q_len;
+    /* the rank's rows of the request (every row without a KV shard); visibility at their
+     * global rows against the global prefix */
+    const int32_t prefix = kv_len_global - q_len;
+    const int32_t kv_len = (int32_t)mlav_shard_rows(a.shard, kv_len_global);
     const int32_t *pt_row = mlav_page_row_dev(a.page_table, a.page_table_rows,
                                               a.page_table_num_rows, a.max_pages, a.bad_pages, b);
     const KV *kv = static_cast<const KV *>(a.kv);
@@ -296,7 +302,8 @@ __global__ void __launch_bounds__(MLAV_NAIVE_THREADS) naive_verify_kernel(naive_
             krow[u] = nullptr;
             unread[u] = -INFINITY;
             acc[u] = 0.0f;
-            if (j < kv_len && mlav_kv_visible(a.tree_mask, a.mask_words, tok, i, prefix, j)) {
+            if (j < kv_len && mlav_kv_visible(a.tree_mask, a.mask_words, tok, i, prefix,
+                                              mlav_shard_global(a.shard, j))) {
                 const int32_t page = pt_row[j / a.page_size];
                 if (page < 0 || page >= a.num_pages)
                     unread[u] = NAN;
@@ -574,6 +581,7 @@ mlav_status mlav_naive_launch(const mlav_problem_info *p, const int32_t *q_indpt
         memset(&a.step, 0, sizeof a.step);
     }
     a.scale = p->scale;
+    a.shard = p->shard;
     /* An FP8 scale: a device tensor the kernel reads (a captured graph follows its value), or
      * the host value, checked here (offload mode resolved a host kv_scale_ptr into it) */
     a.kv_scale_ptr = nullptr;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/shard.h"
 #include "plan.h"
 #include "step.h"
 #include "validate.h"
@@ -54,7 +55,7 @@ static mlav_status shape_validate(const mlav_problem *shape, const mlav_limits *
     info->max_q_len = lim->max_q_len;
     info->mask_words = mlav_tree_mask_words(lim->max_q_len);
     info->max_kv_len = lim->max_kv_len;
-    info->total_kv = (int64_t)lim->max_batch * lim->max_kv_len;
+    info->total_kv = (int64_t)lim->max_batch * mlav_shard_rows(info->shard, lim->max_kv_len);
     return MLAV_OK;
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/shard.h"
 #include "step.h"
 
 /* Ids pass through a bijective mix, so that ids of consecutive plans differ in every byte, and
@@ -97,7 +98,7 @@ void mlav_step_info(const mlav_problem_info *shape, int32_t batch, const int32_t
         const int32_t q = q_indptr[b + 1] - q_indptr[b];
         step->max_q_len = q > step->max_q_len ? q : step->max_q_len;
         step->max_kv_len = kv_lens[b] > step->max_kv_len ? kv_lens[b] : step->max_kv_len;
-        step->total_kv += kv_lens[b];
+        step->total_kv += mlav_shard_rows(shape->shard, kv_lens[b]);
     }
 }
 

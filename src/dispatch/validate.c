@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/shard.h"
 #include "validate.h"
 
 /* Limits that keep every size product far from overflow (T*H*W*4 < 2^62) while being far above
@@ -71,6 +72,21 @@ mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info
                               MLAV_MAX_BATCH);
     if (p->max_pages < 1)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "max_pages = %d must be >= 1", p->max_pages);
+    if (p->shard_ranks < 0)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "shard_ranks = %d must be >= 0 (0 or 1: not sharded)",
+                              p->shard_ranks);
+    if (p->shard_rank < 0 || p->shard_rank >= (p->shard_ranks > 1 ? p->shard_ranks : 1))
+        return mlav_set_error(MLAV_ERR_INVALID_ARG, "shard_rank = %d is outside [0, %d)",
+                              p->shard_rank, p->shard_ranks > 1 ? p->shard_ranks : 1);
+    if (p->shard_stripe < 0)
+        return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                              "shard_stripe = %d must be >= 0 (0 means 1 row per stripe)",
+                              p->shard_stripe);
+    /* ranks x stripe is formed in int64 (two int32 factors cannot overflow it), and every
+     * mapped row stays below the global kv_len, so no local or global row overflows either */
+    const mlav_shard shard = {p->shard_ranks > 1 ? p->shard_ranks : 1, p->shard_rank,
+                              p->shard_stripe > 0 ? p->shard_stripe : 1};
     if (!p->q_indptr || !p->kv_lens)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "q_indptr and kv_lens must not be NULL");
     if (p->q_indptr[0] != 0)
@@ -91,7 +107,14 @@ mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info
                                   "kv_lens[%d] = %lld is less than q_len %lld (the draft rows "
                                   "must be in the cache)",
                                   b, (long long)kv, (long long)q_len);
-        if (kv > capacity)
+        const int64_t held = mlav_shard_rows(shard, kv); /* the rows the rank reads */
+        if (held > capacity && shard.ranks > 1)
+            return mlav_set_error(MLAV_ERR_INVALID_ARG,
+                                  "kv_lens[%d] = %lld puts %lld rows on shard rank %d of %d "
+                                  "(stripe %d), more than max_pages * page_size = %lld",
+                                  b, (long long)kv, (long long)held, shard.rank, shard.ranks,
+                                  shard.stripe, (long long)capacity);
+        if (held > capacity)
             return mlav_set_error(MLAV_ERR_INVALID_ARG,
                                   "kv_lens[%d] = %lld exceeds max_pages * page_size = %lld", b,
                                   (long long)kv, (long long)capacity);
@@ -99,7 +122,7 @@ mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info
             max_q = (int32_t)q_len;
         if (kv > max_kv)
             max_kv = kv;
-        total_kv += kv;
+        total_kv += held;
     }
     int32_t T = p->q_indptr[p->batch];
     int32_t W = p->d_latent + p->d_rope;
@@ -123,6 +146,7 @@ mlav_status mlav_problem_validate(const mlav_problem *p, mlav_problem_info *info
     info->mask_words = mlav_tree_mask_words(max_q);
     info->max_kv_len = max_kv;
     info->total_kv = total_kv;
+    info->shard = shard;
     info->q_indptr = malloc(sizeof(int32_t) * (size_t)(p->batch + 1));
     info->kv_lens = malloc(sizeof(int32_t) * (size_t)p->batch);
     if (!info->q_indptr || !info->kv_lens) {
@@ -273,7 +297,8 @@ mlav_status mlav_tensors_validate(const mlav_problem_info *p, const mlav_tensors
                                   host[i].name, host[i].ptr, host[i].align);
 
     for (int32_t b = 0; b < p->B; b++) {
-        int64_t pages = ((int64_t)p->kv_lens[b] + p->page_size - 1) / p->page_size;
+        int64_t pages =
+            (mlav_shard_rows(p->shard, p->kv_lens[b]) + p->page_size - 1) / p->page_size;
         if (pages == 0)
             continue; /* page_table may be NULL when no request has a KV row: no row to form */
         int64_t r = b;

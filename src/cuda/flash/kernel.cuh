@@ -74,6 +74,10 @@ __global__ void __launch_bounds__(Tr::NT, 1) verify_kernel(const mlav_flash_para
     const int g = lane >> 2, qd = lane & 3;    /* MMA fragment row and column pair */
     const int b = item.b;
     const int q_start = item.q_start, prefix = item.prefix;
+    /* With a KV shard the block's KV rows are the rank's local rows and `prefix` the request's
+     * global prefix: the rank's prefix rows are its first mlav_shard_rows(prefix) (the map is
+     * increasing, src/common/shard.h), the prefix tiles' bound; without one, the prefix itself. */
+    const int local_prefix = p.shard.ranks > 1 ? (int)mlav_shard_rows(p.shard, prefix) : prefix;
     const int M = item.q_len * p.H; /* folded rows of this request */
     const int m0 = item.mtile * Tr::BM;
     const int gm0 = m0 + grp * GROUP_ROWS; /* this group's first row */
@@ -168,7 +172,10 @@ __global__ void __launch_bounds__(Tr::NT, 1) verify_kernel(const mlav_flash_para
      * buffer of tile t + AHEAD - STAGES = t - 2, and the other group is then past the middle of
      * tile t - 1. Barrier ids: barriers (traits.cuh). */
     mlav::cp_async_wait<AHEAD - 1>(); /* this thread's part of tile 0 (and of rope Q) landed */
-    mlav::named_barrier_arrive(BAR::full(grp ^ 1, 0), NT);
+    /* an item of no tile (a KV shard's rank holding no row of the request) leaves no arrival
+     * that no group would sync on; it goes straight to the epilogue's empty state */
+    if (n_tiles > 0)
+        mlav::named_barrier_arrive(BAR::full(grp ^ 1, 0), NT);
     /* Group 1 starts once group 0 has its first S, so the groups run staggered (ping-pong): one
      * group's exchange and softmax overlap the other's MMAs, and the full barriers keep the
      * offset bounded (faster than starting together: docs/PERFORMANCE.md#kernel). */
@@ -178,7 +185,7 @@ __global__ void __launch_bounds__(Tr::NT, 1) verify_kernel(const mlav_flash_para
         mlav::named_barrier(BAR::full(grp, t % STAGES), NT); /* tile t visible to this group */
         const E *sK = ring + (t % STAGES) * Tr::KV_TILE_ELEMS;
         const int j_base = kv_begin + t * BN;
-        const bool prefix_only = j_base + BN <= prefix && j_base + BN <= kv_end;
+        const bool prefix_only = j_base + BN <= local_prefix && j_base + BN <= kv_end;
 
         float s[Tr::MT][Tr::NTS][4];
         s_tile_regs<FP8, Tr::MT> ssr;
@@ -205,7 +212,7 @@ __global__ void __launch_bounds__(Tr::NT, 1) verify_kernel(const mlav_flash_para
             exchange_gather<Tr>(sv, xg, dq, lane);
             softmax_regs sr;
             scale_mask<Tr>(sv, prefix_only, j_base, q_unshift, fp8_scale_log2, p, gm0, M,
-                           q_start, prefix, kv_end, own_m, own_n, g, qd, sr);
+                           q_start, local_prefix, prefix, kv_end, own_m, own_n, g, qd, sr);
             online_softmax<Tr>(sv, ref_max, run_sum, o, p_mine, sMax, grp, dq, own_m, g, qd, bar,
                                sr);
         }

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "../../common/merge.h"
+#include "../../common/shard.h"
 #include "../../common/visibility.h"
 #include "../mma.cuh"
 #include "traits.cuh"
@@ -58,14 +59,17 @@ struct softmax_regs {
     float pv[4], tm[2], alpha[4];
 };
 
-/* Scale the finished block's scores into log2 units and mask them (split end, tree).
+/* Scale the finished block's scores into log2 units and mask them (split end, tree). Key j (a
+ * local row with a KV shard) is a prefix row below local_prefix, else the draft key of its
+ * global row less the global prefix (src/common/shard.h; both the identity without a shard).
  * score_scale: p.scale_log2, or for an FP8 cache scale_log2 x kv_scale (fp8_scale_log2), after
  * BF16 q's power of two q_unshift (prologue.cuh; kv_scale.cuh, fp8_score_factors). */
 template <typename Tr>
 __device__ __forceinline__ void scale_mask(float (&sv)[4], bool prefix_only, int j_base,
                                            float q_unshift, float fp8_scale_log2,
                                            const mlav_flash_params &p, int gm0, int M, int q_start,
-                                           int prefix, int kv_end, int own_m, int own_n, int g,
+                                           int local_prefix, int prefix, int kv_end, int own_m,
+                                           int own_n, int g,
                                            int qd, softmax_regs &sr)
 {
     constexpr bool FP8 = Tr::FP8, Q_TO_F16 = Tr::Q_TO_F16;
@@ -88,8 +92,11 @@ __device__ __forceinline__ void scale_mask(float (&sv)[4], bool prefix_only, int
         for (int e = 0; e < 4; e++) {
             const int rr = e >> 1, j = j_base + own_n * 8 + qd * 2 + (e & 1);
             bool vis = j < kv_end && row_i[rr] >= 0;
-            if (vis && j >= prefix) {
-                const int k = j - prefix, i = row_i[rr];
+            if (vis && j >= local_prefix) {
+                const int k =
+                    (p.shard.ranks > 1 ? (int)mlav_shard_global32(p.shard, (uint32_t)j) : j) -
+                    prefix;
+                const int i = row_i[rr];
                 vis = mlav_draft_visible(p.tree_mask, p.mask_words, q_start + i, i, k);
             }
             sv[e] = vis ? (Q_TO_F16 ? sv[e] * q_unshift : sv[e]) *
