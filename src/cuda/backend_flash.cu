@@ -69,10 +69,9 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
     c->kv_fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
     c->family = MLAV_FLASH_FAMILY_LEGAL;
 #ifdef MLAV_WITH_SM90
-    /* the rule weighs the KV rows a block reads: with a KV shard, the rank's */
     if (mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
-                                   (int64_t)p->max_q_len * p->H,
-                                   mlav_shard_rows(p->shard, p->max_kv_len), c->kv_fp8) ==
+                                   (int64_t)p->max_q_len * p->H, p->max_kv_len, c->kv_fp8,
+                                   p->shard.ranks > 1) ==
             MLAV_FLASH_FAMILY_SM90 &&
         mlav_flash_sm90_supported(p->dtype, p->kv_dtype, &c->dev) == MLAV_OK) {
         s = mlav_flash_sm90_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);

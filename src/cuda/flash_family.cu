@@ -36,9 +36,11 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 }
 
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
-                                             int64_t max_kv_len, int kv_fp8)
+                                             int64_t max_kv_len, int kv_fp8, int sharded)
 {
     const mlav_flash_family f = mlav_flash_family_of(cc_major, cc_minor, NULL);
+    if (sharded)
+        return MLAV_FLASH_FAMILY_LEGAL; /* the sm_90a kernel takes no KV shard */
     const char *env = getenv("MLAV_FLASH_FAMILY");
     const int forced = env && strcmp(env, "sm90") == 0;
     if (f == MLAV_FLASH_FAMILY_SM90 && !forced && rows_per_request <= 32 && max_kv_len < 65536)

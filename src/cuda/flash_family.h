@@ -25,9 +25,11 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
  * measured faster on the H200 (docs/PERFORMANCE.md#hopper): requests of at most 32 folded rows
  * (max_q_len x H) whose longest kv_len is below 65,536, and an FP8 E4M3 cache (kv_fp8 nonzero),
  * whose sm_90a gather converts on the producer's path; unless MLAV_FLASH_FAMILY is "sm90" (so
- * that tests reach the sm_90a family with both). */
+ * that tests reach the sm_90a family with both). A KV shard (sharded nonzero) always runs the
+ * legal family: the sm_90a kernel does not map a shard's rows (its mask loop with the map ran
+ * unsharded plans up to 1.04x slower). */
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
-                                             int64_t max_kv_len, int kv_fp8);
+                                             int64_t max_kv_len, int kv_fp8, int sharded);
 
 /* The family's name, as `mlaverify info` prints it. */
 const char *mlav_flash_family_name(mlav_flash_family f);

@@ -29,7 +29,6 @@
 #include <type_traits>
 
 #include "../../common/merge.h"
-#include "../../common/shard.h"
 #include "../../common/visibility.h"
 #include "../flash/features.cuh"
 #include "../kv_scale.cuh"
@@ -70,10 +69,8 @@ static_assert(PRODUCER_THREADS * PRODUCER_REGS + MATH_THREADS * MATH_REGS <= 655
 template <typename Kv> constexpr bool fp8_kv = sizeof(Kv) == 1;
 template <typename T, typename Kv> using mma_t = std::conditional_t<fp8_kv<Kv>, __half, T>;
 
-/* prefix: the request's global prefix; local_prefix: the rank's rows of it with a KV shard (the
- * item's KV rows are then the rank's local rows, src/common/shard.h), else the prefix itself */
 struct block_ctx {
-    int b, q_start, prefix, M, m0, kv_begin, kv_end, n_tiles, slot, local_prefix;
+    int b, q_start, prefix, M, m0, kv_begin, kv_end, n_tiles, slot;
 };
 
 __device__ __forceinline__ unsigned char *smem_base()
@@ -264,7 +261,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
             x[i] = xn[i];
 
         const int j0 = c.kv_begin + t * TILE_N;
-        const bool hidden = tile_has_hidden_keys(j0, c.local_prefix, c.kv_end);
+        const bool hidden = tile_has_hidden_keys(j0, c.prefix, c.kv_end);
         if (!hidden) {
             /* prefix keys only: every key visible to every row (rows past M hold Q = 0 and are
              * never written) */
@@ -283,13 +280,8 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
                 const int h = (i >> 1) & 1;
                 const int j = j0 + S_KEYS * w + 8 * (i >> 2) + 2 * t4 + (i & 1);
                 bool vis = j < c.kv_end && row_i[h] >= 0;
-                if (vis && j >= c.local_prefix) {
-                    /* a local row's draft key: its global row less the global prefix */
-                    const int k =
-                        (p.shard.ranks > 1 ? (int)mlav_shard_global32(p.shard, (uint32_t)j)
-                                           : j) -
-                        c.prefix;
-                    const int qi = row_i[h];
+                if (vis && j >= c.prefix) {
+                    const int k = j - c.prefix, qi = row_i[h];
                     vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
                 }
                 x[i] = vis ? score(x[i]) : -INFINITY;
@@ -476,8 +468,6 @@ __global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash
     c.b = item.b;
     c.q_start = item.q_start;
     c.prefix = item.prefix;
-    c.local_prefix =
-        p.shard.ranks > 1 ? (int)mlav_shard_rows(p.shard, item.prefix) : item.prefix;
     c.M = item.q_len * p.H;
     c.m0 = item.mtile * BM;
     c.kv_begin = item.kv_begin;

@@ -78,6 +78,10 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "the sm_90a kernels run BF16 and F16 plans (a cache of the same "
                               "dtype or FP8 E4M3)");
+    if (fp->shard.ranks > 1) /* its mask takes the item's rows as global ones */
+        return mlav_set_error(MLAV_ERR_INTERNAL,
+                              "a KV shard reached the sm_90a kernels (the family rule sends "
+                              "sharded plans to the legal family)");
     if (fp->n_items > 0) {
         void *args[1] = {const_cast<mlav_flash_params *>(fp)};
         MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, lo->kv_fp8 != 0, step != 0),
