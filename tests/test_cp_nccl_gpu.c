@@ -26,8 +26,6 @@
 
 #define ROWS 300
 #define DIM 512
-#define GUARD 256
-#define GUARD_BYTE 0xA5
 
 static void test_cp_without_nccl(void **state)
 {
@@ -47,6 +45,8 @@ static void test_cp_without_nccl(void **state)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <pthread.h>
+
+#include "device_buffer.h"
 
 #define CK TU_CK
 #define NK(call)                                                                                 \
@@ -70,42 +70,6 @@ static uint64_t seeded(const char *what)
     print_message("  %s: seed 0x%016llx (MLAV_TEST_SEED=0x%016llx reruns it)\n", what,
                   (unsigned long long)seed, (unsigned long long)seed);
     return seed;
-}
-
-/* [guard][payload][guard] on the current device, payload 0xFF (NaN in every dtype) */
-typedef struct dbuf {
-    unsigned char *base;
-    void *p;
-    size_t bytes;
-} dbuf;
-
-static dbuf dbuf_alloc(size_t bytes)
-{
-    dbuf b = {NULL, NULL, bytes};
-    CK(cudaMalloc((void **)&b.base, bytes + 2 * GUARD));
-    CK(cudaMemset(b.base, GUARD_BYTE, bytes + 2 * GUARD));
-    b.p = b.base + GUARD;
-    CK(cudaMemset(b.p, 0xFF, bytes));
-    CK(cudaDeviceSynchronize());
-    return b;
-}
-
-static int dbuf_read(const dbuf *b, void *host)
-{
-    unsigned char *h = tu_xcalloc(b->bytes + 2 * GUARD, 1);
-    CK(cudaMemcpy(h, b->base, b->bytes + 2 * GUARD, cudaMemcpyDeviceToHost));
-    int ok = 1;
-    for (size_t i = 0; i < GUARD; i++)
-        ok &= h[i] == GUARD_BYTE && h[GUARD + b->bytes + i] == GUARD_BYTE;
-    memcpy(host, h + GUARD, b->bytes);
-    free(h);
-    return ok;
-}
-
-static void dbuf_free(dbuf *b)
-{
-    CK(cudaFree(b->base));
-    b->base = NULL;
 }
 
 static const mlav_dtype DTYPES[] = {MLAV_DTYPE_F32, MLAV_DTYPE_BF16, MLAV_DTYPE_F16};

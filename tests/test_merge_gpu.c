@@ -24,9 +24,9 @@
 #ifdef MLAV_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "device_buffer.h"
+
 #define CK TU_CK
-#define GUARD 256
-#define GUARD_BYTE 0xA5
 
 static const mlav_dtype DTYPES[] = {MLAV_DTYPE_F32, MLAV_DTYPE_BF16, MLAV_DTYPE_F16};
 static const int32_t COUNTS[] = {1, 2, 3, 7, 64};
@@ -45,44 +45,6 @@ static uint64_t seeded(const char *what)
     print_message("  %s: seed 0x%016llx (MLAV_TEST_SEED=0x%016llx reruns it)\n", what,
                   (unsigned long long)seed, (unsigned long long)seed);
     return seed;
-}
-
-/* A device buffer [guard][payload][guard]: guards GUARD_BYTE, payload 0xFF (NaN in every
- * dtype). */
-typedef struct dbuf {
-    unsigned char *base;
-    void *p;
-    size_t bytes;
-} dbuf;
-
-static dbuf dbuf_alloc(size_t bytes)
-{
-    dbuf b = {NULL, NULL, bytes};
-    CK(cudaMalloc((void **)&b.base, bytes + 2 * GUARD));
-    CK(cudaMemset(b.base, GUARD_BYTE, bytes + 2 * GUARD));
-    b.p = b.base + GUARD;
-    CK(cudaMemset(b.p, 0xFF, bytes));
-    CK(cudaDeviceSynchronize()); /* a memset may still run when a non-blocking stream starts */
-    return b;
-}
-
-/* Copy the payload to `host` and check the guards. */
-static int dbuf_read(const dbuf *b, void *host)
-{
-    unsigned char *h = tu_xcalloc(b->bytes + 2 * GUARD, 1);
-    CK(cudaMemcpy(h, b->base, b->bytes + 2 * GUARD, cudaMemcpyDeviceToHost));
-    int ok = 1;
-    for (size_t i = 0; i < GUARD; i++)
-        ok &= h[i] == GUARD_BYTE && h[GUARD + b->bytes + i] == GUARD_BYTE;
-    memcpy(host, h + GUARD, b->bytes);
-    free(h);
-    return ok;
-}
-
-static void dbuf_write(dbuf *b, const void *host)
-{
-    CK(cudaMemcpy(b->p, host, b->bytes, cudaMemcpyHostToDevice));
-    CK(cudaDeviceSynchronize()); /* a pageable copy may return before its DMA lands */
 }
 
 /* States on the device, as the host has them. */
