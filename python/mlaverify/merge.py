@@ -177,6 +177,12 @@ def cp_merge_states(out: Any, lse: Any, group: Any = None, gathered: Any = None,
         if tuple(g_lse.shape) != (ranks,) + tuple(lse.shape) or g_lse.dtype != torch.float32:
             raise invalid("gathered[1] is %s %s; the stack of %d lse is float32 %s"
                           % (g_lse.dtype, list(g_lse.shape), ranks, [ranks] + list(lse.shape)))
+        if not (g_out.is_contiguous() and g_lse.is_contiguous()):
+            raise invalid("gathered must be two contiguous tensors (an all-gather writes them "
+                          "whole)")
+        if g_out.device != out.device or g_lse.device != out.device:
+            raise invalid("gathered is on %s and %s; out is on %s"
+                          % (g_out.device, g_lse.device, out.device))
     # an all-gather copies: the states travel as bytes, so every dtype goes (gloo has no bf16)
     o, s = out.contiguous().view(torch.uint8), lse.contiguous().view(torch.uint8)
     go, gs = g_out.view(torch.uint8), g_lse.view(torch.uint8)

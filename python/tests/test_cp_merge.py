@@ -75,3 +75,31 @@ def test_cp_merge_states_refusals():
 def test_nccl_compiled_is_an_int():
     from mlaverify import _lib
     assert _lib.load().mlav_nccl_compiled() in (0, 1)
+
+
+def _refuse_gathered(rank, init, result_dir):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=1)
+    try:
+        out, lse = torch.zeros(4, 8), torch.zeros(4)
+        cases = {"shape": (torch.zeros(2, 4, 8), torch.zeros(2, 4)),
+                 "dtype": (torch.zeros(1, 4, 8, dtype=torch.float16), torch.zeros(1, 4)),
+                 "contiguous": (torch.zeros(1, 8, 4).transpose(1, 2), torch.zeros(1, 4))}
+        said = {}
+        for name, g in cases.items():
+            try:
+                mv.cp_merge_states(out, lse, gathered=g)
+                said[name] = "accepted"
+            except mv.InvalidArgumentError as e:
+                said[name] = str(e)
+        torch.save(said, os.path.join(result_dir, "said.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_cp_merge_states_refuses_bad_scratch(tmp_path):
+    init = "file://" + str(tmp_path / "init")
+    torch.multiprocessing.spawn(_refuse_gathered, args=(init, str(tmp_path)), nprocs=1, join=True)
+    said = torch.load(os.path.join(tmp_path, "said.pt"))
+    assert "stack of 1 states" in said["shape"]
+    assert "stack of 1 states" in said["dtype"]
+    assert "contiguous" in said["contiguous"]
