@@ -12,7 +12,8 @@ int mlav_cmd_info(int argc, char **argv)
     if (argc > 1) {
         printf("usage: mlaverify info\n\n"
                "Prints, one per line: the library's version (and the header's it was built\n"
-               "with); the backends compiled in; the CUDA devices of compute capability 8.0 or\n"
+               "with); the backends compiled in (and whether the NCCL exchange of\n"
+               "context-parallel verify is); the CUDA devices of compute capability 8.0 or\n"
                "more, each with its name, compute capability, SMs, shared memory, L2 and driver;\n"
                "the backend AUTO picks and why (MLAV_BACKEND in the environment overrides it).\n"
                "Exit status 0, or 2 when AUTO cannot make a context (the line says why).\n");
@@ -27,6 +28,8 @@ int mlav_cmd_info(int argc, char **argv)
         if (mlav_backend_compiled(all[i]))
             printf(" %s", mlav_backend_name(all[i]));
     printf("\n");
+    printf("nccl exchange (mlav_cp_merge_states): %s\n",
+           mlav_nccl_compiled() ? "built in" : "not built in (needs CUDA and NCCL at configure time)");
     int n = mlav_cuda_device_count();
     printf("cuda devices (cc >= 8.0): %d\n", n);
     for (int i = 0; i < n; i++) {
