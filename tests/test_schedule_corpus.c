@@ -10,8 +10,13 @@
  * of 1-4 ranks with stripes 1 to 2,500, split alignments 32 and 64, the SM counts 132, 170 and
  * 188 at 1 or 2 blocks per SM, block cost 128 or 0 (the fewest-waves chunk alone).
  *
- * `test_schedule_corpus --write FILE [N]` writes a new corpus from the current code (N problems,
- * 3,000 by default): only when a schedule change is meant, and then measured. */
+ * A second, wide class (seeds with the top bit set) varies what any caller may pass: max_splits
+ * 1-1,024, min_chunk, more_waves 0-12, both costs, 32-128 rows per tile, and KV lengths up to
+ * 2^31 - 65 (where the rule's 32-bit and double arithmetic meets its limits).
+ *
+ * `test_schedule_corpus --write FILE [N [N_WIDE]]` writes a new corpus from the current code
+ * (3,000 and 1,000 problems by default): only when a schedule change is meant, and then
+ * measured. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -128,11 +133,33 @@ static void make_case(uint64_t seed, corpus_case *c)
         maxq = q > maxq ? q : maxq;
         maxkv = c->kv[b] > maxkv ? c->kv[b] : maxkv;
     }
+    if (seed >> 63) {
+        /* the wide class (seeds with the top bit): the parameters any caller may give and
+         * lengths to 2^31 - 1, from a stream of its own so that the first class stays as it was */
+        uint64_t w = seed ^ 0x77696465ull;
+        c->sp.max_splits = (int32_t[]){1, 7, 64, 256, 300, 1024}[pick(&w, 0, 5)];
+        c->sp.min_chunk = (int32_t[]){c->sp.key_align, 96, 1000, 1}[pick(&w, 0, 3)];
+        c->sp.more_waves = pick(&w, 0, 12);
+        c->sp.split_cost_keys = (int32_t[]){0, 1, 7}[pick(&w, 0, 2)];
+        c->sp.block_cost_keys = (int32_t[]){0, 1, 128, 1000}[pick(&w, 0, 3)];
+        c->sp.rows_per_tile = (int32_t[]){64, 32, 128}[pick(&w, 0, 2)];
+        if (pick(&w, 0, 1) && c->B <= 8) { /* long KV */
+            const int32_t top = INT32_MAX - 64;
+            for (int32_t b = 0; b < c->B; b++) {
+                const int32_t q = c->qi[b + 1] - c->qi[b];
+                c->kv[b] = q + (pick(&w, 0, 3) ? top - q - pick(&w, 0, 1 << 20)
+                                               : pick(&w, 0, 1 << pick(&w, 0, 30)));
+                maxkv = c->kv[b] > maxkv ? c->kv[b] : maxkv;
+            }
+        }
+    }
     const int32_t room = pick(&s, 0, 1);
     c->lim = (mlav_limits){.max_batch = c->B + room * pick(&s, 0, 8),
                            .max_tokens = (c->qi[c->B] > 0 ? c->qi[c->B] : 1) + room * pick(&s, 0, 64),
                            .max_q_len = (maxq > 0 ? maxq : 1) + room * pick(&s, 0, 4),
-                           .max_kv_len = (maxkv > 16 ? maxkv : 16) + room * pick(&s, 0, 4096)};
+                           .max_kv_len = (maxkv > 16 ? maxkv : 16)};
+    const int32_t kv_room = room * pick(&s, 0, 4096);
+    c->lim.max_kv_len += kv_room < INT32_MAX - c->lim.max_kv_len ? kv_room : 0;
     if (c->lim.max_q_len > c->lim.max_tokens)
         c->lim.max_q_len = c->lim.max_tokens;
     if (c->lim.max_batch > MLAV_STEP_MAX_BATCH)
@@ -236,11 +263,11 @@ static void test_corpus(void **state)
     }
     fclose(f);
     print_message("  %d problems, %d schedules changed\n", n, bad);
-    assert_true(n >= 3000);
+    assert_true(n >= 4000);
     assert_int_equal(bad, 0);
 }
 
-static int write_corpus(const char *path, int n)
+static int write_corpus(const char *path, int n, int n_wide)
 {
     FILE *f = fopen(path, "w");
     if (!f)
@@ -248,8 +275,9 @@ static int write_corpus(const char *path, int n)
     fprintf(f, "# seed, FNV-1a 64 of the exact schedule, of the step rule's (0: B > %d); "
                "tests/test_schedule_corpus.c\n",
             MLAV_STEP_MAX_BATCH);
-    for (int i = 0; i < n; i++) {
-        const uint64_t seed = 0x5c4ed01e00000000ull + (uint64_t)i * 7919u;
+    for (int i = 0; i < n + n_wide; i++) {
+        const uint64_t seed = i < n ? 0x5c4ed01e00000000ull + (uint64_t)i * 7919u
+                                    : 0xa1de000000000000ull + (uint64_t)(i - n) * 7919u;
         corpus_case c;
         make_case(seed, &c);
         fprintf(f, "%" PRIu64 " %016" PRIx64 " %016" PRIx64 "\n", seed, exact_hash(&c),
@@ -262,7 +290,8 @@ static int write_corpus(const char *path, int n)
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "--write") == 0)
-        return write_corpus(argv[2], argc >= 4 ? atoi(argv[3]) : 3000);
+        return write_corpus(argv[2], argc >= 4 ? atoi(argv[3]) : 3000,
+                            argc >= 5 ? atoi(argv[4]) : 1000);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_corpus)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
