@@ -457,12 +457,11 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
                               mlav_split_item *items, mlav_combine_item *combine,
                               mlav_step_scratch *scratch);
 
-/* How the rule weighs its candidate chunks: NULL where a function takes one is the closed form
- * above (mlav_step_model); else time(ctx, chunk), the modelled time of the schedule at `chunk`
- * in KV rows of loop work, which must be at least its loop work and fixed costs spread evenly
- * over target_blocks slots ((work + blocks x block_cost_keys) / target_blocks, the bound by
- * which the search skips a candidate that cannot win): the exact plan's dispatch simulation
- * (mlav_schedule_model_chunk). */
+/* A weight of the rule's candidate chunks other than the step's closed form (mlav_step_model):
+ * time(ctx, chunk), the modelled time of the schedule at `chunk` in KV rows of loop work, which
+ * must be at least its loop work and fixed costs spread evenly over target_blocks slots
+ * ((work + blocks x block_cost_keys) / target_blocks, the bound by which the search skips a
+ * candidate that cannot win): the exact plan's dispatch simulation (schedule.c). */
 typedef struct mlav_step_weight {
     int64_t (*time)(const void *ctx, int64_t chunk);
     const void *ctx;
