@@ -1,6 +1,8 @@
-/* The split-KV scheduler: balance KV rows across blocks so one long request fills the GPU. */
+/* The exact plan's split-KV schedule: the step rule (schedule_step.c, the one candidate search
+ * and item writer) weighed by this file's block-by-block dispatch model. */
 #include "schedule.h"
 
+#include "schedule_step.h"
 #include "shard.h"
 
 #include <stdlib.h>
@@ -21,9 +23,11 @@ void mlav_schedule_free(mlav_schedule *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The schedule's walk, written once: the requests that have rows, in build order, each with its
- * row tiles and splits at `chunk`. blocks_at counts its blocks, build_at lays them out and model_at
- * dispatches them, so the three cannot disagree on which blocks a chunk makes. A request's blocks
+/* The dispatch model's walk: the requests that have rows, in the order the rule lays out their
+ * blocks (schedule_step.c's writer: request-major, split, m-tile fastest), each with its row
+ * tiles and splits at `chunk`. blocks_at counts its blocks and model_at dispatches them; the
+ * tests hold the walk to every built schedule (mlav_schedule_model_chunk against
+ * mlav_schedule_model_time). A request's blocks
  * are its splits k in [0, ns), each over the row tiles m in [0, mt): block (k, m) covers KV rows
  * [walk_begin(w, k), walk_end(w, k)) of row tile m. */
 typedef struct {
@@ -75,102 +79,6 @@ static int64_t blocks_at(const mlav_problem_info *p, const mlav_schedule_params 
     for (walk w = walk_start(p, sp, chunk); walk_next(&w);)
         n += w.mt * w.ns;
     return n;
-}
-
-int64_t mlav_schedule_smallest_chunk(int64_t lo, int64_t hi, int64_t key_align, int64_t cap,
-                                     int64_t (*blocks)(int64_t chunk, const void *ctx),
-                                     const void *ctx)
-{
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (blocks(mid * key_align, ctx) <= cap)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
-typedef struct {
-    const mlav_problem_info *p;
-    const mlav_schedule_params *sp;
-} blocks_ctx;
-
-static int64_t blocks_of(int64_t chunk, const void *ctx)
-{
-    const blocks_ctx *c = ctx;
-    return blocks_at(c->p, c->sp, chunk);
-}
-
-/* The smallest chunk (most parallelism) whose blocks fit in `cap` blocks, in whole key_align
- * multiples. */
-static int64_t chunk_for_cap(const mlav_problem_info *p, const mlav_schedule_params *sp,
-                             int64_t max_kv, int64_t cap)
-{
-    const int64_t ka = sp->key_align;
-    int64_t lo = ceil_div(sp->min_chunk, ka), hi = ceil_div(max_kv, ka);
-    if (hi < lo)
-        hi = lo;
-    const blocks_ctx c = {p, sp};
-    int64_t chunk = mlav_schedule_smallest_chunk(lo, hi, ka, cap, blocks_of, &c) * ka;
-    if (chunk > INT32_MAX)
-        chunk = (INT32_MAX / ka) * ka;
-    return chunk;
-}
-
-/* The schedule at one chunk. */
-static mlav_status build_at(const mlav_problem_info *p, const mlav_schedule_params *sp,
-                            int64_t chunk, mlav_schedule *out)
-{
-    memset(out, 0, sizeof *out);
-    out->chunk_keys = (int32_t)chunk;
-    out->splits = calloc((size_t)p->B, sizeof(int32_t));
-    if (!out->splits)
-        goto oom;
-    int64_t n_items = 0, n_combine = 0, n_slots = 0;
-    for (walk w = walk_start(p, sp, chunk); walk_next(&w);) {
-        out->splits[w.b] = (int32_t)w.ns;
-        n_items += w.ns * w.mt;
-        if (w.ns > 1) {
-            n_combine += w.mt;
-            n_slots += w.ns * w.mt;
-        }
-    }
-    if (n_items > INT32_MAX || n_slots > INT32_MAX) {
-        mlav_schedule_free(out);
-        return mlav_set_error(MLAV_ERR_UNSUPPORTED, "the problem needs too many blocks");
-    }
-    out->items = calloc((size_t)(n_items ? n_items : 1), sizeof(mlav_split_item));
-    out->combine = calloc((size_t)(n_combine ? n_combine : 1), sizeof(mlav_combine_item));
-    if (!out->items || !out->combine)
-        goto oom;
-
-    int32_t it = 0, ci = 0, slot = 0;
-    for (walk w = walk_start(p, sp, chunk); walk_next(&w);) {
-        const int32_t b = w.b, s = (int32_t)w.ns, mt = (int32_t)w.mt;
-        for (int32_t k = 0; k < s; k++) {
-            const int32_t begin = (int32_t)walk_begin(&w, k), end = (int32_t)walk_end(&w, k);
-            for (int32_t m = 0; m < mt; m++)
-                out->items[it++] = (mlav_split_item){
-                    .b = b, .mtile = m, .kv_begin = begin, .kv_end = end,
-                    .slot = s > 1 ? slot + k * mt + m : -1, .q_start = p->q_indptr[b],
-                    .q_len = mlav_info_q_len(p, b), .prefix = mlav_info_prefix(p, b)};
-        }
-        if (s > 1) {
-            for (int32_t m = 0; m < mt; m++)
-                out->combine[ci++] = (mlav_combine_item){
-                    .b = b, .mtile = m, .nsplit = s, .slot0 = slot + m, .slot_stride = mt,
-                    .q_start = p->q_indptr[b], .rows = (int32_t)w.rows};
-            slot += s * mt;
-        }
-    }
-    out->n_items = it;
-    out->n_combine = ci;
-    out->n_slots = slot;
-    return MLAV_OK;
-oom:
-    mlav_schedule_free(out);
-    return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory scheduling splits");
 }
 
 /* The model's dispatch: when each of `slots` block slots comes free (a min-heap), and the
@@ -256,33 +164,40 @@ int64_t mlav_schedule_model_chunk(const mlav_problem_info *p, const mlav_schedul
     return t;
 }
 
+/* The dispatch weight's context: the problem, its parameters and target_blocks slots. */
+typedef struct {
+    const mlav_problem_info *p;
+    const mlav_schedule_params *sp;
+    dispatch *d;
+} dispatch_weight;
+
+static int64_t dispatch_time(const void *ctx, int64_t chunk)
+{
+    const dispatch_weight *w = ctx;
+    return model_at(w->p, w->sp, chunk, w->d);
+}
+
 mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                 mlav_schedule *out)
 {
     memset(out, 0, sizeof *out);
     if (sp->rows_per_tile < 1 || sp->key_align < 1 || sp->min_chunk < 1 || sp->max_splits < 1 ||
         sp->target_blocks < 1 || sp->block_cost_keys < 0 || sp->split_cost_keys < 0 ||
-        sp->more_waves < 0)
+        sp->more_waves < 0 || sp->more_waves > 64)
         return mlav_set_error(MLAV_ERR_INVALID_ARG, "schedule parameters must be positive (the "
-                                                    "two costs and more_waves non-negative)");
+                                                    "two costs and more_waves non-negative, "
+                                                    "more_waves at most 64)");
 
-    /* First the smallest chunk whose blocks fit in whole waves of target_blocks, as few waves as
-     * the unsplit batch allows: blocks of one split size finish together, and a wave that is only
-     * a few blocks over (15 splits x 9 row tiles = 135 blocks on 132 SMs) doubles the time
-     * (v2, docs/PERFORMANCE.md#schedule). */
-    int64_t max_kv = 1;
-    for (int32_t b = 0; b < p->B; b++)
-        if (mlav_info_q_len(p, b) > 0 && mlav_info_kv_rows(p, b) > max_kv)
-            max_kv = mlav_info_kv_rows(p, b);
-    const int64_t cap = ceil_div(blocks_at(p, sp, ceil_div(max_kv, sp->key_align) * sp->key_align),
-                                 sp->target_blocks) *
-                        sp->target_blocks;
-    const int64_t chunk0 = chunk_for_cap(p, sp, max_kv, cap);
+    /* The step rule (schedule_step.h), written once: first the smallest chunk whose blocks fit
+     * in whole waves of target_blocks, as few waves as the unsplit batch allows: blocks of one
+     * split size finish together, and a wave that is only a few blocks over (15 splits x 9 row
+     * tiles = 135 blocks on 132 SMs) doubles the time (v2, docs/PERFORMANCE.md#schedule). With
+     * no block cost that chunk is the schedule. */
     if (sp->block_cost_keys == 0)
-        return build_at(p, sp, chunk0, out);
+        return mlav_step_schedule_exact(p, sp, NULL, out);
 
-    /* Then the model (mlav_schedule_model_time, evaluated without building: model_at) weighs
-     * more chunks and keeps the shortest:
+    /* Then the rule's other candidates, weighed by this model (mlav_schedule_model_time,
+     * evaluated without building: model_at), the shortest kept:
      * - splits of twice and four times that chunk, where the many short splits' blocks and
      *   combine cost more than their parallelism gives (a lone q_len 1 request at prefix 4096,
      *   docs/PERFORMANCE.md#schedule);
@@ -291,38 +206,16 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
      *   tiles, whose fewest waves are 3 splits in 3.3 waves and whose shortest modelled time is
      *   7 splits in 7.6) and the splits are long enough that a block's fixed cost is worth
      *   paying again: at short prefixes it is not, and the model rejects them there too
-     *   (docs/PERFORMANCE.md#schedule, where the model's predictions meet the measurements). */
+     *   (docs/PERFORMANCE.md#schedule, where the model's predictions meet the measurements).
+     * The exact plan weighs by the block-by-block dispatch, where a plan for limits weighs by
+     * the rule's closed form: the two pick different chunks for some problems, and an exact
+     * plan's launch shape is what its performance was measured at. */
     dispatch d = {.free_at = malloc((size_t)sp->target_blocks * sizeof(int64_t))};
     if (!d.free_at)
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory scheduling splits");
-    int64_t best = model_at(p, sp, chunk0, &d), best_chunk = chunk0, last = chunk0;
-    int64_t work = 0; /* KV rows of loop work over all blocks, the same at every chunk */
-    for (int32_t b = 0; b < p->B; b++)
-        work += ceil_div((int64_t)mlav_info_q_len(p, b) * p->H, sp->rows_per_tile) *
-                mlav_info_kv_rows(p, b);
-    for (int64_t k = 0; k < 2 + (int64_t)sp->more_waves; k++) {
-        int64_t c;
-        if (k < 2) {
-            c = chunk0 << (k + 1);
-        } else {
-            c = chunk_for_cap(p, sp, max_kv, cap + (k - 1) * (int64_t)sp->target_blocks);
-            if (c >= last)
-                continue; /* no shorter split fits this many waves (min_chunk, max_splits) */
-            last = c;
-            /* no schedule of n blocks ends before its work and fixed costs spread evenly over
-             * the slots, and n only grows with more waves: past the best, stop */
-            const int64_t n = blocks_at(p, sp, c);
-            if ((work + n * sp->block_cost_keys) / sp->target_blocks >= best)
-                break;
-        }
-        if (c > INT32_MAX)
-            continue;
-        const int64_t t = model_at(p, sp, c, &d);
-        if (t < best) {
-            best = t;
-            best_chunk = c;
-        }
-    }
+    const dispatch_weight dw = {p, sp, &d};
+    const mlav_step_weight w = {dispatch_time, &dw};
+    const mlav_status s = mlav_step_schedule_exact(p, sp, &w, out);
     free(d.free_at);
-    return build_at(p, sp, best_chunk, out); /* only the winner is built */
+    return s;
 }

@@ -77,12 +77,6 @@ MLAV_HD int64_t mlav_schedule_splits(int64_t kv64, int64_t chunk64, int32_t key_
     return (kv + pr - 1) / pr;
 }
 
-/* The smallest k in [lo, hi] with blocks(k * key_align) <= cap, by bisection (blocks does not
- * grow with the chunk); hi when none is smaller. The chunk search of both schedules. */
-int64_t mlav_schedule_smallest_chunk(int64_t lo, int64_t hi, int64_t key_align, int64_t cap,
-                                     int64_t (*blocks)(int64_t chunk, const void *ctx),
-                                     const void *ctx);
-
 /* Build the schedule. Returns MLAV_OK, MLAV_ERR_INVALID_ARG (bad params) or
  * MLAV_ERR_OUT_OF_MEMORY. Free with mlav_schedule_free. */
 mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,

@@ -1,11 +1,12 @@
-/* The split schedule of one engine step (plans for limits): the rule that the host update
- * (schedule_step.c) and the device scheduler (src/cuda/schedule_step.cu) both follow, so that
- * the two build the same schedule from the same lengths, and the bounds that fix a plan's launch
- * shape and workspace for every step within its limits.
+/* The split schedule's one rule: its candidate search and item writer, which the host update
+ * of an engine step (schedule_step.c), the device scheduler (src/cuda/schedule_step.cu) and the
+ * exact plan (mlav_schedule_build, through mlav_step_schedule_exact) all follow, and the bounds
+ * that fix a plan for limits' launch shape and workspace for every step within its limits.
  *
- * The rule is the exact-length plan's search (schedule.c) with a model that needs no block-by-
- * block dispatch: the fewest whole waves of the shortest splits, splits of twice and four times
- * that chunk, and up to more_waves more waves of shorter ones, each weighed by
+ * The candidates: the fewest whole waves of the shortest splits, splits of twice and four times
+ * that chunk, and up to more_waves more waves of shorter ones. The exact plan weighs them by its
+ * block-by-block dispatch model (schedule.c, host only); a step by a closed form that needs no
+ * dispatch, each candidate weighed by
  *   (waves - 1) x (block_cost + mean block) + block_cost + longest block + split_cost x most
  * splits: every wave but the last at the mean, the last at the longest block. That is the
  * dispatch model's time wherever a step's blocks are of one length (one request, or a batch of
@@ -455,6 +456,24 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
                               const mlav_step_bounds *bd, mlav_step_header *hdr,
                               mlav_split_item *items, mlav_combine_item *combine,
                               mlav_step_scratch *scratch);
+
+/* A weight of the rule's candidate chunks other than the step's closed form (mlav_step_model):
+ * time(ctx, chunk), the modelled time of the schedule at `chunk` in KV rows of loop work, which
+ * must be at least its loop work and fixed costs spread evenly over target_blocks slots
+ * ((work + blocks x block_cost_keys) / target_blocks, the bound by which the search skips a
+ * candidate that cannot win): the exact plan's dispatch simulation (schedule.c). */
+typedef struct mlav_step_weight {
+    int64_t (*time)(const void *ctx, int64_t chunk);
+    const void *ctx;
+} mlav_step_weight;
+
+/* The rule for one problem, of any batch (host): the exact plan's schedule (mlav_schedule_build
+ * calls it), the candidates weighed by `w`, or, with w NULL, the fewest waves' chunk alone; no
+ * limits, every request with rows taken; a problem with none gets the shortest chunk and no
+ * items. MLAV_OK, MLAV_ERR_UNSUPPORTED (too many blocks) or MLAV_ERR_OUT_OF_MEMORY; free with
+ * mlav_schedule_free. */
+mlav_status mlav_step_schedule_exact(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                                     const mlav_step_weight *w, mlav_schedule *out);
 
 #ifdef __cplusplus
 }
