@@ -56,22 +56,6 @@ static void test_cp_without_nccl(void **state)
             fail_msg("%s: %s", #call, ncclGetErrorString(r_));                                   \
     } while (0)
 
-static void require_device(void)
-{
-    if (mlav_cuda_device_count() == 0) {
-        print_message("no CUDA device of compute capability >= 8.0: skipped\n");
-        skip();
-    }
-}
-
-static uint64_t seeded(const char *what)
-{
-    const uint64_t seed = tu_seed();
-    print_message("  %s: seed 0x%016llx (MLAV_TEST_SEED=0x%016llx reruns it)\n", what,
-                  (unsigned long long)seed, (unsigned long long)seed);
-    return seed;
-}
-
 static const mlav_dtype DTYPES[] = {MLAV_DTYPE_F32, MLAV_DTYPE_BF16, MLAV_DTYPE_F16};
 
 /* The device merge of all n states of `s` on the current device: out and lse to the host. */
@@ -106,8 +90,8 @@ static ncclComm_t one_rank_comm(void)
 static void test_cp_one_rank(void **state)
 {
     (void)state;
-    require_device();
-    uint64_t rng = seeded("one rank");
+    tu_require_device();
+    uint64_t rng = tu_seeded("one rank");
     ncclComm_t comm = one_rank_comm();
     for (size_t d = 0; d < sizeof DTYPES / sizeof DTYPES[0]; d++) {
         mf_states s = mf_alloc(DTYPES[d], 1, ROWS, DIM);
@@ -151,8 +135,8 @@ static void test_cp_one_rank(void **state)
 static void test_cp_graph(void **state)
 {
     (void)state;
-    require_device();
-    uint64_t rng = seeded("graph");
+    tu_require_device();
+    uint64_t rng = tu_seeded("graph");
     ncclComm_t comm = one_rank_comm();
     mf_states a = mf_alloc(MLAV_DTYPE_BF16, 1, ROWS, DIM), b = mf_alloc(MLAV_DTYPE_BF16, 1, ROWS,
                                                                          DIM);
@@ -205,7 +189,7 @@ static void test_cp_graph(void **state)
 static void test_cp_refusals(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     ncclComm_t comm = one_rank_comm();
     const size_t ob = ROWS * DIM * sizeof(float), lb = ROWS * sizeof(float);
     dbuf ol = dbuf_alloc(ob), ll = dbuf_alloc(lb), go = dbuf_alloc(ob), gl = dbuf_alloc(lb),
@@ -315,7 +299,7 @@ static void *rank_main(void *arg)
 static void test_cp_ranks(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     int devices = 0;
     CK(cudaGetDeviceCount(&devices));
     if (devices < 2) {
@@ -323,7 +307,7 @@ static void test_cp_ranks(void **state)
         skip();
     }
     const int R = devices > 8 ? 8 : devices;
-    uint64_t rng = seeded("ranks");
+    uint64_t rng = tu_seeded("ranks");
     for (size_t d = 0; d < sizeof DTYPES / sizeof DTYPES[0]; d++) {
         mf_states s = mf_alloc(DTYPES[d], R, ROWS, DIM);
         mf_fill(&s, &rng, 1);

@@ -16,7 +16,6 @@
 #include "mlaverify.h"
 #include "test_util.h"
 
-
 #ifdef MLAV_WITH_CUDA
 #include <math.h>
 
@@ -28,14 +27,6 @@
 
 static const mlav_backend gpu_backends[] = {MLAV_BACKEND_CUDA, MLAV_BACKEND_CUDA_NAIVE};
 #define N_BACKENDS (sizeof gpu_backends / sizeof gpu_backends[0])
-
-static void require_device(void)
-{
-    if (mlav_cuda_device_count() == 0) {
-        print_message("no CUDA device of compute capability >= 8.0: skipped\n");
-        skip();
-    }
-}
 
 /* What a plan may use per block: min(the device's opt-in limit, sm_120's). */
 static size_t smem_limit(void)
@@ -309,7 +300,7 @@ static void check_run(const mlav_plan *plan, mlav_backend b, tu_problem *p, enum
 static void test_cuda_device_info(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     assert_true(mlav_backend_compiled(MLAV_BACKEND_CUDA));
     assert_true(mlav_backend_compiled(MLAV_BACKEND_CUDA_NAIVE));
     const int n = mlav_cuda_device_count();
@@ -376,7 +367,7 @@ static void test_cuda_without_device(void **state)
 static void test_cuda_graph(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     const uint64_t seed = tu_seed();
     tu_case c = CASE(16, 512, 64, 16, BF16, TU_BUSHY, 2, QS(9, 33), PS(255, 1000));
     int ran = 0;
@@ -453,7 +444,7 @@ static void test_cuda_graph(void **state)
 static void test_cuda_smem_limit(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     const uint64_t seed = tu_seed();
     const size_t limit = smem_limit();
     const int32_t W = 64 + 16;
@@ -535,7 +526,7 @@ static void expect_refusal(mlav_status got, mlav_status want, mlav_backend b, co
 static void test_cuda_bad_inputs(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     /* a long prefix makes the flash plan split the KV, so it needs a workspace */
     tu_case c = CASE(8, 512, 64, 16, BF16, TU_CHAIN, 2, QS(3, 5), PS(2000, 40));
     c.seed = tu_seed();
@@ -639,7 +630,7 @@ static void test_cuda_bad_inputs(void **state)
  * are NaN, other requests' rows are right, and nothing is read out of bounds. */
 static void bad_device_page_id(mlav_dtype dtype, mlav_dtype kv_dtype)
 {
-    require_device();
+    tu_require_device();
     tu_case c = CASE(8, 512, 64, 16, F32, TU_BUSHY, 3, QS(9, 9, 9), PS(40, 300, 40));
     c.dtype = dtype;
     c.kv_dtype = kv_dtype;
@@ -741,7 +732,7 @@ static int run_each_backend(tu_problem *p, int host_too, cudaStream_t stream)
 static void test_cuda_nonfinite_hidden_draft(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     static const mlav_dtype dtypes[] = {MLAV_DTYPE_BF16, MLAV_DTYPE_F16, MLAV_DTYPE_F32};
     const uint64_t seed = tu_seed();
     int ran = 0;
@@ -813,7 +804,7 @@ static tu_problem *rising_problem(size_t k, uint64_t seed)
 static void test_cuda_rising_scores(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     run_problems(sizeof rising_cases / sizeof rising_cases[0], rising_problem);
 }
 
@@ -846,7 +837,7 @@ static tu_problem *magnitude_problem(size_t k, uint64_t seed)
 static void test_cuda_extreme_magnitudes(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     run_problems(2 * (sizeof magnitude_cases / sizeof magnitude_cases[0]), magnitude_problem);
 }
 
@@ -884,7 +875,7 @@ static tu_problem *many_split_problem(size_t k, uint64_t seed)
 static void test_cuda_many_splits(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     run_problems(sizeof many_split_cases / sizeof many_split_cases[0], many_split_problem);
 }
 
@@ -912,7 +903,7 @@ static void test_cuda_plan_device_check(void **state)
 static void test_cuda_plan_other_device(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     int n = 0;
     CK(cudaGetDeviceCount(&n));
     if (n < 2) {

@@ -16,7 +16,6 @@
 #include "mlaverify.h"
 #include "test_util.h"
 
-
 #ifdef MLAV_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -120,14 +119,6 @@ static int dguard_fetch(const dguard *g, void *host, cudaStream_t st, report *r)
     memcpy(host, h + GUARD, g->bytes);
     free(h);
     return ok;
-}
-
-static void require_device(void)
-{
-    if (mlav_cuda_device_count() == 0) {
-        print_message("no CUDA device of compute capability >= 8.0: skipped\n");
-        skip();
-    }
 }
 
 /* Inputs on the device once; the single-threaded result: one thread, one stream, one run. */
@@ -343,7 +334,7 @@ static void streams_on(mlav_backend backend, const tu_case *c)
 static void test_cuda_streams_flash(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     const uint64_t seed = tu_seed();
     const tu_case cases[2] = {
         {.H = 16, .Dl = 512, .Dr = 64, .page_size = 1, .B = 3, .dtype = MLAV_DTYPE_BF16,
@@ -359,7 +350,7 @@ static void test_cuda_streams_flash(void **state)
 static void test_cuda_streams_naive(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     const tu_case c = {.H = 4, .Dl = 64, .Dr = 16, .page_size = 16, .B = 2,
                        .dtype = MLAV_DTYPE_F16, .q_lens = {7, 3}, .prefixes = {900, 10},
                        .tree = TU_BUSHY, .seed = tu_seed()};

@@ -31,22 +31,6 @@
 static const mlav_dtype DTYPES[] = {MLAV_DTYPE_F32, MLAV_DTYPE_BF16, MLAV_DTYPE_F16};
 static const int32_t COUNTS[] = {1, 2, 3, 7, 64};
 
-static void require_device(void)
-{
-    if (mlav_cuda_device_count() == 0) {
-        print_message("no CUDA device of compute capability >= 8.0: skipped\n");
-        skip();
-    }
-}
-
-static uint64_t seeded(const char *what)
-{
-    const uint64_t seed = tu_seed();
-    print_message("  %s: seed 0x%016llx (MLAV_TEST_SEED=0x%016llx reruns it)\n", what,
-                  (unsigned long long)seed, (unsigned long long)seed);
-    return seed;
-}
-
 /* States on the device, as the host has them. */
 typedef struct dstates {
     dbuf outs, lses;
@@ -98,8 +82,8 @@ static void device_merge(const mf_states *s, void *out, float *lse, cudaStream_t
 static void test_device_within_bound(void **state)
 {
     (void)state;
-    require_device();
-    uint64_t rng = seeded("device within bound");
+    tu_require_device();
+    uint64_t rng = tu_seeded("device within bound");
     cudaStream_t stream;
     CK(cudaStreamCreate(&stream));
     char msg[512];
@@ -142,8 +126,8 @@ static void test_device_within_bound(void **state)
 static void test_device_bitwise_on_exact_weights(void **state)
 {
     (void)state;
-    require_device();
-    uint64_t rng = seeded("device bit for bit");
+    tu_require_device();
+    uint64_t rng = tu_seeded("device bit for bit");
     for (size_t t = 0; t < sizeof DTYPES / sizeof DTYPES[0]; t++)
         for (size_t c = 0; c < sizeof COUNTS / sizeof COUNTS[0]; c++) {
             mf_states s = mf_alloc(DTYPES[t], COUNTS[c], 48, 96);
@@ -204,8 +188,8 @@ static int same_values(mlav_dtype dt, const void *a, const void *b, size_t count
 static void test_device_in_place(void **state)
 {
     (void)state;
-    require_device();
-    uint64_t rng = seeded("device in place");
+    tu_require_device();
+    uint64_t rng = tu_seeded("device in place");
     char msg[512];
     for (size_t t = 0; t < sizeof DTYPES / sizeof DTYPES[0]; t++)
         for (int exact = 0; exact < 2; exact++) {
@@ -258,8 +242,8 @@ static void test_device_in_place(void **state)
 static void test_device_graph_replay(void **state)
 {
     (void)state;
-    require_device();
-    uint64_t rng = seeded("graph replay");
+    tu_require_device();
+    uint64_t rng = tu_seeded("graph replay");
     char msg[512];
     for (size_t t = 0; t < sizeof DTYPES / sizeof DTYPES[0]; t++) {
         const mlav_dtype dt = DTYPES[t];
@@ -348,8 +332,8 @@ static void test_device_graph_replay(void **state)
 static void test_device_rows_past_the_grid(void **state)
 {
     (void)state;
-    require_device();
-    uint64_t rng = seeded("rows past the grid");
+    tu_require_device();
+    uint64_t rng = tu_seeded("rows past the grid");
     char msg[512];
     mf_states s = mf_alloc(MLAV_DTYPE_BF16, 2, (1 << 20) + 77, 3);
     mf_fill(&s, &rng, 1);
@@ -367,7 +351,7 @@ static void test_device_rows_past_the_grid(void **state)
 static void test_device_refusals(void **state)
 {
     (void)state;
-    require_device();
+    tu_require_device();
     float host[64] = {0}, *pinned = NULL, *dev = NULL;
     CK(cudaMallocHost((void **)&pinned, 256));
     CK(cudaMalloc((void **)&dev, 1024));

@@ -56,20 +56,12 @@ static int untouched(const guarded *g)
     return guards_ok(g);
 }
 
-static uint64_t seeded(const char *what)
-{
-    const uint64_t seed = tu_seed();
-    print_message("  %s: seed 0x%016llx (MLAV_TEST_SEED=0x%016llx reruns it)\n", what,
-                  (unsigned long long)seed, (unsigned long long)seed);
-    return seed;
-}
-
 /* Every dtype and count, tokens x heads rows and dims from 1 up: the stacked merge against the
  * fp64 merge, its outputs between intact guards; with lse NULL the same out, bit for bit. */
 static void test_stacked_random(void **state)
 {
     (void)state;
-    uint64_t rng = seeded("stacked");
+    uint64_t rng = tu_seeded("stacked");
     char msg[512];
     for (size_t t = 0; t < sizeof DTYPES / sizeof DTYPES[0]; t++)
         for (size_t c = 0; c < sizeof COUNTS / sizeof COUNTS[0]; c++) {
@@ -106,7 +98,7 @@ static void test_stacked_random(void **state)
 static void test_in_place_random(void **state)
 {
     (void)state;
-    uint64_t rng = seeded("in place");
+    uint64_t rng = tu_seeded("in place");
     char msg[512];
     for (size_t t = 0; t < sizeof DTYPES / sizeof DTYPES[0]; t++) {
         mf_states s = mf_alloc(DTYPES[t], 2, 37, 65);
@@ -142,7 +134,7 @@ static void test_in_place_random(void **state)
 static void test_pointer_array_form_is_the_same_merge(void **state)
 {
     (void)state;
-    uint64_t rng = seeded("pointer array");
+    uint64_t rng = tu_seeded("pointer array");
     mf_states s = mf_alloc(MLAV_DTYPE_F32, 7, 23, 33);
     mf_fill(&s, &rng, 1);
     const float *outs[7], *lses[7];
@@ -164,7 +156,7 @@ static void test_pointer_array_form_is_the_same_merge(void **state)
 static void test_alias_first_state(void **state)
 {
     (void)state;
-    uint64_t rng = seeded("aliasing");
+    uint64_t rng = tu_seeded("aliasing");
     for (size_t t = 0; t < sizeof DTYPES / sizeof DTYPES[0]; t++) {
         mf_states s = mf_alloc(DTYPES[t], 7, 19, 40);
         mf_fill(&s, &rng, 1);

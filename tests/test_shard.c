@@ -24,14 +24,6 @@
 #include "shard_fixture.h"
 #include "test_util.h"
 
-static uint64_t seeded(const char *what)
-{
-    const uint64_t seed = tu_seed();
-    print_message("  %s: seed 0x%016llx (MLAV_TEST_SEED=0x%016llx reruns it)\n", what,
-                  (unsigned long long)seed, (unsigned long long)seed);
-    return seed;
-}
-
 static const struct {
     mlav_dtype dtype, kv_dtype;
 } KINDS[] = {{MLAV_DTYPE_F32, 0},
@@ -44,7 +36,7 @@ static const struct {
 static void shard_grid(mlav_backend backend)
 {
     mlav_context *ctx = tu_context_or_skip(backend);
-    uint64_t rng = seeded(mlav_backend_name(backend));
+    uint64_t rng = tu_seeded(mlav_backend_name(backend));
     const int32_t page_sizes[] = {1, 16, 64};
     int n = 0, empties = 0;
     char msg[800], name[300];
@@ -94,7 +86,7 @@ static void test_shard_reference(void **state)
 static void test_shard_one_rank(void **state)
 {
     (void)state;
-    uint64_t rng = seeded("one rank");
+    uint64_t rng = tu_seeded("one rank");
     mlav_context *ctx = tu_context_or_skip(MLAV_BACKEND_CPU);
     const tu_case c = sh_draw_case(&rng, 2, 32, 8, 16, MLAV_DTYPE_BF16, 0, 100);
     tu_problem *p = tu_make(&c);
@@ -129,7 +121,7 @@ static int64_t rows_of(int64_t n, int32_t ranks, int32_t rank, int32_t stripe)
 static void test_shard_mapping(void **state)
 {
     (void)state;
-    uint64_t rng = seeded("mapping");
+    uint64_t rng = tu_seeded("mapping");
     for (int round = 0; round < 300; round++) {
         const int32_t ranks = 2 + (int32_t)(tu_next(&rng) % 7);
         const int32_t rank = (int32_t)(tu_next(&rng) % (uint64_t)ranks);
@@ -200,7 +192,7 @@ static void check_items(const mlav_split_item *items, int32_t n_items, int32_t b
 static void test_shard_schedules(void **state)
 {
     (void)state;
-    uint64_t rng = seeded("schedules");
+    uint64_t rng = tu_seeded("schedules");
     const mlav_schedule_params sp = {64, 32, 32, 256, 132, 128, 1, 2};
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 8,
                              .max_kv_len = 5000};

@@ -31,14 +31,6 @@
 
 #define CK TU_CK
 
-static uint64_t seeded(const char *what)
-{
-    const uint64_t seed = tu_seed();
-    print_message("  %s: seed 0x%016llx (MLAV_TEST_SEED=0x%016llx reruns it)\n", what,
-                  (unsigned long long)seed, (unsigned long long)seed);
-    return seed;
-}
-
 static const struct {
     mlav_dtype dtype, kv_dtype;
 } KINDS[] = {{MLAV_DTYPE_BF16, 0},
@@ -52,7 +44,7 @@ static const struct {
 static void shard_grid(mlav_backend backend)
 {
     mlav_context *ctx = tu_context_or_skip(backend);
-    uint64_t rng = seeded(mlav_backend_name(backend));
+    uint64_t rng = tu_seeded(mlav_backend_name(backend));
     const int32_t page_sizes[] = {1, 16, 64};
     int n = 0;
     char msg[800], name[300];
@@ -112,7 +104,7 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
                         mlav_dtype kv_dtype)
 {
     mlav_context *ctx = tu_context_or_skip(MLAV_BACKEND_CUDA);
-    uint64_t rng = seeded("graph");
+    uint64_t rng = tu_seeded("graph");
     const int32_t H = 16, W = 576, Dl = 512, steps = 12;
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 24, .max_q_len = 6,
                              .max_kv_len = 400};

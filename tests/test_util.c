@@ -430,6 +430,22 @@ mlav_context *tu_context_or_skip(mlav_backend b)
     return ctx;
 }
 
+void tu_require_device(void)
+{
+    if (mlav_cuda_device_count() == 0) {
+        print_message("no CUDA device of compute capability >= 8.0: skipped\n");
+        skip();
+    }
+}
+
+uint64_t tu_seeded(const char *what)
+{
+    const uint64_t seed = tu_seed();
+    print_message("  %s: seed 0x%016llx (MLAV_TEST_SEED=0x%016llx reruns it)\n", what,
+                  (unsigned long long)seed, (unsigned long long)seed);
+    return seed;
+}
+
 int tu_no_device_skip(int rc)
 {
     if (rc == 0 && mlav_cuda_device_count() == 0) {

@@ -110,6 +110,12 @@ int tu_untouched(const tu_problem *p, char *msg, size_t msg_len);
  * other failure fails the test. */
 mlav_context *tu_context_or_skip(mlav_backend b);
 
+/* Skip the calling cmocka case (saying so) when no CUDA device of cc >= 8.0 is present. */
+void tu_require_device(void);
+
+/* tu_seed(), printed with `what` and how to rerun it (MLAV_TEST_SEED). */
+uint64_t tu_seeded(const char *what);
+
 /* A GPU test's exit status: a passing run on a machine without a CUDA device of cc >= 8.0 (or
  * a build without CUDA), where every case skipped inside cmocka, becomes 77, which ctest reads
  * as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt) instead of Passed. */
