@@ -310,15 +310,15 @@ mlav_cuda_device device_or_fail(void)
     return dev;
 }
 
-void test_sm90_random(void **state)
+/* Random problems (H 8..128, q_len 1..16, chains and trees, page_size 1 and 64, one long
+ * request with split items or a few short ones, shared page tables, plans for limits), BF16 and
+ * F16 q over a cache of their dtype or (kv_dtype FP8 E4M3) an FP8 one, whose kv_scale tu_make
+ * draws from the seed and every other case reads through kv_scale_ptr. */
+void random_cases(const char *name, mlav_dtype kv_dtype)
 {
-    (void)state;
-    if (!g_have_device)
-        skip();
     const mlav_cuda_device dev = device_or_fail();
     uint64_t seed = tu_seed();
-    printf("test_sm90_random: seed 0x%llx (MLAV_TEST_SEED to repeat)\n",
-           (unsigned long long)seed);
+    printf("%s: seed 0x%llx (MLAV_TEST_SEED to repeat)\n", name, (unsigned long long)seed);
     uint64_t st = seed;
     const int heads[4] = {8, 16, 64, 128};
     const int cases = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 24;
@@ -330,6 +330,7 @@ void test_sm90_random(void **state)
         c.Dr = MLAV_FLASH_DR;
         c.page_size = (k / 4) % 2 ? 64 : 1;
         c.dtype = (k / 8) % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.kv_dtype = kv_dtype;
         c.tree = (tu_tree)(tu_next(&st) % 4);
         c.seed = tu_next(&st);
         /* alternate one long request (split items) with a few short ones (mostly unsplit) */
@@ -342,8 +343,19 @@ void test_sm90_random(void **state)
         }
         /* every third case through a shared page table (page_table_rows), every fourth as the
          * step of a plan for limits */
-        run_case(&c, &dev, (k % 3 == 2 ? ROWS_SHARED : ROWS_NONE) | (k % 4 == 1 ? STEP_LAUNCH : 0));
+        const bool fp8 = kv_dtype == MLAV_DTYPE_FP8_E4M3;
+        run_case(&c, &dev,
+                 (k % 3 == 2 ? ROWS_SHARED : ROWS_NONE) | (k % 4 == 1 ? STEP_LAUNCH : 0) |
+                     (fp8 && k % 2 ? SCALE_DEVICE : 0));
     }
+}
+
+void test_sm90_random(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    random_cases("test_sm90_random", (mlav_dtype)0);
 }
 
 /* A case of H heads, page size ps, dtype dt, tree tr and n requests of the given draft
@@ -495,44 +507,13 @@ void test_sm90_bad_page_ids(void **state)
     }
 }
 
-/* An FP8 E4M3 cache, random problems as test_sm90_random's (H 8..128, q_len 1..16, chains and
- * trees, page_size 1 and 64, one long request with split items or a few short ones, shared page
- * tables, plans for limits), BF16 and F16 q, kv_scale drawn from the seed (log-uniform in
- * [2^-6, 2^2]), every other case through kv_scale_ptr. */
+/* random_cases over an FP8 E4M3 cache. */
 void test_sm90_fp8_random(void **state)
 {
     (void)state;
     if (!g_have_device)
         skip();
-    const mlav_cuda_device dev = device_or_fail();
-    uint64_t seed = tu_seed();
-    printf("test_sm90_fp8_random: seed 0x%llx (MLAV_TEST_SEED to repeat)\n",
-           (unsigned long long)seed);
-    uint64_t st = seed;
-    const int heads[4] = {8, 16, 64, 128};
-    const int cases = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 24;
-    for (int k = 0; k < cases; k++) {
-        tu_case c;
-        memset(&c, 0, sizeof c);
-        c.H = heads[k % 4];
-        c.Dl = MLAV_FLASH_DL;
-        c.Dr = MLAV_FLASH_DR;
-        c.page_size = (k / 4) % 2 ? 64 : 1;
-        c.dtype = (k / 8) % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
-        c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
-        c.tree = (tu_tree)(tu_next(&st) % 4);
-        c.seed = tu_next(&st);
-        const int long_one = (k + k / 4) % 2 == 0;
-        c.B = long_one ? 1 : 1 + (int)(tu_next(&st) % 4);
-        for (int b = 0; b < c.B; b++) {
-            c.q_lens[b] = 1 + (int)(tu_next(&st) % 16);
-            c.prefixes[b] = long_one ? 1024 + (int)(tu_next(&st) % 31744)
-                                     : (int)(tu_next(&st) % 700);
-        }
-        run_case(&c, &dev,
-                 (k % 3 == 2 ? ROWS_SHARED : ROWS_NONE) | (k % 4 == 1 ? STEP_LAUNCH : 0) |
-                     (k % 2 ? SCALE_DEVICE : 0));
-    }
+    random_cases("test_sm90_fp8_random", MLAV_DTYPE_FP8_E4M3);
 }
 
 /* An FP8 cache's scale at 1 and at the ends of its range, each with q scaled the other way
