@@ -124,7 +124,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const T *kv,
  * id outside the pool asks for the NaN row. Only with pages of at least a tile, whose rows are
  * contiguous: over page_size 1 (rows scattered over the pool) the 64 row prefetches a tile cost
  * more than they hide (B 16, H 128, q_len 16, 32768: 12% slower with them,
- * docs/PERFORMANCE.md#hopper); pages of 2 to 32 rows, unmeasured, are taken as page_size 1. */
+ * docs/PERFORMANCE.md#hopper); pages of 2 to 63 rows, unmeasured, are taken as page_size 1. */
 template <typename T>
 __device__ __forceinline__ void prefetch_kv_tile(const T *kv,
                                                  const int32_t (&pages)[ROWS_PER_THREAD], int j0,
