@@ -101,7 +101,8 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
     using E = std::conditional_t<FP8, uint8_t, T>; /* the unit the gather addresses */
     const E *kv = static_cast<const E *>(p.kv);
     const int n = c.n_tiles;
-    int32_t page0[ROWS_PER_THREAD], page1[ROWS_PER_THREAD], page_next[ROWS_PER_THREAD];
+    int32_t page0[ROWS_PER_THREAD], page1[ROWS_PER_THREAD], page_next[ROWS_PER_THREAD],
+        page_after[ROWS_PER_THREAD];
     kv_pages_of(page0, ptab, c.kv_begin, c.kv_end, p, pt);
     kv_pages_of(page1, ptab, c.kv_begin + TILE_N, c.kv_end, p, pt);
     load_q(base + smem90::Q, qg, c.m0, c.M, pt);
@@ -149,16 +150,25 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
         publish_copies(&full[(t + 1) % STAGES]);
         if (t + 2 < n) {
             const int s = t % STAGES;
-            mbar_wait(&empty[s], (uint32_t)((t / STAGES) & 1)); /* tile t's stage is free */
             const int j0 = c.kv_begin + (t + 2) * TILE_N;
+            /* tile t + 3's page ids, asked for before the wait for a free stage, which hides
+             * their latency: looked up after tile t + 2's gather, they held its publication
+             * (the prefetch below reads them). Not with an FP8 cache, whose producer has no
+             * registers for both tiles' ids across the wait (it spilled). */
+            if constexpr (!FP8)
+                kv_pages_of(page_after, ptab, j0 + TILE_N, c.kv_end, p, pt);
+            mbar_wait(&empty[s], (uint32_t)((t / STAGES) & 1)); /* tile t's stage is free */
             load_kv_tile(base + smem90::KV + (uint32_t)s * OPERAND_BYTES, kv, page_next, j0,
                          c.kv_end, p, pt);
             cp_async_commit();
-            kv_pages_of(page_next, ptab, j0 + TILE_N, c.kv_end, p, pt);
-            /* tile t + 3 to the L2 while tile t + 2 lands (the wait for its page ids costs
-             * nothing: the producer's next step waits for tile t + 2) */
+            if constexpr (FP8)
+                kv_pages_of(page_after, ptab, j0 + TILE_N, c.kv_end, p, pt);
+            /* tile t + 3 to the L2 while tile t + 2 lands */
             if (t + 3 < n)
-                prefetch_kv_tile(kv, page_next, j0 + TILE_N, c.kv_end, p, pt);
+                prefetch_kv_tile(kv, page_after, j0 + TILE_N, c.kv_end, p, pt);
+#pragma unroll
+            for (int i = 0; i < ROWS_PER_THREAD; i++)
+                page_next[i] = page_after[i];
         }
     }
 }
