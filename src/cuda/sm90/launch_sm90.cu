@@ -83,7 +83,15 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
                               "a KV shard reached the sm_90a kernels (the family rule sends "
                               "sharded plans to the legal family)");
     if (fp->n_items > 0) {
-        void *args[1] = {const_cast<mlav_flash_params *>(fp)};
+        /* the pool's tensor map, a __grid_constant__ parameter beside the flag that lets the
+         * producer use it; encoded per launch (a few microseconds of host time, under the
+         * launch's own; a graph keeps the one of its capture) */
+        CUtensorMap kv_map;
+        int kv_tma = 0;
+        mlav_status ms = mlav_flash_sm90_kv_map(fp, lo->kv_fp8, &kv_map, &kv_tma);
+        if (ms != MLAV_OK)
+            return ms;
+        void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
         MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, lo->kv_fp8 != 0, step != 0),
                                        dim3((unsigned)fp->n_items),
                                        dim3(mlav90::THREADS), args, mlav90::smem90::BYTES,
