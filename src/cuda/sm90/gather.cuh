@@ -12,7 +12,8 @@
  * 64 once it outgrew the L2: each row's lines were requested a sector at a time across 36
  * instructions. The chunks a thread writes all sit at one swizzled position of their 128-byte
  * row pieces (row % 8 is the same for its 4 rows), so its shared addresses are a base plus
- * constants. */
+ * constants. A 16-bit cache's tiles that lie inside one page and the split go by TMA instead
+ * (load_kv_tile_tma, below), where the launch built the pool's tensor map. */
 #ifndef MLAV_CUDA_SM90_GATHER_CUH
 #define MLAV_CUDA_SM90_GATHER_CUH
 

@@ -507,6 +507,10 @@ __global__ void __launch_bounds__(THREADS, 1)
             mbar_init(&empty[s], MATH_THREADS);
         }
         mbar_init(qbar, PRODUCER_THREADS);
+        /* the barriers' initialization (generic proxy) visible to the TMA copies' complete_tx
+         * (async proxy) on them */
+        if constexpr (MLAV90_TMA && !fp8_kv<Kv>)
+            fence_proxy_async();
     }
     __syncthreads();
     block_ctx c;

@@ -16,7 +16,7 @@ mlav_status mlav_flash_sm90_kv_map(const mlav_flash_params *fp, int kv_fp8, CUte
     mlav90::kv_map_encoder encode = nullptr;
     MLAV_CUDA_TRY(mlav90::kv_map_encoder_get(&encode));
     const uint64_t rows = (uint64_t)fp->num_pages * (uint64_t)fp->page_size;
-    const CUresult r = encode(map, fp->kv, rows);
+    const CUresult r = mlav90::kv_map_encode(encode, map, fp->kv, rows);
     if (r != CUDA_SUCCESS)
         return mlav_set_error(MLAV_ERR_CUDA,
                               "cuTensorMapEncodeTiled refused the KV pool at %p (%llu rows of %d "
