@@ -294,9 +294,9 @@ static int run_tma_case(int ps, int j0, int kv_end, bool bad, bool want_tma, uin
             for (int b = 0; b < 16; b++) {
                 unsigned char want = 0;
                 if (live) {
+                    const size_t row = (size_t)pg * ps + (size_t)(j % ps);
                     const uint16_t v =
-                        valid ? hkv[((size_t)pg * ps + (size_t)(j % ps)) * W + (size_t)c * 8 + b / 2]
-                              : (uint16_t)0xffffu;
+                        valid ? hkv[row * W + (size_t)c * 8 + b / 2] : (uint16_t)0xffffu;
                     want = (unsigned char)(b % 2 ? v >> 8 : v & 0xff);
                 }
                 bad_ca += s0[at + b] != want;

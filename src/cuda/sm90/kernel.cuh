@@ -127,9 +127,9 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
             tensormap_prefetch(kv_map);
     load_q(base + smem90::Q, qg, c.m0, c.M, pt);
     cp_async_commit();
-    /* a tile's copy into stage s: by TMA (published as issued; true returned) or gathered */
-    const auto load_tile = [&](uint32_t stage, uint64_t *bar, const int32_t(&pages)[ROWS_PER_THREAD],
-                               int j0) {
+    /* a tile's copy into `stage`: by TMA (published as issued; true returned) or gathered */
+    const auto load_tile = [&](uint32_t stage, uint64_t *bar,
+                               const int32_t(&pages)[ROWS_PER_THREAD], int j0) {
         if constexpr (TMA) {
             if (kv_tile_by_tma(kv_tma, pages[0], j0, c.kv_end, p)) {
                 load_kv_tile_tma(stage, kv_map, bar, pages[0], j0, p, pt);

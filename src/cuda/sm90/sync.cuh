@@ -129,9 +129,10 @@ __device__ __forceinline__ void cp_async_wait_all()
  * (complete_tx) by the bulk copies issued on it. */
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes)
 {
-    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::
-                     "r"(smem_u32(bar)),
-                 "r"(bytes)
+    asm volatile("{\n .reg .b64 st;\n"
+                 " mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+                 :
+                 : "r"(smem_u32(bar)), "r"(bytes)
                  : "memory");
 }
 
