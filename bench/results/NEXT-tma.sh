@@ -10,7 +10,9 @@
 #                                          the sm90 family, and the host cost of the tensor map's
 #                                          encode
 #   bash bench/results/NEXT-tma.sh sanitize compute-sanitizer racecheck, synccheck and memcheck
-#                                          of test_sm90_gpu's TMA cases (test_sm90_tma_tiles)
+#                                          of test_sm90_gpu's TMA cases (test_sm90_tma_tiles, the
+#                                          first 4 of each group: pages of 64, both schedules,
+#                                          both shapes; the bad page ids; the FP8 cache)
 #   bash bench/results/NEXT-tma.sh ab      sm90_timing of tma1, tma0, tma1 again, and the ratios
 #                                          (the sm90/64 column: splits aligned to 64 keys, where
 #                                          every whole tile of a page-64 pool is a TMA tile)
@@ -86,7 +88,7 @@ fi
 if [ "$mode" = sanitize ]; then
   for tool in racecheck synccheck memcheck; do
     el $tool
-    MLAV_TEST_FILTER=test_sm90_tma_tiles timeout 170 compute-sanitizer --tool $tool --error-exitcode 99 \
+    MLAV_SM90_CASES=4 MLAV_TEST_FILTER=test_sm90_tma_tiles timeout 170 compute-sanitizer --tool $tool --error-exitcode 99 \
       build-tma1/tests/test_sm90_gpu > $OUT/$tool.log 2>&1; echo "$tool rc=$?"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/$tool.log | tail -3
   done
