@@ -510,7 +510,8 @@ void test_sm90_bad_page_ids(void **state)
 
 /* The producer's two ways of loading a KV tile of a 16-bit cache (kernel.cuh, gather.cuh): by
  * TMA a tile whose 64 rows lie inside one page and before the split's end (pages of a multiple
- * of 64 rows), by cp.async the others. page_size 64, 128 and 256, BF16 and F16, one long
+ * of 64 rows) of a request of more than 64 rows (H x q_len: the short requests' H 16, q_len 4
+ * keeps the gather), by cp.async the others. page_size 64, 128 and 256, BF16 and F16, one long
  * request (split items) and a few short ones (unsplit, whose last tile is partial), each on
  * both schedules (seeds of both parities: run_problem picks the schedule by the seed): the
  * sm90 one's splits start at multiples of 64 (every whole tile inside a page: TMA), the legal
