@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(PRODUCER_THREADS, 1)
     __syncthreads();
     int32_t pages[ROWS_PER_THREAD];
     kv_pages_of(pages, p.page_table, j0, kv_end, p, pt);
-    const bool tma = kv_tile_by_tma(1, pages[0], j0, kv_end, p);
+    const bool tma = kv_tile_by_tma(pages[0], j0, kv_end, p);
     load_kv_tile(base + smem90::KV, static_cast<const uint16_t *>(p.kv), pages, j0, kv_end, p,
                  pt);
     cp_async_commit();

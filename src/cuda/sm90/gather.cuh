@@ -127,17 +127,17 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const T *kv,
  * a split's last partial tile, whose rows past kv_end cp.async zero-fills, a page id outside the
  * pool, which reads the plan's NaN row) keep the gather above. */
 
-/* Whether the tile at KV row j0 is copied by TMA: the launch's map present (`on`, which also
- * says the pool's pages hold whole tiles: kv_map_fits), the tile's rows inside one page and
- * before kv_end, its page id inside the pool. `page`: this thread's first row's page id
+/* Whether the tile at KV row j0 is copied by TMA, in a block whose launch holds the pool's map
+ * (which says the pool's pages hold whole tiles: kv_map_fits): the tile's rows inside one page
+ * and before kv_end, its page id inside the pool. `page`: this thread's first row's page id
  * (kv_pages_of), the tile's when it lies in one page, so the answer is the same for every
  * producer thread without a vote. */
-__device__ __forceinline__ bool kv_tile_by_tma(int on, int32_t page, int j0, int kv_end,
+__device__ __forceinline__ bool kv_tile_by_tma(int32_t page, int j0, int kv_end,
                                                const mlav_flash_params &p)
 {
     const uint32_t uj = (uint32_t)j0;
     const int slot = (int)(uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size);
-    return on != 0 && slot + TILE_N <= p.page_size && j0 + TILE_N <= kv_end &&
+    return slot + TILE_N <= p.page_size && j0 + TILE_N <= kv_end &&
            (uint32_t)page < p.page_limit;
 }
 

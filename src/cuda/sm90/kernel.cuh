@@ -89,11 +89,12 @@ __device__ __forceinline__ unsigned char *smem_base()
  * time ahead of its use. An FP8 cache: each thread converts its chunks of a tile to F16 in place
  * once they have landed, before it publishes the stage (fp8_convert_tile); BF16 q over it: the
  * Q tile to F16 before Q is published, its power of two left at smem90::Q_UNSHIFT.
- * A 16-bit cache whose launch holds the pool's tensor map (`kv_tma`, MLAV90_TMA): a tile inside
- * one page and the split is copied by TMA instead (kv_tile_by_tma, the same answer in every
- * producer thread), which publishes it as it is issued: thread 0's arrival expects its bytes,
- * the others' are plain, and the phase completes when the bytes land; such a tile is not
- * published again when its turn comes (tma_next). It still commits a cp.async group, empty, so
+ * A 16-bit cache whose launch holds the pool's tensor map (`kv_tma`, MLAV90_TMA), in a block of a
+ * request of more than 64 rows (the TMA_TILES instance): a tile inside one page and the split is
+ * copied by TMA instead (kv_tile_by_tma, the same answer in every producer thread), which
+ * publishes it as it is issued: thread 0's arrival expects its bytes, the others' are plain,
+ * and the phase completes when the bytes land; such a tile is not published again when its
+ * turn comes (tma_next). It still commits a cp.async group, empty, so
  * that the prologue's wait_group counts (Q, tile 0, tile 1) stay those of the gathered tiles.
  * No proxy fence precedes a TMA refill of a stage: what was in it before was read by wgmma
  * (async proxy, complete at the readers' wgmma_wait) or by the sanitizing pass (generic reads,
@@ -104,17 +105,16 @@ __device__ __forceinline__ unsigned char *smem_base()
  * theirs, and the TMA copy is issued after thread 0's wait (acquire) on it: the proxy fences
  * already stand between the generic accesses and the release, so the chain orders them before
  * the async-proxy writes of the refill. */
-template <typename T, typename Kv>
+template <typename T, typename Kv, bool TMA_TILES>
 __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_ctx &c,
                                         uint32_t base, uint64_t *full, uint64_t *empty,
-                                        uint64_t *qbar, const CUtensorMap *kv_map, int kv_tma,
-                                        int pt)
+                                        uint64_t *qbar, const CUtensorMap *kv_map, int pt)
 {
     const T *qg = static_cast<const T *>(p.q) + (size_t)c.q_start * p.H * W;
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
     constexpr bool FP8 = fp8_kv<Kv>;
-    constexpr bool TMA = !FP8 && MLAV90_TMA != 0; /* whether this instance has the TMA path */
+    constexpr bool TMA = TMA_TILES && !FP8 && MLAV90_TMA != 0; /* this instance's TMA path */
     using E = std::conditional_t<FP8, uint8_t, T>; /* the unit the gather addresses */
     const E *kv = static_cast<const E *>(p.kv);
     const int n = c.n_tiles;
@@ -123,7 +123,7 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
     kv_pages_of(page0, ptab, c.kv_begin, c.kv_end, p, pt);
     kv_pages_of(page1, ptab, c.kv_begin + TILE_N, c.kv_end, p, pt);
     if constexpr (TMA)
-        if (kv_tma && pt == 0)
+        if (pt == 0)
             tensormap_prefetch(kv_map);
     load_q(base + smem90::Q, qg, c.m0, c.M, pt);
     cp_async_commit();
@@ -131,7 +131,7 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
     const auto load_tile = [&](uint32_t stage, uint64_t *bar,
                                const int32_t(&pages)[ROWS_PER_THREAD], int j0) {
         if constexpr (TMA) {
-            if (kv_tile_by_tma(kv_tma, pages[0], j0, c.kv_end, p)) {
+            if (kv_tile_by_tma(pages[0], j0, c.kv_end, p)) {
                 load_kv_tile_tma(stage, kv_map, bar, pages[0], j0, p, pt);
                 cp_async_commit(); /* empty: the group counts stay a gathered tile's */
                 return true;
@@ -525,11 +525,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     c.slot = item.slot;
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
-        /* TMA only where several blocks read each tile (the request's rows span more than
-         * one block): measured on the H200, TMA tiles were 3-5% faster there (L2 hits) and 1-10%
-         * slower where one block streams each tile from DRAM (q_len 1 at H <= 64), which the
-         * gather and its L2 prefetch serve better */
-        produce<T, Kv>(p, c, base, full, empty, qbar, &kv_map, kv_tma && c.M > BM, tid);
+        /* TMA only where several blocks read each tile (the request's rows span more than one
+         * block; measured on the H200: TMA tiles 3-8% faster there, nothing to gain where one
+         * block streams each tile); the producer without the TMA path is its own instance, as
+         * the path compiled in cost the gathered tiles 3-12% at q_len 1 */
+        if (MLAV90_TMA && !fp8_kv<Kv> && kv_tma && c.M > BM)
+            produce<T, Kv, true>(p, c, base, full, empty, qbar, &kv_map, tid);
+        else
+            produce<T, Kv, false>(p, c, base, full, empty, qbar, &kv_map, tid);
     } else {
         regs_alloc<MATH_REGS>();
         consume<T, Kv>(p, c, smem, base, full, empty, qbar, wg - 1, tid - 128 * wg);
