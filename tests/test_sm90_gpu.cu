@@ -3,8 +3,9 @@
  * prefixes up to 32k, page_size 1 and 64, BF16 and F16 q over a cache of their dtype or FP8
  * E4M3 with its scale as a host value or a device pointer, NaN-poisoned unused pages), whose
  * schedules hold split items (a partial state merged by the combine) and unsplit ones (out and
- * lse written by the split kernel). Both families run through mlav_flash_params built here the
- * way the cuda backend builds them (src/cuda/backend_flash.cu), with the schedule of
+ * lse written by the split kernel); and the producer's TMA tiles and their refusals (pages of
+ * 64, 128 and 256 rows: test_sm90_tma_tiles). Both families run through mlav_flash_params built
+ * here the way the cuda backend builds them (src/cuda/backend_flash.cu), with the schedule of
  * mlav_schedule_build, and each result is held to the tolerances of the other GPU tests
  * (tu_out_tol, tu_lse_tol). Skips (77) without a cc 9.0 device. MLAV_TEST_SEED fixes the seed. */
 #include <setjmp.h>
@@ -507,6 +508,76 @@ void test_sm90_bad_page_ids(void **state)
     }
 }
 
+/* The producer's two ways of loading a KV tile of a 16-bit cache (kernel.cuh, gather.cuh): by
+ * TMA a tile whose 64 rows lie inside one page and before the split's end (pages of a multiple
+ * of 64 rows) of a request of more than 64 rows (H x q_len: the short requests' H 16, q_len 4
+ * keeps the gather), by cp.async the others. page_size 64, 128 and 256, BF16 and F16, one long
+ * request (split items) and a few short ones (unsplit, whose last tile is partial), each on
+ * both schedules (seeds of both parities: run_problem picks the schedule by the seed): the
+ * sm90 one's splits start at multiples of 64 (every whole tile inside a page: TMA), the legal
+ * one's at multiples of 32 (at 32 past a page start of page_size 64 every tile crosses pages,
+ * of 128 every other tile does); a page id outside the pool (past it, and negative) in a page
+ * of whole tiles, whose rows read as NaN (the cp.async path); the pool's unused pages and the
+ * slack past kv_len NaN (tu_make), which must not leak; the step of a plan for limits and a
+ * shared page table; and an FP8 cache over pages of 128, which stays on cp.async.
+ * MLAV_SM90_CASES=n (under compute-sanitizer) runs the first n of each group. */
+void test_sm90_tma_tiles(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed() & ~(uint64_t)1;
+    printf("test_sm90_tma_tiles: seed 0x%llx\n", (unsigned long long)seed);
+    const int limit = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 1 << 30;
+    const int page_sizes[3] = {64, 128, 256};
+    const int ql[1] = {9}, pl[1] = {4000}, qs[3] = {4, 16, 9}, ps3[3] = {700, 333, 1200};
+    int k = 0;
+    for (int pi = 0; pi < 3; pi++)
+        for (int d = 0; d < 2; d++)
+            for (int shape = 0; shape < 2; shape++)
+                for (int parity = 0; parity < 2 && k < limit; parity++, k++) {
+                    const mlav_dtype dt = d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+                    const uint64_t cs = seed + 2 * (uint64_t)k + (uint64_t)parity;
+                    const tu_case c =
+                        shape ? make_case(64, page_sizes[pi], dt, TU_DEEP, 1, ql, pl, cs)
+                              : make_case(16, page_sizes[pi], dt, TU_BUSHY, 3, qs, ps3, cs);
+                    run_case(&c, &dev,
+                             (k % 5 == 1 ? STEP_LAUNCH : ROWS_NONE) |
+                                 (k % 7 == 3 ? ROWS_SHARED : ROWS_NONE));
+                }
+    /* page ids outside the pool in prefix pages of requests 0 and 2 (test_sm90_bad_page_ids'
+     * rule: every row of both is NaN), pages of 64 and 128 rows, both schedules */
+    for (int e = 0; e < 4 && e < limit; e++) {
+        const int ps = e / 2 ? 128 : 64;
+        const int q3[3] = {9, 9, 9}, p3[3] = {300, 600, 400};
+        const tu_case c = make_case(8, ps, e % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16, TU_CHAIN, 3,
+                                    q3, p3, seed + 100 + (uint64_t)e);
+        tu_problem *p = tu_make(&c);
+        tu_reference(p);
+        const int32_t mp = p->prob.max_pages;
+        p->page_table[0 * mp + 1] = (int32_t)p->num_pages + 5;
+        p->page_table[2 * mp + 0] = -3;
+        for (int32_t b = 0; b < 3; b += 2)
+            for (int32_t t = p->q_indptr[b]; t < p->q_indptr[b + 1]; t++)
+                for (int32_t h = 0; h < c.H; h++) {
+                    const size_t row = (size_t)t * (size_t)c.H + (size_t)h;
+                    p->ref_lse[row] = NAN;
+                    for (int32_t j = 0; j < c.Dl; j++)
+                        p->ref_out[row * (size_t)c.Dl + (size_t)j] = NAN;
+                }
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
+    }
+    /* an FP8 cache over pages of whole tiles: no map, every tile gathered */
+    for (int parity = 0; parity < 2 && parity < limit; parity++) {
+        tu_case c = make_case(64, 128, MLAV_DTYPE_BF16, TU_CHAIN, 1, ql, pl,
+                              seed + 200 + (uint64_t)parity);
+        c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+        run_case(&c, &dev, ROWS_NONE);
+    }
+}
+
 /* random_cases over an FP8 E4M3 cache. */
 void test_sm90_fp8_random(void **state)
 {
@@ -607,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_sm90_nonfinite_hidden_draft),
         cmocka_unit_test(test_sm90_rising_scores),
         cmocka_unit_test(test_sm90_extreme_magnitudes),
+        cmocka_unit_test(test_sm90_tma_tiles),
         cmocka_unit_test(test_sm90_fp8_random),
         cmocka_unit_test(test_sm90_fp8_scale_extremes),
         cmocka_unit_test(test_sm90_fp8_nan_scale),

@@ -11,7 +11,12 @@
  * finite e4m3 value, subnormals included) under F16 q and under BF16 q scaled by 2^100, gathered
  * raw and converted to F16 in the stage by the kernel's FP8 gather (its stage first filled with
  * NaN, so that an F16 chunk the conversion leaves unwritten fails), Q converted to F16 times
- * 2^-shift (q_tile_to_f16) and S taken back by 2^shift. Exits 77 (skipped) without a cc 9.0 device.
+ * 2^-shift (q_tile_to_f16) and S taken back by 2^shift. And the TMA tile (a 16-bit cache, a
+ * tile inside one page: load_kv_tile_tma through the pool's tensor map, kv_tensor_map.h) byte
+ * for byte against the cp.async gather of the same tile and both against the layout, at a
+ * page's start, its middle and a slot of no alignment, in pages of 64, 128 and 256 rows; and
+ * the rule (kv_tile_by_tma) refusing a tile across pages, a split's partial last tile and a
+ * page id outside the pool. Exits 77 (skipped) without a cc 9.0 device.
  * Run: test_sm90_layouts_gpu [seed]. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -139,6 +144,181 @@ __global__ void __launch_bounds__(384, 1)
             const int r = 16 * warp + g + 8 * (e >> 1), col = O_COLS * w + 8 * j + 2 * t + (e & 1);
             o_out[r * DL + col] = o[4 * j + e];
         }
+}
+
+/* One KV tile at row j0 gathered twice by the producer's loads: into stage 0 by cp.async
+ * (load_kv_tile) and, where the kernel's rule (kv_tile_by_tma) gives the tile to TMA, into
+ * stage 1 by load_kv_tile_tma through `map`, stage 1 first filled with 0xff bytes so that a byte
+ * the boxes leave unwritten shows. out: both stages (OPERAND_BYTES each), then the rule's
+ * answer as a word. 128 threads, the producer warpgroup. */
+__global__ void __launch_bounds__(PRODUCER_THREADS, 1)
+    tma_check_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap map, int j0,
+                     int kv_end, uint4 *out)
+{
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
+    const uint32_t base = smem_u32(smem);
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + smem90::BAR);
+    const int pt = threadIdx.x;
+    if (pt == 0) {
+        mbar_init(&full[0], PRODUCER_THREADS);
+        mbar_init(&full[1], PRODUCER_THREADS);
+        fence_proxy_async(); /* the initialization visible to the boxes' complete_tx */
+    }
+    for (uint32_t i = (uint32_t)pt; i < OPERAND_BYTES / 16; i += PRODUCER_THREADS)
+        reinterpret_cast<uint4 *>(smem + smem90::KV + OPERAND_BYTES)[i] =
+            make_uint4(~0u, ~0u, ~0u, ~0u);
+    fence_proxy_async(); /* the fill (generic) before the boxes' writes (async proxy) */
+    __syncthreads();
+    int32_t pages[ROWS_PER_THREAD];
+    kv_pages_of(pages, p.page_table, j0, kv_end, p, pt);
+    const bool tma = kv_tile_by_tma(pages[0], j0, kv_end, p);
+    load_kv_tile(base + smem90::KV, static_cast<const uint16_t *>(p.kv), pages, j0, kv_end, p,
+                 pt);
+    cp_async_commit();
+    cp_async_wait<0>();
+    publish_copies(&full[0]);
+    if (tma)
+        load_kv_tile_tma(base + smem90::KV + OPERAND_BYTES, &map, &full[1], pages[0], j0, p, pt);
+    mbar_wait(&full[0], 0);
+    if (tma)
+        mbar_wait(&full[1], 0);
+    for (uint32_t i = (uint32_t)pt; i < 2 * OPERAND_BYTES / 16; i += PRODUCER_THREADS)
+        out[i] = reinterpret_cast<const uint4 *>(smem + smem90::KV)[i];
+    if (pt == 0)
+        out[2 * OPERAND_BYTES / 16] = make_uint4(tma ? 1u : 0u, 0u, 0u, 0u);
+}
+
+/* The TMA tile against the cp.async one, byte for byte, and both against the layout
+ * (smem_layout.cuh: chunk c of the tile's row r at sw128_chunk(r, c)) of the pool's rows: a
+ * 16-bit pool of random values, pages shuffled, page_size ps, the tile at KV row j0 of a split
+ * ending at kv_end; `bad`: the tile's page id replaced by one past the pool. want_tma: the rule's
+ * expected answer (a tile inside one page and the split, of a valid page). Returns failures. */
+static int run_tma_case(int ps, int j0, int kv_end, bool bad, bool want_tma, uint64_t seed)
+{
+    uint64_t st = seed * 0x9e3779b97f4a7c15ull + (uint64_t)ps * 131 + (uint64_t)j0 + 7;
+    const auto next = [&]() {
+        st ^= st << 13;
+        st ^= st >> 7;
+        st ^= st << 17;
+        return st;
+    };
+    const int max_pages = (kv_end + ps - 1) / ps;
+    const int num_pages = max_pages + 3;
+    std::vector<int32_t> perm(num_pages);
+    for (int i = 0; i < num_pages; i++)
+        perm[i] = i;
+    for (int i = num_pages - 1; i > 0; i--) {
+        const int k = (int)(next() % (uint64_t)(i + 1));
+        const int x = perm[i];
+        perm[i] = perm[k];
+        perm[k] = x;
+    }
+    if (bad)
+        perm[j0 / ps] = num_pages + 2;
+    std::vector<uint16_t> hkv((size_t)num_pages * ps * W);
+    for (auto &x : hkv)
+        x = (uint16_t)next();
+    uint16_t *dkv;
+    int32_t *dpt;
+    uint16_t *dnan;
+    uint4 *dout;
+    const size_t out_words = 2 * OPERAND_BYTES / 16 + 1;
+    CK(cudaMalloc(&dkv, hkv.size() * 2));
+    CK(cudaMalloc(&dpt, max_pages * sizeof(int32_t)));
+    CK(cudaMalloc(&dnan, W * 2));
+    CK(cudaMalloc(&dout, out_words * 16));
+    CK(cudaMemcpy(dkv, hkv.data(), hkv.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dpt, perm.data(), max_pages * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CK(cudaMemset(dnan, 0xff, W * 2));
+    CK(cudaMemset(dout, 0, out_words * 16));
+    mlav_flash_params p = {};
+    p.kv = dkv;
+    p.page_table = dpt;
+    p.page_size = ps;
+    p.max_pages = max_pages;
+    p.page_div = mlav_fastdiv_make((uint32_t)ps);
+    p.page_elems = (uint32_t)ps * W;
+    p.page_limit = (uint32_t)num_pages;
+    p.nan_row = dnan;
+    p.num_pages = num_pages;
+    int fails = 0;
+    /* the host's rule and encoding, as the launch (kv_tensor_map.cu) uses them */
+    if (!kv_map_fits(true, ps, num_pages, dkv) || kv_map_fits(false, ps, num_pages, dkv) ||
+        kv_map_fits(true, ps + 32, num_pages, dkv)) {
+        printf("FAIL: tma page_size %d: kv_map_fits (a 16-bit pool of pages of whole tiles only)\n",
+               ps);
+        fails++;
+    }
+    CUtensorMap map;
+    kv_map_encoder encode = nullptr;
+    CK(kv_map_encoder_get(&encode));
+    const CUresult r = kv_map_encode(encode, &map, dkv, (uint64_t)num_pages * ps);
+    if (r != CUDA_SUCCESS) {
+        printf("FAIL: tma page_size %d: cuTensorMapEncodeTiled returned %d\n", ps, (int)r);
+        exit(1);
+    }
+    CK(cudaFuncSetAttribute(tma_check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)smem90::BYTES));
+    tma_check_kernel<<<1, PRODUCER_THREADS, smem90::BYTES>>>(p, map, j0, kv_end, dout);
+    CK(cudaGetLastError());
+    for (long spins = 0; cudaStreamQuery(0) == cudaErrorNotReady; spins++) {
+        if (spins > 30000) {
+            printf("FAIL: tma page_size %d j0 %d: the kernel did not finish in 30 s (deadlock?)\n",
+                   ps, j0);
+            exit(1);
+        }
+        usleep(1000);
+    }
+    CK(cudaDeviceSynchronize());
+    std::vector<unsigned char> h(out_words * 16);
+    CK(cudaMemcpy(h.data(), dout, h.size(), cudaMemcpyDeviceToHost));
+    const unsigned char *s0 = h.data(), *s1 = h.data() + OPERAND_BYTES;
+    const bool tma = h[2 * OPERAND_BYTES] != 0;
+    if (tma != want_tma) {
+        printf("FAIL: tma page_size %d j0 %d kv_end %d%s: the rule gave the tile to %s\n", ps, j0,
+               kv_end, bad ? " (bad page id)" : "", tma ? "TMA" : "cp.async");
+        fails++;
+    }
+    /* the cp.async stage against the layout of the pool's rows (zeros past kv_end, the NaN row
+     * for a bad page id), and the TMA stage against the cp.async one */
+    long bad_ca = 0, bad_tma = 0;
+    for (int rr = 0; rr < TILE_N; rr++) {
+        const int j = j0 + rr;
+        const bool live = j < kv_end;
+        const int32_t pg = perm[j / ps];
+        const bool valid = pg >= 0 && pg < num_pages;
+        for (int c = 0; c < ROW_CHUNKS; c++) {
+            const uint32_t at = sw128_chunk(rr, c);
+            for (int b = 0; b < 16; b++) {
+                unsigned char want = 0;
+                if (live) {
+                    const size_t row = (size_t)pg * ps + (size_t)(j % ps);
+                    const uint16_t v =
+                        valid ? hkv[row * W + (size_t)c * 8 + b / 2] : (uint16_t)0xffffu;
+                    want = (unsigned char)(b % 2 ? v >> 8 : v & 0xff);
+                }
+                bad_ca += s0[at + b] != want;
+                if (tma)
+                    bad_tma += s1[at + b] != s0[at + b];
+            }
+        }
+    }
+    printf("tma   page_size %3d j0 %3d kv_end %3d%-16s by %-8s  cp.async stage %s (%ld bytes "
+           "wrong)%s",
+           ps, j0, kv_end, bad ? " (bad page id)" : "", tma ? "TMA" : "cp.async",
+           bad_ca ? "FAIL" : "PASS", bad_ca, tma ? "" : "\n");
+    if (tma)
+        printf(", TMA stage = cp.async stage %s (%ld bytes differ)\n", bad_tma ? "FAIL" : "PASS",
+               bad_tma);
+    fails += bad_ca != 0;
+    fails += bad_tma != 0;
+    cudaFree(dkv);
+    cudaFree(dpt);
+    cudaFree(dnan);
+    cudaFree(dout);
+    return fails;
 }
 
 static uint64_t rng_state;
@@ -385,6 +565,20 @@ int main(int argc, char **argv)
             fails += run_case<__half, uint8_t>("f16/e4m3", ps, tail, seed);
             fails += run_case<__nv_bfloat16, uint8_t>("bf16/e4m3", ps, tail, seed, 100);
         }
-    printf("%s (%d failed products)\n", fails ? "FAIL" : "PASS", fails);
+    /* whole tiles inside a page by TMA (at a page's start, its middle, a slot of no alignment),
+     * and the rule's refusals: a tile across pages, a split's partial last tile, a page id
+     * outside the pool (MLAV90_TMA=0: the path compiled out, nothing to check) */
+    if (MLAV90_TMA) {
+        fails += run_tma_case(64, 192, 256, false, true, seed);
+        fails += run_tma_case(128, 192, 320, false, true, seed);
+        fails += run_tma_case(128, 40, 320, false, true, seed);
+        fails += run_tma_case(256, 160, 600, false, true, seed);
+        fails += run_tma_case(128, 96, 320, false, false, seed);
+        fails += run_tma_case(64, 192, 250, false, false, seed);
+        fails += run_tma_case(64, 192, 256, true, false, seed);
+    } else {
+        printf("tma   the TMA path compiled out (MLAV90_TMA=0): nothing to check\n");
+    }
+    printf("%s (%d failed products and checks)\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
 }

@@ -12,7 +12,8 @@
  * 64 once it outgrew the L2: each row's lines were requested a sector at a time across 36
  * instructions. The chunks a thread writes all sit at one swizzled position of their 128-byte
  * row pieces (row % 8 is the same for its 4 rows), so its shared addresses are a base plus
- * constants. */
+ * constants. A 16-bit cache's tiles that lie inside one page and the split go by TMA instead
+ * (load_kv_tile_tma, below), where the launch built the pool's tensor map. */
 #ifndef MLAV_CUDA_SM90_GATHER_CUH
 #define MLAV_CUDA_SM90_GATHER_CUH
 
@@ -21,6 +22,7 @@
 #include "../convert.cuh"
 #include "../flash.h"
 #include "../q_to_f16.cuh"
+#include "kv_tensor_map.h"
 #include "smem_layout.cuh"
 #include "sync.cuh"
 
@@ -115,6 +117,51 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const T *kv,
         const bool live = j < kv_end;
         copy_row_part(d0, kv_row_src(kv, pages[i], j, live, p), live, i, pt);
     }
+}
+
+/* ---- Whole tiles by TMA (a 16-bit cache, MLAV90_TMA) ------------------------------------------
+ * A tile whose 64 rows lie in one page is 64 contiguous rows of the pool: 9 boxes of the pool's
+ * tensor map (kv_tensor_map.h), one per column block, each copied by the tensor memory
+ * accelerator straight into its column block of the stage in the 128B swizzle, from one thread,
+ * completing on the stage's "full" barrier by transaction bytes. The other tiles (across pages,
+ * a split's last partial tile, whose rows past kv_end cp.async zero-fills, a page id outside the
+ * pool, which reads the plan's NaN row) keep the gather above. */
+
+/* Whether the tile at KV row j0 is copied by TMA, in a block whose launch holds the pool's map
+ * (which says the pool's pages hold whole tiles: kv_map_fits): the tile's rows inside one page
+ * and before kv_end, its page id inside the pool. `page`: this thread's first row's page id
+ * (kv_pages_of), the tile's when it lies in one page, so the answer is the same for every
+ * producer thread without a vote. */
+__device__ __forceinline__ bool kv_tile_by_tma(int32_t page, int j0, int kv_end,
+                                               const mlav_flash_params &p)
+{
+    const uint32_t uj = (uint32_t)j0;
+    const int slot = (int)(uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size);
+    return slot + TILE_N <= p.page_size && j0 + TILE_N <= kv_end &&
+           (uint32_t)page < p.page_limit;
+}
+
+/* KV rows j0 .. j0 + 63 (one page's, `page`: kv_tile_by_tma) into a stage by TMA, published on
+ * `full` (its count of PRODUCER_THREADS arrivals, as a gathered tile's): producer thread 0
+ * arrives with the tile's 73,728 bytes expected, then issues the 9 copies that complete them;
+ * the other threads arrive at once. The phase completes when the bytes have landed, so nothing
+ * publishes this tile later. `map`: the generic address of the kernel's __grid_constant__ map,
+ * whose row coordinate is page x page_size + the row's slot (kv_map_fits: it fits an int32). */
+__device__ __forceinline__ void load_kv_tile_tma(uint32_t stage, const CUtensorMap *map,
+                                                 uint64_t *full, int32_t page, int j0,
+                                                 const mlav_flash_params &p, int pt)
+{
+    if (pt != 0) {
+        mbar_arrive(full);
+        return;
+    }
+    const uint32_t uj = (uint32_t)j0;
+    const int32_t y = page * p.page_size +
+                      (int32_t)(uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size);
+    mbar_arrive_expect_tx(full, OPERAND_BYTES);
+#pragma unroll
+    for (int k = 0; k < W_BLOCKS; k++)
+        tma_load_2d(stage + (uint32_t)k * BLOCK_BYTES, map, k * COL_BLOCK, y, full);
 }
 
 /* Ask the L2 for this thread's rows of the tile starting at KV row j0 (the first of a row's 8

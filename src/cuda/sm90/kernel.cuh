@@ -88,34 +88,66 @@ __device__ __forceinline__ unsigned char *smem_base()
  * it: so the math warpgroups never wait for a gather issue, and each tile is gathered one tile
  * time ahead of its use. An FP8 cache: each thread converts its chunks of a tile to F16 in place
  * once they have landed, before it publishes the stage (fp8_convert_tile); BF16 q over it: the
- * Q tile to F16 before Q is published, its power of two left at smem90::Q_UNSHIFT. */
-template <typename T, typename Kv>
+ * Q tile to F16 before Q is published, its power of two left at smem90::Q_UNSHIFT.
+ * A 16-bit cache whose launch holds the pool's tensor map (`kv_tma`, MLAV90_TMA), in a block of a
+ * request of more than 64 rows (the TMA_TILES instance): a tile inside one page and the split is
+ * copied by TMA instead (kv_tile_by_tma, the same answer in every producer thread), which
+ * publishes it as it is issued: thread 0's arrival expects its bytes, the others' are plain,
+ * and the phase completes when the bytes land; such a tile is not published again when its
+ * turn comes (tma_next). It still commits a cp.async group, empty, so
+ * that the prologue's wait_group counts (Q, tile 0, tile 1) stay those of the gathered tiles.
+ * No proxy fence precedes a TMA refill of a stage: what was in it before was read by wgmma
+ * (async proxy, complete at the readers' wgmma_wait) or by the sanitizing pass (generic reads,
+ * their values consumed), and written by the sanitizing pass (generic, each writer's
+ * fence.proxy.async before its P V) or by cp.async (generic, each writer's publish_copies
+ * fence) or by TMA (async); every one of those comes before an arrival (release) on the
+ * stage's "empty" barrier, or before the "full" arrival the math warpgroups acquired before
+ * theirs, and the TMA copy is issued after thread 0's wait (acquire) on it: the proxy fences
+ * already stand between the generic accesses and the release, so the chain orders them before
+ * the async-proxy writes of the refill. */
+template <typename T, typename Kv, bool TMA_TILES>
 __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_ctx &c,
                                         uint32_t base, uint64_t *full, uint64_t *empty,
-                                        uint64_t *qbar, int pt)
+                                        uint64_t *qbar, const CUtensorMap *kv_map, int pt)
 {
     const T *qg = static_cast<const T *>(p.q) + (size_t)c.q_start * p.H * W;
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
     constexpr bool FP8 = fp8_kv<Kv>;
+    constexpr bool TMA = TMA_TILES && !FP8 && MLAV90_TMA != 0; /* this instance's TMA path */
     using E = std::conditional_t<FP8, uint8_t, T>; /* the unit the gather addresses */
     const E *kv = static_cast<const E *>(p.kv);
     const int n = c.n_tiles;
-    int32_t page0[ROWS_PER_THREAD], page1[ROWS_PER_THREAD], page_next[ROWS_PER_THREAD];
+    int32_t page0[ROWS_PER_THREAD], page1[ROWS_PER_THREAD], page_next[ROWS_PER_THREAD],
+        page_after[ROWS_PER_THREAD];
     kv_pages_of(page0, ptab, c.kv_begin, c.kv_end, p, pt);
     kv_pages_of(page1, ptab, c.kv_begin + TILE_N, c.kv_end, p, pt);
+    if constexpr (TMA)
+        if (pt == 0)
+            tensormap_prefetch(kv_map);
     load_q(base + smem90::Q, qg, c.m0, c.M, pt);
     cp_async_commit();
+    /* a tile's copy into `stage`: by TMA (published as issued; true returned) or gathered */
+    const auto load_tile = [&](uint32_t stage, uint64_t *bar,
+                               const int32_t(&pages)[ROWS_PER_THREAD], int j0) {
+        if constexpr (TMA) {
+            if (kv_tile_by_tma(pages[0], j0, c.kv_end, p)) {
+                load_kv_tile_tma(stage, kv_map, bar, pages[0], j0, p, pt);
+                cp_async_commit(); /* empty: the group counts stay a gathered tile's */
+                return true;
+            }
+        }
+        load_kv_tile(stage, kv, pages, j0, c.kv_end, p, pt);
+        cp_async_commit();
+        return false;
+    };
     static_assert(STAGES == 2, "the prologue fills both stages");
-    if (n > 0) {
-        load_kv_tile(base + smem90::KV, kv, page0, c.kv_begin, c.kv_end, p, pt);
-        cp_async_commit();
-    }
-    if (n > 1) {
-        load_kv_tile(base + smem90::KV + OPERAND_BYTES, kv, page1, c.kv_begin + TILE_N, c.kv_end,
-                     p, pt);
-        cp_async_commit();
-    }
+    bool tma0 = false, tma_next = false; /* tiles 0 and t + 1: by TMA, already published */
+    if (n > 0)
+        tma0 = load_tile(base + smem90::KV, &full[0], page0, c.kv_begin);
+    if (n > 1)
+        tma_next = load_tile(base + smem90::KV + OPERAND_BYTES, &full[1], page1,
+                             c.kv_begin + TILE_N);
     kv_pages_of(page_next, ptab, c.kv_begin + 2 * TILE_N, c.kv_end, p, pt);
     if (n > 1)
         cp_async_wait<2>();
@@ -131,11 +163,11 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
             *reinterpret_cast<float *>(smem + smem90::Q_UNSHIFT) = unshift;
     }
     publish_copies(qbar);
-    if (n > 1)
-        cp_async_wait<1>();
-    else
-        cp_async_wait<0>();
-    if (n > 0) {
+    if (n > 0 && !tma0) {
+        if (n > 1)
+            cp_async_wait<1>();
+        else
+            cp_async_wait<0>();
         if constexpr (FP8)
             fp8_convert_tile(base + smem90::KV, pt);
         publish_copies(&full[0]);
@@ -143,22 +175,33 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
     if (n > 2)
         prefetch_kv_tile(kv, page_next, c.kv_begin + 2 * TILE_N, c.kv_end, p, pt);
     for (int t = 0; t + 1 < n; t++) {
-        cp_async_wait<0>(); /* tile t + 1 */
-        if constexpr (FP8)
-            fp8_convert_tile(base + smem90::KV + (uint32_t)((t + 1) % STAGES) * OPERAND_BYTES, pt);
-        publish_copies(&full[(t + 1) % STAGES]);
+        if (!tma_next) {
+            cp_async_wait<0>(); /* tile t + 1 */
+            if constexpr (FP8)
+                fp8_convert_tile(base + smem90::KV + (uint32_t)((t + 1) % STAGES) * OPERAND_BYTES,
+                                 pt);
+            publish_copies(&full[(t + 1) % STAGES]);
+        }
         if (t + 2 < n) {
             const int s = t % STAGES;
-            mbar_wait(&empty[s], (uint32_t)((t / STAGES) & 1)); /* tile t's stage is free */
             const int j0 = c.kv_begin + (t + 2) * TILE_N;
-            load_kv_tile(base + smem90::KV + (uint32_t)s * OPERAND_BYTES, kv, page_next, j0,
-                         c.kv_end, p, pt);
-            cp_async_commit();
-            kv_pages_of(page_next, ptab, j0 + TILE_N, c.kv_end, p, pt);
-            /* tile t + 3 to the L2 while tile t + 2 lands (the wait for its page ids costs
-             * nothing: the producer's next step waits for tile t + 2) */
+            /* tile t + 3's page ids, asked for before the wait for a free stage, which hides
+             * their latency: looked up after tile t + 2's gather, they held its publication
+             * (the prefetch below reads them). Not with an FP8 cache, whose producer has no
+             * registers for both tiles' ids across the wait (it spilled). */
+            if constexpr (!FP8)
+                kv_pages_of(page_after, ptab, j0 + TILE_N, c.kv_end, p, pt);
+            mbar_wait(&empty[s], (uint32_t)((t / STAGES) & 1)); /* tile t's stage is free */
+            tma_next = load_tile(base + smem90::KV + (uint32_t)s * OPERAND_BYTES, &full[s],
+                                 page_next, j0);
+            if constexpr (FP8)
+                kv_pages_of(page_after, ptab, j0 + TILE_N, c.kv_end, p, pt);
+            /* tile t + 3 to the L2 while tile t + 2 lands */
             if (t + 3 < n)
-                prefetch_kv_tile(kv, page_next, j0 + TILE_N, c.kv_end, p, pt);
+                prefetch_kv_tile(kv, page_after, j0 + TILE_N, c.kv_end, p, pt);
+#pragma unroll
+            for (int i = 0; i < ROWS_PER_THREAD; i++)
+                page_next[i] = page_after[i];
         }
     }
 }
@@ -441,7 +484,9 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
  * header's owner and count, the TPC spread, mlav_step_item_fits) and a block past the step, or
  * whose item lies outside the plan's limits, exits before anything else. */
 template <typename T, typename Kv, bool STEP>
-__global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash_params p)
+__global__ void __launch_bounds__(THREADS, 1)
+    flash_sm90_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
+                      const int kv_tma)
 {
     const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
     if (STEP && step_ix < 0)
@@ -462,6 +507,10 @@ __global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash
             mbar_init(&empty[s], MATH_THREADS);
         }
         mbar_init(qbar, PRODUCER_THREADS);
+        /* the barriers' initialization (generic proxy) visible to the TMA copies' complete_tx
+         * (async proxy) on them */
+        if constexpr (MLAV90_TMA && !fp8_kv<Kv>)
+            fence_proxy_async();
     }
     __syncthreads();
     block_ctx c;
@@ -476,7 +525,14 @@ __global__ void __launch_bounds__(THREADS, 1) flash_sm90_kernel(const mlav_flash
     c.slot = item.slot;
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
-        produce<T, Kv>(p, c, base, full, empty, qbar, tid);
+        /* TMA only where several blocks read each tile (the request's rows span more than one
+         * block; measured on the H200: TMA tiles 3-8% faster there, nothing to gain where one
+         * block streams each tile); the producer without the TMA path is its own instance, as
+         * the path compiled in cost the gathered tiles 3-12% at q_len 1 */
+        if (MLAV90_TMA && !fp8_kv<Kv> && kv_tma && c.M > BM)
+            produce<T, Kv, true>(p, c, base, full, empty, qbar, &kv_map, tid);
+        else
+            produce<T, Kv, false>(p, c, base, full, empty, qbar, &kv_map, tid);
     } else {
         regs_alloc<MATH_REGS>();
         consume<T, Kv>(p, c, smem, base, full, empty, qbar, wg - 1, tid - 128 * wg);

@@ -3,6 +3,7 @@
  * caches' instances are compiled here, the FP8 cache's in instances_e4m3.cu. */
 #include "flash_sm90.h"
 #include "kernel.cuh"
+#include "kv_tensor_map.h"
 
 static_assert(mlav90::TILE_N == MLAV_FLASH_SM90_TILE_N, "the schedule's tile is the kernel's");
 
@@ -67,6 +68,12 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
     if (*blocks_per_sm < 1)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "flash_sm90 cannot be resident on this device (0 blocks per SM)");
+    /* the driver's tensor-map encoder resolved here, once, so that a launch (perhaps under a
+     * stream capture) only reads the cached pointer */
+    if (MLAV90_TMA && kv_dtype != MLAV_DTYPE_FP8_E4M3) {
+        mlav90::kv_map_encoder encode = nullptr;
+        MLAV_CUDA_TRY(mlav90::kv_map_encoder_get(&encode));
+    }
     return MLAV_OK;
 }
 
@@ -83,7 +90,15 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
                               "a KV shard reached the sm_90a kernels (the family rule sends "
                               "sharded plans to the legal family)");
     if (fp->n_items > 0) {
-        void *args[1] = {const_cast<mlav_flash_params *>(fp)};
+        /* the pool's tensor map, a __grid_constant__ parameter beside the flag that lets the
+         * producer use it: encoded per launch on the host, no device work (a graph keeps the
+         * map of its capture, as it keeps fp) */
+        CUtensorMap kv_map;
+        int kv_tma = 0;
+        mlav_status ms = mlav_flash_sm90_kv_map(fp, lo->kv_fp8, &kv_map, &kv_tma);
+        if (ms != MLAV_OK)
+            return ms;
+        void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
         MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, lo->kv_fp8 != 0, step != 0),
                                        dim3((unsigned)fp->n_items),
                                        dim3(mlav90::THREADS), args, mlav90::smem90::BYTES,

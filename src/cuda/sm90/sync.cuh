@@ -124,6 +124,39 @@ __device__ __forceinline__ void cp_async_wait_all()
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
+/* An arrival that also adds `bytes` to the transaction count the current phase waits for: the
+ * phase completes when every arrival has been made and as many bytes have been reported landed
+ * (complete_tx) by the bulk copies issued on it. */
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("{\n .reg .b64 st;\n"
+                 " mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+                 :
+                 : "r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+
+/* The tensor map's descriptor (a __grid_constant__ kernel parameter, `map` its generic address)
+ * asked into the descriptor cache ahead of the first copy through it. */
+__device__ __forceinline__ void tensormap_prefetch(const void *map)
+{
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+/* One box of a 2-D tensor map (`map`: the generic address of a __grid_constant__ CUtensorMap),
+ * its box at element coordinates (x inner, y outer), copied by the tensor memory accelerator to
+ * shared address `dst` in the map's swizzle (the 128B swizzle wants `dst` 1024-byte aligned);
+ * its bytes are reported on `bar` (complete_tx), which an arrive.expect_tx of them precedes.
+ * The copy's writes are async-proxy writes, visible to a thread that sees the phase complete. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, int32_t x, int32_t y,
+                                            uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
+                 : "memory");
+}
+
 /* A producer thread's hand-over of shared memory it filled by cp.async to wgmma readers in other
  * threads: once its copies have landed (a cp_async_wait before), the proxy fence by the writer
  * itself, then its arrival (release) on the barrier the readers wait on (acquire). */
