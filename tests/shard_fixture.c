@@ -1,9 +1,13 @@
 #include "shard_fixture.h"
 
 #include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #include "../src/common/dtype.h"
 
@@ -19,6 +23,14 @@ static int64_t local_of(int64_t g, int32_t ranks, int32_t stripe)
     return g / ((int64_t)stripe * ranks) * stripe + g % stripe;
 }
 
+int64_t sh_rows_of(int64_t n, int32_t ranks, int32_t rank, int32_t stripe)
+{
+    int64_t k = 0;
+    for (int64_t g = 0; g < n; g++)
+        k += owner_of(g, ranks, stripe) == rank;
+    return k;
+}
+
 sh_rank *sh_rank_make(const tu_problem *p, int32_t ranks, int32_t rank, int32_t stripe,
                       uint64_t seed)
 {
@@ -29,8 +41,7 @@ sh_rank *sh_rank_make(const tu_problem *p, int32_t ranks, int32_t rank, int32_t 
     int64_t used = 0;
     int32_t most = 1;
     for (int32_t b = 0; b < B; b++) {
-        for (int64_t g = 0; g < p->kv_lens[b]; g++)
-            r->rows[b] += owner_of(g, ranks, stripe) == rank;
+        r->rows[b] = (int32_t)sh_rows_of(p->kv_lens[b], ranks, rank, stripe);
         const int32_t pages = (r->rows[b] + ps - 1) / ps;
         used += pages;
         most = pages + 1 > most ? pages + 1 : most; /* a spare column: a NaN page's id */
@@ -243,4 +254,38 @@ int sh_verify_merged(mlav_context *ctx, tu_problem *p, int32_t ranks, int32_t st
     for (int32_t k = 0; k < ranks; k++)
         sh_rank_free(r[k]);
     return ok;
+}
+
+int sh_run_grid(mlav_backend backend, const sh_grid *g)
+{
+    mlav_context *ctx = tu_context_or_skip(backend);
+    uint64_t rng = tu_seeded(mlav_backend_name(backend));
+    const int32_t page_sizes[] = {1, 16, 64};
+    int n = 0, empties = 0;
+    char msg[800], name[300];
+    for (int32_t ranks = 2; ranks <= 4; ranks++)
+        for (size_t ps = 0; ps < 3; ps++)
+            for (int kind = 0; kind < 3; kind++)
+                for (int rep = 0; rep < 2; rep++, n++) {
+                    const sh_kind *k = &g->kinds[n % g->n_kinds];
+                    const tu_case c = sh_draw_case(&rng, g->H[rep], g->Dl, g->Dr, page_sizes[ps],
+                                                   k->dtype, k->kv_dtype, g->max_prefix);
+                    tu_problem *p = tu_make(&c);
+                    tu_reference(p);
+                    const int32_t stripe = sh_stripe(p, ranks, kind, &rng);
+                    if (!sh_verify_merged(ctx, p, ranks, stripe, rep == g->limits_rep,
+                                          tu_next(&rng), msg, sizeof msg)) {
+                        tu_case_name(&p->c, name, sizeof name);
+                        fail_msg("%s: %s: %s", mlav_backend_name(backend), name, msg);
+                    }
+                    for (int32_t r = 0; r < ranks; r++)
+                        for (int32_t b = 0; b < c.B; b++)
+                            empties += c.q_lens[b] > 0 &&
+                                       sh_rows_of(p->kv_lens[b], ranks, r, stripe) == 0;
+                    tu_free(p);
+                }
+    print_message("%s: %d cases, %d empty rank states\n", mlav_backend_name(backend), n,
+                  empties);
+    mlav_context_free(ctx);
+    return empties;
 }

@@ -15,6 +15,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,16 +31,14 @@
 #include "flash_sm90.h"
 #include "../bench/diag/l2_flush.cuh"
 #include "mlaverify_internal.h"
+extern "C" { /* C headers without C++ guards */
+#include <cmocka.h>
+#include "test_util.h"
+}
 
-#define CK(call)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__,         \
-                    __LINE__);                                                                   \
-            exit(2);                                                                             \
-        }                                                                                        \
-    } while (0)
+/* TU_CK's fail_msg outside a cmocka test prints the call, the error and file:line and exits
+ * with a nonzero status */
+#define CK TU_CK
 #define MK(call)                                                                                 \
     do {                                                                                         \
         mlav_status s_ = (call);                                                                 \

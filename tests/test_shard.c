@@ -24,50 +24,19 @@
 #include "shard_fixture.h"
 #include "test_util.h"
 
-static const struct {
-    mlav_dtype dtype, kv_dtype;
-} KINDS[] = {{MLAV_DTYPE_F32, 0},
-             {MLAV_DTYPE_BF16, 0},
-             {MLAV_DTYPE_F16, 0},
-             {MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3}};
+static const sh_kind KINDS[] = {{MLAV_DTYPE_F32, 0},
+                                {MLAV_DTYPE_BF16, 0},
+                                {MLAV_DTYPE_F16, 0},
+                                {MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3}};
 
-/* Every (ranks, page size, stripe kind) on `backend`, two random cases each, the dtypes in turn;
- * on the cpu backend the second case through a plan for limits. */
+/* The grid (sh_run_grid) on `backend` at small dims, H 2, prefixes up to 160; on the cpu
+ * backend the second case of each cell through a plan for limits. */
 static void shard_grid(mlav_backend backend)
 {
-    mlav_context *ctx = tu_context_or_skip(backend);
-    uint64_t rng = tu_seeded(mlav_backend_name(backend));
-    const int32_t page_sizes[] = {1, 16, 64};
-    int n = 0, empties = 0;
-    char msg[800], name[300];
-    for (int32_t ranks = 2; ranks <= 4; ranks++)
-        for (size_t ps = 0; ps < 3; ps++)
-            for (int kind = 0; kind < 3; kind++)
-                for (int rep = 0; rep < 2; rep++, n++) {
-                    const size_t k = (size_t)n % (sizeof KINDS / sizeof KINDS[0]);
-                    const tu_case c = sh_draw_case(&rng, 2, 32, 8, page_sizes[ps],
-                                                   KINDS[k].dtype, KINDS[k].kv_dtype, 160);
-                    tu_problem *p = tu_make(&c);
-                    tu_reference(p);
-                    const int32_t stripe = sh_stripe(p, ranks, kind, &rng);
-                    const int for_limits = backend == MLAV_BACKEND_CPU && rep == 1;
-                    if (!sh_verify_merged(ctx, p, ranks, stripe, for_limits, tu_next(&rng), msg,
-                                  sizeof msg)) {
-                        tu_case_name(&p->c, name, sizeof name);
-                        fail_msg("%s: %s: %s", mlav_backend_name(backend), name, msg);
-                    }
-                    for (int32_t r = 0; r < ranks; r++)
-                        for (int32_t b = 0; b < c.B; b++) {
-                            /* a rank with no row of a request that has nodes: its empty state */
-                            int64_t held = 0;
-                            for (int64_t g = 0; g < p->kv_lens[b]; g++)
-                                held += (g / stripe) % ranks == r;
-                            empties += c.q_lens[b] > 0 && held == 0;
-                        }
-                    tu_free(p);
-                }
-    assert_true(empties > 0); /* the grid reached a rank holding nothing of a request */
-    mlav_context_free(ctx);
+    const sh_grid g = {KINDS, (int)(sizeof KINDS / sizeof KINDS[0]), {2, 2}, 32, 8, 160,
+                       backend == MLAV_BACKEND_CPU ? 1 : -1};
+    /* the grid reached a rank holding nothing of a request */
+    assert_true(sh_run_grid(backend, &g) > 0);
 }
 
 static void test_shard_cpu(void **state)
@@ -106,15 +75,6 @@ static void test_shard_one_rank(void **state)
     mlav_context_free(ctx);
 }
 
-/* The rank's rows among the global rows [0, n), counted from the layout. */
-static int64_t rows_of(int64_t n, int32_t ranks, int32_t rank, int32_t stripe)
-{
-    int64_t k = 0;
-    for (int64_t g = 0; g < n; g++)
-        k += (g / stripe) % ranks == rank;
-    return k;
-}
-
 /* src/common/shard.h against the layout spelled out: the rank's row count of every prefix
  * [0, n), and each held row's global row, in 64-bit and the kernels' 32-bit form, up to rows
  * near 2^31 and stripes whose span passes 2^32. */
@@ -142,12 +102,8 @@ static void test_shard_mapping(void **state)
             assert_int_equal(mlav_shard_global32(s, (uint32_t)l), (uint32_t)g);
             assert_int_equal(mlav_shard_rows(s, g + 1), ++held);
         }
-        if (g0 < 10000) { /* from 0: the count itself */
-            int64_t k = 0;
-            for (int64_t g = 0; g < g0; g++)
-                k += (g / stripe) % ranks == rank;
-            assert_int_equal(before, k);
-        }
+        if (g0 < 10000) /* from 0: the count itself */
+            assert_int_equal(before, sh_rows_of(g0, ranks, rank, stripe));
     }
     const mlav_shard none = {1, 0, 7}, zero = {0, 0, 0};
     assert_int_equal(mlav_shard_rows(none, 12345), 12345);
@@ -166,7 +122,7 @@ static void check_items(const mlav_split_item *items, int32_t n_items, int32_t b
         const int32_t q = qi[b + 1] - qi[b];
         if (q == 0)
             continue;
-        const int64_t held = rows_of(kv[b], ranks, rank, stripe);
+        const int64_t held = sh_rows_of(kv[b], ranks, rank, stripe);
         const int32_t mt = (q * H + 63) / 64;
         int64_t end = 0;
         do {

@@ -31,41 +31,18 @@
 
 #define CK TU_CK
 
-static const struct {
-    mlav_dtype dtype, kv_dtype;
-} KINDS[] = {{MLAV_DTYPE_BF16, 0},
-             {MLAV_DTYPE_F16, 0},
-             {MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3},
-             {MLAV_DTYPE_F32, 0}};
+static const sh_kind KINDS[] = {{MLAV_DTYPE_BF16, 0},
+                                {MLAV_DTYPE_F16, 0},
+                                {MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3},
+                                {MLAV_DTYPE_F32, 0}};
 
-/* Every (ranks, page size, stripe kind) on `backend` with the flash kernel's dims (Dl 512,
- * Dr 64), the dtypes in turn, H 2 or 16 (a request of at most 32 rows, or more: on cc 9.0 the
- * two sides of the family rule). */
+/* The grid (sh_run_grid) on `backend` with the flash kernel's dims (Dl 512, Dr 64), prefixes up
+ * to 300, H 2 or 16 (a request of at most 32 rows, or more: on cc 9.0 the two sides of the
+ * family rule), plans for one problem only. */
 static void shard_grid(mlav_backend backend)
 {
-    mlav_context *ctx = tu_context_or_skip(backend);
-    uint64_t rng = tu_seeded(mlav_backend_name(backend));
-    const int32_t page_sizes[] = {1, 16, 64};
-    int n = 0;
-    char msg[800], name[300];
-    for (int32_t ranks = 2; ranks <= 4; ranks++)
-        for (size_t ps = 0; ps < 3; ps++)
-            for (int kind = 0; kind < 3; kind++)
-                for (int rep = 0; rep < 2; rep++, n++) {
-                    const size_t k = (size_t)n % (sizeof KINDS / sizeof KINDS[0]);
-                    const tu_case c = sh_draw_case(&rng, rep ? 16 : 2, 512, 64, page_sizes[ps],
-                                                   KINDS[k].dtype, KINDS[k].kv_dtype, 300);
-                    tu_problem *p = tu_make(&c);
-                    tu_reference(p);
-                    const int32_t stripe = sh_stripe(p, ranks, kind, &rng);
-                    if (!sh_verify_merged(ctx, p, ranks, stripe, 0, tu_next(&rng), msg,
-                                          sizeof msg)) {
-                        tu_case_name(&p->c, name, sizeof name);
-                        fail_msg("%s: %s: %s", mlav_backend_name(backend), name, msg);
-                    }
-                    tu_free(p);
-                }
-    mlav_context_free(ctx);
+    const sh_grid g = {KINDS, (int)(sizeof KINDS / sizeof KINDS[0]), {2, 16}, 512, 64, 300, -1};
+    sh_run_grid(backend, &g);
 }
 
 static void test_shard_gpu_cuda(void **state)
@@ -87,15 +64,6 @@ static void *dmalloc(size_t bytes)
     return p;
 }
 
-/* The rank's rows among the global rows [0, n): counted from the layout, as the fixture does. */
-static int32_t rows_of(int32_t n, int32_t ranks, int32_t rank, int32_t stripe)
-{
-    int32_t k = 0;
-    for (int32_t g = 0; g < n; g++)
-        k += (g / stripe) % ranks == rank;
-    return k;
-}
-
 #define MAXR 4
 
 /* Plans for limits with device lengths under one captured graph: per rank the update and the
@@ -111,7 +79,8 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
     const int32_t chunk = (lim.max_kv_len + ranks - 1) / ranks;
     const int32_t stripe = stripe_kind == 0 ? 1 : (stripe_kind == 1 ? page_size : chunk);
     /* the page-table stride: rank 0 holds the most rows of any kv_len */
-    const int32_t mp = (rows_of(lim.max_kv_len, ranks, 0, stripe) + page_size - 1) / page_size + 1;
+    const int32_t mp =
+        (int32_t)((sh_rows_of(lim.max_kv_len, ranks, 0, stripe) + page_size - 1) / page_size + 1);
     const int64_t pool_pages = (int64_t)lim.max_batch * mp + 2;
     const size_t esz = mlav_dtype_size(dtype);
     const mlav_dtype kvd = kv_dtype ? kv_dtype : dtype;

@@ -22,6 +22,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,18 +37,16 @@
 #include "../src/common/dtype.h"
 #include "gather.cuh"
 #include "stages.cuh"
+extern "C" { /* C headers without C++ guards */
+#include <cmocka.h>
+#include "test_util.h"
+}
 
 using namespace mlav90;
 
-#define CK(call)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__,         \
-                    __LINE__);                                                                   \
-            exit(2);                                                                             \
-        }                                                                                        \
-    } while (0)
+/* TU_CK's fail_msg outside a cmocka test prints the call, the error and file:line and exits
+ * with a nonzero status */
+#define CK TU_CK
 
 template <typename T> __device__ uint32_t pack2(float a, float b);
 template <> __device__ uint32_t pack2<__nv_bfloat16>(float a, float b)

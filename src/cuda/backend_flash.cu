@@ -5,7 +5,6 @@
  * time and keeps that problem's exact launches, a plan for limits (engine steps) gets each
  * step's schedule in the workspace from mlav_plan_update, on the host or on the device, and
  * launches grids sized by the limits. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +14,7 @@
 #include "flash.h"
 #include "flash_family.h"
 #include "mma.cuh"
+#include "staging_ring.h"
 #ifdef MLAV_WITH_SM90
 #include "sm90/flash_sm90.h"
 #endif
@@ -229,8 +229,6 @@ mlav_flash_launch_opts launch_opts(const flash_config *c)
 
 /* ---- the plan: one state, two launch shapes -------------------------------------------------- */
 
-constexpr int STAGING_RING = 8; /* host updates in flight before one waits for the oldest */
-
 /* Which launches a plan makes. A plan for one problem makes its update at plan time: its
  * schedule is built on the host from its lengths (schedule.c) and kept on the device, and its
  * launches are that schedule's exact grids with the split kernel's plain instances. A plan for
@@ -257,14 +255,10 @@ struct flash_state {
     mlav_step_bounds bd;
     size_t region_bytes;          /* the step region at the start of the workspace */
     mlav_fastdiv ka_div;          /* the device scheduler's division by key_align */
-    /* host updates: pinned staging slots, each reusable once its copy has run */
-    pthread_mutex_t mu;
-    int mu_made;
-    char *staging;                /* [STAGING_RING][region_bytes] pinned */
-    mlav_step_scratch *scratch;   /* the host rule's scratch, used under mu */
-    cudaEvent_t ev[STAGING_RING];
-    int ev_made[STAGING_RING], ev_used[STAGING_RING];
-    int next;
+    /* host updates: each step region scheduled into a pinned slot of region_bytes and copied
+     * to the workspace */
+    mlav_staging_ring staging;
+    mlav_step_scratch *scratch;   /* the host rule's scratch, used under the ring's lock */
 };
 
 void flash_free(void *state)
@@ -272,14 +266,8 @@ void flash_free(void *state)
     flash_state *st = static_cast<flash_state *>(state);
     if (!st)
         return;
-    for (int i = 0; i < STAGING_RING; i++)
-        if (st->ev_made[i])
-            cudaEventDestroy(st->ev[i]);
-    if (st->staging)
-        cudaFreeHost(st->staging);
+    mlav_staging_ring_free(&st->staging);
     free(st->scratch);
-    if (st->mu_made)
-        pthread_mutex_destroy(&st->mu);
     if (st->d_buf)
         cudaFree(st->d_buf);
     else if (st->d_nan_row)
@@ -407,21 +395,14 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
     s = write_bad_rows(shape->kv_dtype, shape->max_pages, st->d_nan_row);
     if (s != MLAV_OK)
         return s;
-    MLAV_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&st->staging),
-                                 st->region_bytes * STAGING_RING));
-    /* the slots' tails past the combine items are never written: zero, as the device
-     * scheduler writes them, so both updates copy the same region */
-    memset(st->staging, 0, st->region_bytes * STAGING_RING);
-    for (int i = 0; i < STAGING_RING; i++) {
-        MLAV_CUDA_TRY(cudaEventCreateWithFlags(&st->ev[i], cudaEventDisableTiming));
-        st->ev_made[i] = 1;
-    }
+    /* the slots' tails past the combine items are never written: the ring zeroes them, as the
+     * device scheduler writes them, so both updates copy the same region */
+    s = mlav_staging_ring_make(&st->staging, st->region_bytes, 0);
+    if (s != MLAV_OK)
+        return s;
     st->scratch = static_cast<mlav_step_scratch *>(malloc(mlav_step_scratch_bytes()));
     if (!st->scratch)
         return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
-    if (pthread_mutex_init(&st->mu, NULL) != 0)
-        return mlav_set_error(MLAV_ERR_INTERNAL, "pthread_mutex_init failed");
-    st->mu_made = 1;
     *ws = st->region_bytes + config_part_bytes(&st->cfg);
     return MLAV_OK;
 }
@@ -438,32 +419,21 @@ mlav_status step_check_device(const flash_state *st)
 mlav_status step_update_host(flash_state *st, const mlav_lengths *len, void *ws,
                              cudaStream_t stream)
 {
-    pthread_mutex_lock(&st->mu);
-    const int k = st->next;
-    st->next = (st->next + 1) % STAGING_RING;
-    mlav_status s = MLAV_OK;
-    cudaError_t e = st->ev_used[k] ? cudaEventSynchronize(st->ev[k]) : cudaSuccess;
+    mlav_staging_slot slot;
+    mlav_status s = mlav_staging_ring_acquire(&st->staging, &slot);
+    if (s != MLAV_OK)
+        return s;
+    mlav_step_header *hdr = static_cast<mlav_step_header *>(slot.host);
+    mlav_step_schedule_build(len->batch, len->q_indptr, len->kv_lens, st->shard, st->H, &st->lim,
+                             &st->cfg.sp, &st->bd, hdr, region_items(slot.host),
+                             region_combine(slot.host, &st->bd), st->scratch);
+    hdr->owner = st->owner;
+    hdr->limits = st->lim;
+    const cudaError_t e =
+        cudaMemcpyAsync(ws, slot.host, st->region_bytes, cudaMemcpyHostToDevice, stream);
     if (e != cudaSuccess)
-        s = mlav_cuda_error(e, "cudaEventSynchronize", __FILE__, __LINE__);
-    if (s == MLAV_OK) {
-        void *slot = st->staging + (size_t)k * st->region_bytes;
-        mlav_step_header *hdr = static_cast<mlav_step_header *>(slot);
-        mlav_step_schedule_build(len->batch, len->q_indptr, len->kv_lens, st->shard, st->H,
-                                 &st->lim, &st->cfg.sp, &st->bd, hdr, region_items(slot),
-                                 region_combine(slot, &st->bd), st->scratch);
-        hdr->owner = st->owner;
-        hdr->limits = st->lim;
-        e = cudaMemcpyAsync(ws, slot, st->region_bytes, cudaMemcpyHostToDevice, stream);
-        if (e == cudaSuccess)
-            e = cudaEventRecord(st->ev[k], stream);
-        if (e != cudaSuccess)
-            s = mlav_cuda_error(e, "cudaMemcpyAsync / cudaEventRecord of a host update", __FILE__,
-                                __LINE__);
-        else
-            st->ev_used[k] = 1;
-    }
-    pthread_mutex_unlock(&st->mu);
-    return s;
+        s = mlav_cuda_error(e, "cudaMemcpyAsync of a host update", __FILE__, __LINE__);
+    return mlav_staging_ring_release(&st->staging, &slot, stream, s);
 }
 
 mlav_status step_update(const mlav_problem_info *shape, const void *state,

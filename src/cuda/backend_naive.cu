@@ -4,18 +4,16 @@
  * for limits launches one per row of max_tokens, and its update writes each step's lengths into
  * the workspace (the lengths form of a step region, src/common/step_region.h), which the kernel
  * reads on the device. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/step_region.h"
 #include "cuda_offload.h"
+#include "staging_ring.h"
 #include "verify_naive.h"
 
 namespace {
-
-constexpr int STAGING_RING = 8; /* host updates in flight before one waits for the oldest */
 
 struct naive_state {
     mlav_cuda_device dev; /* the device the plan was made on; runs must use the same one */
@@ -26,15 +24,9 @@ struct naive_state {
     int for_limits;
     uint64_t owner;       /* the plan's id, stamped into every step it writes */
     mlav_limits lim;
-    /* host updates: the lengths copied into a pinned slot, which the step kernel reads; a slot
-     * is reused once the kernel that read it has run */
-    pthread_mutex_t mu;
-    int mu_made;
-    int32_t *staging;     /* [STAGING_RING][2 max_batch + 1] pinned */
-    int32_t *staging_dev; /* the same memory as the device addresses it */
-    cudaEvent_t ev[STAGING_RING];
-    int ev_made[STAGING_RING], ev_used[STAGING_RING];
-    int next;
+    /* host updates: the lengths copied into a mapped slot of 2 max_batch + 1 int32, which the
+     * step kernel reads from the device */
+    mlav_staging_ring staging;
 };
 
 void naive_plan_free(void *state)
@@ -42,34 +34,10 @@ void naive_plan_free(void *state)
     naive_state *st = static_cast<naive_state *>(state);
     if (!st)
         return;
-    for (int i = 0; i < STAGING_RING; i++)
-        if (st->ev_made[i])
-            cudaEventDestroy(st->ev[i]);
-    if (st->staging)
-        cudaFreeHost(st->staging);
-    if (st->mu_made)
-        pthread_mutex_destroy(&st->mu);
+    mlav_staging_ring_free(&st->staging);
     if (st->lengths && cudaFree(st->lengths) != cudaSuccess)
         (void)cudaGetLastError();
     free(st);
-}
-
-/* A plan for limits' staging of host updates. */
-mlav_status staging_make(naive_state *st)
-{
-    const size_t slot = 2 * (size_t)st->lim.max_batch + 1;
-    MLAV_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void **>(&st->staging),
-                                slot * STAGING_RING * sizeof(int32_t), cudaHostAllocMapped));
-    MLAV_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void **>(&st->staging_dev),
-                                           st->staging, 0));
-    for (int i = 0; i < STAGING_RING; i++) {
-        MLAV_CUDA_TRY(cudaEventCreateWithFlags(&st->ev[i], cudaEventDisableTiming));
-        st->ev_made[i] = 1;
-    }
-    if (pthread_mutex_init(&st->mu, NULL) != 0)
-        return mlav_set_error(MLAV_ERR_INTERNAL, "pthread_mutex_init failed");
-    st->mu_made = 1;
-    return MLAV_OK;
 }
 
 mlav_status naive_plan(const mlav_problem_info *p, const mlav_limits *lim, uint64_t owner,
@@ -114,7 +82,8 @@ mlav_status naive_plan(const mlav_problem_info *p, const mlav_limits *lim, uint6
     if (for_limits) {
         st->owner = owner;
         st->lim = *lim;
-        s = staging_make(st);
+        s = mlav_staging_ring_make(&st->staging,
+                                   (2 * (size_t)lim->max_batch + 1) * sizeof(int32_t), 1);
         if (s != MLAV_OK) {
             naive_plan_free(st);
             return s;
@@ -165,31 +134,17 @@ mlav_status naive_plan(const mlav_problem_info *p, const mlav_limits *lim, uint6
 mlav_status update_host(naive_state *st, const mlav_lengths *len, const mlav_naive_step *step,
                         cudaStream_t stream)
 {
-    const size_t slot = 2 * (size_t)st->lim.max_batch + 1;
-    pthread_mutex_lock(&st->mu);
-    const int k = st->next;
-    st->next = (st->next + 1) % STAGING_RING;
-    mlav_status s = MLAV_OK;
-    cudaError_t e = st->ev_used[k] ? cudaEventSynchronize(st->ev[k]) : cudaSuccess;
-    if (e != cudaSuccess)
-        s = mlav_cuda_error(e, "cudaEventSynchronize", __FILE__, __LINE__);
-    if (s == MLAV_OK) {
-        int32_t *q = st->staging + (size_t)k * slot, *kv = q + len->batch + 1;
-        memcpy(q, len->q_indptr, sizeof(int32_t) * ((size_t)len->batch + 1));
-        if (len->batch > 0) /* kv_lens may be NULL then */
-            memcpy(kv, len->kv_lens, sizeof(int32_t) * (size_t)len->batch);
-        const int32_t *dq = st->staging_dev + (size_t)k * slot, *dkv = dq + len->batch + 1;
-        s = mlav_naive_step_write(dq, dkv, len->batch, step, stream);
-        if (s == MLAV_OK) {
-            e = cudaEventRecord(st->ev[k], stream);
-            if (e != cudaSuccess)
-                s = mlav_cuda_error(e, "cudaEventRecord of a host update", __FILE__, __LINE__);
-            else
-                st->ev_used[k] = 1;
-        }
-    }
-    pthread_mutex_unlock(&st->mu);
-    return s;
+    mlav_staging_slot slot;
+    mlav_status s = mlav_staging_ring_acquire(&st->staging, &slot);
+    if (s != MLAV_OK)
+        return s;
+    int32_t *q = static_cast<int32_t *>(slot.host), *kv = q + len->batch + 1;
+    memcpy(q, len->q_indptr, sizeof(int32_t) * ((size_t)len->batch + 1));
+    if (len->batch > 0) /* kv_lens may be NULL then */
+        memcpy(kv, len->kv_lens, sizeof(int32_t) * (size_t)len->batch);
+    const int32_t *dq = static_cast<const int32_t *>(slot.dev), *dkv = dq + len->batch + 1;
+    s = mlav_naive_step_write(dq, dkv, len->batch, step, stream);
+    return mlav_staging_ring_release(&st->staging, &slot, stream, s);
 }
 
 mlav_status naive_update(const mlav_problem_info *shape, const void *state,
