@@ -90,7 +90,7 @@ __device__ __forceinline__ unsigned char *smem_base()
  * once they have landed, before it publishes the stage (fp8_convert_tile); BF16 q over it: the
  * Q tile to F16 before Q is published, its power of two left at smem90::Q_UNSHIFT.
  * A 16-bit cache whose launch holds the pool's tensor map (`kv_tma`, MLAV90_TMA), in a block of a
- * request of more than 64 rows (the TMA_TILES instance): a tile inside one page and the split is
+ * request of more than 64 rows (feed::tma): a tile inside one page and the split is
  * copied by TMA instead (kv_tile_by_tma, the same answer in every producer thread), which
  * publishes it as it is issued: thread 0's arrival expects its bytes, the others' are plain,
  * and the phase completes when the bytes land; such a tile is not published again when its
@@ -105,7 +105,18 @@ __device__ __forceinline__ unsigned char *smem_base()
  * theirs, and the TMA copy is issued after thread 0's wait (acquire) on it: the proxy fences
  * already stand between the generic accesses and the release, so the chain orders them before
  * the async-proxy writes of the refill. */
-template <typename T, typename Kv, bool TMA_TILES>
+/* How a block's producer feeds the ring, each its own instance of produce (a path compiled in
+ * costs the others: the TMA path cost gathered tiles 3-12% at q_len 1, the early page-id lookup
+ * below page_size 1 2-3%, both measured on the H200):
+ *   late_ids: gathered, tile t + 3's page ids looked up after tile t + 2's gather (an FP8 cache,
+ *             pages of fewer than 64 rows);
+ *   gather:   gathered, those ids looked up before the wait for a free stage (pages of 64 rows
+ *             or more);
+ *   tma:      as gather, and whole tiles inside one page by TMA (a 16-bit cache under a tensor
+ *             map, a request of more than 64 rows, whose tiles several blocks read). */
+enum class feed { late_ids, gather, tma };
+
+template <typename T, typename Kv, feed F>
 __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_ctx &c,
                                         uint32_t base, uint64_t *full, uint64_t *empty,
                                         uint64_t *qbar, const CUtensorMap *kv_map, int pt)
@@ -114,7 +125,8 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
     constexpr bool FP8 = fp8_kv<Kv>;
-    constexpr bool TMA = TMA_TILES && !FP8 && MLAV90_TMA != 0; /* this instance's TMA path */
+    constexpr bool TMA = F == feed::tma && !FP8 && MLAV90_TMA != 0; /* this instance's TMA path */
+    constexpr bool EARLY_IDS = F != feed::late_ids && !FP8;
     using E = std::conditional_t<FP8, uint8_t, T>; /* the unit the gather addresses */
     const E *kv = static_cast<const E *>(p.kv);
     const int n = c.n_tiles;
@@ -188,13 +200,14 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
             /* tile t + 3's page ids, asked for before the wait for a free stage, which hides
              * their latency: looked up after tile t + 2's gather, they held its publication
              * (the prefetch below reads them). Not with an FP8 cache, whose producer has no
-             * registers for both tiles' ids across the wait (it spilled). */
-            if constexpr (!FP8)
+             * registers for both tiles' ids across the wait (it spilled), nor over pages of
+             * fewer than 64 rows (feed::late_ids) */
+            if constexpr (EARLY_IDS)
                 kv_pages_of(page_after, ptab, j0 + TILE_N, c.kv_end, p, pt);
             mbar_wait(&empty[s], (uint32_t)((t / STAGES) & 1)); /* tile t's stage is free */
             tma_next = load_tile(base + smem90::KV + (uint32_t)s * OPERAND_BYTES, &full[s],
                                  page_next, j0);
-            if constexpr (FP8)
+            if constexpr (!EARLY_IDS)
                 kv_pages_of(page_after, ptab, j0 + TILE_N, c.kv_end, p, pt);
             /* tile t + 3 to the L2 while tile t + 2 lands */
             if (t + 3 < n)
@@ -526,13 +539,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         /* TMA only where several blocks read each tile (the request's rows span more than one
-         * block; measured on the H200: TMA tiles 3-8% faster there, nothing to gain where one
-         * block streams each tile); the producer without the TMA path is its own instance, as
-         * the path compiled in cost the gathered tiles 3-12% at q_len 1 */
+         * block; measured on the H200: TMA tiles 3-11% faster there, nothing to gain where one
+         * block streams each tile); the feeds: produce's comment */
         if (MLAV90_TMA && !fp8_kv<Kv> && kv_tma && c.M > BM)
-            produce<T, Kv, true>(p, c, base, full, empty, qbar, &kv_map, tid);
+            produce<T, Kv, feed::tma>(p, c, base, full, empty, qbar, &kv_map, tid);
+        else if (!fp8_kv<Kv> && p.page_size >= TILE_N)
+            produce<T, Kv, feed::gather>(p, c, base, full, empty, qbar, &kv_map, tid);
         else
-            produce<T, Kv, false>(p, c, base, full, empty, qbar, &kv_map, tid);
+            produce<T, Kv, feed::late_ids>(p, c, base, full, empty, qbar, &kv_map, tid);
     } else {
         regs_alloc<MATH_REGS>();
         consume<T, Kv>(p, c, smem, base, full, empty, qbar, wg - 1, tid - 128 * wg);
