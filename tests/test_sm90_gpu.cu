@@ -463,6 +463,25 @@ void test_sm90_extreme_magnitudes(void **state)
     }
 }
 
+/* Page ids outside the pool in prefix page `page_a` of request 0 (one past the pool) and
+ * `page_c` of request 2 (negative), and the reference of both requests NaN: every row of them
+ * sees those keys, which read as NaN rows (request 1 is untouched); then run_problem. */
+void run_bad_page_ids(tu_problem *p, const mlav_cuda_device *dev, int page_a, int page_c)
+{
+    const int32_t mp = p->prob.max_pages;
+    p->page_table[0 * mp + page_a] = (int32_t)p->num_pages + 5;
+    p->page_table[2 * mp + page_c] = -3;
+    for (int32_t b = 0; b < 3; b += 2)
+        for (int32_t t = p->q_indptr[b]; t < p->q_indptr[b + 1]; t++)
+            for (int32_t h = 0; h < p->prob.num_heads; h++) {
+                const size_t row = (size_t)t * (size_t)p->prob.num_heads + (size_t)h;
+                p->ref_lse[row] = NAN;
+                for (int32_t d = 0; d < p->prob.d_latent; d++)
+                    p->ref_out[row * (size_t)p->prob.d_latent + (size_t)d] = NAN;
+            }
+    run_problem(p, dev, ROWS_NONE);
+}
+
 /* Page ids outside the pool (one past it, and negative) in a prefix page of requests 0 and 2:
  * every row of both sees those keys, which read as NaN rows, so their out and lse are NaN
  * (tu_compare requires the NaN positions to match); request 1 is untouched. BF16 and F16 q, over
@@ -492,18 +511,7 @@ void test_sm90_bad_page_ids(void **state)
         }
         tu_problem *p = tu_make(&c);
         tu_reference(p);
-        const int32_t mp = p->prob.max_pages;
-        p->page_table[0 * mp + 0] = (int32_t)p->num_pages + 5;
-        p->page_table[2 * mp + 1] = -3;
-        for (int32_t b = 0; b < 3; b += 2)
-            for (int32_t t = p->q_indptr[b]; t < p->q_indptr[b + 1]; t++)
-                for (int32_t h = 0; h < c.H; h++) {
-                    const size_t row = (size_t)t * (size_t)c.H + (size_t)h;
-                    p->ref_lse[row] = NAN;
-                    for (int32_t d = 0; d < c.Dl; d++)
-                        p->ref_out[row * (size_t)c.Dl + (size_t)d] = NAN;
-                }
-        run_problem(p, &dev, ROWS_NONE);
+        run_bad_page_ids(p, &dev, 0, 1);
         tu_free(p);
     }
 }
@@ -555,18 +563,7 @@ void test_sm90_tma_tiles(void **state)
                                     q3, p3, seed + 100 + (uint64_t)e);
         tu_problem *p = tu_make(&c);
         tu_reference(p);
-        const int32_t mp = p->prob.max_pages;
-        p->page_table[0 * mp + 1] = (int32_t)p->num_pages + 5;
-        p->page_table[2 * mp + 0] = -3;
-        for (int32_t b = 0; b < 3; b += 2)
-            for (int32_t t = p->q_indptr[b]; t < p->q_indptr[b + 1]; t++)
-                for (int32_t h = 0; h < c.H; h++) {
-                    const size_t row = (size_t)t * (size_t)c.H + (size_t)h;
-                    p->ref_lse[row] = NAN;
-                    for (int32_t j = 0; j < c.Dl; j++)
-                        p->ref_out[row * (size_t)c.Dl + (size_t)j] = NAN;
-                }
-        run_problem(p, &dev, ROWS_NONE);
+        run_bad_page_ids(p, &dev, 1, 0);
         tu_free(p);
     }
     /* an FP8 cache over pages of whole tiles: no map, every tile gathered */

@@ -191,6 +191,24 @@ __global__ void __launch_bounds__(PRODUCER_THREADS, 1)
         out[2 * OPERAND_BYTES / 16] = make_uint4(tma ? 1u : 0u, 0u, 0u, 0u);
 }
 
+/* The kernel parameters of a pool of num_pages pages of page_size rows at `kv` under the page
+ * table `pt` (max_pages ids), as the launch sets them for the producer's loads. */
+static mlav_flash_params pool_params(const void *kv, const int32_t *pt, int page_size,
+                                     int max_pages, int num_pages, const void *nan_row)
+{
+    mlav_flash_params p = {};
+    p.kv = kv;
+    p.page_table = pt;
+    p.page_size = page_size;
+    p.max_pages = max_pages;
+    p.page_div = mlav_fastdiv_make((uint32_t)page_size);
+    p.page_elems = (uint32_t)page_size * W;
+    p.page_limit = (uint32_t)num_pages;
+    p.nan_row = nan_row;
+    p.num_pages = num_pages;
+    return p;
+}
+
 /* The TMA tile against the cp.async one, byte for byte, and both against the layout
  * (smem_layout.cuh: chunk c of the tile's row r at sw128_chunk(r, c)) of the pool's rows: a
  * 16-bit pool of random values, pages shuffled, page_size ps, the tile at KV row j0 of a split
@@ -234,16 +252,7 @@ static int run_tma_case(int ps, int j0, int kv_end, bool bad, bool want_tma, uin
     CK(cudaMemcpy(dpt, perm.data(), max_pages * sizeof(int32_t), cudaMemcpyHostToDevice));
     CK(cudaMemset(dnan, 0xff, W * 2));
     CK(cudaMemset(dout, 0, out_words * 16));
-    mlav_flash_params p = {};
-    p.kv = dkv;
-    p.page_table = dpt;
-    p.page_size = ps;
-    p.max_pages = max_pages;
-    p.page_div = mlav_fastdiv_make((uint32_t)ps);
-    p.page_elems = (uint32_t)ps * W;
-    p.page_limit = (uint32_t)num_pages;
-    p.nan_row = dnan;
-    p.num_pages = num_pages;
+    const mlav_flash_params p = pool_params(dkv, dpt, ps, max_pages, num_pages, dnan);
     int fails = 0;
     /* the host's rule and encoding, as the launch (kv_tensor_map.cu) uses them */
     if (!kv_map_fits(true, ps, num_pages, dkv) || kv_map_fits(false, ps, num_pages, dkv) ||
@@ -425,16 +434,7 @@ static int run_case(const char *tname, int page_size, int tail, uint64_t seed, i
     CK(cudaMemset(ds, 0xff, (size_t)BM * TILE_N * 4));
     CK(cudaMemset(dout, 0xff, (size_t)BM * DL * 4));
 
-    mlav_flash_params p = {};
-    p.kv = dkv;
-    p.page_table = dpt;
-    p.page_size = page_size;
-    p.max_pages = max_pages;
-    p.page_div = mlav_fastdiv_make((uint32_t)page_size);
-    p.page_elems = (uint32_t)page_size * W;
-    p.page_limit = (uint32_t)num_pages;
-    p.nan_row = dnan;
-    p.num_pages = num_pages;
+    mlav_flash_params p = pool_params(dkv, dpt, page_size, max_pages, num_pages, dnan);
     using KvDev = std::conditional_t<FP8, __nv_fp8_e4m3, T>;
     CK(cudaFuncSetAttribute(check_kernel<T, KvDev>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)smem90::BYTES));
