@@ -80,31 +80,6 @@ __device__ __forceinline__ unsigned char *smem_base()
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
 }
 
-/* WG0: Q, then every KV tile of the item into the 2-stage ring. Each thread tracks its own
- * copies as cp.async groups (Q, then a group per tile) and publishes a stage itself once they
- * have landed (publish_copies: the writer's proxy fence, then its arrival on the stage's "full"
- * barrier, 128 arrivals a phase). Tile t + 1 is published as soon as it lands, before the
- * producer waits for the math warpgroups to release tile t's stage and gathers tile t + 2 into
- * it: so the math warpgroups never wait for a gather issue, and each tile is gathered one tile
- * time ahead of its use. An FP8 cache: each thread converts its chunks of a tile to F16 in place
- * once they have landed, before it publishes the stage (fp8_convert_tile); BF16 q over it: the
- * Q tile to F16 before Q is published, its power of two left at smem90::Q_UNSHIFT.
- * A 16-bit cache whose launch holds the pool's tensor map (`kv_tma`, MLAV90_TMA), in a block of a
- * request of more than 64 rows (feed::tma): a tile inside one page and the split is
- * copied by TMA instead (kv_tile_by_tma, the same answer in every producer thread), which
- * publishes it as it is issued: thread 0's arrival expects its bytes, the others' are plain,
- * and the phase completes when the bytes land; such a tile is not published again when its
- * turn comes (tma_next). It still commits a cp.async group, empty, so
- * that the prologue's wait_group counts (Q, tile 0, tile 1) stay those of the gathered tiles.
- * No proxy fence precedes a TMA refill of a stage: what was in it before was read by wgmma
- * (async proxy, complete at the readers' wgmma_wait) or by the sanitizing pass (generic reads,
- * their values consumed), and written by the sanitizing pass (generic, each writer's
- * fence.proxy.async before its P V) or by cp.async (generic, each writer's publish_copies
- * fence) or by TMA (async); every one of those comes before an arrival (release) on the
- * stage's "empty" barrier, or before the "full" arrival the math warpgroups acquired before
- * theirs, and the TMA copy is issued after thread 0's wait (acquire) on it: the proxy fences
- * already stand between the generic accesses and the release, so the chain orders them before
- * the async-proxy writes of the refill. */
 /* How a block's producer feeds the ring, each its own instance of produce (a path compiled in
  * costs the others: the TMA path cost gathered tiles 3-12% at q_len 1, the early page-id lookup
  * below page_size 1 2-3%, both measured on the H200):
@@ -116,6 +91,31 @@ __device__ __forceinline__ unsigned char *smem_base()
  *             map, a request of more than 64 rows, whose tiles several blocks read). */
 enum class feed { late_ids, gather, tma };
 
+/* WG0: Q, then every KV tile of the item into the 2-stage ring. Each thread tracks its own
+ * copies as cp.async groups (Q, then a group per tile) and publishes a stage itself once they
+ * have landed (publish_copies: the writer's proxy fence, then its arrival on the stage's "full"
+ * barrier, 128 arrivals a phase). Tile t + 1 is published as soon as it lands, before the
+ * producer waits for the math warpgroups to release tile t's stage and gathers tile t + 2 into
+ * it: so the math warpgroups never wait for a gather issue, and each tile is gathered one tile
+ * time ahead of its use. An FP8 cache: each thread converts its chunks of a tile to F16 in place
+ * once they have landed, before it publishes the stage (fp8_convert_tile); BF16 q over it: the
+ * Q tile to F16 before Q is published, its power of two left at smem90::Q_UNSHIFT.
+ * A 16-bit cache whose launch holds the pool's tensor map (`kv_tma`, MLAV90_TMA), in a block of a
+ * request of more than 64 rows (feed::tma): a tile inside one page and the split is copied by
+ * TMA instead (kv_tile_by_tma, the same answer in every producer thread), which publishes it as
+ * it is issued: thread 0's arrival expects its bytes, the others' are plain, and the phase
+ * completes when the bytes land; such a tile is not published again when its turn comes
+ * (tma_next). It still commits a cp.async group, empty, so that the prologue's wait_group counts
+ * (Q, tile 0, tile 1) stay those of the gathered tiles.
+ * No proxy fence precedes a TMA refill of a stage: what was in it before was read by wgmma
+ * (async proxy, complete at the readers' wgmma_wait) or by the sanitizing pass (generic reads,
+ * their values consumed), and written by the sanitizing pass (generic, each writer's
+ * fence.proxy.async before its P V) or by cp.async (generic, each writer's publish_copies
+ * fence) or by TMA (async); every one of those comes before an arrival (release) on the
+ * stage's "empty" barrier, or before the "full" arrival the math warpgroups acquired before
+ * theirs, and the TMA copy is issued after thread 0's wait (acquire) on it: the proxy fences
+ * already stand between the generic accesses and the release, so the chain orders them before
+ * the async-proxy writes of the refill. */
 template <typename T, typename Kv, feed F>
 __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_ctx &c,
                                         uint32_t base, uint64_t *full, uint64_t *empty,
