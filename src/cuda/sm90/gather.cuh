@@ -53,6 +53,13 @@ __device__ __forceinline__ void kv_pages_of(int32_t (&pages)[ROWS_PER_THREAD], c
         pages[i] = kv_page_of(ptab, j0 + pt / ROW_LANES + ROW_STEP * i, kv_end, p);
 }
 
+/* KV row j's slot inside its page. */
+__device__ __forceinline__ uint32_t kv_slot_of(int j, const mlav_flash_params &p)
+{
+    const uint32_t uj = (uint32_t)j;
+    return uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
+}
+
 /* Where KV row j is read from: its page's slot, or the plan's NaN row for a page id outside the
  * pool (the legal kernel's rule: mlaverify.h), or row 0 of the pool for a row past kv_end, which
  * is zero-filled without being read. 32-bit index arithmetic and one 64-bit product. */
@@ -60,8 +67,7 @@ template <typename T>
 __device__ __forceinline__ const T *kv_row_src(const T *kv, int32_t page, int j, bool live,
                                                const mlav_flash_params &p)
 {
-    const uint32_t pg = (uint32_t)page, uj = (uint32_t)j;
-    const uint32_t slot = uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size;
+    const uint32_t pg = (uint32_t)page, slot = kv_slot_of(j, p);
     const T *base = live && pg >= p.page_limit ? static_cast<const T *>(p.nan_row) : kv;
     const size_t off = live && pg < p.page_limit ? (size_t)pg * p.page_elems + slot * W : 0;
     return base + off;
@@ -135,8 +141,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const T *kv,
 __device__ __forceinline__ bool kv_tile_by_tma(int32_t page, int j0, int kv_end,
                                                const mlav_flash_params &p)
 {
-    const uint32_t uj = (uint32_t)j0;
-    const int slot = (int)(uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size);
+    const int slot = (int)kv_slot_of(j0, p);
     return slot + TILE_N <= p.page_size && j0 + TILE_N <= kv_end &&
            (uint32_t)page < p.page_limit;
 }
@@ -155,9 +160,7 @@ __device__ __forceinline__ void load_kv_tile_tma(uint32_t stage, const CUtensorM
         mbar_arrive(full);
         return;
     }
-    const uint32_t uj = (uint32_t)j0;
-    const int32_t y = page * p.page_size +
-                      (int32_t)(uj - mlav_fastdiv_div(uj, p.page_div) * (uint32_t)p.page_size);
+    const int32_t y = page * p.page_size + (int32_t)kv_slot_of(j0, p);
     mbar_arrive_expect_tx(full, OPERAND_BYTES);
 #pragma unroll
     for (int k = 0; k < W_BLOCKS; k++)
