@@ -81,8 +81,8 @@ __device__ __forceinline__ unsigned char *smem_base()
 }
 
 /* How a block's producer feeds the ring, each its own instance of produce (a path compiled in
- * costs the others: the TMA path cost gathered tiles 3-12% at q_len 1, the early page-id lookup
- * below page_size 1 2-3%, both measured on the H200):
+ * costs the others: the TMA path cost gathered tiles 4% at q_len 1 (up to 14%), the early
+ * page-id lookup 1-3% at page_size 1, both measured on the H200):
  *   late_ids: gathered, tile t + 3's page ids looked up after tile t + 2's gather (an FP8 cache,
  *             pages of fewer than 64 rows);
  *   gather:   gathered, those ids looked up before the wait for a free stage (pages of 64 rows
@@ -539,8 +539,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         /* TMA only where several blocks read each tile (the request's rows span more than one
-         * block; measured on the H200: TMA tiles 3-11% faster there, nothing to gain where one
-         * block streams each tile); the feeds: produce's comment */
+         * block; measured on the H200: 0.96x the time there, 0.89x at best, nothing to gain
+         * where one block streams each tile); the feeds: produce's comment */
         if (MLAV90_TMA && !fp8_kv<Kv> && kv_tma && c.M > BM)
             produce<T, Kv, feed::tma>(p, c, base, full, empty, qbar, &kv_map, tid);
         else if (!fp8_kv<Kv> && p.page_size >= TILE_N)
