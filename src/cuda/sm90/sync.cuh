@@ -69,6 +69,14 @@ __device__ __forceinline__ void named_barrier(int id, int count)
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+/* This thread's arrival on named barrier `id` without waiting for it (the other side's threads
+ * wait with named_barrier, `count` counting both sides): a one-way hand-over, release for this
+ * thread's earlier shared-memory writes. */
+__device__ __forceinline__ void named_barrier_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 /* A named barrier that also returns whether `pred` held on every participating thread (the
  * same answer for all of them). */
 __device__ __forceinline__ bool named_barrier_and(int id, int count, bool pred)

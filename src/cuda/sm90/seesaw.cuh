@@ -1,0 +1,467 @@
+/* The "seesaw" Hopper kernel (MLAV90_SEESAW): the split kernel's contract (kernel.cuh) with 256
+ * threads, two math warpgroups and no producer warpgroup, for a 16-bit cache whose launch holds
+ * the pool's tensor map (launch_sm90.cu; every other launch keeps kernel.cuh's kernel).
+ *
+ * The item's tiles go in pairs: tile A = 2i in stage 0, tile B = 2i + 1 in stage 1 (a last pair
+ * of one tile has no B). WG0 owns A and output columns [0, 256), WG1 owns B and [256, 512):
+ *   WG0: S_A = Q K_A^T (m64n64k16, the whole tile), its scores and row maxima, ref0 = the
+ *        reference after A (the RESCALE_SLACK rule from the running one); O_L and its row sums
+ *        rescaled to ref0, P_A into the P slot of stage 0, O_L += P_A V_A[:, 0:256]; then, with
+ *        the pair's final reference M from WG1, O_L, its sums and P_A rescaled to M (P_A
+ *        rewritten in its slot for WG1), and O_L += P_B V_B[:, 0:256].
+ *   WG1: S_B = Q K_B^T, M = the reference after B from ref0; O_R and its sums rescaled to M,
+ *        P_B into the P slot of stage 1, O_R += P_B V_B[:, 256:512]; O_R += P_A V_A[:, 256:512].
+ * So WG0's softmax of A runs under WG1's S_B and WG1's softmax under WG0's P V, and both keep
+ * the same reference per row as main's kernel after every tile (the same rule, applied to A then
+ * B), so the row sums of each warpgroup's own keys meet in the shared epilogue (write_output).
+ *
+ * P's slot: a stage's last column block (K's features 512..575, read only by the S product of
+ * that stage's owner): once S of the tile has completed it is free until the stage's refill, so
+ * each pair has two P tiles without shared memory beyond Q and the two stages.
+ *
+ * Refill: no producer. Stage 0 is read by WG0 (K_A, V_A[:, 0:256], P_A) and WG1 (V_A[:, 256:512],
+ * P_A); WG1 is its last reader, and refills it with tile A + 2 once its own O_R += P_A V_A has
+ * completed (WG0's reads completed before it handed P_A over). Stage 1 is read by WG1 (K_B,
+ * V_B[:, 256:512], P_B) and WG0 (V_B[:, 0:256], P_B); WG0 refills it with tile B + 2 once its
+ * O_L += P_B V_B has completed and WG1 has said its reads are complete. A refill: a tile inside
+ * one page, the split and the pool (kv_tile_by_tma) by TMA, 9 boxes issued by the warpgroup's
+ * thread 0; any other tile (across pages, the split's last partial tile, a page id outside the
+ * pool: the plan's NaN row) gathered by the refilling warpgroup's 128 threads through
+ * kv_row_src (gather.cuh), each waiting for its copies to land (slow, and rare).
+ *
+ * Barriers.
+ *   full[s] (mbarrier, stage s, 128 arrivals a phase: the refilling warpgroup's threads): a TMA
+ *     tile: thread 0's arrive.expect_tx of the tile's bytes and the other 127's plain arrivals,
+ *     the phase completing when the bytes land; a gathered tile: each thread's arrival after its
+ *     copies landed and its proxy fence (publish_copies). Stage s holds tiles s, s + 2, ..., so
+ *     pair i waits for phase parity i & 1. WG0 waits on full[0], WG1 on full[1].
+ *   Named barriers, each 256 threads: one warpgroup arrives (bar.arrive, no wait), the other
+ *   waits (bar.sync); once a pair each:
+ *     BAR_REF   WG0 arrives after writing ref0 (sref); WG1 waits, then reads it.
+ *     BAR_M     WG1 arrives after writing M (smax_m); WG0 waits, then reads it.
+ *     BAR_PB    WG1 arrives after writing P_B and (hidden keys) sanitizing V_B, and its proxy
+ *               fence; WG0 waits before O_L += P_B V_B. Only in pairs with a tile B.
+ *     BAR_PA    WG0 arrives after its O_L += P_A V_A completed, P_A rewritten to M and its proxy
+ *               fence (V_A sanitized before, under the same fence); WG1 waits before
+ *               O_R += P_A V_A (so stage 0 then has no reader but WG1).
+ *     BAR_S1    WG1 arrives once its S_B and O_R += P_B V_B have completed; WG0 waits before it
+ *               refills stage 1. Only in pairs with a tile B.
+ *   A barrier's next use cannot begin before its current one completes: each arrival of pair
+ *   i + 1 comes after the arriving warpgroup's wait on another barrier that the waiting side
+ *   arrives at only after its wait of pair i (REF(i + 1) after M(i); M(i + 1) after PA(i);
+ *   PA(i + 1) after M(i + 1); PB(i + 1) and S1(i + 1) after tile B + 2 landed, which WG0 issues
+ *   after its waits of PB(i) and S1(i)). The shared values: sref is rewritten by WG0 after its
+ *   wait of M(i), which WG1 arrives at after reading sref; smax_m by WG1 after its wait of PA(i),
+ *   which WG0 arrives at after reading smax_m.
+ *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): its P stores before its own wgmma reads them,
+ *     and before P_A's rewrite (every warp's reads of P_A completed). BAR_SUM, BAR_STAGE0 (+1):
+ *     the epilogue's (write_output).
+ * Proxies: P and sanitized V are generic writes read by wgmma (async proxy): each writer fences
+ * (fence.proxy.async) before the barrier its readers pass. A refill's writes (TMA: async; gather:
+ * generic, fenced by each writer before its arrival) come after the stage's last reads completed
+ * (wgmma_wait of the reading warpgroups, ordered by the barriers above), as in kernel.cuh's
+ * produce.
+ * Registers: no register-A wgmma; P is read from shared memory by both warpgroups, so no
+ * accumulator is written while a group is in flight (C7515). */
+#ifndef MLAV_CUDA_SM90_SEESAW_CUH
+#define MLAV_CUDA_SM90_SEESAW_CUH
+
+#include "kernel.cuh"
+
+#ifndef MLAV90_SEESAW
+#define MLAV90_SEESAW 0
+#endif
+
+namespace mlav90 {
+namespace seesaw {
+
+constexpr int THREADS = 256;
+constexpr int WG_THREADS = 128;
+constexpr int X_REGS = TILE_N / 2; /* 32 fp32 accumulators of S a thread (m64n64) */
+constexpr int BAR_REF = 1, BAR_M = 2, BAR_PB = 3, BAR_PA = 4, BAR_S1 = 5, BAR_WG0 = 6,
+              BAR_SUM = 8, BAR_STAGE0 = 9;
+/* P's slot in a stage: the last column block (K's rope, features 512..575) */
+constexpr uint32_t P_SLOT = (uint32_t)(W_BLOCKS - 1) * BLOCK_BYTES;
+static_assert(THREADS == MATH_THREADS, "write_output's barriers count both warpgroups");
+static_assert(DL == (W_BLOCKS - 1) * COL_BLOCK, "V is the first 8 column blocks, P's slot the 9th");
+
+/* Regions, byte offsets from the 1024-byte-aligned base: Q and the two stages as kernel.cuh's. */
+struct smem_ss {
+    static constexpr uint32_t Q = 0;
+    static constexpr uint32_t KV = Q + OPERAND_BYTES;
+    static constexpr uint32_t REF = KV + STAGES * OPERAND_BYTES; /* [64] fp32: ref0 */
+    static constexpr uint32_t MAXM = REF + BM * 4;               /* [64] fp32: M */
+    static constexpr uint32_t SUM = MAXM + BM * 4;               /* [2][64] fp32 */
+    static constexpr uint32_t BAR = SUM + 2 * BM * 4;            /* full[STAGES] */
+    static constexpr uint32_t END = BAR + STAGES * 8;
+    static constexpr uint32_t BYTES = ((END + 15) / 16) * 16 + 1024;
+};
+static_assert(smem_ss::KV % 1024 == 0 && STAGE_WG_BYTES * 2 <= OPERAND_BYTES,
+              "swizzle atoms 1024-aligned; the epilogue's staging in Q's region");
+static_assert(smem_ss::BYTES <= 232448, "the sm_90 opt-in limit per block");
+
+/* This warpgroup's own 128-thread barrier (compile-time ids: a computed one makes ptxas reserve
+ * all 16). */
+__device__ __forceinline__ void wg_barrier(int w)
+{
+    if (w == 0)
+        named_barrier(BAR_WG0, WG_THREADS);
+    else
+        named_barrier(BAR_WG0 + 1, WG_THREADS);
+}
+
+/* The reference after a tile whose row maximum is `tile_max`, from `m` (kernel.cuh's rule). */
+__device__ __forceinline__ float next_ref(float m, float tile_max)
+{
+    return tile_max > m + RESCALE_SLACK ? fmaxf(m, tile_max) : m;
+}
+
+/* The factor that takes values of reference `from` to reference `to` (0 from no reference). */
+__device__ __forceinline__ float ref_factor(float from, float to)
+{
+    return from == -INFINITY ? 0.0f : mlav::exp2_fast(from - to);
+}
+
+/* S = Q K^T over the whole 64-key tile at `stage` (fragments of m64n64: x[4 j + e] is row
+ * 16 warp + g + 8 (e >> 1), key 8 j + 2 t + (e & 1)): issues and commits its 36 wgmmas. */
+template <typename T>
+__device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage)
+{
+    pin_regs(x);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < K_STEPS; ks++) {
+        const uint32_t kb = (uint32_t)(ks >> 2) * BLOCK_BYTES + (uint32_t)(ks & 3) * 32u;
+        wgmma_ops<T, 0>::m64n64k16(x, desc_k_major(sq + kb), desc_k_major(stage + kb), ks != 0);
+    }
+    wgmma_commit();
+}
+
+/* The scores of the tile at KV row j0 in place (scale_log2, the visibility mask: kernel.cuh's
+ * consume), and their row maxima; returns whether the tile has hidden keys (V to sanitize). */
+__device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
+                                       const mlav_flash_params &p, const block_ctx &c, int j0,
+                                       int r0, int t4)
+{
+    const bool hidden = tile_has_hidden_keys(j0, c.prefix, c.kv_end);
+    if (!hidden) {
+#pragma unroll
+        for (int i = 0; i < X_REGS; i++)
+            x[i] *= p.scale_log2;
+    } else {
+        int row_i[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = c.m0 + r0 + 8 * h;
+            row_i[h] = m < c.M ? m / p.H : -1;
+        }
+#pragma unroll
+        for (int i = 0; i < X_REGS; i++) {
+            const int h = (i >> 1) & 1;
+            const int j = j0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+            bool vis = j < c.kv_end && row_i[h] >= 0;
+            if (vis && j >= c.prefix) {
+                const int k = j - c.prefix, qi = row_i[h];
+                vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
+            }
+            x[i] = vis ? x[i] * p.scale_log2 : -INFINITY;
+        }
+    }
+    tm[0] = tm[1] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < X_REGS; i++)
+        tm[(i >> 1) & 1] = fmaxf(tm[(i >> 1) & 1], x[i]);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 1));
+        tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 2));
+    }
+    return hidden;
+}
+
+/* Scores to P (in place) against reference `m` per row, added to the row sums `l`. */
+__device__ __forceinline__ void exponentiate(float (&x)[X_REGS], const float (&m)[2],
+                                             float (&l)[2])
+{
+    float ref[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        ref[h] = m[h] == -INFINITY ? 0.0f : m[h]; /* no -inf - -inf */
+#pragma unroll
+    for (int i = 0; i < X_REGS; i++) {
+        x[i] = mlav::exp2_fast(x[i] - ref[(i >> 1) & 1]);
+        l[(i >> 1) & 1] += x[i];
+    }
+}
+
+/* O times its rows' factors; skipped in a warp whose 16 rows all keep theirs (factor 1). */
+__device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&f)[2])
+{
+    if (__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < O_REGS; i++)
+            o[i] *= f[(i >> 1) & 1];
+    }
+}
+
+/* This thread's P (all 64 keys of its two rows) as 16-bit values into the P slot `sp` (64 rows
+ * x 64 keys, one swizzled column block, read K-major by pv_issue). */
+template <typename Pack>
+__device__ __forceinline__ void store_p_full(unsigned char *sp, const float (&x)[X_REGS],
+                                             int warp, int lane, Pack pack)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < X_REGS / 4; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = 16 * warp + g + 8 * h, key = 8 * j + 2 * t;
+            *reinterpret_cast<uint32_t *>(sp + sw128_elem(r, key)) =
+                pack(x[4 * j + 2 * h], x[4 * j + 2 * h + 1]);
+        }
+}
+
+/* What a warpgroup needs to refill a stage. */
+struct feed_ctx {
+    const int32_t *ptab;
+    const CUtensorMap *map;
+    bool tma; /* the launch holds the pool's map */
+};
+
+/* Tile t of the item into `stage` by this warpgroup (thread wt of 128), published on `full`
+ * (128 arrivals): by TMA where kv_tile_by_tma allows (the answer the same in every thread: the
+ * tile's first row's page), else gathered, each thread waiting for its copies to land. */
+template <typename T>
+__device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
+                                       const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
+                                       int wt)
+{
+    const int j0 = c.kv_begin + t * TILE_N;
+    const int32_t page0 = kv_page_of(f.ptab, j0, c.kv_end, p);
+    if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
+        load_kv_tile_tma(stage, f.map, full, page0, j0, p, wt);
+        return;
+    }
+    int32_t pages[ROWS_PER_THREAD];
+    kv_pages_of(pages, f.ptab, j0, c.kv_end, p, wt);
+    load_kv_tile(stage, static_cast<const T *>(p.kv), pages, j0, c.kv_end, p, wt);
+    cp_async_commit();
+    cp_async_wait<0>();
+    publish_copies(full);
+}
+
+/* WG0: tile A of each pair, output columns [0, 256). */
+template <typename T>
+__device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const block_ctx &c,
+                                          unsigned char *smem, uint32_t base, uint64_t *full,
+                                          const feed_ctx &f, float (&o)[O_REGS],
+                                          float (&m_run)[2], float (&l_run)[2], int wt)
+{
+    using TY = mlav::mma_type<T>;
+    const int warp = wt >> 5, lane = wt & 31, t4 = lane & 3;
+    const int r0 = 16 * warp + (lane >> 2);
+    float *sref = reinterpret_cast<float *>(smem + smem_ss::REF);
+    const float *smax_m = reinterpret_cast<const float *>(smem + smem_ss::MAXM);
+    const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
+    unsigned char *pa = smem + smem_ss::KV + P_SLOT;
+    float x[X_REGS];
+    for (int t = 0; t < c.n_tiles; t += 2) {
+        const bool has_b = t + 1 < c.n_tiles;
+        mbar_wait(&full[0], (uint32_t)((t / 2) & 1));
+        s_issue_full<T>(x, sq, sa);
+        wgmma_wait<0>();
+        fence_regs(x);
+        float tm[2];
+        const bool hidden = scores(x, tm, p, c, c.kv_begin + t * TILE_N, r0, t4);
+        float ref0[2], f0[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            ref0[h] = next_ref(m_run[h], tm[h]);
+            if (t4 == 0)
+                sref[r0 + 8 * h] = ref0[h];
+            f0[h] = ref_factor(m_run[h], ref0[h]);
+            l_run[h] *= f0[h];
+        }
+        named_barrier_arrive(BAR_REF, THREADS);
+        if (hidden) /* K read (S completed); V_A before either warpgroup's P V */
+            sanitize_v(smem + smem_ss::KV, TY::exp_mask, wt, WG_THREADS);
+        rescale_o(o, f0);
+        exponentiate(x, ref0, l_run);
+        store_p_full(pa, x, warp, lane, TY::pack);
+        fence_proxy_async(); /* P_A, V_A sanitized: for wgmma */
+        wg_barrier(0);
+        pv_issue<T>(o, sa + P_SLOT, sa, 0);
+        named_barrier(BAR_M, THREADS);
+        float m[2], f1[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            m[h] = smax_m[r0 + 8 * h];
+            f1[h] = ref_factor(ref0[h], m[h]);
+            l_run[h] *= f1[h];
+            m_run[h] = m[h];
+        }
+        wgmma_wait<0>();
+        fence_regs(o);
+        rescale_o(o, f1);
+        /* every warp's reads of P_A completed before its rewrite at the pair's reference */
+        wg_barrier(0);
+        if (__any_sync(0xffffffffu, f1[0] != 1.0f || f1[1] != 1.0f)) {
+#pragma unroll
+            for (int i = 0; i < X_REGS; i++)
+                x[i] *= f1[(i >> 1) & 1];
+            store_p_full(pa, x, warp, lane, TY::pack);
+        }
+        fence_proxy_async();
+        named_barrier_arrive(BAR_PA, THREADS);
+        if (has_b) {
+            named_barrier(BAR_PB, THREADS);
+            pv_issue<T>(o, sb + P_SLOT, sb, 0);
+            wgmma_wait<0>();
+            fence_regs(o);
+            named_barrier(BAR_S1, THREADS); /* WG1's reads of stage 1 completed */
+            if (t + 3 < c.n_tiles)
+                refill<T>(p, c, f, sb, &full[1], t + 3, wt);
+        }
+    }
+}
+
+/* WG1: tile B of each pair, output columns [256, 512). */
+template <typename T>
+__device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const block_ctx &c,
+                                          unsigned char *smem, uint32_t base, uint64_t *full,
+                                          const feed_ctx &f, float (&o)[O_REGS],
+                                          float (&m_run)[2], float (&l_run)[2], int wt)
+{
+    using TY = mlav::mma_type<T>;
+    const int warp = wt >> 5, lane = wt & 31, t4 = lane & 3;
+    const int r0 = 16 * warp + (lane >> 2);
+    const float *sref = reinterpret_cast<const float *>(smem + smem_ss::REF);
+    float *smax_m = reinterpret_cast<float *>(smem + smem_ss::MAXM);
+    const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
+    unsigned char *pb = smem + smem_ss::KV + OPERAND_BYTES + P_SLOT;
+    float x[X_REGS];
+    for (int t = 0; t < c.n_tiles; t += 2) {
+        const bool has_b = t + 1 < c.n_tiles;
+        float tm[2] = {-INFINITY, -INFINITY};
+        bool hidden = false;
+        if (has_b) {
+            mbar_wait(&full[1], (uint32_t)((t / 2) & 1));
+            s_issue_full<T>(x, sq, sb);
+            wgmma_wait<0>();
+            fence_regs(x);
+            hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4);
+        }
+        named_barrier(BAR_REF, THREADS);
+        float m[2], f1[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            m[h] = next_ref(sref[r0 + 8 * h], tm[h]);
+            if (t4 == 0)
+                smax_m[r0 + 8 * h] = m[h];
+            f1[h] = ref_factor(m_run[h], m[h]);
+            l_run[h] *= f1[h];
+            m_run[h] = m[h];
+        }
+        named_barrier_arrive(BAR_M, THREADS);
+        rescale_o(o, f1);
+        if (has_b) {
+            if (hidden)
+                sanitize_v(smem + smem_ss::KV + OPERAND_BYTES, TY::exp_mask, wt, WG_THREADS);
+            exponentiate(x, m, l_run);
+            store_p_full(pb, x, warp, lane, TY::pack);
+            fence_proxy_async(); /* P_B, V_B sanitized: for wgmma */
+            wg_barrier(1);
+            named_barrier_arrive(BAR_PB, THREADS);
+            pv_issue<T>(o, sb + P_SLOT, sb, 1);
+        }
+        named_barrier(BAR_PA, THREADS);
+        pv_issue<T>(o, sa + P_SLOT, sa, 1);
+        if (has_b) {
+            wgmma_wait<1>(); /* O_R += P_B V_B: WG1's last read of stage 1 */
+            named_barrier_arrive(BAR_S1, THREADS);
+        }
+        wgmma_wait<0>();
+        fence_regs(o);
+        if (t + 2 < c.n_tiles) /* stage 0 has no reader left */
+            refill<T>(p, c, f, sa, &full[0], t + 2, wt);
+    }
+}
+
+/* The kernel; STEP as kernel.cuh's flash_sm90_kernel. Launched only for a 16-bit cache whose
+ * launch holds the pool's map (kv_tma); a tile TMA cannot copy is gathered. */
+template <typename T, bool STEP>
+__global__ void __launch_bounds__(THREADS, 1)
+    flash_sm90_seesaw_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
+                             const int kv_tma)
+{
+    const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
+    if (STEP && step_ix < 0)
+        return; /* past the step's schedule, or an item past the plan's limits */
+    unsigned char *smem = smem_base();
+    const uint32_t base = smem_u32(smem);
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + smem_ss::BAR);
+    mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
+    const mlav_split_item item = p.items[STEP ? (uint32_t)step_ix : blockIdx.x];
+    const int tid = threadIdx.x;
+    const int w = __shfl_sync(0xffffffffu, tid / WG_THREADS, 0); /* warp-uniform */
+    const int wt = tid - WG_THREADS * w;
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++)
+            mbar_init(&full[s], WG_THREADS);
+        fence_proxy_async(); /* the initialization visible to the TMA copies' complete_tx */
+        if (kv_tma)
+            tensormap_prefetch(&kv_map);
+    }
+    __syncthreads();
+    block_ctx c;
+    c.b = item.b;
+    c.q_start = item.q_start;
+    c.prefix = item.prefix;
+    c.M = item.q_len * p.H;
+    c.m0 = item.mtile * BM;
+    c.kv_begin = item.kv_begin;
+    c.kv_end = item.kv_end;
+    c.n_tiles = (item.kv_end - item.kv_begin + TILE_N - 1) / TILE_N;
+    c.slot = item.slot;
+    feed_ctx f;
+    f.ptab = mlav_page_row_dev(p.page_table, p.page_table_rows, p.page_table_num_rows,
+                               p.max_pages, p.bad_pages, c.b);
+    f.map = &kv_map;
+    f.tma = kv_tma != 0;
+    /* the prologue: Q by WG0 (then its copies landed and fenced), tile 0 by WG0, tile 1 by WG1;
+     * the block barrier hands Q to both */
+    if (w == 0) {
+        const T *qg = static_cast<const T *>(p.q) + (size_t)c.q_start * p.H * W;
+        load_q(base + smem_ss::Q, qg, c.m0, c.M, wt);
+        cp_async_commit();
+        if (c.n_tiles > 0)
+            refill<T>(p, c, f, base + smem_ss::KV, &full[0], 0, wt);
+        cp_async_wait<0>();
+        fence_proxy_async();
+    } else if (c.n_tiles > 1) {
+        refill<T>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, &full[1], 1, wt);
+    }
+    __syncthreads();
+
+    float o[O_REGS];
+#pragma unroll
+    for (int i = 0; i < O_REGS; i++)
+        o[i] = 0.0f;
+    fence_regs(o);
+    float m_run[2] = {-INFINITY, -INFINITY}; /* the reference maxima, log2 units */
+    float l_run[2] = {0.0f, 0.0f};           /* the row sums of this warpgroup's own tiles */
+    if (w == 0)
+        wg0_pairs<T>(p, c, smem, base, full, f, o, m_run, l_run, wt);
+    else
+        wg1_pairs<T>(p, c, smem, base, full, f, o, m_run, l_run, wt);
+    const mlav::out_scale osc = {1.0f, 1.0f, 0};
+    write_output<T, T, BAR_SUM, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
+                                            reinterpret_cast<float *>(smem + smem_ss::SUM), w,
+                                            wt >> 5, wt & 31);
+}
+
+} // namespace seesaw
+} // namespace mlav90
+
+#endif
