@@ -127,6 +127,9 @@ __device__ __forceinline__ float ref_factor(float from, float to)
 template <typename T>
 __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage)
 {
+    /* the addresses opaque here, so that ptxas builds the 72 descriptors where they are used
+     * instead of keeping them in registers across the loop of tiles */
+    asm volatile("" : "+r"(sq), "+r"(stage));
     pin_regs(x);
     wgmma_fence();
 #pragma unroll
@@ -239,12 +242,29 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
     const int j0 = c.kv_begin + t * TILE_N;
     const int32_t page0 = kv_page_of(f.ptab, j0, c.kv_end, p);
     if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
-        load_kv_tile_tma(stage, f.map, full, page0, j0, p, wt);
+        /* load_kv_tile_tma's copies, a box at a time (unrolled, the 9 at once spilled) */
+        if (wt != 0) {
+            mbar_arrive(full);
+            return;
+        }
+        const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
+        mbar_arrive_expect_tx(full, OPERAND_BYTES);
+#pragma unroll 1
+        for (int k = 0; k < W_BLOCKS; k++)
+            tma_load_2d(stage + (uint32_t)k * BLOCK_BYTES, f.map, k * COL_BLOCK, y, full);
         return;
     }
-    int32_t pages[ROWS_PER_THREAD];
-    kv_pages_of(pages, f.ptab, j0, c.kv_end, p, wt);
-    load_kv_tile(stage, static_cast<const T *>(p.kv), pages, j0, c.kv_end, p, wt);
+    /* load_kv_tile's rows and chunks, a row at a time: its 4 page ids and row addresses at
+     * once, with O live across the loop of tiles, spilled */
+    const T *kv = static_cast<const T *>(p.kv);
+    const uint32_t d0 = gather_dst(stage, wt);
+#pragma unroll 1
+    for (int i = 0; i < ROWS_PER_THREAD; i++) {
+        const int j = j0 + wt / ROW_LANES + ROW_STEP * i;
+        const bool live = j < c.kv_end;
+        const int32_t page = kv_page_of(f.ptab, j, c.kv_end, p);
+        copy_row_part(d0, kv_row_src(kv, page, j, live, p), live, i, wt);
+    }
     cp_async_commit();
     cp_async_wait<0>();
     publish_copies(full);
@@ -264,9 +284,9 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     const float *smax_m = reinterpret_cast<const float *>(smem + smem_ss::MAXM);
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
     unsigned char *pa = smem + smem_ss::KV + P_SLOT;
-    float x[X_REGS];
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
+        float x[X_REGS];
         mbar_wait(&full[0], (uint32_t)((t / 2) & 1));
         s_issue_full<T>(x, sq, sa);
         wgmma_wait<0>();
@@ -284,7 +304,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         }
         named_barrier_arrive(BAR_REF, THREADS);
         if (hidden) /* K read (S completed); V_A before either warpgroup's P V */
-            sanitize_v(smem + smem_ss::KV, TY::exp_mask, wt, WG_THREADS);
+            sanitize_v_lean(smem + smem_ss::KV, TY::exp_mask, wt, WG_THREADS);
         rescale_o(o, f0);
         exponentiate(x, ref0, l_run);
         store_p_full(pa, x, warp, lane, TY::pack);
@@ -319,9 +339,10 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
             wgmma_wait<0>();
             fence_regs(o);
             named_barrier(BAR_S1, THREADS); /* WG1's reads of stage 1 completed */
-            if (t + 3 < c.n_tiles)
-                refill<T>(p, c, f, sb, &full[1], t + 3, wt);
         }
+        /* out of the block above: inside it, ptxas spilled (420 bytes) */
+        if (t + 3 < c.n_tiles)
+            refill<T>(p, c, f, sb, &full[1], t + 3, wt);
     }
 }
 
@@ -339,9 +360,9 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
     float *smax_m = reinterpret_cast<float *>(smem + smem_ss::MAXM);
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
     unsigned char *pb = smem + smem_ss::KV + OPERAND_BYTES + P_SLOT;
-    float x[X_REGS];
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
+        float x[X_REGS];
         float tm[2] = {-INFINITY, -INFINITY};
         bool hidden = false;
         if (has_b) {
@@ -366,7 +387,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         rescale_o(o, f1);
         if (has_b) {
             if (hidden)
-                sanitize_v(smem + smem_ss::KV + OPERAND_BYTES, TY::exp_mask, wt, WG_THREADS);
+                sanitize_v_lean(smem + smem_ss::KV + OPERAND_BYTES, TY::exp_mask, wt, WG_THREADS);
             exponentiate(x, m, l_run);
             store_p_full(pb, x, warp, lane, TY::pack);
             fence_proxy_async(); /* P_B, V_B sanitized: for wgmma */
