@@ -92,8 +92,8 @@ struct smem_ss {
     static constexpr uint32_t REF = KV + STAGES * OPERAND_BYTES; /* [64] fp32: ref0 */
     static constexpr uint32_t MAXM = REF + BM * 4;               /* [64] fp32: M */
     static constexpr uint32_t SUM = MAXM + BM * 4;               /* [2][64] fp32 */
-    static constexpr uint32_t BAR = SUM + 2 * BM * 4;            /* full[STAGES] */
-    static constexpr uint32_t END = BAR + STAGES * 8;
+    static constexpr uint32_t BAR = SUM + 2 * BM * 4;            /* full[STAGES][W_BLOCKS] */
+    static constexpr uint32_t END = BAR + STAGES * W_BLOCKS * 8;
     static constexpr uint32_t BYTES = ((END + 15) / 16) * 16 + 1024;
 };
 static_assert(smem_ss::KV % 1024 == 0 && STAGE_WG_BYTES * 2 <= OPERAND_BYTES,
@@ -123,9 +123,12 @@ __device__ __forceinline__ float ref_factor(float from, float to)
 }
 
 /* S = Q K^T over the whole 64-key tile at `stage` (fragments of m64n64: x[4 j + e] is row
- * 16 warp + g + 8 (e >> 1), key 8 j + 2 t + (e & 1)): issues and commits its 36 wgmmas. */
+ * 16 warp + g + 8 (e >> 1), key 8 j + 2 t + (e & 1)): issues and commits its 36 wgmmas, the 4
+ * of column block k once the tile's block k has landed (`full`: the stage's 9 barriers, phase
+ * parity `parity`), so the product starts with the first block. */
 template <typename T>
-__device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage)
+__device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
+                                             uint64_t *full, uint32_t parity)
 {
     /* the addresses opaque here, so that ptxas builds the 72 descriptors where they are used
      * instead of keeping them in registers across the loop of tiles */
@@ -133,9 +136,14 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
     pin_regs(x);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < K_STEPS; ks++) {
-        const uint32_t kb = (uint32_t)(ks >> 2) * BLOCK_BYTES + (uint32_t)(ks & 3) * 32u;
-        wgmma_ops<T, 0>::m64n64k16(x, desc_k_major(sq + kb), desc_k_major(stage + kb), ks != 0);
+    for (int kb = 0; kb < W_BLOCKS; kb++) {
+        mbar_wait_flat(&full[kb], parity);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const uint32_t off = (uint32_t)kb * BLOCK_BYTES + (uint32_t)kk * 32u;
+            wgmma_ops<T, 0>::m64n64k16(x, desc_k_major(sq + off), desc_k_major(stage + off),
+                                       kb != 0 || kk != 0);
+        }
     }
     wgmma_commit();
 }
@@ -231,31 +239,50 @@ struct feed_ctx {
     bool tma; /* the launch holds the pool's map */
 };
 
-/* Tile t of the item into `stage` by this warpgroup (thread wt of 128), published on `full`
- * (128 arrivals): by TMA where kv_tile_by_tma allows (the answer the same in every thread: the
- * tile's first row's page), else gathered, each thread waiting for its copies to land. */
-template <typename T>
+/* The column blocks of a stage each refill copies (bit k: block k): V's left half (K's features
+ * 0..255), its right half (256..511), and P's slot (K's rope). */
+constexpr uint32_t PART_L = 0x00fu, PART_R = 0x0f0u, PART_P = 0x100u, PART_ALL = 0x1ffu;
+
+/* The column blocks MASK of tile t of the item into `stage` by warpgroup w (thread wt of 128),
+ * each published on its own barrier of `full` (the stage's 9, one arrival a phase): by TMA
+ * where kv_tile_by_tma allows (the answer the same in every thread and for every part: the
+ * tile's first row's page), thread 0 arriving with a block's bytes expected then copying it;
+ * else gathered through kv_row_src, each thread waiting for its copies to land and fencing them,
+ * the warpgroup's barrier, then thread 0's plain arrivals. The refill that copies P's slot also
+ * asks the L2 for tile t + 2 of the same stage, where it is a TMA tile (73,728 contiguous bytes
+ * of the pool), so that a pair of tiles is on its way from memory while this one is used. */
+template <typename T, uint32_t MASK>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
                                        const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
-                                       int wt)
+                                       int w, int wt)
 {
     const int j0 = c.kv_begin + t * TILE_N;
     const int32_t page0 = kv_page_of(f.ptab, j0, c.kv_end, p);
     if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
-        /* load_kv_tile_tma's copies, a box at a time (unrolled, the 9 at once spilled) */
-        if (wt != 0) {
-            mbar_arrive(full);
+        if (wt != 0)
             return;
-        }
         const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
-        mbar_arrive_expect_tx(full, OPERAND_BYTES);
-#pragma unroll 1
+#pragma unroll
         for (int k = 0; k < W_BLOCKS; k++)
-            tma_load_2d(stage + (uint32_t)k * BLOCK_BYTES, f.map, k * COL_BLOCK, y, full);
+            if (MASK >> k & 1u) {
+                mbar_arrive_expect_tx(&full[k], BLOCK_BYTES);
+                tma_load_2d(stage + (uint32_t)k * BLOCK_BYTES, f.map, k * COL_BLOCK, y, &full[k]);
+            }
+        if ((MASK & PART_P) && t + 2 < c.n_tiles) {
+            const int j2 = j0 + 2 * TILE_N;
+            const int32_t page2 = kv_page_of(f.ptab, j2, c.kv_end, p);
+            if (kv_tile_by_tma(page2, j2, c.kv_end, p)) {
+                const T *src = static_cast<const T *>(p.kv) +
+                               ((size_t)page2 * p.page_size + kv_slot_of(j2, p)) * W;
+#pragma unroll 1
+                for (int k = 0; k < 8; k++)
+                    prefetch_l2(src + (size_t)k * (OPERAND_BYTES / 16), OPERAND_BYTES / 8);
+            }
+        }
         return;
     }
-    /* load_kv_tile's rows and chunks, a row at a time: its 4 page ids and row addresses at
-     * once, with O live across the loop of tiles, spilled */
+    /* a row at a time (load_kv_tile's 4 page ids and row addresses at once, with O live across
+     * the loop of tiles, spilled) */
     const T *kv = static_cast<const T *>(p.kv);
     const uint32_t d0 = gather_dst(stage, wt);
 #pragma unroll 1
@@ -263,11 +290,23 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
         const int j = j0 + wt / ROW_LANES + ROW_STEP * i;
         const bool live = j < c.kv_end;
         const int32_t page = kv_page_of(f.ptab, j, c.kv_end, p);
-        copy_row_part(d0, kv_row_src(kv, page, j, live, p), live, i, wt);
+        const T *src = kv_row_src(kv, page, j, live, p) + (wt % ROW_LANES) * 8;
+        const uint32_t d = d0 + (uint32_t)(i * ROW_STEP) * 128u;
+#pragma unroll
+        for (int k = 0; k < W_BLOCKS; k++)
+            if (MASK >> k & 1u)
+                cp_async16(d + (uint32_t)k * BLOCK_BYTES, src + k * COL_BLOCK, live ? 16 : 0);
     }
     cp_async_commit();
     cp_async_wait<0>();
-    publish_copies(full);
+    fence_proxy_async(); /* this thread's copies, for wgmma */
+    wg_barrier(w);
+    if (wt == 0) {
+#pragma unroll
+        for (int k = 0; k < W_BLOCKS; k++)
+            if (MASK >> k & 1u)
+                mbar_arrive(&full[k]);
+    }
 }
 
 /* WG0: tile A of each pair, output columns [0, 256). */
@@ -284,11 +323,11 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     const float *smax_m = reinterpret_cast<const float *>(smem + smem_ss::MAXM);
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
     unsigned char *pa = smem + smem_ss::KV + P_SLOT;
+    uint64_t *full_a = full, *full_b = full + W_BLOCKS;
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
         float x[X_REGS];
-        mbar_wait(&full[0], (uint32_t)((t / 2) & 1));
-        s_issue_full<T>(x, sq, sa);
+        s_issue_full<T>(x, sq, sa, full_a, (uint32_t)((t / 2) & 1));
         wgmma_wait<0>();
         fence_regs(x);
         float tm[2];
@@ -333,16 +372,21 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         }
         fence_proxy_async();
         named_barrier_arrive(BAR_PA, THREADS);
+        /* stage 0's blocks 0..3: read only by this warpgroup (S_A, P_A V_A), both completed */
+        if (t + 2 < c.n_tiles)
+            refill<T, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt);
         if (has_b) {
             named_barrier(BAR_PB, THREADS);
             pv_issue<T>(o, sb + P_SLOT, sb, 0);
             wgmma_wait<0>();
             fence_regs(o);
-            named_barrier(BAR_S1, THREADS); /* WG1's reads of stage 1 completed */
+            named_barrier(BAR_S1, THREADS); /* WG1's reads of P_B completed */
         }
-        /* out of the block above: inside it, ptxas spilled (420 bytes) */
+        /* stage 1's blocks 0..3 and P's slot: their last readers, this warpgroup's P_B V_B and
+         * WG1's (S_B before BAR_PB, P_B V_B before BAR_S1), completed. Out of the block above:
+         * inside it, ptxas spilled. */
         if (t + 3 < c.n_tiles)
-            refill<T>(p, c, f, sb, &full[1], t + 3, wt);
+            refill<T, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt);
     }
 }
 
@@ -360,14 +404,14 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
     float *smax_m = reinterpret_cast<float *>(smem + smem_ss::MAXM);
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
     unsigned char *pb = smem + smem_ss::KV + OPERAND_BYTES + P_SLOT;
+    uint64_t *full_a = full, *full_b = full + W_BLOCKS;
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
         float x[X_REGS];
         float tm[2] = {-INFINITY, -INFINITY};
         bool hidden = false;
         if (has_b) {
-            mbar_wait(&full[1], (uint32_t)((t / 2) & 1));
-            s_issue_full<T>(x, sq, sb);
+            s_issue_full<T>(x, sq, sb, full_b, (uint32_t)((t / 2) & 1));
             wgmma_wait<0>();
             fence_regs(x);
             hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4);
@@ -398,13 +442,18 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         named_barrier(BAR_PA, THREADS);
         pv_issue<T>(o, sa + P_SLOT, sa, 1);
         if (has_b) {
-            wgmma_wait<1>(); /* O_R += P_B V_B: WG1's last read of stage 1 */
+            wgmma_wait<1>(); /* O_R += P_B V_B: this warpgroup's last read of stage 1 */
             named_barrier_arrive(BAR_S1, THREADS);
+            /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
+            if (t + 3 < c.n_tiles)
+                refill<T, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt);
         }
         wgmma_wait<0>();
         fence_regs(o);
-        if (t + 2 < c.n_tiles) /* stage 0 has no reader left */
-            refill<T>(p, c, f, sa, &full[0], t + 2, wt);
+        /* stage 0's blocks 4..7 and P's slot: this warpgroup's P_A V_A was their last reader
+         * (WG0's S_A and P_A V_A completed before BAR_PA) */
+        if (t + 2 < c.n_tiles)
+            refill<T, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt);
     }
 }
 
@@ -428,8 +477,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int wt = tid - WG_THREADS * w;
     if (tid == 0) {
 #pragma unroll
-        for (int s = 0; s < STAGES; s++)
-            mbar_init(&full[s], WG_THREADS);
+        for (int s = 0; s < STAGES * W_BLOCKS; s++)
+            mbar_init(&full[s], 1);
         fence_proxy_async(); /* the initialization visible to the TMA copies' complete_tx */
         if (kv_tma)
             tensormap_prefetch(&kv_map);
@@ -457,11 +506,12 @@ __global__ void __launch_bounds__(THREADS, 1)
         load_q(base + smem_ss::Q, qg, c.m0, c.M, wt);
         cp_async_commit();
         if (c.n_tiles > 0)
-            refill<T>(p, c, f, base + smem_ss::KV, &full[0], 0, wt);
+            refill<T, PART_ALL>(p, c, f, base + smem_ss::KV, full, 0, 0, wt);
         cp_async_wait<0>();
         fence_proxy_async();
     } else if (c.n_tiles > 1) {
-        refill<T>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, &full[1], 1, wt);
+        refill<T, PART_ALL>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, full + W_BLOCKS, 1, 1,
+                            wt);
     }
     __syncthreads();
 
