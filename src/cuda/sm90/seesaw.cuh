@@ -19,50 +19,60 @@
  * that stage's owner): once S of the tile has completed it is free until the stage's refill, so
  * each pair has two P tiles without shared memory beyond Q and the two stages.
  *
- * Refill: no producer. Stage 0 is read by WG0 (K_A, V_A[:, 0:256], P_A) and WG1 (V_A[:, 256:512],
- * P_A); WG1 is its last reader, and refills it with tile A + 2 once its own O_R += P_A V_A has
- * completed (WG0's reads completed before it handed P_A over). Stage 1 is read by WG1 (K_B,
- * V_B[:, 256:512], P_B) and WG0 (V_B[:, 0:256], P_B); WG0 refills it with tile B + 2 once its
- * O_L += P_B V_B has completed and WG1 has said its reads are complete. A refill: a tile inside
- * one page, the split and the pool (kv_tile_by_tma) by TMA, 9 boxes issued by the warpgroup's
- * thread 0; any other tile (across pages, the split's last partial tile, a page id outside the
- * pool: the plan's NaN row) gathered by the refilling warpgroup's 128 threads through
- * kv_row_src (gather.cuh), each waiting for its copies to land (slow, and rare).
+ * Refill: no producer; each part of a stage is refilled by the warpgroup that is its last
+ * reader, the moment that reader's wgmma has completed (refill, PART_*):
+ *   stage 0, blocks 0..3 (V_A[:, 0:256]): read by WG0 only (S_A, P_A V_A); WG0 refills them with
+ *     tile A + 2 once its P_A V_A has completed and P_A is handed over (BAR_PA).
+ *   stage 0, blocks 4..8 (V_A[:, 256:512], P's slot): last read by WG1's P_A V_A (WG0's S_A and
+ *     P_A V_A completed before BAR_PA); WG1 refills them after it.
+ *   stage 1, blocks 4..7 (V_B[:, 256:512]): read by WG1 only (S_B, P_B V_B); WG1 refills them
+ *     after its P_B V_B.
+ *   stage 1, blocks 0..3 and 8 (V_B[:, 0:256], P_B): read by WG0's P_B V_B and WG1's P_B V_B
+ *     (P's slot); WG0 refills them after its own and after BAR_S1 (WG1's).
+ * A tile inside one page, the split and the pool (kv_tile_by_tma, the same answer in both
+ * warpgroups) goes by TMA, a box per column block issued by the warpgroup's thread 0; any other
+ * (across pages, the split's last partial tile, a page id outside the pool: the plan's NaN row)
+ * is gathered by the refilling warpgroup's 128 threads through kv_row_src (gather.cuh), which
+ * wait for their copies (slow, and rare). The refill of P's slot also asks the L2 for the tile
+ * after next of that stage.
  *
  * Barriers.
- *   full[s] (mbarrier, stage s, 128 arrivals a phase: the refilling warpgroup's threads): a TMA
- *     tile: thread 0's arrive.expect_tx of the tile's bytes and the other 127's plain arrivals,
- *     the phase completing when the bytes land; a gathered tile: each thread's arrival after its
- *     copies landed and its proxy fence (publish_copies). Stage s holds tiles s, s + 2, ..., so
- *     pair i waits for phase parity i & 1. WG0 waits on full[0], WG1 on full[1].
- *   Named barriers, each 256 threads: one warpgroup arrives (bar.arrive, no wait), the other
- *   waits (bar.sync); once a pair each:
+ *   full[s][k] (mbarriers; stage s, column block k; one arrival a phase): a TMA block: thread 0's
+ *     arrive.expect_tx of its 8,192 bytes, then its copy, the phase completing when they land; a
+ *     gathered part: every thread's copies landed and fenced (fence.proxy.async), the
+ *     warpgroup's named barrier, then thread 0's plain arrival on each of the part's blocks.
+ *     Stage s holds tiles s, s + 2, ...: pair i waits for parity i & 1. S of a tile waits block
+ *     by block (s_issue_full), so it starts with the first block landed; P V reads only blocks
+ *     its S already waited for. WG0 waits on full[0][*], WG1 on full[1][*].
+ *   Named barriers, 256 threads: one warpgroup arrives (bar.arrive, no wait), the other waits
+ *   (bar.sync); once a pair each:
  *     BAR_REF   WG0 arrives after writing ref0 (sref); WG1 waits, then reads it.
  *     BAR_M     WG1 arrives after writing M (smax_m); WG0 waits, then reads it.
  *     BAR_PB    WG1 arrives after writing P_B and (hidden keys) sanitizing V_B, and its proxy
  *               fence; WG0 waits before O_L += P_B V_B. Only in pairs with a tile B.
  *     BAR_PA    WG0 arrives after its O_L += P_A V_A completed, P_A rewritten to M and its proxy
  *               fence (V_A sanitized before, under the same fence); WG1 waits before
- *               O_R += P_A V_A (so stage 0 then has no reader but WG1).
- *     BAR_S1    WG1 arrives once its S_B and O_R += P_B V_B have completed; WG0 waits before it
- *               refills stage 1. Only in pairs with a tile B.
+ *               O_R += P_A V_A.
+ *     BAR_S1    WG1 arrives once its O_R += P_B V_B has completed; WG0 waits before it refills
+ *               stage 1's blocks 0..3 and 8. Only in pairs with a tile B.
  *   A barrier's next use cannot begin before its current one completes: each arrival of pair
  *   i + 1 comes after the arriving warpgroup's wait on another barrier that the waiting side
  *   arrives at only after its wait of pair i (REF(i + 1) after M(i); M(i + 1) after PA(i);
- *   PA(i + 1) after M(i + 1); PB(i + 1) and S1(i + 1) after tile B + 2 landed, which WG0 issues
- *   after its waits of PB(i) and S1(i)). The shared values: sref is rewritten by WG0 after its
- *   wait of M(i), which WG1 arrives at after reading sref; smax_m by WG1 after its wait of PA(i),
- *   which WG0 arrives at after reading smax_m.
- *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): its P stores before its own wgmma reads them,
- *     and before P_A's rewrite (every warp's reads of P_A completed). BAR_SUM, BAR_STAGE0 (+1):
- *     the epilogue's (write_output).
+ *   PA(i + 1) after M(i + 1); PB(i + 1) and S1(i + 1) after tile B + 2's blocks 0..3 and 8
+ *   landed, which WG0 refills after its waits of PB(i) and S1(i)). The shared values: sref is
+ *   rewritten by WG0 after its wait of M(i), which WG1 arrives at after reading sref; smax_m by
+ *   WG1 after its wait of PA(i), which WG0 arrives at after reading smax_m.
+ *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): its P stores before its own wgmma reads them;
+ *     every warp's reads of P_A completed before P_A's rewrite; a gathered part's copies before
+ *     thread 0's arrivals. BAR_SUM, BAR_STAGE0 (+1): the epilogue's (write_output).
  * Proxies: P and sanitized V are generic writes read by wgmma (async proxy): each writer fences
  * (fence.proxy.async) before the barrier its readers pass. A refill's writes (TMA: async; gather:
- * generic, fenced by each writer before its arrival) come after the stage's last reads completed
- * (wgmma_wait of the reading warpgroups, ordered by the barriers above), as in kernel.cuh's
- * produce.
+ * generic, fenced by each writer) come after the part's last reads completed (wgmma_wait of the
+ * reading warpgroups, ordered by the barriers above) and after the generic writes to it (P,
+ * sanitizing), fenced before those barriers, as in kernel.cuh's produce.
  * Registers: no register-A wgmma; P is read from shared memory by both warpgroups, so no
- * accumulator is written while a group is in flight (C7515). */
+ * accumulator is written while a group is in flight (C7515). ptxas reports (C7519) a warpgroup
+ * arrive injected after each block's wait inside S: a fence, not a wait. */
 #ifndef MLAV_CUDA_SM90_SEESAW_CUH
 #define MLAV_CUDA_SM90_SEESAW_CUH
 
