@@ -31,8 +31,9 @@ const void *kernel_for(mlav_dtype dtype, bool kv_fp8, bool step)
  * tensor map. */
 template <typename T> const void *seesaw_of(bool step)
 {
-    return step ? reinterpret_cast<const void *>(&mlav90::seesaw::flash_sm90_seesaw_kernel<T, true>)
-                : reinterpret_cast<const void *>(&mlav90::seesaw::flash_sm90_seesaw_kernel<T, false>);
+    using namespace mlav90::seesaw;
+    return step ? reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, true>)
+                : reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, false>);
 }
 
 const void *seesaw_for(mlav_dtype dtype, bool step)
