@@ -366,27 +366,42 @@ __device__ __forceinline__ bool tile_has_hidden_keys(int j0, int prefix, int kv_
  * has a non-finite score, and a row that does not gives it weight 0, which times Inf or NaN on
  * the tensor cores would otherwise reach rows that do not see the key. `exp_mask`: the 16-bit
  * type's exponent bits. */
+constexpr int V_CHUNKS = (DL / COL_BLOCK) * (int)BLOCK_BYTES / 16; /* 4096 */
+
+/* sanitize_v's work on one 16-byte chunk `q` of V (`m2`: the exponent mask in both halves). */
+__device__ __forceinline__ void sanitize_chunk(uint4 *q, uint32_t exp_mask, uint32_t m2)
+{
+    uint4 v = *q;
+    uint32_t *w = reinterpret_cast<uint32_t *>(&v);
+    bool any = false;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const uint32_t x = w[e] & m2;
+        const uint32_t lo = (x & 0xffffu) == exp_mask ? 0xffff0000u : 0xffffffffu;
+        const uint32_t hi = (x >> 16) == exp_mask ? 0x0000ffffu : 0xffffffffu;
+        any |= (lo & hi) != 0xffffffffu;
+        w[e] &= lo & hi;
+    }
+    if (any)
+        *q = v;
+}
+
 __device__ __forceinline__ void sanitize_v(unsigned char *stage, uint32_t exp_mask, int i,
                                            int nthreads)
 {
-    constexpr int V_CHUNKS = (DL / COL_BLOCK) * (int)BLOCK_BYTES / 16; /* 4096 */
     const uint32_t m2 = exp_mask | (exp_mask << 16);
-    for (int c = i; c < V_CHUNKS; c += nthreads) {
-        uint4 *q = reinterpret_cast<uint4 *>(stage) + c;
-        uint4 v = *q;
-        uint32_t *w = reinterpret_cast<uint32_t *>(&v);
-        bool any = false;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const uint32_t x = w[e] & m2;
-            const uint32_t lo = (x & 0xffffu) == exp_mask ? 0xffff0000u : 0xffffffffu;
-            const uint32_t hi = (x >> 16) == exp_mask ? 0x0000ffffu : 0xffffffffu;
-            any |= (lo & hi) != 0xffffffffu;
-            w[e] &= lo & hi;
-        }
-        if (any)
-            *q = v;
-    }
+    for (int c = i; c < V_CHUNKS; c += nthreads)
+        sanitize_chunk(reinterpret_cast<uint4 *>(stage) + c, exp_mask, m2);
+}
+
+/* sanitize_v a chunk at a time (not unrolled), for a caller whose registers are full. */
+__device__ __forceinline__ void sanitize_v_lean(unsigned char *stage, uint32_t exp_mask, int i,
+                                                int nthreads)
+{
+    const uint32_t m2 = exp_mask | (exp_mask << 16);
+#pragma unroll 1
+    for (int c = i; c < V_CHUNKS; c += nthreads)
+        sanitize_chunk(reinterpret_cast<uint4 *>(stage) + c, exp_mask, m2);
 }
 
 } // namespace mlav90

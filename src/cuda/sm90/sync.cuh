@@ -45,6 +45,18 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
     } while (!done);
 }
 
+/* mbar_wait with its loop inside the asm (labels scoped by the braces), so that the compiler sees
+ * no branch: between the wgmmas of one group, a C++ loop split the accumulators' live range and
+ * the compiler's copies made ptxas wait for the wgmmas in flight (C7517). */
+__device__ __forceinline__ void mbar_wait_flat(uint64_t *bar, uint32_t parity)
+{
+    asm volatile("{\n .reg .pred p;\n"
+                 "WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 " @!p bra WAIT;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
 /* Whether the phase of parity `parity` has completed, without waiting (acquire when it has). */
 __device__ __forceinline__ bool mbar_test(uint64_t *bar, uint32_t parity)
 {
@@ -67,6 +79,14 @@ __device__ __forceinline__ void fence_proxy_async()
 __device__ __forceinline__ void named_barrier(int id, int count)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* This thread's arrival on named barrier `id` without waiting for it (the other side's threads
+ * wait with named_barrier, `count` counting both sides): a one-way hand-over, release for this
+ * thread's earlier shared-memory writes. */
+__device__ __forceinline__ void named_barrier_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 /* A named barrier that also returns whether `pred` held on every participating thread (the

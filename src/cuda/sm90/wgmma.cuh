@@ -2,6 +2,7 @@
  * the 128-byte-swizzled layouts (smem_layout.cuh), the warpgroup fence / commit / wait, and the
  * two instruction shapes, for BF16 and F16 operands with fp32 accumulators:
  *   m64n32k16  S = Q K^T: A (Q) and B (K) both K-major from shared memory;
+ *   m64n64k16  the same over 64 keys (the seesaw kernel, seesaw.cuh);
  *   m64n256k16 O += P V: A (P) K-major, B (V) MN-major (TRANS_B = 1: the KV tile's rows are
  *              keys, the reduction dimension of P V, and its features, V's columns, are
  *              contiguous).
@@ -93,6 +94,25 @@ template <int TRANS_B> struct wgmma_ops<T, TRANS_B> {                           
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),    \
                        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),  \
                        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])                         \
+                     : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS_B));                          \
+    }                                                                                             \
+    /* m64n64k16, S over a whole 64-key tile (seesaw.cuh) */                                      \
+    static __device__ __forceinline__ void m64n64k16(float (&d)[32], uint64_t da,                 \
+                                               uint64_t db, uint32_t accumulate)                  \
+    {                                                                                             \
+        asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %34, 0;\n"                               \
+                     " wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " {"              \
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "                         \
+                     "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "               \
+                     "%24, %25, %26, %27, %28, %29, %30, %31"                                     \
+                     "}, %32, %33, p, 1, 1, 0, %35;\n}\n"                                         \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]),                \
+                       "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),                \
+                       "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),           \
+                       "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),           \
+                       "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),           \
+                       "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),           \
+                       "+f"(d[30]), "+f"(d[31])                                                   \
                      : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS_B));                          \
     }                                                                                             \
     static __device__ __forceinline__ void m64n256k16(float (&d)[128], uint64_t da,               \

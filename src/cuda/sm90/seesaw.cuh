@@ -1,0 +1,548 @@
+/* The "seesaw" Hopper kernel (MLAV90_SEESAW): the split kernel's contract (kernel.cuh) with 256
+ * threads, two math warpgroups and no producer warpgroup, for a 16-bit cache whose launch holds
+ * the pool's tensor map (launch_sm90.cu; every other launch keeps kernel.cuh's kernel).
+ *
+ * The item's tiles go in pairs: tile A = 2i in stage 0, tile B = 2i + 1 in stage 1 (a last pair
+ * of one tile has no B). WG0 owns A and output columns [0, 256), WG1 owns B and [256, 512):
+ *   WG0: S_A = Q K_A^T (m64n64k16, the whole tile), its scores and row maxima, ref0 = the
+ *        reference after A (the RESCALE_SLACK rule from the running one); O_L and its row sums
+ *        rescaled to ref0, P_A into the P slot of stage 0, O_L += P_A V_A[:, 0:256]; then, with
+ *        the pair's final reference M from WG1, O_L, its sums and P_A rescaled to M (P_A
+ *        rewritten in its slot for WG1), and O_L += P_B V_B[:, 0:256].
+ *   WG1: S_B = Q K_B^T, M = the reference after B from ref0; O_R and its sums rescaled to M,
+ *        P_B into the P slot of stage 1, O_R += P_B V_B[:, 256:512]; O_R += P_A V_A[:, 256:512].
+ * So WG0's softmax of A runs under WG1's S_B and WG1's softmax under WG0's P V, and both keep
+ * the same reference per row as main's kernel after every tile (the same rule, applied to A then
+ * B), so the row sums of each warpgroup's own keys meet in the shared epilogue (write_output).
+ *
+ * P's slot: a stage's last column block (K's features 512..575, read only by the S product of
+ * that stage's owner): once S of the tile has completed it is free until the stage's refill, so
+ * each pair has two P tiles without shared memory beyond Q and the two stages.
+ *
+ * Refill: no producer; each part of a stage is refilled by the warpgroup that is its last
+ * reader, the moment that reader's wgmma has completed (refill, PART_*):
+ *   stage 0, blocks 0..3 (V_A[:, 0:256]): read by WG0 only (S_A, P_A V_A); WG0 refills them with
+ *     tile A + 2 once its P_A V_A has completed and P_A is handed over (BAR_PA).
+ *   stage 0, blocks 4..8 (V_A[:, 256:512], P's slot): last read by WG1's P_A V_A (WG0's S_A and
+ *     P_A V_A completed before BAR_PA); WG1 refills them after it.
+ *   stage 1, blocks 4..7 (V_B[:, 256:512]): read by WG1 only (S_B, P_B V_B); WG1 refills them
+ *     after its P_B V_B.
+ *   stage 1, blocks 0..3 and 8 (V_B[:, 0:256], P_B): read by WG0's P_B V_B and WG1's P_B V_B
+ *     (P's slot); WG0 refills them after its own and after BAR_S1 (WG1's).
+ * A tile inside one page, the split and the pool (kv_tile_by_tma, the same answer in both
+ * warpgroups) goes by TMA, a box per column block issued by the warpgroup's thread 0; any other
+ * (across pages, the split's last partial tile, a page id outside the pool: the plan's NaN row)
+ * is gathered by the refilling warpgroup's 128 threads through kv_row_src (gather.cuh), which
+ * wait for their copies (slow, and rare). The refill of P's slot also asks the L2 for the tile
+ * after next of that stage.
+ *
+ * Barriers.
+ *   full[s][k] (mbarriers; stage s, column block k; one arrival a phase): a TMA block: thread 0's
+ *     arrive.expect_tx of its 8,192 bytes, then its copy, the phase completing when they land; a
+ *     gathered part: every thread's copies landed and fenced (fence.proxy.async), the
+ *     warpgroup's named barrier, then thread 0's plain arrival on each of the part's blocks.
+ *     Stage s holds tiles s, s + 2, ...: pair i waits for parity i & 1. S of a tile waits block
+ *     by block (s_issue_full), so it starts with the first block landed; P V reads only blocks
+ *     its S already waited for. WG0 waits on full[0][*], WG1 on full[1][*].
+ *   Named barriers, 256 threads: one warpgroup arrives (bar.arrive, no wait), the other waits
+ *   (bar.sync); once a pair each:
+ *     BAR_REF   WG0 arrives after writing ref0 (sref); WG1 waits, then reads it.
+ *     BAR_M     WG1 arrives after writing M (smax_m); WG0 waits, then reads it.
+ *     BAR_PB    WG1 arrives after writing P_B and (hidden keys) sanitizing V_B, and its proxy
+ *               fence; WG0 waits before O_L += P_B V_B. Only in pairs with a tile B.
+ *     BAR_PA    WG0 arrives after its O_L += P_A V_A completed, P_A rewritten to M and its proxy
+ *               fence (V_A sanitized before, under the same fence); WG1 waits before
+ *               O_R += P_A V_A.
+ *     BAR_S1    WG1 arrives once its O_R += P_B V_B has completed; WG0 waits before it refills
+ *               stage 1's blocks 0..3 and 8. Only in pairs with a tile B.
+ *   A barrier's next use cannot begin before its current one completes: each arrival of pair
+ *   i + 1 comes after the arriving warpgroup's wait on another barrier that the waiting side
+ *   arrives at only after its wait of pair i (REF(i + 1) after M(i); M(i + 1) after PA(i);
+ *   PA(i + 1) after M(i + 1); PB(i + 1) and S1(i + 1) after tile B + 2's blocks 0..3 and 8
+ *   landed, which WG0 refills after its waits of PB(i) and S1(i)). The shared values: sref is
+ *   rewritten by WG0 after its wait of M(i), which WG1 arrives at after reading sref; smax_m by
+ *   WG1 after its wait of PA(i), which WG0 arrives at after reading smax_m.
+ *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): its P stores before its own wgmma reads them;
+ *     every warp's reads of P_A completed before P_A's rewrite; a gathered part's copies before
+ *     thread 0's arrivals. BAR_SUM, BAR_STAGE0 (+1): the epilogue's (write_output).
+ * Proxies: P and sanitized V are generic writes read by wgmma (async proxy): each writer fences
+ * (fence.proxy.async) before the barrier its readers pass. A refill's writes (TMA: async; gather:
+ * generic, fenced by each writer) come after the part's last reads completed (wgmma_wait of the
+ * reading warpgroups, ordered by the barriers above) and after the generic writes to it (P,
+ * sanitizing), fenced before those barriers, as in kernel.cuh's produce.
+ * Registers: no register-A wgmma; P is read from shared memory by both warpgroups, so no
+ * accumulator is written while a group is in flight (C7515). ptxas reports (C7519) a warpgroup
+ * arrive injected after each block's wait inside S: a fence, not a wait. */
+#ifndef MLAV_CUDA_SM90_SEESAW_CUH
+#define MLAV_CUDA_SM90_SEESAW_CUH
+
+#include "kernel.cuh"
+
+#ifndef MLAV90_SEESAW
+#define MLAV90_SEESAW 0
+#endif
+
+namespace mlav90 {
+namespace seesaw {
+
+constexpr int THREADS = 256;
+constexpr int WG_THREADS = 128;
+constexpr int X_REGS = TILE_N / 2; /* 32 fp32 accumulators of S a thread (m64n64) */
+constexpr int BAR_REF = 1, BAR_M = 2, BAR_PB = 3, BAR_PA = 4, BAR_S1 = 5, BAR_WG0 = 6,
+              BAR_SUM = 8, BAR_STAGE0 = 9;
+/* P's slot in a stage: the last column block (K's rope, features 512..575) */
+constexpr uint32_t P_SLOT = (uint32_t)(W_BLOCKS - 1) * BLOCK_BYTES;
+static_assert(THREADS == MATH_THREADS, "write_output's barriers count both warpgroups");
+static_assert(DL == (W_BLOCKS - 1) * COL_BLOCK, "V is the first 8 column blocks, P's slot the 9th");
+
+/* Regions, byte offsets from the 1024-byte-aligned base: Q and the two stages as kernel.cuh's. */
+struct smem_ss {
+    static constexpr uint32_t Q = 0;
+    static constexpr uint32_t KV = Q + OPERAND_BYTES;
+    static constexpr uint32_t REF = KV + STAGES * OPERAND_BYTES; /* [64] fp32: ref0 */
+    static constexpr uint32_t MAXM = REF + BM * 4;               /* [64] fp32: M */
+    static constexpr uint32_t SUM = MAXM + BM * 4;               /* [2][64] fp32 */
+    static constexpr uint32_t BAR = SUM + 2 * BM * 4;            /* full[STAGES][W_BLOCKS] */
+    static constexpr uint32_t END = BAR + STAGES * W_BLOCKS * 8;
+    static constexpr uint32_t BYTES = ((END + 15) / 16) * 16 + 1024;
+};
+static_assert(smem_ss::KV % 1024 == 0 && STAGE_WG_BYTES * 2 <= OPERAND_BYTES,
+              "swizzle atoms 1024-aligned; the epilogue's staging in Q's region");
+static_assert(smem_ss::BYTES <= 232448, "the sm_90 opt-in limit per block");
+
+/* This warpgroup's own 128-thread barrier (compile-time ids: a computed one makes ptxas reserve
+ * all 16). */
+__device__ __forceinline__ void wg_barrier(int w)
+{
+    if (w == 0)
+        named_barrier(BAR_WG0, WG_THREADS);
+    else
+        named_barrier(BAR_WG0 + 1, WG_THREADS);
+}
+
+/* The reference after a tile whose row maximum is `tile_max`, from `m` (kernel.cuh's rule). */
+__device__ __forceinline__ float next_ref(float m, float tile_max)
+{
+    return tile_max > m + RESCALE_SLACK ? fmaxf(m, tile_max) : m;
+}
+
+/* The factor that takes values of reference `from` to reference `to` (0 from no reference). */
+__device__ __forceinline__ float ref_factor(float from, float to)
+{
+    return from == -INFINITY ? 0.0f : mlav::exp2_fast(from - to);
+}
+
+/* S = Q K^T over the whole 64-key tile at `stage` (fragments of m64n64: x[4 j + e] is row
+ * 16 warp + g + 8 (e >> 1), key 8 j + 2 t + (e & 1)): issues and commits its 36 wgmmas, the 4
+ * of column block k once the tile's block k has landed (`full`: the stage's 9 barriers, phase
+ * parity `parity`), so the product starts with the first block. */
+template <typename T>
+__device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
+                                             uint64_t *full, uint32_t parity)
+{
+    /* the addresses opaque here, so that ptxas builds the 72 descriptors where they are used
+     * instead of keeping them in registers across the loop of tiles */
+    asm volatile("" : "+r"(sq), "+r"(stage));
+    pin_regs(x);
+    wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < W_BLOCKS; kb++) {
+        mbar_wait_flat(&full[kb], parity);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const uint32_t off = (uint32_t)kb * BLOCK_BYTES + (uint32_t)kk * 32u;
+            wgmma_ops<T, 0>::m64n64k16(x, desc_k_major(sq + off), desc_k_major(stage + off),
+                                       kb != 0 || kk != 0);
+        }
+    }
+    wgmma_commit();
+}
+
+/* The scores of the tile at KV row j0 in place (scale_log2, the visibility mask: kernel.cuh's
+ * consume), and their row maxima; returns whether the tile has hidden keys (V to sanitize). */
+__device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
+                                       const mlav_flash_params &p, const block_ctx &c, int j0,
+                                       int r0, int t4)
+{
+    const bool hidden = tile_has_hidden_keys(j0, c.prefix, c.kv_end);
+    if (!hidden) {
+#pragma unroll
+        for (int i = 0; i < X_REGS; i++)
+            x[i] *= p.scale_log2;
+    } else {
+        int row_i[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = c.m0 + r0 + 8 * h;
+            row_i[h] = m < c.M ? m / p.H : -1;
+        }
+#pragma unroll
+        for (int i = 0; i < X_REGS; i++) {
+            const int h = (i >> 1) & 1;
+            const int j = j0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+            bool vis = j < c.kv_end && row_i[h] >= 0;
+            if (vis && j >= c.prefix) {
+                const int k = j - c.prefix, qi = row_i[h];
+                vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
+            }
+            x[i] = vis ? x[i] * p.scale_log2 : -INFINITY;
+        }
+    }
+    tm[0] = tm[1] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < X_REGS; i++)
+        tm[(i >> 1) & 1] = fmaxf(tm[(i >> 1) & 1], x[i]);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 1));
+        tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 2));
+    }
+    return hidden;
+}
+
+/* Scores to P (in place) against reference `m` per row, added to the row sums `l`. */
+__device__ __forceinline__ void exponentiate(float (&x)[X_REGS], const float (&m)[2],
+                                             float (&l)[2])
+{
+    float ref[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        ref[h] = m[h] == -INFINITY ? 0.0f : m[h]; /* no -inf - -inf */
+#pragma unroll
+    for (int i = 0; i < X_REGS; i++) {
+        x[i] = mlav::exp2_fast(x[i] - ref[(i >> 1) & 1]);
+        l[(i >> 1) & 1] += x[i];
+    }
+}
+
+/* O times its rows' factors; skipped in a warp whose 16 rows all keep theirs (factor 1). */
+__device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&f)[2])
+{
+    if (__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < O_REGS; i++)
+            o[i] *= f[(i >> 1) & 1];
+    }
+}
+
+/* This thread's P (all 64 keys of its two rows) as 16-bit values into the P slot `sp` (64 rows
+ * x 64 keys, one swizzled column block, read K-major by pv_issue). */
+template <typename Pack>
+__device__ __forceinline__ void store_p_full(unsigned char *sp, const float (&x)[X_REGS],
+                                             int warp, int lane, Pack pack)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < X_REGS / 4; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = 16 * warp + g + 8 * h, key = 8 * j + 2 * t;
+            *reinterpret_cast<uint32_t *>(sp + sw128_elem(r, key)) =
+                pack(x[4 * j + 2 * h], x[4 * j + 2 * h + 1]);
+        }
+}
+
+/* What a warpgroup needs to refill a stage. */
+struct feed_ctx {
+    const int32_t *ptab;
+    const CUtensorMap *map;
+    bool tma; /* the launch holds the pool's map */
+};
+
+/* The column blocks of a stage each refill copies (bit k: block k): V's left half (K's features
+ * 0..255), its right half (256..511), and P's slot (K's rope). */
+constexpr uint32_t PART_L = 0x00fu, PART_R = 0x0f0u, PART_P = 0x100u, PART_ALL = 0x1ffu;
+
+/* The column blocks MASK of tile t of the item into `stage` by warpgroup w (thread wt of 128),
+ * each published on its own barrier of `full` (the stage's 9, one arrival a phase): by TMA
+ * where kv_tile_by_tma allows (the answer the same in every thread and for every part: the
+ * tile's first row's page), thread 0 arriving with a block's bytes expected then copying it;
+ * else gathered through kv_row_src, each thread waiting for its copies to land and fencing them,
+ * the warpgroup's barrier, then thread 0's plain arrivals. The refill that copies P's slot also
+ * asks the L2 for tile t + 2 of the same stage, where it is a TMA tile (73,728 contiguous bytes
+ * of the pool), so that a pair of tiles is on its way from memory while this one is used. */
+template <typename T, uint32_t MASK>
+__device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
+                                       const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
+                                       int w, int wt)
+{
+    const int j0 = c.kv_begin + t * TILE_N;
+    const int32_t page0 = kv_page_of(f.ptab, j0, c.kv_end, p);
+    if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
+        if (wt != 0)
+            return;
+        const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
+#pragma unroll
+        for (int k = 0; k < W_BLOCKS; k++)
+            if (MASK >> k & 1u) {
+                mbar_arrive_expect_tx(&full[k], BLOCK_BYTES);
+                tma_load_2d(stage + (uint32_t)k * BLOCK_BYTES, f.map, k * COL_BLOCK, y, &full[k]);
+            }
+        if ((MASK & PART_P) && t + 2 < c.n_tiles) {
+            const int j2 = j0 + 2 * TILE_N;
+            const int32_t page2 = kv_page_of(f.ptab, j2, c.kv_end, p);
+            if (kv_tile_by_tma(page2, j2, c.kv_end, p)) {
+                const T *src = static_cast<const T *>(p.kv) +
+                               ((size_t)page2 * p.page_size + kv_slot_of(j2, p)) * W;
+#pragma unroll 1
+                for (int k = 0; k < 8; k++)
+                    prefetch_l2(src + (size_t)k * (OPERAND_BYTES / 16), OPERAND_BYTES / 8);
+            }
+        }
+        return;
+    }
+    /* a row at a time (load_kv_tile's 4 page ids and row addresses at once, with O live across
+     * the loop of tiles, spilled) */
+    const T *kv = static_cast<const T *>(p.kv);
+    const uint32_t d0 = gather_dst(stage, wt);
+#pragma unroll 1
+    for (int i = 0; i < ROWS_PER_THREAD; i++) {
+        const int j = j0 + wt / ROW_LANES + ROW_STEP * i;
+        const bool live = j < c.kv_end;
+        const int32_t page = kv_page_of(f.ptab, j, c.kv_end, p);
+        const T *src = kv_row_src(kv, page, j, live, p) + (wt % ROW_LANES) * 8;
+        const uint32_t d = d0 + (uint32_t)(i * ROW_STEP) * 128u;
+#pragma unroll
+        for (int k = 0; k < W_BLOCKS; k++)
+            if (MASK >> k & 1u)
+                cp_async16(d + (uint32_t)k * BLOCK_BYTES, src + k * COL_BLOCK, live ? 16 : 0);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async(); /* this thread's copies, for wgmma */
+    wg_barrier(w);
+    if (wt == 0) {
+#pragma unroll
+        for (int k = 0; k < W_BLOCKS; k++)
+            if (MASK >> k & 1u)
+                mbar_arrive(&full[k]);
+    }
+}
+
+/* WG0: tile A of each pair, output columns [0, 256). */
+template <typename T>
+__device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const block_ctx &c,
+                                          unsigned char *smem, uint32_t base, uint64_t *full,
+                                          const feed_ctx &f, float (&o)[O_REGS],
+                                          float (&m_run)[2], float (&l_run)[2], int wt)
+{
+    using TY = mlav::mma_type<T>;
+    const int warp = wt >> 5, lane = wt & 31, t4 = lane & 3;
+    const int r0 = 16 * warp + (lane >> 2);
+    float *sref = reinterpret_cast<float *>(smem + smem_ss::REF);
+    const float *smax_m = reinterpret_cast<const float *>(smem + smem_ss::MAXM);
+    const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
+    unsigned char *pa = smem + smem_ss::KV + P_SLOT;
+    uint64_t *full_a = full, *full_b = full + W_BLOCKS;
+    for (int t = 0; t < c.n_tiles; t += 2) {
+        const bool has_b = t + 1 < c.n_tiles;
+        float x[X_REGS];
+        s_issue_full<T>(x, sq, sa, full_a, (uint32_t)((t / 2) & 1));
+        wgmma_wait<0>();
+        fence_regs(x);
+        float tm[2];
+        const bool hidden = scores(x, tm, p, c, c.kv_begin + t * TILE_N, r0, t4);
+        float ref0[2], f0[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            ref0[h] = next_ref(m_run[h], tm[h]);
+            if (t4 == 0)
+                sref[r0 + 8 * h] = ref0[h];
+            f0[h] = ref_factor(m_run[h], ref0[h]);
+            l_run[h] *= f0[h];
+        }
+        named_barrier_arrive(BAR_REF, THREADS);
+        if (hidden) /* K read (S completed); V_A before either warpgroup's P V */
+            sanitize_v_lean(smem + smem_ss::KV, TY::exp_mask, wt, WG_THREADS);
+        rescale_o(o, f0);
+        exponentiate(x, ref0, l_run);
+        store_p_full(pa, x, warp, lane, TY::pack);
+        fence_proxy_async(); /* P_A, V_A sanitized: for wgmma */
+        wg_barrier(0);
+        pv_issue<T>(o, sa + P_SLOT, sa, 0);
+        named_barrier(BAR_M, THREADS);
+        float m[2], f1[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            m[h] = smax_m[r0 + 8 * h];
+            f1[h] = ref_factor(ref0[h], m[h]);
+            l_run[h] *= f1[h];
+            m_run[h] = m[h];
+        }
+        wgmma_wait<0>();
+        fence_regs(o);
+        rescale_o(o, f1);
+        /* every warp's reads of P_A completed before its rewrite at the pair's reference */
+        wg_barrier(0);
+        if (__any_sync(0xffffffffu, f1[0] != 1.0f || f1[1] != 1.0f)) {
+#pragma unroll
+            for (int i = 0; i < X_REGS; i++)
+                x[i] *= f1[(i >> 1) & 1];
+            store_p_full(pa, x, warp, lane, TY::pack);
+        }
+        fence_proxy_async();
+        named_barrier_arrive(BAR_PA, THREADS);
+        /* stage 0's blocks 0..3: read only by this warpgroup (S_A, P_A V_A), both completed */
+        if (t + 2 < c.n_tiles)
+            refill<T, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt);
+        if (has_b) {
+            named_barrier(BAR_PB, THREADS);
+            pv_issue<T>(o, sb + P_SLOT, sb, 0);
+            wgmma_wait<0>();
+            fence_regs(o);
+            named_barrier(BAR_S1, THREADS); /* WG1's reads of P_B completed */
+        }
+        /* stage 1's blocks 0..3 and P's slot: their last readers, this warpgroup's P_B V_B and
+         * WG1's (S_B before BAR_PB, P_B V_B before BAR_S1), completed. Out of the block above:
+         * inside it, ptxas spilled. */
+        if (t + 3 < c.n_tiles)
+            refill<T, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt);
+    }
+}
+
+/* WG1: tile B of each pair, output columns [256, 512). */
+template <typename T>
+__device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const block_ctx &c,
+                                          unsigned char *smem, uint32_t base, uint64_t *full,
+                                          const feed_ctx &f, float (&o)[O_REGS],
+                                          float (&m_run)[2], float (&l_run)[2], int wt)
+{
+    using TY = mlav::mma_type<T>;
+    const int warp = wt >> 5, lane = wt & 31, t4 = lane & 3;
+    const int r0 = 16 * warp + (lane >> 2);
+    const float *sref = reinterpret_cast<const float *>(smem + smem_ss::REF);
+    float *smax_m = reinterpret_cast<float *>(smem + smem_ss::MAXM);
+    const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
+    unsigned char *pb = smem + smem_ss::KV + OPERAND_BYTES + P_SLOT;
+    uint64_t *full_a = full, *full_b = full + W_BLOCKS;
+    for (int t = 0; t < c.n_tiles; t += 2) {
+        const bool has_b = t + 1 < c.n_tiles;
+        float x[X_REGS];
+        float tm[2] = {-INFINITY, -INFINITY};
+        bool hidden = false;
+        if (has_b) {
+            s_issue_full<T>(x, sq, sb, full_b, (uint32_t)((t / 2) & 1));
+            wgmma_wait<0>();
+            fence_regs(x);
+            hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4);
+        }
+        named_barrier(BAR_REF, THREADS);
+        float m[2], f1[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            m[h] = next_ref(sref[r0 + 8 * h], tm[h]);
+            if (t4 == 0)
+                smax_m[r0 + 8 * h] = m[h];
+            f1[h] = ref_factor(m_run[h], m[h]);
+            l_run[h] *= f1[h];
+            m_run[h] = m[h];
+        }
+        named_barrier_arrive(BAR_M, THREADS);
+        rescale_o(o, f1);
+        if (has_b) {
+            if (hidden)
+                sanitize_v_lean(smem + smem_ss::KV + OPERAND_BYTES, TY::exp_mask, wt, WG_THREADS);
+            exponentiate(x, m, l_run);
+            store_p_full(pb, x, warp, lane, TY::pack);
+            fence_proxy_async(); /* P_B, V_B sanitized: for wgmma */
+            wg_barrier(1);
+            named_barrier_arrive(BAR_PB, THREADS);
+            pv_issue<T>(o, sb + P_SLOT, sb, 1);
+        }
+        named_barrier(BAR_PA, THREADS);
+        pv_issue<T>(o, sa + P_SLOT, sa, 1);
+        if (has_b) {
+            wgmma_wait<1>(); /* O_R += P_B V_B: this warpgroup's last read of stage 1 */
+            named_barrier_arrive(BAR_S1, THREADS);
+            /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
+            if (t + 3 < c.n_tiles)
+                refill<T, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt);
+        }
+        wgmma_wait<0>();
+        fence_regs(o);
+        /* stage 0's blocks 4..7 and P's slot: this warpgroup's P_A V_A was their last reader
+         * (WG0's S_A and P_A V_A completed before BAR_PA) */
+        if (t + 2 < c.n_tiles)
+            refill<T, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt);
+    }
+}
+
+/* The kernel; STEP as kernel.cuh's flash_sm90_kernel. Launched only for a 16-bit cache whose
+ * launch holds the pool's map (kv_tma); a tile TMA cannot copy is gathered. */
+template <typename T, bool STEP>
+__global__ void __launch_bounds__(THREADS, 1)
+    flash_sm90_seesaw_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
+                             const int kv_tma)
+{
+    const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
+    if (STEP && step_ix < 0)
+        return; /* past the step's schedule, or an item past the plan's limits */
+    unsigned char *smem = smem_base();
+    const uint32_t base = smem_u32(smem);
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + smem_ss::BAR);
+    mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
+    const mlav_split_item item = p.items[STEP ? (uint32_t)step_ix : blockIdx.x];
+    const int tid = threadIdx.x;
+    const int w = __shfl_sync(0xffffffffu, tid / WG_THREADS, 0); /* warp-uniform */
+    const int wt = tid - WG_THREADS * w;
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES * W_BLOCKS; s++)
+            mbar_init(&full[s], 1);
+        fence_proxy_async(); /* the initialization visible to the TMA copies' complete_tx */
+        if (kv_tma)
+            tensormap_prefetch(&kv_map);
+    }
+    __syncthreads();
+    block_ctx c;
+    c.b = item.b;
+    c.q_start = item.q_start;
+    c.prefix = item.prefix;
+    c.M = item.q_len * p.H;
+    c.m0 = item.mtile * BM;
+    c.kv_begin = item.kv_begin;
+    c.kv_end = item.kv_end;
+    c.n_tiles = (item.kv_end - item.kv_begin + TILE_N - 1) / TILE_N;
+    c.slot = item.slot;
+    feed_ctx f;
+    f.ptab = mlav_page_row_dev(p.page_table, p.page_table_rows, p.page_table_num_rows,
+                               p.max_pages, p.bad_pages, c.b);
+    f.map = &kv_map;
+    f.tma = kv_tma != 0;
+    /* the prologue: Q by WG0 (then its copies landed and fenced), tile 0 by WG0, tile 1 by WG1;
+     * the block barrier hands Q to both */
+    if (w == 0) {
+        const T *qg = static_cast<const T *>(p.q) + (size_t)c.q_start * p.H * W;
+        load_q(base + smem_ss::Q, qg, c.m0, c.M, wt);
+        cp_async_commit();
+        if (c.n_tiles > 0)
+            refill<T, PART_ALL>(p, c, f, base + smem_ss::KV, full, 0, 0, wt);
+        cp_async_wait<0>();
+        fence_proxy_async();
+    } else if (c.n_tiles > 1) {
+        refill<T, PART_ALL>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, full + W_BLOCKS, 1, 1,
+                            wt);
+    }
+    __syncthreads();
+
+    float o[O_REGS];
+#pragma unroll
+    for (int i = 0; i < O_REGS; i++)
+        o[i] = 0.0f;
+    fence_regs(o);
+    float m_run[2] = {-INFINITY, -INFINITY}; /* the reference maxima, log2 units */
+    float l_run[2] = {0.0f, 0.0f};           /* the row sums of this warpgroup's own tiles */
+    if (w == 0)
+        wg0_pairs<T>(p, c, smem, base, full, f, o, m_run, l_run, wt);
+    else
+        wg1_pairs<T>(p, c, smem, base, full, f, o, m_run, l_run, wt);
+    const mlav::out_scale osc = {1.0f, 1.0f, 0};
+    write_output<T, T, BAR_SUM, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
+                                            reinterpret_cast<float *>(smem + smem_ss::SUM), w,
+                                            wt >> 5, wt & 31);
+}
+
+} // namespace seesaw
+} // namespace mlav90
+
+#endif
