@@ -91,10 +91,17 @@ size_t align256(size_t n)
 enum run_flags { ROWS_NONE = 0, ROWS_SHARED = 1, STEP_LAUNCH = 2, SCALE_DEVICE = 4, SCALE_NAN = 8 };
 typedef int rows_mode;
 
-/* Run one family (sm90 or legal) on problem `p` with schedule `sch` and compare. */
+/* Which kernel run_family launches: the legal family's, or the sm_90a family's producer kernel
+ * or its seesaw kernel (mlav_flash_launch_opts.sm90_seesaw; where the pool has no tensor map
+ * the launch takes the producer kernel). */
+enum run_kind { KIND_LEGAL, KIND_SM90, KIND_SEESAW };
+
+/* Run one kernel (run_kind) on problem `p` with schedule `sch` and compare. */
 void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedule *sch,
-                const mlav_cuda_device *dev, int sm90, const char *name, rows_mode rows)
+                const mlav_cuda_device *dev, int kind, const char *name, rows_mode rows)
 {
+    const int sm90 = kind != KIND_LEGAL;
+    const char *label = kind == KIND_SEESAW ? "ss" : sm90 ? "sm90" : "legal";
     const size_t esz = 2;
     const int W = MLAV_FLASH_W;
     const int fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
@@ -220,6 +227,7 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     lo.all_groups = mlav_flash_all_groups(info->max_q_len, info->H);
     lo.combine_kind = combine_kind;
     lo.kv_fp8 = fp8;
+    lo.sm90_seesaw = kind == KIND_SEESAW;
     if (step) {
         fp.step_owner = owner;
         fp.step_lim.max_batch = info->B;
@@ -237,9 +245,9 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     mlav_status s = sm90 ? mlav_flash_sm90_launch(info->dtype, &fp, &lo, step_arg, 0)
                          : mlav_flash_launch(info->dtype, &fp, &lo, step_arg, 0);
     if (s != MLAV_OK)
-        fail_msg("%s %s: launch returned %s: %s", sm90 ? "sm90" : "legal", name,
+        fail_msg("%s %s: launch returned %s: %s", label, name,
                  mlav_status_string(s), mlav_get_error());
-    sync_or_exit(sm90 ? "sm90 launch" : "legal launch", 60.0);
+    sync_or_exit(label, 60.0);
     TU_CK(cudaDeviceSynchronize());
     tu_poison(p);
     TU_CK(cudaMemcpy(p->out, dout, p->out_elems * esz, cudaMemcpyDeviceToHost));
@@ -247,7 +255,7 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     char msg[512];
     const int ok = tu_compare(p, tu_out_tol(p->c.dtype), tu_lse_tol(p->c.dtype), msg, sizeof msg);
     printf("  %-5s %s%s%s%s: items %d (combine %d, max splits %d): %s %s\n",
-           sm90 ? "sm90" : "legal", name, (rows & ROWS_SHARED) ? ",rows" : "",
+           label, name, (rows & ROWS_SHARED) ? ",rows" : "",
            step ? ",step" : "",
            (rows & SCALE_NAN) ? ",kv_scale_ptr NaN" : (rows & SCALE_DEVICE) ? ",kv_scale_ptr" : "",
            sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL", msg);
@@ -258,7 +266,7 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
         if (b)
             TU_CK(cudaFree(b));
     if (!ok)
-        fail_msg("%s %s: %s", sm90 ? "sm90" : "legal", name, msg);
+        fail_msg("%s %s: %s", label, name, msg);
 }
 
 /* `p` (tu_reference run, its page table possibly edited since) through both families. */
@@ -289,8 +297,11 @@ void run_problem(tu_problem *p, const mlav_cuda_device *dev, rows_mode rows)
     tu_case_name(c, name, sizeof name - 16);
     if (sched64)
         strcat(name, ",sched64");
-    run_family(p, &info, &sch, dev, 0, name, rows);
-    run_family(p, &info, &sch, dev, 1, name, rows);
+    run_family(p, &info, &sch, dev, KIND_LEGAL, name, rows);
+    run_family(p, &info, &sch, dev, KIND_SM90, name, rows);
+    /* the seesaw kernel where a launch can take it: a 16-bit cache under the pool's tensor map */
+    if (info.kv_dtype == info.dtype && info.page_size % 64 == 0)
+        run_family(p, &info, &sch, dev, KIND_SEESAW, name, rows);
     mlav_schedule_free(&sch);
     mlav_problem_info_free(&info);
 }

@@ -42,6 +42,7 @@ struct flash_config {
     int combine_kind;
     int kv_fp8;                   /* the cache is FP8 E4M3 (the split kernel's FP8 instances) */
     int combine_grid;             /* plans for limits: the combine launch's blocks */
+    int sm90_seesaw;              /* the sm_90a family's seesaw kernel (flash_family.h) */
     int combine_step;             /* plans for limits: the step combine's instance
                                    * (MLAV_COMBINE_STEP_DENSE or _ROOMY, flash.h) */
     mlav_flash_family family;     /* the split kernel's family (flash_family.h) */
@@ -224,6 +225,7 @@ mlav_flash_launch_opts launch_opts(const flash_config *c)
     lo.combine_smem = c->combine_smem;
     lo.kv_fp8 = c->kv_fp8;
     lo.combine_grid = c->combine_grid;
+    lo.sm90_seesaw = c->sm90_seesaw;
     return lo;
 }
 
@@ -288,6 +290,10 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         return s;
 
     const mlav_schedule *sc = &st->sched;
+#ifdef MLAV_WITH_SM90
+    st->cfg.sm90_seesaw =
+        mlav_flash_sm90_seesaw_of(sc->items, sc->n_items, (int64_t)p->max_q_len * p->H);
+#endif
     /* the combine's items: their most splits, and their rows that do work (a row tile's rows
      * past its request return at once) */
     int max_nsplit = 0;
@@ -371,6 +377,15 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
         return s;
     st->cfg.sp = mlav_step_params(shape->H, lim, st->cfg.sp);
     st->bd = mlav_step_bounds_of(shape->H, lim, &st->cfg.sp);
+#ifdef MLAV_WITH_SM90
+    /* the sm_90a kernel's rule on the limits: their row tiles over their longest kv_len, against
+     * the most items a step takes */
+    st->cfg.sm90_seesaw = mlav_flash_sm90_seesaw_rule(
+        (int64_t)lim->max_q_len * shape->H,
+        mlav_step_ceil_div((int64_t)lim->max_tokens * shape->H, MLAV_FLASH_BLOCK_M) *
+            mlav_step_ceil_div(lim->max_kv_len, MLAV_FLASH_SM90_TILE_N),
+        st->bd.max_items);
+#endif
     /* the most splits a request within the limits can take */
     int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);
     if (most > st->cfg.sp.max_splits)

@@ -50,6 +50,16 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
     return f;
 }
 
+int mlav_flash_sm90_seesaw_rule(int64_t rows_per_request, int64_t tile_rows, int64_t n_items)
+{
+    const char *env = getenv("MLAV_SM90_KERNEL");
+    if (env && strcmp(env, "seesaw") == 0)
+        return 1;
+    if (env && strcmp(env, "producer") == 0)
+        return 0;
+    return rows_per_request > 64 && n_items > 0 && tile_rows >= 8 * n_items;
+}
+
 const char *mlav_flash_family_name(mlav_flash_family f)
 {
     return f == MLAV_FLASH_FAMILY_SM90 ? "sm_90a (wgmma)" : "sm_120-legal (mma.sync)";

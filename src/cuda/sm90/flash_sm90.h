@@ -14,6 +14,7 @@
 #include <cuda.h> /* CUtensorMap (a type: the driver is reached through the runtime) */
 
 #include "../flash.h"
+#include "../flash_family.h"
 
 /* The Hopper kernel's KV tile, in keys. */
 #define MLAV_FLASH_SM90_TILE_N 64
@@ -29,6 +30,18 @@ static inline mlav_schedule_params mlav_flash_sm90_schedule_params(int sm_count,
     sp.key_align = MLAV_FLASH_SM90_TILE_N;
     sp.min_chunk = MLAV_FLASH_SM90_TILE_N;
     return sp;
+}
+
+/* mlav_flash_sm90_seesaw_rule (flash_family.h) for a schedule's items: the 64-key tiles of all
+ * of them, over their count, with the largest request's folded rows. */
+static inline int mlav_flash_sm90_seesaw_of(const mlav_split_item *items, int32_t n_items,
+                                            int64_t rows_per_request)
+{
+    int64_t tile_rows = 0;
+    for (int32_t i = 0; i < n_items; i++)
+        tile_rows += (items[i].kv_end - items[i].kv_begin + MLAV_FLASH_SM90_TILE_N - 1) /
+                     MLAV_FLASH_SM90_TILE_N;
+    return mlav_flash_sm90_seesaw_rule(rows_per_request, tile_rows, n_items);
 }
 
 /* Whether this device and these dtypes can run the Hopper kernel: MLAV_OK, or

@@ -26,7 +26,6 @@ const void *kernel_for(mlav_dtype dtype, bool kv_fp8, bool step)
     return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(step) : kernel_of<__half>(step);
 }
 
-#if MLAV90_SEESAW
 /* The seesaw instance (seesaw.cuh) for a dtype and plan kind: a 16-bit cache under the pool's
  * tensor map. */
 template <typename T> const void *seesaw_of(bool step)
@@ -40,7 +39,6 @@ const void *seesaw_for(mlav_dtype dtype, bool step)
 {
     return dtype == MLAV_DTYPE_BF16 ? seesaw_of<__nv_bfloat16>(step) : seesaw_of<__half>(step);
 }
-#endif
 
 } // namespace
 
@@ -82,8 +80,8 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
                                                                     mlav90::smem90::BYTES));
         *blocks_per_sm = k == 0 || n < *blocks_per_sm ? n : *blocks_per_sm;
     }
-#if MLAV90_SEESAW
-    /* the seesaw instances, which a 16-bit cache's launches under the pool's map take */
+    /* the seesaw instances, which a 16-bit cache's launches under the pool's map may take
+     * (mlav_flash_launch_opts.sm90_seesaw) */
     if (kv_dtype != MLAV_DTYPE_FP8_E4M3)
         for (int k = 0; k < 2; k++) {
             const void *f = seesaw_for(dtype, k != 0);
@@ -94,7 +92,6 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
                 &n, f, mlav90::seesaw::THREADS, mlav90::seesaw::smem_ss::BYTES));
             *blocks_per_sm = n < *blocks_per_sm ? n : *blocks_per_sm;
         }
-#endif
     if (*blocks_per_sm < 1)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "flash_sm90 cannot be resident on this device (0 blocks per SM)");
@@ -129,14 +126,12 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
         if (ms != MLAV_OK)
             return ms;
         void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
-#if MLAV90_SEESAW
-        if (kv_tma && !lo->kv_fp8)
+        if (kv_tma && !lo->kv_fp8 && lo->sm90_seesaw)
             MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, step != 0),
                                            dim3((unsigned)fp->n_items),
                                            dim3(mlav90::seesaw::THREADS), args,
                                            mlav90::seesaw::smem_ss::BYTES, stream));
         else
-#endif
             MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, lo->kv_fp8 != 0, step != 0),
                                            dim3((unsigned)fp->n_items),
                                            dim3(mlav90::THREADS), args, mlav90::smem90::BYTES,

@@ -1,6 +1,7 @@
-/* The "seesaw" Hopper kernel (MLAV90_SEESAW): the split kernel's contract (kernel.cuh) with 256
- * threads, two math warpgroups and no producer warpgroup, for a 16-bit cache whose launch holds
- * the pool's tensor map (launch_sm90.cu; every other launch keeps kernel.cuh's kernel).
+/* The "seesaw" Hopper kernel: the split kernel's contract (kernel.cuh) with 256 threads, two math
+ * warpgroups and no producer warpgroup, for a 16-bit cache whose launch holds the pool's tensor
+ * map and asks for it (mlav_flash_launch_opts.sm90_seesaw, set by mlav_flash_sm90_seesaw_rule;
+ * every other launch keeps kernel.cuh's kernel).
  *
  * The item's tiles go in pairs: tile A = 2i in stage 0, tile B = 2i + 1 in stage 1 (a last pair
  * of one tile has no B). WG0 owns A and output columns [0, 256), WG1 owns B and [256, 512):
@@ -77,10 +78,6 @@
 #define MLAV_CUDA_SM90_SEESAW_CUH
 
 #include "kernel.cuh"
-
-#ifndef MLAV90_SEESAW
-#define MLAV90_SEESAW 0
-#endif
 
 namespace mlav90 {
 namespace seesaw {
