@@ -55,8 +55,8 @@ int mlav_flash_sm90_seesaw_rule(int64_t rows_per_request, int64_t tile_rows, int
     const char *env = getenv("MLAV_SM90_KERNEL");
     if (env && strcmp(env, "seesaw") == 0)
         return 1;
-    if (env && strcmp(env, "producer") == 0)
-        return 0;
+    if (!env || strcmp(env, "auto") != 0)
+        return 0; /* opt-in until racecheck's report on its named-barrier handshakes is settled */
     return rows_per_request > 64 && n_items > 0 && tile_rows >= 8 * n_items;
 }
 

@@ -34,12 +34,15 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
 /* Within the sm_90a family, whether a plan's launches take the seesaw kernel (sm90/seesaw.cuh:
  * two math warpgroups on alternate tiles, no producer) rather than the producer kernel
  * (sm90/kernel.cuh), where the pool has the TMA tensor map (a 16-bit cache, page_size a multiple
- * of 64): requests of more than 64 folded rows (rows_per_request, max_q_len x H: several blocks
+ * of 64). Opt-in, by the environment variable MLAV_SM90_KERNEL (read at plan time): "auto" takes
+ * it for requests of more than 64 folded rows (rows_per_request, max_q_len x H: several blocks
  * read each tile) whose blocks average at least 8 KV tiles (tile_rows, the 64-key tiles of all
- * blocks, over n_items). Measured on the H200 (docs/PERFORMANCE.md#hopper): 0.82-0.91x the
- * producer kernel's time there; up to 1.4x where a block has one or two tiles, and 1.0-1.05x at
- * 64 rows or fewer. The environment variable MLAV_SM90_KERNEL = "seesaw" or "producer" forces
- * one (for A/B runs and tests). */
+ * blocks, over n_items), where it measured 0.82-0.94x the producer kernel's time on the H200
+ * (docs/PERFORMANCE.md#hopper; up to 1.41x where a block has one or two tiles or a request 64
+ * rows or fewer); "seesaw" takes it for every such launch; unset or anything else, the producer
+ * kernel: compute-sanitizer's racecheck reports hazards across the seesaw's one-way named-barrier
+ * handshakes (bar.arrive on one side, bar.sync on the other) that are not yet shown to be the
+ * tool's, so it is not the default. */
 int mlav_flash_sm90_seesaw_rule(int64_t rows_per_request, int64_t tile_rows, int64_t n_items);
 
 /* The family's name, as `mlaverify info` prints it. */
