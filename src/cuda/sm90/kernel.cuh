@@ -73,6 +73,24 @@ struct block_ctx {
     int b, q_start, prefix, M, m0, kv_begin, kv_end, n_tiles, slot;
 };
 
+/* A block's item as both Hopper kernels read it: its rows (M = q_len x H folded rows, from m0),
+ * its KV range and tiles, its partial-state slot (-1: unsplit). */
+__device__ __forceinline__ block_ctx block_ctx_of(const mlav_split_item &item,
+                                                  const mlav_flash_params &p)
+{
+    block_ctx c;
+    c.b = item.b;
+    c.q_start = item.q_start;
+    c.prefix = item.prefix;
+    c.M = item.q_len * p.H;
+    c.m0 = item.mtile * BM;
+    c.kv_begin = item.kv_begin;
+    c.kv_end = item.kv_end;
+    c.n_tiles = (item.kv_end - item.kv_begin + TILE_N - 1) / TILE_N;
+    c.slot = item.slot;
+    return c;
+}
+
 __device__ __forceinline__ unsigned char *smem_base()
 {
     extern __shared__ unsigned char smem_raw[];
@@ -547,16 +565,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             fence_proxy_async();
     }
     __syncthreads();
-    block_ctx c;
-    c.b = item.b;
-    c.q_start = item.q_start;
-    c.prefix = item.prefix;
-    c.M = item.q_len * p.H;
-    c.m0 = item.mtile * BM;
-    c.kv_begin = item.kv_begin;
-    c.kv_end = item.kv_end;
-    c.n_tiles = (item.kv_end - item.kv_begin + TILE_N - 1) / TILE_N;
-    c.slot = item.slot;
+    const block_ctx c = block_ctx_of(item, p);
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         /* TMA only where several blocks read each tile (the request's rows span more than one

@@ -491,16 +491,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             tensormap_prefetch(&kv_map);
     }
     __syncthreads();
-    block_ctx c;
-    c.b = item.b;
-    c.q_start = item.q_start;
-    c.prefix = item.prefix;
-    c.M = item.q_len * p.H;
-    c.m0 = item.mtile * BM;
-    c.kv_begin = item.kv_begin;
-    c.kv_end = item.kv_end;
-    c.n_tiles = (item.kv_end - item.kv_begin + TILE_N - 1) / TILE_N;
-    c.slot = item.slot;
+    const block_ctx c = block_ctx_of(item, p);
     feed_ctx f;
     f.ptab = mlav_page_row_dev(p.page_table, p.page_table_rows, p.page_table_num_rows,
                                p.max_pages, p.bad_pages, c.b);
