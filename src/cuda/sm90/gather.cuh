@@ -359,13 +359,6 @@ __device__ __forceinline__ bool tile_has_hidden_keys(int j0, int prefix, int kv_
     return !(j0 + TILE_N <= prefix && j0 + TILE_N <= kv_end);
 }
 
-/* Zero the Inf and NaN elements of the V part (features 0..511, column blocks 0..7, the first
- * 64 KB of the stage) of a tile with hidden keys, by `nthreads` threads (thread `i`), after every
- * S product of the tile has read K and before P V reads V. Exact for the same reason as the
- * legal kernel's fragment sanitizing: c_kv is also the key, so a row that sees a non-finite key
- * has a non-finite score, and a row that does not gives it weight 0, which times Inf or NaN on
- * the tensor cores would otherwise reach rows that do not see the key. `exp_mask`: the 16-bit
- * type's exponent bits. */
 constexpr int V_CHUNKS = (DL / COL_BLOCK) * (int)BLOCK_BYTES / 16; /* 4096 */
 
 /* sanitize_v's work on one 16-byte chunk `q` of V (`m2`: the exponent mask in both halves). */
@@ -386,6 +379,13 @@ __device__ __forceinline__ void sanitize_chunk(uint4 *q, uint32_t exp_mask, uint
         *q = v;
 }
 
+/* Zero the Inf and NaN elements of the V part (features 0..511, column blocks 0..7, the first
+ * 64 KB of the stage) of a tile with hidden keys, by `nthreads` threads (thread `i`), after every
+ * S product of the tile has read K and before P V reads V. Exact for the same reason as the
+ * legal kernel's fragment sanitizing: c_kv is also the key, so a row that sees a non-finite key
+ * has a non-finite score, and a row that does not gives it weight 0, which times Inf or NaN on
+ * the tensor cores would otherwise reach rows that do not see the key. `exp_mask`: the 16-bit
+ * type's exponent bits. */
 __device__ __forceinline__ void sanitize_v(unsigned char *stage, uint32_t exp_mask, int i,
                                            int nthreads)
 {
