@@ -71,6 +71,22 @@
  * generic, fenced by each writer) come after the part's last reads completed (wgmma_wait of the
  * reading warpgroups, ordered by the barriers above) and after the generic writes to it (P,
  * sanitizing), fenced before those barriers, as in kernel.cuh's produce.
+ * MLAV90_SEESAW_MBAR (default 0): 1 makes the five one-way hand-overs (REF, M, PB, PA, S1)
+ *   mbarriers instead of named barriers (hand[], after full[] in smem_ss): count 128, every
+ *   thread of the arriving warpgroup arrives (mbar_arrive, release), every thread of the waiting
+ *   one waits (mbar_wait_flat, acquire) for the phase of parity pair & 1 (PB and S1 are skipped
+ *   only in an item's last pair, so pair i is their use i too). A tool that does not follow
+ *   bar.arrive's ordering (racecheck) follows an mbarrier's. The argument above, made for every
+ *   thread rather than for the barrier: an mbarrier counts an arrival toward its current phase,
+ *   and a parity wait would miss a phase that two completions have passed, so each arrival of
+ *   use i + 1 must follow every waiter's wait of use i. It does: REF(i + 1) arrivals follow the
+ *   arriving thread's wait of M(i), whose phase completes only once each WG1 thread, after its
+ *   REF(i) wait, has arrived; M(i + 1) follows WG1's wait of PA(i), each WG0 thread arriving at
+ *   PA(i) after its M(i) wait; PA(i + 1) follows WG0's wait of M(i + 1), each WG1 thread arriving
+ *   at M(i + 1) after its PA(i) wait; PB(i + 1) and S1(i + 1) follow WG1's wait of REF(i + 1),
+ *   each WG0 thread arriving at REF(i + 1) after its PB(i) and S1(i) waits. (The refill
+ *   argument above is not enough here: a TMA refill is issued by WG0's thread 0 alone, and one
+ *   thread past PB(i) says nothing of the others' polls.)
  * Registers: no register-A wgmma; P is read from shared memory by both warpgroups, so no
  * accumulator is written while a group is in flight (C7515). ptxas reports (C7519) a warpgroup
  * arrive injected after each block's wait inside S: a fence, not a wait. */
@@ -78,6 +94,11 @@
 #define MLAV_CUDA_SM90_SEESAW_CUH
 
 #include "kernel.cuh"
+
+/* 1: the one-way hand-overs between the warpgroups are mbarriers (header comment) */
+#ifndef MLAV90_SEESAW_MBAR
+#define MLAV90_SEESAW_MBAR 0
+#endif
 
 namespace mlav90 {
 namespace seesaw {
@@ -89,6 +110,7 @@ constexpr int BAR_REF = 1, BAR_M = 2, BAR_PB = 3, BAR_PA = 4, BAR_S1 = 5, BAR_WG
               BAR_SUM = 8, BAR_STAGE0 = 9;
 /* P's slot in a stage: the last column block (K's rope, features 512..575) */
 constexpr uint32_t P_SLOT = (uint32_t)(W_BLOCKS - 1) * BLOCK_BYTES;
+constexpr int HANDOVERS = BAR_S1 - BAR_REF + 1; /* REF, M, PB, PA, S1 */
 static_assert(THREADS == MATH_THREADS, "write_output's barriers count both warpgroups");
 static_assert(DL == (W_BLOCKS - 1) * COL_BLOCK, "V is the first 8 column blocks, P's slot the 9th");
 
@@ -100,7 +122,8 @@ struct smem_ss {
     static constexpr uint32_t MAXM = REF + BM * 4;               /* [64] fp32: M */
     static constexpr uint32_t SUM = MAXM + BM * 4;               /* [2][64] fp32 */
     static constexpr uint32_t BAR = SUM + 2 * BM * 4;            /* full[STAGES][W_BLOCKS] */
-    static constexpr uint32_t END = BAR + STAGES * W_BLOCKS * 8;
+    static constexpr uint32_t HAND = BAR + STAGES * W_BLOCKS * 8; /* hand[HANDOVERS] (mbar) */
+    static constexpr uint32_t END = HAND + (MLAV90_SEESAW_MBAR ? HANDOVERS * 8 : 0);
     static constexpr uint32_t BYTES = ((END + 15) / 16) * 16 + 1024;
 };
 static_assert(smem_ss::KV % 1024 == 0 && STAGE_WG_BYTES * 2 <= OPERAND_BYTES,
@@ -115,6 +138,32 @@ __device__ __forceinline__ void wg_barrier(int w)
         named_barrier(BAR_WG0, WG_THREADS);
     else
         named_barrier(BAR_WG0 + 1, WG_THREADS);
+}
+
+/* Hand-over ID (BAR_REF..BAR_S1) from this warpgroup to the other: its shared-memory writes
+ * before, released. `hand`: the kernel's hand-over mbarriers (MLAV90_SEESAW_MBAR). */
+template <int ID> __device__ __forceinline__ void handover_arrive(uint64_t *hand)
+{
+#if MLAV90_SEESAW_MBAR
+    mbar_arrive(&hand[ID - BAR_REF]);
+#else
+    (void)hand;
+    named_barrier_arrive(ID, THREADS);
+#endif
+}
+
+/* The other side of hand-over ID, in the pair of tiles that starts at tile t (even): the other
+ * warpgroup's writes before its arrival, acquired. The wait's loop inside its asm (no branch
+ * for the compiler while a P V product is in flight). */
+template <int ID> __device__ __forceinline__ void handover_wait(uint64_t *hand, int t)
+{
+#if MLAV90_SEESAW_MBAR
+    mbar_wait_flat(&hand[ID - BAR_REF], (uint32_t)((t / 2) & 1));
+#else
+    (void)hand;
+    (void)t;
+    named_barrier(ID, THREADS);
+#endif
 }
 
 /* The reference after a tile whose row maximum is `tile_max`, from `m` (kernel.cuh's rule). */
@@ -331,6 +380,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
     unsigned char *pa = smem + smem_ss::KV + P_SLOT;
     uint64_t *full_a = full, *full_b = full + W_BLOCKS;
+    uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
         float x[X_REGS];
@@ -348,7 +398,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
             f0[h] = ref_factor(m_run[h], ref0[h]);
             l_run[h] *= f0[h];
         }
-        named_barrier_arrive(BAR_REF, THREADS);
+        handover_arrive<BAR_REF>(hand);
         if (hidden) /* K read (S completed); V_A before either warpgroup's P V */
             sanitize_v_lean(smem + smem_ss::KV, TY::exp_mask, wt, WG_THREADS);
         rescale_o(o, f0);
@@ -357,7 +407,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         fence_proxy_async(); /* P_A, V_A sanitized: for wgmma */
         wg_barrier(0);
         pv_issue<T>(o, sa + P_SLOT, sa, 0);
-        named_barrier(BAR_M, THREADS);
+        handover_wait<BAR_M>(hand, t);
         float m[2], f1[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -378,16 +428,16 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
             store_p_full(pa, x, warp, lane, TY::pack);
         }
         fence_proxy_async();
-        named_barrier_arrive(BAR_PA, THREADS);
+        handover_arrive<BAR_PA>(hand);
         /* stage 0's blocks 0..3: read only by this warpgroup (S_A, P_A V_A), both completed */
         if (t + 2 < c.n_tiles)
             refill<T, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt);
         if (has_b) {
-            named_barrier(BAR_PB, THREADS);
+            handover_wait<BAR_PB>(hand, t);
             pv_issue<T>(o, sb + P_SLOT, sb, 0);
             wgmma_wait<0>();
             fence_regs(o);
-            named_barrier(BAR_S1, THREADS); /* WG1's reads of P_B completed */
+            handover_wait<BAR_S1>(hand, t); /* WG1's reads of P_B completed */
         }
         /* stage 1's blocks 0..3 and P's slot: their last readers, this warpgroup's P_B V_B and
          * WG1's (S_B before BAR_PB, P_B V_B before BAR_S1), completed. Out of the block above:
@@ -412,6 +462,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
     unsigned char *pb = smem + smem_ss::KV + OPERAND_BYTES + P_SLOT;
     uint64_t *full_a = full, *full_b = full + W_BLOCKS;
+    uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
         float x[X_REGS];
@@ -423,7 +474,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             fence_regs(x);
             hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4);
         }
-        named_barrier(BAR_REF, THREADS);
+        handover_wait<BAR_REF>(hand, t);
         float m[2], f1[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -434,7 +485,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             l_run[h] *= f1[h];
             m_run[h] = m[h];
         }
-        named_barrier_arrive(BAR_M, THREADS);
+        handover_arrive<BAR_M>(hand);
         rescale_o(o, f1);
         if (has_b) {
             if (hidden)
@@ -443,14 +494,14 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             store_p_full(pb, x, warp, lane, TY::pack);
             fence_proxy_async(); /* P_B, V_B sanitized: for wgmma */
             wg_barrier(1);
-            named_barrier_arrive(BAR_PB, THREADS);
+            handover_arrive<BAR_PB>(hand);
             pv_issue<T>(o, sb + P_SLOT, sb, 1);
         }
-        named_barrier(BAR_PA, THREADS);
+        handover_wait<BAR_PA>(hand, t);
         pv_issue<T>(o, sa + P_SLOT, sa, 1);
         if (has_b) {
             wgmma_wait<1>(); /* O_R += P_B V_B: this warpgroup's last read of stage 1 */
-            named_barrier_arrive(BAR_S1, THREADS);
+            handover_arrive<BAR_S1>(hand);
             /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
             if (t + 3 < c.n_tiles)
                 refill<T, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt);
@@ -486,6 +537,11 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int s = 0; s < STAGES * W_BLOCKS; s++)
             mbar_init(&full[s], 1);
+#if MLAV90_SEESAW_MBAR
+#pragma unroll
+        for (int h = 0; h < HANDOVERS; h++)
+            mbar_init(&full[STAGES * W_BLOCKS + h], WG_THREADS); /* each arriving thread */
+#endif
         fence_proxy_async(); /* the initialization visible to the TMA copies' complete_tx */
         if (kv_tma)
             tensormap_prefetch(&kv_map);
