@@ -23,8 +23,16 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
         *w = "MLAV_FLASH_FAMILY=sm90 (every BF16 or F16 plan, short requests included)";
         return MLAV_FLASH_FAMILY_SM90;
     }
-    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype); F32, FP8 caches and requests of at "
-         "most 32 rows below 64k keys run the legal family (MLAV_FLASH_FAMILY=sm90 forces it)";
+    const char *k = getenv("MLAV_SM90_KERNEL");
+    if (k && (strcmp(k, "auto") == 0 || strcmp(k, "seesaw") == 0))
+        *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype); F32, FP8 caches and requests of "
+             "at most 32 rows below 64k keys run the legal family (MLAV_FLASH_FAMILY=sm90 forces "
+             "it); its seesaw kernel where pages hold whole 64-key tiles (MLAV_SM90_KERNEL: auto, "
+             "by its rule; seesaw, always), else its producer kernel";
+    else
+        *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype); F32, FP8 caches and requests of "
+             "at most 32 rows below 64k keys run the legal family (MLAV_FLASH_FAMILY=sm90 forces "
+             "it); its producer kernel (MLAV_SM90_KERNEL=auto opts in to its seesaw kernel)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
