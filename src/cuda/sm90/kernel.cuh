@@ -237,6 +237,59 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
     }
 }
 
+/* An S fragment's scores in place (m64nN fragments: x[4 j + e] is row r0 + 8 (e >> 1) of the
+ * block, key j0 + key0 + 8 j + 2 t4 + (e & 1)): `score` of each key its row sees, -inf for the
+ * others (rows past M, keys past kv_end, draft keys its tree-mask row hides). A tile [j0, j0 + 64)
+ * of prefix keys only is seen whole by every row (rows past M hold Q = 0 and are never
+ * written). Returns whether the tile has hidden keys (its V then sanitized: sanitize_v). */
+template <int N, typename Score>
+__device__ __forceinline__ bool mask_scores(float (&x)[N], const mlav_flash_params &p,
+                                            const block_ctx &c, int j0, int key0, int r0, int t4,
+                                            Score score)
+{
+    const bool hidden = tile_has_hidden_keys(j0, c.prefix, c.kv_end);
+    if (!hidden) {
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            x[i] = score(x[i]);
+    } else {
+        int row_i[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = c.m0 + r0 + 8 * h;
+            row_i[h] = m < c.M ? m / p.H : -1;
+        }
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const int h = (i >> 1) & 1;
+            const int j = j0 + key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+            bool vis = j < c.kv_end && row_i[h] >= 0;
+            if (vis && j >= c.prefix) {
+                const int k = j - c.prefix, qi = row_i[h];
+                vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
+            }
+            x[i] = vis ? score(x[i]) : -INFINITY;
+        }
+    }
+    return hidden;
+}
+
+/* The maxima of an S fragment's two rows (mask_scores' layout) over the fragment's keys of the
+ * 4 threads of a quad, the same in each of them. */
+template <int N>
+__device__ __forceinline__ void fragment_row_max(const float (&x)[N], float (&tm)[2])
+{
+    tm[0] = tm[1] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        tm[(i >> 1) & 1] = fmaxf(tm[(i >> 1) & 1], x[i]);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 1));
+        tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 2));
+    }
+}
+
 /* The epilogue's partial-state scale of one row and 128 columns (the legal kernel's format,
  * combine.cu reads it): from the largest |O| bits `mb` of the columns and 1 / l, the factor
  * 2^(141 - ex) / l that puts the largest |O / l| in [2^14, 2^15) and the part_scale 2^(ex - 141)
@@ -439,46 +492,15 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         for (int i = 0; i < S_REGS; i++)
             x[i] = xn[i];
 
-        const int j0 = c.kv_begin + t * TILE_N;
-        const bool hidden = tile_has_hidden_keys(j0, c.prefix, c.kv_end);
-        if (!hidden) {
-            /* prefix keys only: every key visible to every row (rows past M hold Q = 0 and are
-             * never written) */
-#pragma unroll
-            for (int i = 0; i < S_REGS; i++)
-                x[i] = score(x[i]);
-        } else {
-            int row_i[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int m = c.m0 + r0 + 8 * h;
-                row_i[h] = m < c.M ? m / p.H : -1;
-            }
-#pragma unroll
-            for (int i = 0; i < S_REGS; i++) {
-                const int h = (i >> 1) & 1;
-                const int j = j0 + S_KEYS * w + 8 * (i >> 2) + 2 * t4 + (i & 1);
-                bool vis = j < c.kv_end && row_i[h] >= 0;
-                if (vis && j >= c.prefix) {
-                    const int k = j - c.prefix, qi = row_i[h];
-                    vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
-                }
-                x[i] = vis ? score(x[i]) : -INFINITY;
-            }
-        }
-
+        const bool hidden =
+            mask_scores(x, p, c, c.kv_begin + t * TILE_N, S_KEYS * w, r0, t4, score);
         /* the row maxima of this half, then of the tile */
-        float tm[2] = {-INFINITY, -INFINITY};
+        float tm[2];
+        fragment_row_max(x, tm);
 #pragma unroll
-        for (int i = 0; i < S_REGS; i++)
-            tm[(i >> 1) & 1] = fmaxf(tm[(i >> 1) & 1], x[i]);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 1));
-            tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 2));
+        for (int h = 0; h < 2; h++)
             if (t4 == 0)
                 smax[w * BM + r0 + 8 * h] = tm[h];
-        }
         const bool next = t + 1 < c.n_tiles;
         const bool landed = next && mbar_test(&full[(t + 1) % STAGES], parity_of(t + 1));
         /* both halves' S done, K read; whether every math thread has seen tile t + 1 land */
@@ -515,7 +537,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
             pv[i] = mlav::exp2_fast(x[i] - ref[(i >> 1) & 1]);
             l_run[(i >> 1) & 1] += pv[i];
         }
-        store_p(smem + smem90::P, pv, w, warp, lane, TY::pack);
+        store_p(smem + smem90::P, pv, S_KEYS * w, warp, lane, TY::pack);
         fence_proxy_async(); /* P (and a sanitized V) for wgmma's reads */
         named_barrier(BAR_P, MATH_THREADS);
         pv_issue<MT>(o, sp, stage, w);

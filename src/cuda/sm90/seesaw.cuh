@@ -204,45 +204,15 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
     wgmma_commit();
 }
 
-/* The scores of the tile at KV row j0 in place (scale_log2, the visibility mask: kernel.cuh's
- * consume), and their row maxima; returns whether the tile has hidden keys (V to sanitize). */
+/* The scores of the tile at KV row j0 in place (scale_log2 and the visibility mask:
+ * mask_scores), and their row maxima; returns whether the tile has hidden keys (V to sanitize). */
 __device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
                                        const mlav_flash_params &p, const block_ctx &c, int j0,
                                        int r0, int t4)
 {
-    const bool hidden = tile_has_hidden_keys(j0, c.prefix, c.kv_end);
-    if (!hidden) {
-#pragma unroll
-        for (int i = 0; i < X_REGS; i++)
-            x[i] *= p.scale_log2;
-    } else {
-        int row_i[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int m = c.m0 + r0 + 8 * h;
-            row_i[h] = m < c.M ? m / p.H : -1;
-        }
-#pragma unroll
-        for (int i = 0; i < X_REGS; i++) {
-            const int h = (i >> 1) & 1;
-            const int j = j0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
-            bool vis = j < c.kv_end && row_i[h] >= 0;
-            if (vis && j >= c.prefix) {
-                const int k = j - c.prefix, qi = row_i[h];
-                vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
-            }
-            x[i] = vis ? x[i] * p.scale_log2 : -INFINITY;
-        }
-    }
-    tm[0] = tm[1] = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < X_REGS; i++)
-        tm[(i >> 1) & 1] = fmaxf(tm[(i >> 1) & 1], x[i]);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 1));
-        tm[h] = fmaxf(tm[h], __shfl_xor_sync(0xffffffffu, tm[h], 2));
-    }
+    const bool hidden =
+        mask_scores(x, p, c, j0, 0, r0, t4, [&](float v) { return v * p.scale_log2; });
+    fragment_row_max(x, tm);
     return hidden;
 }
 
@@ -269,23 +239,6 @@ __device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&f)[2
         for (int i = 0; i < O_REGS; i++)
             o[i] *= f[(i >> 1) & 1];
     }
-}
-
-/* This thread's P (all 64 keys of its two rows) as 16-bit values into the P slot `sp` (64 rows
- * x 64 keys, one swizzled column block, read K-major by pv_issue). */
-template <typename Pack>
-__device__ __forceinline__ void store_p_full(unsigned char *sp, const float (&x)[X_REGS],
-                                             int warp, int lane, Pack pack)
-{
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int j = 0; j < X_REGS / 4; j++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = 16 * warp + g + 8 * h, key = 8 * j + 2 * t;
-            *reinterpret_cast<uint32_t *>(sp + sw128_elem(r, key)) =
-                pack(x[4 * j + 2 * h], x[4 * j + 2 * h + 1]);
-        }
 }
 
 /* What a warpgroup needs to refill a stage. */
@@ -403,7 +356,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
             sanitize_v_lean(smem + smem_ss::KV, TY::exp_mask, wt, WG_THREADS);
         rescale_o(o, f0);
         exponentiate(x, ref0, l_run);
-        store_p_full(pa, x, warp, lane, TY::pack);
+        store_p(pa, x, 0, warp, lane, TY::pack);
         fence_proxy_async(); /* P_A, V_A sanitized: for wgmma */
         wg_barrier(0);
         pv_issue<T>(o, sa + P_SLOT, sa, 0);
@@ -425,7 +378,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
 #pragma unroll
             for (int i = 0; i < X_REGS; i++)
                 x[i] *= f1[(i >> 1) & 1];
-            store_p_full(pa, x, warp, lane, TY::pack);
+            store_p(pa, x, 0, warp, lane, TY::pack);
         }
         fence_proxy_async();
         handover_arrive<BAR_PA>(hand);
@@ -491,7 +444,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             if (hidden)
                 sanitize_v_lean(smem + smem_ss::KV + OPERAND_BYTES, TY::exp_mask, wt, WG_THREADS);
             exponentiate(x, m, l_run);
-            store_p_full(pb, x, warp, lane, TY::pack);
+            store_p(pb, x, 0, warp, lane, TY::pack);
             fence_proxy_async(); /* P_B, V_B sanitized: for wgmma */
             wg_barrier(1);
             handover_arrive<BAR_PB>(hand);

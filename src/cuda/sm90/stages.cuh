@@ -49,19 +49,19 @@ __device__ __forceinline__ void s_tile(float (&s)[S_REGS], uint32_t sq, uint32_t
     fence_regs(s);
 }
 
-/* This thread's P values (the fragment layout of s_tile, converted to T by `pack`, two keys a
- * word) into the P tile at `sp`: 64 rows x 64 keys, one swizzled column block. The caller
- * fences the proxy and syncs both math warpgroups before pv_tile. */
-template <typename Pack>
-__device__ __forceinline__ void store_p(unsigned char *sp, const float (&pv)[S_REGS], int w,
+/* This thread's P values (an S fragment: s_tile's layout over N / 2 keys from key0, converted to
+ * T by `pack`, two keys a word) into the P tile at `sp`: 64 rows x 64 keys, one swizzled column
+ * block. The caller fences the proxy and syncs the warpgroups that read it before pv_tile. */
+template <int N, typename Pack>
+__device__ __forceinline__ void store_p(unsigned char *sp, const float (&pv)[N], int key0,
                                         int warp, int lane, Pack pack)
 {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int j = 0; j < S_REGS / 4; j++)
+    for (int j = 0; j < N / 4; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int r = 16 * warp + g + 8 * h, key = S_KEYS * w + 8 * j + 2 * t;
+            const int r = 16 * warp + g + 8 * h, key = key0 + 8 * j + 2 * t;
             *reinterpret_cast<uint32_t *>(sp + sw128_elem(r, key)) =
                 pack(pv[4 * j + 2 * h], pv[4 * j + 2 * h + 1]);
         }
