@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(384, 1)
             s_out[r * TILE_N + key] = s[4 * j + e];
             pv[4 * j + e] = p_in[r * TILE_N + key];
         }
-    store_p(smem + smem90::P, pv, w, warp, lane, pack2<MT>);
+    store_p(smem + smem90::P, pv, S_KEYS * w, warp, lane, pack2<MT>);
     fence_proxy_async();
     named_barrier(1, 256);
     float o[O_REGS];
