@@ -99,6 +99,14 @@
 #ifndef MLAV90_SEESAW_MBAR
 #define MLAV90_SEESAW_MBAR 0
 #endif
+#ifndef MLAV90_SS_EARLY_IDS
+#define MLAV90_SS_EARLY_IDS 0
+#endif
+#if MLAV90_SS_EARLY_IDS
+#define SS_PAGE(early, tt) (early)
+#else
+#define SS_PAGE(early, tt) kv_page_of(f.ptab, c.kv_begin + (tt) * TILE_N, c.kv_end, p)
+#endif
 
 namespace mlav90 {
 namespace seesaw {
@@ -263,10 +271,9 @@ constexpr uint32_t PART_L = 0x00fu, PART_R = 0x0f0u, PART_P = 0x100u, PART_ALL =
 template <typename T, uint32_t MASK>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
                                        const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
-                                       int w, int wt)
+                                       int w, int wt, int32_t page0)
 {
     const int j0 = c.kv_begin + t * TILE_N;
-    const int32_t page0 = kv_page_of(f.ptab, j0, c.kv_end, p);
     if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
         if (wt != 0)
             return;
@@ -336,6 +343,10 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
+#if MLAV90_SS_EARLY_IDS /* tiles t + 2 and t + 3's page ids, under this pair's products */
+        const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
+        const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
+#endif
         float x[X_REGS];
         s_issue_full<T>(x, sq, sa, full_a, (uint32_t)((t / 2) & 1));
         wgmma_wait<0>();
@@ -384,7 +395,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         handover_arrive<BAR_PA>(hand);
         /* stage 0's blocks 0..3: read only by this warpgroup (S_A, P_A V_A), both completed */
         if (t + 2 < c.n_tiles)
-            refill<T, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt);
+            refill<T, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt, SS_PAGE(pg2, t + 2));
         if (has_b) {
             handover_wait<BAR_PB>(hand, t);
             pv_issue<T>(o, sb + P_SLOT, sb, 0);
@@ -396,7 +407,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
          * WG1's (S_B before BAR_PB, P_B V_B before BAR_S1), completed. Out of the block above:
          * inside it, ptxas spilled. */
         if (t + 3 < c.n_tiles)
-            refill<T, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt);
+            refill<T, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt, SS_PAGE(pg3, t + 3));
     }
 }
 
@@ -418,6 +429,10 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
     uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
+#if MLAV90_SS_EARLY_IDS /* tiles t + 2 and t + 3's page ids, under this pair's products */
+        const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
+        const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
+#endif
         float x[X_REGS];
         float tm[2] = {-INFINITY, -INFINITY};
         bool hidden = false;
@@ -457,14 +472,14 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             handover_arrive<BAR_S1>(hand);
             /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
             if (t + 3 < c.n_tiles)
-                refill<T, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt);
+                refill<T, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt, SS_PAGE(pg3, t + 3));
         }
         wgmma_wait<0>();
         fence_regs(o);
         /* stage 0's blocks 4..7 and P's slot: this warpgroup's P_A V_A was their last reader
          * (WG0's S_A and P_A V_A completed before BAR_PA) */
         if (t + 2 < c.n_tiles)
-            refill<T, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt);
+            refill<T, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt, SS_PAGE(pg2, t + 2));
     }
 }
 
@@ -513,12 +528,13 @@ __global__ void __launch_bounds__(THREADS, 1)
         load_q(base + smem_ss::Q, qg, c.m0, c.M, wt);
         cp_async_commit();
         if (c.n_tiles > 0)
-            refill<T, PART_ALL>(p, c, f, base + smem_ss::KV, full, 0, 0, wt);
+            refill<T, PART_ALL>(p, c, f, base + smem_ss::KV, full, 0, 0, wt,
+                                   kv_page_of(f.ptab, c.kv_begin, c.kv_end, p));
         cp_async_wait<0>();
         fence_proxy_async();
     } else if (c.n_tiles > 1) {
         refill<T, PART_ALL>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, full + W_BLOCKS, 1, 1,
-                            wt);
+                            wt, kv_page_of(f.ptab, c.kv_begin + TILE_N, c.kv_end, p));
     }
     __syncthreads();
 
