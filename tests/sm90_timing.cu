@@ -267,9 +267,9 @@ int main(int argc, char **argv)
             memset(&lo, 0, sizeof lo);
             lo.all_groups = mlav_flash_all_groups(pt.q_len, H);
             lo.combine_kind = mlav_combine_kind(max_nsplit);
-            /* the sm_90a kernel the backend would pick (the producer kernel unless
-             * MLAV_SM90_KERNEL is auto or seesaw) */
-            lo.sm90_seesaw = mlav_flash_sm90_seesaw_of(sch.items, sch.n_items, (int64_t)pt.q_len * H);
+            /* the sm_90a kernel the backend would pick (flash_family.h's rule, or
+             * MLAV_SM90_KERNEL's choice) */
+            lo.sm90_seesaw = mlav_flash_sm90_seesaw_of(sch.items, sch.n_items);
             if (lo.combine_kind != MLAV_COMBINE_ROWS)
                 MK(mlav_combine_spread_smem((int64_t)sch.n_combine * fp.combine_col_blocks,
                                             lo.combine_kind, 0, &dev, &lo.combine_smem));

@@ -1,6 +1,7 @@
-/* The cuda backend's kernel rules that need no GPU (src/cuda/flash_family.h): which kernel of the
- * sm_90a family a plan's launches take. Host code, checked on the CPU; a build without CUDA has
- * no such rule, and the test passes with nothing to check. */
+/* The cuda backend's kernel rules that need no GPU (src/cuda/flash_family.h): which family a plan
+ * gets on a cc 9.0 device and which kernel of the sm_90a family its launches take. Host code,
+ * checked on the CPU; a build without CUDA has no such rule, and the test passes with nothing to
+ * check. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,40 +15,78 @@
 #ifdef MLAV_WITH_CUDA
 #include "../src/cuda/flash_family.h"
 
-/* B 16, H 128, q_len 16, 131072 keys on the H200's schedule: 512 items of 2,049 tiles on average;
- * B 1, H 16, q_len 16, 4096 keys: 132 items of 2 tiles (rule_points.c in
- * bench/results/2026-12-02-h200-s28 printed both) */
-#define BIG_ROWS 2048
+/* B 16, H 128, q_len 16, 131072 keys on the H200's schedule: 512 items of 2,049 tiles on average
+ * (rule_points.c in bench/results/2026-12-02-h200-s28 printed it) */
 #define BIG_TILES (512LL * 2049)
 #define BIG_ITEMS 512
 
-/* Unset or anything but "auto" and "seesaw": the producer kernel, whatever the shape. */
-static void test_seesaw_opt_in(void **state)
+/* MLAV_SM90_KERNEL: "seesaw" and "producer" force a kernel; unset or anything else, the rule. */
+static void test_seesaw_env(void **state)
 {
     (void)state;
-    unsetenv("MLAV_SM90_KERNEL");
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_ROWS, BIG_TILES, BIG_ITEMS), 0);
     setenv("MLAV_SM90_KERNEL", "producer", 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_ROWS, BIG_TILES, BIG_ITEMS), 0);
-    setenv("MLAV_SM90_KERNEL", "Seesaw", 1); /* not a value: the default */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_ROWS, BIG_TILES, BIG_ITEMS), 0);
-    setenv("MLAV_SM90_KERNEL", "seesaw", 1); /* forced, small shapes too */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(8, 65, 65), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS), 0);
+    setenv("MLAV_SM90_KERNEL", "seesaw", 1); /* forced, short blocks too */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65), 1);
+    setenv("MLAV_SM90_KERNEL", "Seesaw", 1); /* not a value: the rule */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS), 1);
     unsetenv("MLAV_SM90_KERNEL");
 }
 
-/* "auto": more than 64 folded rows and at least 8 tiles a block on average. */
-static void test_seesaw_auto_boundaries(void **state)
+/* The rule: at least MLAV_SM90_MIN_TILES (6) tiles a block on average, whatever the rows. */
+static void test_seesaw_rule_boundaries(void **state)
 {
     (void)state;
-    setenv("MLAV_SM90_KERNEL", "auto", 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_ROWS, BIG_TILES, BIG_ITEMS), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(256, 264, 132), 0); /* B 1, H 16, q 16, 4k */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 8 * 100, 100), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(64, 8 * 100, 100), 0);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 8 * 100 - 1, 100), 0);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 0, 0), 0); /* no items */
     unsetenv("MLAV_SM90_KERNEL");
+    assert_int_equal(MLAV_SM90_MIN_TILES, 6);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(264, 132), 0);      /* B 1, H 16, q 16, 4k */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(129 * 4, 129), 0);  /* B 1, q 1, 32k */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(1027, 130), 1);     /* B 1, H 8, q 16, 32k */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100, 100), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100 - 1, 100), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(0, 0), 0); /* no items */
+}
+
+/* The family on cc 9.0 (where the library has the sm_90a family): the legal one for requests of
+ * at most 32 rows whose batch reads fewer than 6 tiles an SM, for FP8 caches and KV shards;
+ * MLAV_FLASH_FAMILY overrides. Elsewhere, and without the sm_90a family, always the legal one. */
+static void test_family_rule(void **state)
+{
+    (void)state;
+    unsetenv("MLAV_FLASH_FAMILY");
+    const int sms = 132;
+    const int64_t edge = (int64_t)MLAV_SM90_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sms; /* 50,688 */
+    assert_int_equal(mlav_flash_family_for_plan(8, 9, 2048, 1 << 24, sms, 0, 0),
+                     MLAV_FLASH_FAMILY_LEGAL); /* not cc 9.0 */
+#ifdef MLAV_WITH_SM90
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 32769, sms, 0, 0),
+                     MLAV_FLASH_FAMILY_LEGAL); /* B 1, H 8, q 1, 32k */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 16 * 4097, sms, 0, 0),
+                     MLAV_FLASH_FAMILY_SM90); /* B 16, H 8, q 1, 4k */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 32, edge - 1, sms, 0, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 32, edge, sms, 0, 0),
+                     MLAV_FLASH_FAMILY_SM90);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 33, 4097, sms, 0, 0),
+                     MLAV_FLASH_FAMILY_SM90); /* more rows: short batches too */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_LEGAL); /* FP8 cache */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, 1),
+                     MLAV_FLASH_FAMILY_LEGAL); /* KV shard */
+    setenv("MLAV_FLASH_FAMILY", "sm90", 1);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 4097, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_SM90);
+    setenv("MLAV_FLASH_FAMILY", "legal", 1);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
+    unsetenv("MLAV_FLASH_FAMILY");
+#else
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
+    (void)edge;
+#endif
 }
 #endif
 
@@ -60,8 +99,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #ifdef MLAV_WITH_CUDA
-        cmocka_unit_test(test_seesaw_opt_in),
-        cmocka_unit_test(test_seesaw_auto_boundaries),
+        cmocka_unit_test(test_seesaw_env),
+        cmocka_unit_test(test_seesaw_rule_boundaries),
+        cmocka_unit_test(test_family_rule),
 #endif
         cmocka_unit_test(test_nothing_without_cuda),
     };

@@ -71,8 +71,8 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
     c->family = MLAV_FLASH_FAMILY_LEGAL;
 #ifdef MLAV_WITH_SM90
     if (mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
-                                   (int64_t)p->max_q_len * p->H, p->max_kv_len, c->kv_fp8,
-                                   p->shard.ranks > 1) ==
+                                   (int64_t)p->max_q_len * p->H, p->total_kv, c->dev.sm_count,
+                                   c->kv_fp8, p->shard.ranks > 1) ==
             MLAV_FLASH_FAMILY_SM90 &&
         mlav_flash_sm90_supported(p->dtype, p->kv_dtype, &c->dev) == MLAV_OK) {
         s = mlav_flash_sm90_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);
@@ -292,7 +292,7 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     const mlav_schedule *sc = &st->sched;
 #ifdef MLAV_WITH_SM90
     st->cfg.sm90_seesaw =
-        mlav_flash_sm90_seesaw_of(sc->items, sc->n_items, (int64_t)p->max_q_len * p->H);
+        mlav_flash_sm90_seesaw_of(sc->items, sc->n_items);
 #endif
     /* the combine's items: their most splits, and their rows that do work (a row tile's rows
      * past its request return at once) */
@@ -381,7 +381,6 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
     /* the sm_90a kernel's rule on the limits: their row tiles over their longest kv_len, against
      * the most items a step takes */
     st->cfg.sm90_seesaw = mlav_flash_sm90_seesaw_rule(
-        (int64_t)lim->max_q_len * shape->H,
         mlav_step_ceil_div((int64_t)lim->max_tokens * shape->H, MLAV_FLASH_BLOCK_M) *
             mlav_step_ceil_div(lim->max_kv_len, MLAV_FLASH_SM90_TILE_N),
         st->bd.max_items);

@@ -23,16 +23,11 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
         *w = "MLAV_FLASH_FAMILY=sm90 (every BF16 or F16 plan, short requests included)";
         return MLAV_FLASH_FAMILY_SM90;
     }
-    const char *k = getenv("MLAV_SM90_KERNEL");
-    if (k && (strcmp(k, "auto") == 0 || strcmp(k, "seesaw") == 0))
-        *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype); F32, FP8 caches and requests of "
-             "at most 32 rows below 64k keys run the legal family (MLAV_FLASH_FAMILY=sm90 forces "
-             "it); its seesaw kernel where pages hold whole 64-key tiles (MLAV_SM90_KERNEL: auto, "
-             "by its rule; seesaw, always), else its producer kernel";
-    else
-        *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype); F32, FP8 caches and requests of "
-             "at most 32 rows below 64k keys run the legal family (MLAV_FLASH_FAMILY=sm90 forces "
-             "it); its producer kernel (MLAV_SM90_KERNEL=auto opts in to its seesaw kernel)";
+    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype); F32, FP8 caches and batches of "
+         "requests of at most 32 rows that read fewer than 6 KV tiles of 64 keys an SM run the "
+         "legal family (MLAV_FLASH_FAMILY=sm90 forces it); its seesaw kernel where pages hold "
+         "whole 64-key tiles and blocks have at least 6 tiles, else its producer kernel "
+         "(MLAV_SM90_KERNEL=seesaw or producer forces one)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
@@ -44,28 +39,30 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 }
 
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
-                                             int64_t max_kv_len, int kv_fp8, int sharded)
+                                             int64_t total_kv, int sm_count, int kv_fp8,
+                                             int sharded)
 {
     const mlav_flash_family f = mlav_flash_family_of(cc_major, cc_minor, NULL);
     if (sharded)
         return MLAV_FLASH_FAMILY_LEGAL; /* the sm_90a kernel takes no KV shard */
     const char *env = getenv("MLAV_FLASH_FAMILY");
     const int forced = env && strcmp(env, "sm90") == 0;
-    if (f == MLAV_FLASH_FAMILY_SM90 && !forced && rows_per_request <= 32 && max_kv_len < 65536)
+    if (f == MLAV_FLASH_FAMILY_SM90 && !forced && rows_per_request <= 32 &&
+        total_kv < (int64_t)MLAV_SM90_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count)
         return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile at most half full, a few tiles a split */
     if (f == MLAV_FLASH_FAMILY_SM90 && !forced && kv_fp8)
         return MLAV_FLASH_FAMILY_LEGAL; /* the FP8 gather's conversion holds the pipeline */
     return f;
 }
 
-int mlav_flash_sm90_seesaw_rule(int64_t rows_per_request, int64_t tile_rows, int64_t n_items)
+int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items)
 {
     const char *env = getenv("MLAV_SM90_KERNEL");
     if (env && strcmp(env, "seesaw") == 0)
         return 1;
-    if (!env || strcmp(env, "auto") != 0)
-        return 0; /* opt-in until racecheck's report on its named-barrier handshakes is settled */
-    return rows_per_request > 64 && n_items > 0 && tile_rows >= 8 * n_items;
+    if (env && strcmp(env, "producer") == 0)
+        return 0;
+    return n_items > 0 && tile_rows >= (int64_t)MLAV_SM90_MIN_TILES * n_items;
 }
 
 const char *mlav_flash_family_name(mlav_flash_family f)

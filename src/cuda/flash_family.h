@@ -21,29 +21,36 @@ typedef enum mlav_flash_family {
  * that says why. Every other plan (F32) runs the legal family. */
 mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **why);
 
-/* The family a plan for one problem gets: mlav_flash_family_of's, except where the legal family
- * measured faster on the H200 (docs/PERFORMANCE.md#hopper): requests of at most 32 folded rows
- * (max_q_len x H) whose longest kv_len is below 65,536, and an FP8 E4M3 cache (kv_fp8 nonzero),
- * whose sm_90a gather converts on the producer's path; unless MLAV_FLASH_FAMILY is "sm90" (so
- * that tests reach the sm_90a family with both). A KV shard (sharded nonzero) always runs the
- * legal family: the sm_90a kernel does not map a shard's rows (its mask loop with the map ran
- * unsharded plans up to 1.04x slower). */
+/* The Hopper kernels' KV tile, in keys. */
+#define MLAV_FLASH_SM90_TILE_N 64
+
+/* The fewest 64-key tiles a block (or an SM) must have on average for the sm_90a kernels' longer
+ * prologue to pay: on the H200 the seesaw kernel took 1.07-1.14x the producer kernel's time at 4
+ * tiles a block and 0.93-0.94x at 7.9 (B 1, q_len 1 and 16, 32k), the sm_90a family 1.00-1.03x
+ * the legal one's at 4 (q_len 1, H 8 and 16) and 0.91-0.93x at 8.1 (B 16, q_len 1, 4k);
+ * docs/PERFORMANCE.md#hopper. 6 splits the interval, in which nothing was measured. */
+#define MLAV_SM90_MIN_TILES 6
+
+/* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
+ * on the H200 (docs/PERFORMANCE.md#hopper): requests of at most 32 folded rows (max_q_len x H)
+ * whose batch reads fewer than MLAV_SM90_MIN_TILES 64-key tiles an SM (total_kv, the batch's KV
+ * rows, or a plan for limits' max_batch x max_kv_len; sm_count SMs), and an FP8 E4M3 cache
+ * (kv_fp8 nonzero), whose sm_90a gather converts on the producer's path; unless
+ * MLAV_FLASH_FAMILY is "sm90" (so that tests reach the sm_90a family with both). A KV shard
+ * (sharded nonzero) always runs the legal family: the sm_90a kernel does not map a shard's rows
+ * (its mask loop with the map ran unsharded plans up to 1.04x slower). */
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
-                                             int64_t max_kv_len, int kv_fp8, int sharded);
+                                             int64_t total_kv, int sm_count, int kv_fp8,
+                                             int sharded);
 
 /* Within the sm_90a family, whether a plan's launches take the seesaw kernel (sm90/seesaw.cuh:
  * two math warpgroups on alternate tiles, no producer) rather than the producer kernel
  * (sm90/kernel.cuh), where the pool has the TMA tensor map (a 16-bit cache, page_size a multiple
- * of 64). Opt-in, by the environment variable MLAV_SM90_KERNEL (read at plan time): "auto" takes
- * it for requests of more than 64 folded rows (rows_per_request, max_q_len x H: several blocks
- * read each tile) whose blocks average at least 8 KV tiles (tile_rows, the 64-key tiles of all
- * blocks, over n_items), where it measured 0.82-0.94x the producer kernel's time on the H200
- * (docs/PERFORMANCE.md#hopper; up to 1.41x where a block has one or two tiles or a request 64
- * rows or fewer); "seesaw" takes it for every such launch; unset or anything else, the producer
- * kernel: compute-sanitizer's racecheck reports hazards across the seesaw's one-way named-barrier
- * handshakes (bar.arrive on one side, bar.sync on the other) that are not yet shown to be the
- * tool's, so it is not the default. */
-int mlav_flash_sm90_seesaw_rule(int64_t rows_per_request, int64_t tile_rows, int64_t n_items);
+ * of 64): where its blocks average at least MLAV_SM90_MIN_TILES KV tiles (tile_rows, the 64-key
+ * tiles of all blocks, over n_items), whatever their rows; the producer kernel, whose blocks start
+ * sooner, below. The environment variable MLAV_SM90_KERNEL (read at plan time) overrides it for
+ * A/B runs and tests: "seesaw" takes the seesaw kernel for every such launch, "producer" never. */
+int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items);
 
 /* The family's name, as `mlaverify info` prints it. */
 const char *mlav_flash_family_name(mlav_flash_family f);

@@ -16,9 +16,6 @@
 #include "../flash.h"
 #include "../flash_family.h"
 
-/* The Hopper kernel's KV tile, in keys. */
-#define MLAV_FLASH_SM90_TILE_N 64
-
 /* The split schedule for the Hopper kernel: the legal kernel's parameters
  * (mlav_flash_schedule_params) with splits aligned to, and at least, its 64-key tile, so that no
  * split ends in a half-empty tile (the kernel runs any split; 32-key splits cost it a whole
@@ -33,15 +30,14 @@ static inline mlav_schedule_params mlav_flash_sm90_schedule_params(int sm_count,
 }
 
 /* mlav_flash_sm90_seesaw_rule (flash_family.h) for a schedule's items: the 64-key tiles of all
- * of them, over their count, with the largest request's folded rows. */
-static inline int mlav_flash_sm90_seesaw_of(const mlav_split_item *items, int32_t n_items,
-                                            int64_t rows_per_request)
+ * of them, over their count. */
+static inline int mlav_flash_sm90_seesaw_of(const mlav_split_item *items, int32_t n_items)
 {
     int64_t tile_rows = 0;
     for (int32_t i = 0; i < n_items; i++)
         tile_rows += (items[i].kv_end - items[i].kv_begin + MLAV_FLASH_SM90_TILE_N - 1) /
                      MLAV_FLASH_SM90_TILE_N;
-    return mlav_flash_sm90_seesaw_rule(rows_per_request, tile_rows, n_items);
+    return mlav_flash_sm90_seesaw_rule(tile_rows, n_items);
 }
 
 /* Whether this device and these dtypes can run the Hopper kernel: MLAV_OK, or

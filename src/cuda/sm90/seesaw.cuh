@@ -23,19 +23,22 @@
  * Refill: no producer; each part of a stage is refilled by the warpgroup that is its last
  * reader, the moment that reader's wgmma has completed (refill, PART_*):
  *   stage 0, blocks 0..3 (V_A[:, 0:256]): read by WG0 only (S_A, P_A V_A); WG0 refills them with
- *     tile A + 2 once its P_A V_A has completed and P_A is handed over (BAR_PA).
+ *     tile A + 2 once its P_A V_A has completed and P_A is handed over (hand-over PA).
  *   stage 0, blocks 4..8 (V_A[:, 256:512], P's slot): last read by WG1's P_A V_A (WG0's S_A and
- *     P_A V_A completed before BAR_PA); WG1 refills them after it.
+ *     P_A V_A completed before PA); WG1 refills them after it.
  *   stage 1, blocks 4..7 (V_B[:, 256:512]): read by WG1 only (S_B, P_B V_B); WG1 refills them
  *     after its P_B V_B.
  *   stage 1, blocks 0..3 and 8 (V_B[:, 0:256], P_B): read by WG0's P_B V_B and WG1's P_B V_B
- *     (P's slot); WG0 refills them after its own and after BAR_S1 (WG1's).
+ *     (P's slot); WG0 refills them after its own and after hand-over S1 (WG1's).
  * A tile inside one page, the split and the pool (kv_tile_by_tma, the same answer in both
  * warpgroups) goes by TMA, a box per column block issued by the warpgroup's thread 0; any other
  * (across pages, the split's last partial tile, a page id outside the pool: the plan's NaN row)
  * is gathered by the refilling warpgroup's 128 threads through kv_row_src (gather.cuh), which
- * wait for their copies (slow, and rare). The refill of P's slot also asks the L2 for the tile
- * after next of that stage.
+ * wait for their copies (slow, and rare). Each warpgroup looks up the page ids of the next pair's
+ * tiles at the top of a pair, so that its refills issue without a dependent load. No L2
+ * prefetch: asking the L2 for the tile after next cost time nearly everywhere (on the H200 its
+ * removal took 0.95x the time over 56 points, 0.86x at B 16, q_len 1, 131k;
+ * docs/PERFORMANCE.md#hopper).
  *
  * Barriers.
  *   full[s][k] (mbarriers; stage s, column block k; one arrival a phase): a TMA block: thread 0's
@@ -45,24 +48,31 @@
  *     Stage s holds tiles s, s + 2, ...: pair i waits for parity i & 1. S of a tile waits block
  *     by block (s_issue_full), so it starts with the first block landed; P V reads only blocks
  *     its S already waited for. WG0 waits on full[0][*], WG1 on full[1][*].
- *   Named barriers, 256 threads: one warpgroup arrives (bar.arrive, no wait), the other waits
- *   (bar.sync); once a pair each:
- *     BAR_REF   WG0 arrives after writing ref0 (sref); WG1 waits, then reads it.
- *     BAR_M     WG1 arrives after writing M (smax_m); WG0 waits, then reads it.
- *     BAR_PB    WG1 arrives after writing P_B and (hidden keys) sanitizing V_B, and its proxy
- *               fence; WG0 waits before O_L += P_B V_B. Only in pairs with a tile B.
- *     BAR_PA    WG0 arrives after its O_L += P_A V_A completed, P_A rewritten to M and its proxy
- *               fence (V_A sanitized before, under the same fence); WG1 waits before
- *               O_R += P_A V_A.
- *     BAR_S1    WG1 arrives once its O_R += P_B V_B has completed; WG0 waits before it refills
- *               stage 1's blocks 0..3 and 8. Only in pairs with a tile B.
- *   A barrier's next use cannot begin before its current one completes: each arrival of pair
- *   i + 1 comes after the arriving warpgroup's wait on another barrier that the waiting side
- *   arrives at only after its wait of pair i (REF(i + 1) after M(i); M(i + 1) after PA(i);
- *   PA(i + 1) after M(i + 1); PB(i + 1) and S1(i + 1) after tile B + 2's blocks 0..3 and 8
- *   landed, which WG0 refills after its waits of PB(i) and S1(i)). The shared values: sref is
- *   rewritten by WG0 after its wait of M(i), which WG1 arrives at after reading sref; smax_m by
- *   WG1 after its wait of PA(i), which WG0 arrives at after reading smax_m.
+ *   Hand-overs (mbarriers hand[], count 128): every thread of one warpgroup arrives (release,
+ *   no wait), every thread of the other waits (acquire) for the phase of parity pair & 1; once
+ *   a pair each:
+ *     REF   WG0 arrives after writing ref0 (sref); WG1 waits, then reads it.
+ *     M     WG1 arrives after writing M (smax_m); WG0 waits, then reads it.
+ *     PB    WG1 arrives after writing P_B and (hidden keys) sanitizing V_B, and its proxy
+ *           fence; WG0 waits before O_L += P_B V_B. Only in pairs with a tile B.
+ *     PA    WG0 arrives after its O_L += P_A V_A completed, P_A rewritten to M and its proxy
+ *           fence (V_A sanitized before, under the same fence); WG1 waits before
+ *           O_R += P_A V_A.
+ *     S1    WG1 arrives once its O_R += P_B V_B has completed; WG0 waits before it refills
+ *           stage 1's blocks 0..3 and 8. Only in pairs with a tile B.
+ *   (PB and S1 are skipped only in an item's last pair, so pair i is their use i too.) A parity
+ *   wait would miss a phase that two completions have passed, so each arrival of use i + 1 must
+ *   follow every waiter's wait of use i. It does, thread by thread: REF(i + 1) arrivals follow
+ *   the arriving thread's wait of M(i), whose phase completes only once each WG1 thread, after
+ *   its REF(i) wait, has arrived; M(i + 1) follows WG1's wait of PA(i), each WG0 thread arriving
+ *   at PA(i) after its M(i) wait; PA(i + 1) follows WG0's wait of M(i + 1), each WG1 thread
+ *   arriving at M(i + 1) after its PA(i) wait; PB(i + 1) and S1(i + 1) follow WG1's wait of
+ *   REF(i + 1), each WG0 thread arriving at REF(i + 1) after its PB(i) and S1(i) waits. The
+ *   shared values: sref is rewritten by WG0 after its wait of M(i), which WG1 arrives at after
+ *   reading sref; smax_m by WG1 after its wait of PA(i), which WG0 arrives at after reading
+ *   smax_m. Named barriers with bar.arrive on one side did the same (one wait less a thread)
+ *   and measured 1.01x slower; compute-sanitizer's racecheck does not follow bar.arrive's
+ *   ordering and reported the sref hand-over as a hazard, which it does not with mbarriers.
  *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): its P stores before its own wgmma reads them;
  *     every warp's reads of P_A completed before P_A's rewrite; a gathered part's copies before
  *     thread 0's arrivals. BAR_SUM, BAR_STAGE0 (+1): the epilogue's (write_output).
@@ -71,22 +81,9 @@
  * generic, fenced by each writer) come after the part's last reads completed (wgmma_wait of the
  * reading warpgroups, ordered by the barriers above) and after the generic writes to it (P,
  * sanitizing), fenced before those barriers, as in kernel.cuh's produce.
- * MLAV90_SEESAW_MBAR (default 0): 1 makes the five one-way hand-overs (REF, M, PB, PA, S1)
- *   mbarriers instead of named barriers (hand[], after full[] in smem_ss): count 128, every
- *   thread of the arriving warpgroup arrives (mbar_arrive, release), every thread of the waiting
- *   one waits (mbar_wait_flat, acquire) for the phase of parity pair & 1 (PB and S1 are skipped
- *   only in an item's last pair, so pair i is their use i too). A tool that does not follow
- *   bar.arrive's ordering (racecheck) follows an mbarrier's. The argument above, made for every
- *   thread rather than for the barrier: an mbarrier counts an arrival toward its current phase,
- *   and a parity wait would miss a phase that two completions have passed, so each arrival of
- *   use i + 1 must follow every waiter's wait of use i. It does: REF(i + 1) arrivals follow the
- *   arriving thread's wait of M(i), whose phase completes only once each WG1 thread, after its
- *   REF(i) wait, has arrived; M(i + 1) follows WG1's wait of PA(i), each WG0 thread arriving at
- *   PA(i) after its M(i) wait; PA(i + 1) follows WG0's wait of M(i + 1), each WG1 thread arriving
- *   at M(i + 1) after its PA(i) wait; PB(i + 1) and S1(i + 1) follow WG1's wait of REF(i + 1),
- *   each WG0 thread arriving at REF(i + 1) after its PB(i) and S1(i) waits. (The refill
- *   argument above is not enough here: a TMA refill is issued by WG0's thread 0 alone, and one
- *   thread past PB(i) says nothing of the others' polls.)
+ * Convergence: a TMA refill is issued by thread 0 alone; its warp reconverges (__syncwarp)
+ *   before it goes on, so that every warp reaches the named barriers (bar.sync, .aligned)
+ *   converged.
  * Registers: no register-A wgmma; P is read from shared memory by both warpgroups, so no
  * accumulator is written while a group is in flight (C7515). ptxas reports (C7519) a warpgroup
  * arrive injected after each block's wait inside S: a fence, not a wait. */
@@ -95,30 +92,18 @@
 
 #include "kernel.cuh"
 
-/* 1: the one-way hand-overs between the warpgroups are mbarriers (header comment) */
-#ifndef MLAV90_SEESAW_MBAR
-#define MLAV90_SEESAW_MBAR 0
-#endif
-#ifndef MLAV90_SS_EARLY_IDS
-#define MLAV90_SS_EARLY_IDS 0
-#endif
-#if MLAV90_SS_EARLY_IDS
-#define SS_PAGE(early, tt) (early)
-#else
-#define SS_PAGE(early, tt) kv_page_of(f.ptab, c.kv_begin + (tt) * TILE_N, c.kv_end, p)
-#endif
-
 namespace mlav90 {
 namespace seesaw {
 
 constexpr int THREADS = 256;
 constexpr int WG_THREADS = 128;
 constexpr int X_REGS = TILE_N / 2; /* 32 fp32 accumulators of S a thread (m64n64) */
-constexpr int BAR_REF = 1, BAR_M = 2, BAR_PB = 3, BAR_PA = 4, BAR_S1 = 5, BAR_WG0 = 6,
-              BAR_SUM = 8, BAR_STAGE0 = 9;
+/* named barriers: each warpgroup's own (BAR_WG0 + w, 128 threads), the epilogue's */
+constexpr int BAR_WG0 = 1, BAR_SUM = 3, BAR_STAGE0 = 4;
+/* the hand-overs between the warpgroups: mbarriers hand[HAND_REF ..] */
+enum handover { HAND_REF, HAND_M, HAND_PB, HAND_PA, HAND_S1, HANDOVERS };
 /* P's slot in a stage: the last column block (K's rope, features 512..575) */
 constexpr uint32_t P_SLOT = (uint32_t)(W_BLOCKS - 1) * BLOCK_BYTES;
-constexpr int HANDOVERS = BAR_S1 - BAR_REF + 1; /* REF, M, PB, PA, S1 */
 static_assert(THREADS == MATH_THREADS, "write_output's barriers count both warpgroups");
 static_assert(DL == (W_BLOCKS - 1) * COL_BLOCK, "V is the first 8 column blocks, P's slot the 9th");
 
@@ -130,8 +115,8 @@ struct smem_ss {
     static constexpr uint32_t MAXM = REF + BM * 4;               /* [64] fp32: M */
     static constexpr uint32_t SUM = MAXM + BM * 4;               /* [2][64] fp32 */
     static constexpr uint32_t BAR = SUM + 2 * BM * 4;            /* full[STAGES][W_BLOCKS] */
-    static constexpr uint32_t HAND = BAR + STAGES * W_BLOCKS * 8; /* hand[HANDOVERS] (mbar) */
-    static constexpr uint32_t END = HAND + (MLAV90_SEESAW_MBAR ? HANDOVERS * 8 : 0);
+    static constexpr uint32_t HAND = BAR + STAGES * W_BLOCKS * 8; /* hand[HANDOVERS] */
+    static constexpr uint32_t END = HAND + HANDOVERS * 8;
     static constexpr uint32_t BYTES = ((END + 15) / 16) * 16 + 1024;
 };
 static_assert(smem_ss::KV % 1024 == 0 && STAGE_WG_BYTES * 2 <= OPERAND_BYTES,
@@ -148,30 +133,18 @@ __device__ __forceinline__ void wg_barrier(int w)
         named_barrier(BAR_WG0 + 1, WG_THREADS);
 }
 
-/* Hand-over ID (BAR_REF..BAR_S1) from this warpgroup to the other: its shared-memory writes
- * before, released. `hand`: the kernel's hand-over mbarriers (MLAV90_SEESAW_MBAR). */
-template <int ID> __device__ __forceinline__ void handover_arrive(uint64_t *hand)
+/* Hand-over H from this warpgroup to the other: its shared-memory writes before, released. */
+template <handover H> __device__ __forceinline__ void handover_arrive(uint64_t *hand)
 {
-#if MLAV90_SEESAW_MBAR
-    mbar_arrive(&hand[ID - BAR_REF]);
-#else
-    (void)hand;
-    named_barrier_arrive(ID, THREADS);
-#endif
+    mbar_arrive(&hand[H]);
 }
 
-/* The other side of hand-over ID, in the pair of tiles that starts at tile t (even): the other
+/* The other side of hand-over H, in the pair of tiles that starts at tile t (even): the other
  * warpgroup's writes before its arrival, acquired. The wait's loop inside its asm (no branch
  * for the compiler while a P V product is in flight). */
-template <int ID> __device__ __forceinline__ void handover_wait(uint64_t *hand, int t)
+template <handover H> __device__ __forceinline__ void handover_wait(uint64_t *hand, int t)
 {
-#if MLAV90_SEESAW_MBAR
-    mbar_wait_flat(&hand[ID - BAR_REF], (uint32_t)((t / 2) & 1));
-#else
-    (void)hand;
-    (void)t;
-    named_barrier(ID, THREADS);
-#endif
+    mbar_wait_flat(&hand[H], (uint32_t)((t / 2) & 1));
 }
 
 /* The reference after a tile whose row maximum is `tile_max`, from `m` (kernel.cuh's rule). */
@@ -275,26 +248,17 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
 {
     const int j0 = c.kv_begin + t * TILE_N;
     if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
-        if (wt != 0)
-            return;
-        const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
+        if (wt == 0) {
+            const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
 #pragma unroll
-        for (int k = 0; k < W_BLOCKS; k++)
-            if (MASK >> k & 1u) {
-                mbar_arrive_expect_tx(&full[k], BLOCK_BYTES);
-                tma_load_2d(stage + (uint32_t)k * BLOCK_BYTES, f.map, k * COL_BLOCK, y, &full[k]);
-            }
-        if ((MASK & PART_P) && t + 2 < c.n_tiles) {
-            const int j2 = j0 + 2 * TILE_N;
-            const int32_t page2 = kv_page_of(f.ptab, j2, c.kv_end, p);
-            if (kv_tile_by_tma(page2, j2, c.kv_end, p)) {
-                const T *src = static_cast<const T *>(p.kv) +
-                               ((size_t)page2 * p.page_size + kv_slot_of(j2, p)) * W;
-#pragma unroll 1
-                for (int k = 0; k < 8; k++)
-                    prefetch_l2(src + (size_t)k * (OPERAND_BYTES / 16), OPERAND_BYTES / 8);
-            }
+            for (int k = 0; k < W_BLOCKS; k++)
+                if (MASK >> k & 1u) {
+                    mbar_arrive_expect_tx(&full[k], BLOCK_BYTES);
+                    tma_load_2d(stage + (uint32_t)k * BLOCK_BYTES, f.map, k * COL_BLOCK, y,
+                                &full[k]);
+                }
         }
+        __syncwarp();
         return;
     }
     /* a row at a time (load_kv_tile's 4 page ids and row addresses at once, with O live across
@@ -343,10 +307,6 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
-#if MLAV90_SS_EARLY_IDS /* tiles t + 2 and t + 3's page ids, under this pair's products */
-        const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
-        const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
-#endif
         float x[X_REGS];
         s_issue_full<T>(x, sq, sa, full_a, (uint32_t)((t / 2) & 1));
         wgmma_wait<0>();
@@ -362,7 +322,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
             f0[h] = ref_factor(m_run[h], ref0[h]);
             l_run[h] *= f0[h];
         }
-        handover_arrive<BAR_REF>(hand);
+        handover_arrive<HAND_REF>(hand);
         if (hidden) /* K read (S completed); V_A before either warpgroup's P V */
             sanitize_v_lean(smem + smem_ss::KV, TY::exp_mask, wt, WG_THREADS);
         rescale_o(o, f0);
@@ -371,7 +331,10 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         fence_proxy_async(); /* P_A, V_A sanitized: for wgmma */
         wg_barrier(0);
         pv_issue<T>(o, sa + P_SLOT, sa, 0);
-        handover_wait<BAR_M>(hand, t);
+        /* the next pair's page ids (refill's page0), looked up under this pair's P V */
+        const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
+        const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
+        handover_wait<HAND_M>(hand, t);
         float m[2], f1[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -392,22 +355,22 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
             store_p(pa, x, 0, warp, lane, TY::pack);
         }
         fence_proxy_async();
-        handover_arrive<BAR_PA>(hand);
+        handover_arrive<HAND_PA>(hand);
         /* stage 0's blocks 0..3: read only by this warpgroup (S_A, P_A V_A), both completed */
         if (t + 2 < c.n_tiles)
-            refill<T, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt, SS_PAGE(pg2, t + 2));
+            refill<T, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt, pg2);
         if (has_b) {
-            handover_wait<BAR_PB>(hand, t);
+            handover_wait<HAND_PB>(hand, t);
             pv_issue<T>(o, sb + P_SLOT, sb, 0);
             wgmma_wait<0>();
             fence_regs(o);
-            handover_wait<BAR_S1>(hand, t); /* WG1's reads of P_B completed */
+            handover_wait<HAND_S1>(hand, t); /* WG1's reads of P_B completed */
         }
         /* stage 1's blocks 0..3 and P's slot: their last readers, this warpgroup's P_B V_B and
-         * WG1's (S_B before BAR_PB, P_B V_B before BAR_S1), completed. Out of the block above:
+         * WG1's (S_B before PB, P_B V_B before S1), completed. Out of the block above:
          * inside it, ptxas spilled. */
         if (t + 3 < c.n_tiles)
-            refill<T, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt, SS_PAGE(pg3, t + 3));
+            refill<T, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt, pg3);
     }
 }
 
@@ -429,10 +392,6 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
     uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
-#if MLAV90_SS_EARLY_IDS /* tiles t + 2 and t + 3's page ids, under this pair's products */
-        const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
-        const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
-#endif
         float x[X_REGS];
         float tm[2] = {-INFINITY, -INFINITY};
         bool hidden = false;
@@ -442,7 +401,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             fence_regs(x);
             hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4);
         }
-        handover_wait<BAR_REF>(hand, t);
+        handover_wait<HAND_REF>(hand, t);
         float m[2], f1[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -453,7 +412,10 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             l_run[h] *= f1[h];
             m_run[h] = m[h];
         }
-        handover_arrive<BAR_M>(hand);
+        handover_arrive<HAND_M>(hand);
+        /* the next pair's page ids (refill's page0), looked up under this pair's softmax and P V */
+        const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
+        const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
         rescale_o(o, f1);
         if (has_b) {
             if (hidden)
@@ -462,24 +424,24 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             store_p(pb, x, 0, warp, lane, TY::pack);
             fence_proxy_async(); /* P_B, V_B sanitized: for wgmma */
             wg_barrier(1);
-            handover_arrive<BAR_PB>(hand);
+            handover_arrive<HAND_PB>(hand);
             pv_issue<T>(o, sb + P_SLOT, sb, 1);
         }
-        handover_wait<BAR_PA>(hand, t);
+        handover_wait<HAND_PA>(hand, t);
         pv_issue<T>(o, sa + P_SLOT, sa, 1);
         if (has_b) {
             wgmma_wait<1>(); /* O_R += P_B V_B: this warpgroup's last read of stage 1 */
-            handover_arrive<BAR_S1>(hand);
+            handover_arrive<HAND_S1>(hand);
             /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
             if (t + 3 < c.n_tiles)
-                refill<T, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt, SS_PAGE(pg3, t + 3));
+                refill<T, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt, pg3);
         }
         wgmma_wait<0>();
         fence_regs(o);
         /* stage 0's blocks 4..7 and P's slot: this warpgroup's P_A V_A was their last reader
-         * (WG0's S_A and P_A V_A completed before BAR_PA) */
+         * (WG0's S_A and P_A V_A completed before PA) */
         if (t + 2 < c.n_tiles)
-            refill<T, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt, SS_PAGE(pg2, t + 2));
+            refill<T, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt, pg2);
     }
 }
 
@@ -505,11 +467,9 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int s = 0; s < STAGES * W_BLOCKS; s++)
             mbar_init(&full[s], 1);
-#if MLAV90_SEESAW_MBAR
 #pragma unroll
         for (int h = 0; h < HANDOVERS; h++)
             mbar_init(&full[STAGES * W_BLOCKS + h], WG_THREADS); /* each arriving thread */
-#endif
         fence_proxy_async(); /* the initialization visible to the TMA copies' complete_tx */
         if (kv_tma)
             tensormap_prefetch(&kv_map);

@@ -122,13 +122,8 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
 
 /* Ask the L2 to fetch `bytes` (a multiple of 16) at global address `src` (16-byte aligned),
  * without waiting and without a destination in shared memory. */
-#ifndef MLAV90_L2_PREFETCH
-#define MLAV90_L2_PREFETCH 1
-#endif
 __device__ __forceinline__ void prefetch_l2(const void *src, uint32_t bytes)
 {
-    if (!MLAV90_L2_PREFETCH)
-        return;
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes)
                  : "memory");
 }
@@ -173,25 +168,13 @@ __device__ __forceinline__ void tensormap_prefetch(const void *map)
  * shared address `dst` in the map's swizzle (the 128B swizzle wants `dst` 1024-byte aligned);
  * its bytes are reported on `bar` (complete_tx), which an arrive.expect_tx of them precedes.
  * The copy's writes are async-proxy writes, visible to a thread that sees the phase complete. */
-#ifndef MLAV90_TMA_EVICT_FIRST
-#define MLAV90_TMA_EVICT_FIRST 0
-#endif
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, int32_t x, int32_t y,
                                             uint64_t *bar)
 {
-#if MLAV90_TMA_EVICT_FIRST
-    asm volatile("{\n .reg .b64 pol;\n"
-                 " createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
-                 " cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], pol;\n}\n" ::"r"(dst),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
-                 : "memory");
-#else
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
                  : "memory");
-#endif
 }
 
 /* A producer thread's hand-over of shared memory it filled by cp.async to wgmma readers in other
