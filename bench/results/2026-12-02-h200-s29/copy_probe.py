@@ -31,7 +31,7 @@ def flush(kind):
     if kind == "zero":
         zero_buf.zero_()
     else:
-        torch.sum(read_buf, dim=0, out=sink[0])
+        torch.sum(read_buf, dim=0, keepdim=True, out=sink)
 
 
 def timed(g, kind, n=40):
@@ -93,15 +93,19 @@ for B, H, q, P in shapes:
         print("%3d %4d %3d %7d | %-8s | %9.1f %9.1f | %6.0f" % (B, H, q, P, kern, tz, tr,
                                                               nbytes / tz / 1e3))
         if (B, H, q, P) == (16, 8, 1, 131072):
-            from torch.profiler import profile, ProfilerActivity
-            flush("read")
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fn()
+            try:
+                from torch.profiler import profile, ProfilerActivity
+                flush("read")
                 torch.cuda.synchronize()
-            for ev in prof.events():
-                if ev.device_type == torch.autograd.DeviceType.CUDA:
-                    print("      eager kernel: %-70.70s %9.1f us" % (ev.name, ev.device_time))
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    fn()
+                    torch.cuda.synchronize()
+                for ev in prof.events():
+                    if ev.device_type == torch.autograd.DeviceType.CUDA:
+                        print("      eager kernel: %-70.70s %9.1f us"
+                              % (ev.name, getattr(ev, "device_time", float("nan"))))
+            except Exception as e:  # noqa: BLE001
+                print("      profiler: %s" % e)
         del g, plan
     if tail:
         pool[last, tail:, :] = saved
