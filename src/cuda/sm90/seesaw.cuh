@@ -92,10 +92,6 @@
 
 #include "kernel.cuh"
 
-#ifndef MLAV90_SS_SUM_BAR0
-#define MLAV90_SS_SUM_BAR0 0
-#endif
-
 namespace mlav90 {
 namespace seesaw {
 
@@ -514,7 +510,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     else
         wg1_pairs<T>(p, c, smem, base, full, f, o, m_run, l_run, wt);
     const mlav::out_scale osc = {1.0f, 1.0f, 0};
-    write_output<T, T, MLAV90_SS_SUM_BAR0 ? 0 : BAR_SUM, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
+    write_output<T, T, BAR_SUM, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
                                             reinterpret_cast<float *>(smem + smem_ss::SUM), w,
                                             wt >> 5, wt & 31);
 }
