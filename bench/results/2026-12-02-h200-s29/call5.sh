@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # session 29, call 5, from the checkout's root with .debs and .peer carried (.peer/flashmla:
 # ../shared/peers/flashmla with session 27's flashmla/bench_flashmla-extension.patch applied):
-#   bash bench/results/2026-12-02-h200-s29/call5.sh
+#   COMMIT=<this tree's commit> bash bench/results/2026-12-02-h200-s29/call5.sh
 # smem_base() lost the shared address space (alignment through an integer), so every access
 # through it was a generic ld/st (PTX: 1,324 stores, 140 loads); MLAV90_SMEM_SHARED=1 aligns
 # within the __shared__ array (st.shared / ld.shared). Both builds: racecheck on the seesaw's
@@ -71,7 +71,7 @@ fi
 left=$(( 560 - ($(date +%s) - t0) ))
 el "flashmla, CUDAFLAGS='$flags', TOTAL_BUDGET=$left"
 echo "$flags" > $OUT/flashmla-cudaflags.txt
-CUDAFLAGS="$flags" COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo ${COMMIT:-unknown}) FLASHMLA_PREBUILT_SPLITKV=1 \
+CUDAFLAGS="$flags" COMMIT=${COMMIT:-unknown} FLASHMLA_PREBUILT_SPLITKV=1 \
   TOTAL_BUDGET=$left OUT=$OUT/peer bash .peer/flashmla/run.sh . 2>&1 | tail -8
 ( cd $OUT/peer && tar czf ../peer-logs.tgz $(ls | grep -v -E '^(results.md|variants.md|results.jsonl|summary.txt)$') &&
   ls | grep -v -E '^(results.md|variants.md|results.jsonl|summary.txt)$' | xargs rm -rf )
