@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# session 29, call 5, from the checkout's root with .debs and .peer carried (.peer/flashmla:
+# session 29, call 4, from the checkout's root with .debs and .peer carried (.peer/flashmla:
 # ../shared/peers/flashmla with session 27's flashmla/bench_flashmla-extension.patch applied):
-#   COMMIT=<this tree's commit> bash bench/results/2026-12-02-h200-s29/call5.sh
+#   COMMIT=<this tree's commit> bash bench/results/2026-12-02-h200-s29/call4.sh
 # smem_base() lost the shared address space (alignment through an integer), so every access
 # through it was a generic ld/st (PTX: 1,324 stores, 140 loads); MLAV90_SMEM_SHARED=1 aligns
 # within the __shared__ array (st.shared / ld.shared). Both builds: racecheck on the seesaw's
