@@ -91,19 +91,11 @@ __device__ __forceinline__ block_ctx block_ctx_of(const mlav_split_item &item,
     return c;
 }
 
-#ifndef MLAV90_SMEM_SHARED
-#define MLAV90_SMEM_SHARED 0
-#endif
 __device__ __forceinline__ unsigned char *smem_base()
 {
     extern __shared__ unsigned char smem_raw[];
-#if MLAV90_SMEM_SHARED
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem_raw);
-    return smem_raw + ((1024u - (a & 1023u)) & 1023u);
-#else
     return reinterpret_cast<unsigned char *>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
-#endif
 }
 
 /* How a block's producer feeds the ring, each its own instance of produce (a path compiled in
