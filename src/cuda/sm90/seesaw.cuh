@@ -70,9 +70,9 @@
  *   REF(i + 1), each WG0 thread arriving at REF(i + 1) after its PB(i) and S1(i) waits. The
  *   shared values: sref is rewritten by WG0 after its wait of M(i), which WG1 arrives at after
  *   reading sref; smax_m by WG1 after its wait of PA(i), which WG0 arrives at after reading
- *   smax_m. Named barriers with bar.arrive on one side did the same (one wait less a thread)
- *   and measured 1.01x slower; compute-sanitizer's racecheck does not follow bar.arrive's
- *   ordering and reported the sref hand-over as a hazard, which it does not with mbarriers.
+ *   smax_m. Named barriers (bar.arrive on one side, bar.sync on the other) did the same and
+ *   took 1.01x the time; compute-sanitizer's racecheck does not follow bar.arrive's ordering
+ *   and reported the sref hand-over as a hazard, which it does not with mbarriers.
  *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): its P stores before its own wgmma reads them;
  *     every warp's reads of P_A completed before P_A's rewrite; a gathered part's copies before
  *     thread 0's arrivals. BAR_SUM, BAR_STAGE0 (+1): the epilogue's (write_output).
@@ -82,8 +82,8 @@
  * reading warpgroups, ordered by the barriers above) and after the generic writes to it (P,
  * sanitizing), fenced before those barriers, as in kernel.cuh's produce.
  * Convergence: a TMA refill is issued by thread 0 alone; its warp reconverges (__syncwarp)
- *   before it goes on, so that every warp reaches the named barriers (bar.sync, .aligned)
- *   converged.
+ *   before it goes on: the named barriers after it are bar.sync, .aligned, which every thread
+ *   of a warp must execute together.
  * Registers: no register-A wgmma; P is read from shared memory by both warpgroups, so no
  * accumulator is written while a group is in flight (C7515). ptxas reports (C7519) a warpgroup
  * arrive injected after each block's wait inside S: a fence, not a wait. */
@@ -235,12 +235,11 @@ constexpr uint32_t PART_L = 0x00fu, PART_R = 0x0f0u, PART_P = 0x100u, PART_ALL =
 
 /* The column blocks MASK of tile t of the item into `stage` by warpgroup w (thread wt of 128),
  * each published on its own barrier of `full` (the stage's 9, one arrival a phase): by TMA
- * where kv_tile_by_tma allows (the answer the same in every thread and for every part: the
- * tile's first row's page), thread 0 arriving with a block's bytes expected then copying it;
- * else gathered through kv_row_src, each thread waiting for its copies to land and fencing them,
- * the warpgroup's barrier, then thread 0's plain arrivals. The refill that copies P's slot also
- * asks the L2 for tile t + 2 of the same stage, where it is a TMA tile (73,728 contiguous bytes
- * of the pool), so that a pair of tiles is on its way from memory while this one is used. */
+ * where kv_tile_by_tma allows (the answer the same in every thread and for every part: `page0`,
+ * the page id of the tile's first row, looked up by the caller ahead), thread 0 arriving with a
+ * block's bytes expected then copying it, its warp reconverged after; else gathered through
+ * kv_row_src, each thread waiting for its copies to land and fencing them, the warpgroup's
+ * barrier, then thread 0's plain arrivals. */
 template <typename T, uint32_t MASK>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
                                        const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
