@@ -291,8 +291,7 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
 
     const mlav_schedule *sc = &st->sched;
 #ifdef MLAV_WITH_SM90
-    st->cfg.sm90_seesaw =
-        mlav_flash_sm90_seesaw_of(sc->items, sc->n_items);
+    st->cfg.sm90_seesaw = mlav_flash_sm90_seesaw_of(sc->items, sc->n_items);
 #endif
     /* the combine's items: their most splits, and their rows that do work (a row tile's rows
      * past its request return at once) */
