@@ -25,32 +25,39 @@ static void test_seesaw_env(void **state)
 {
     (void)state;
     setenv("MLAV_SM90_KERNEL", "producer", 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0), 0);
     setenv("MLAV_SM90_KERNEL", "seesaw", 1); /* forced, short blocks too */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65, 0), 1);
     setenv("MLAV_SM90_KERNEL", "Seesaw", 1); /* not a value: the rule */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65), 0);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65, 0), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0), 1);
     unsetenv("MLAV_SM90_KERNEL");
 }
 
-/* The rule: at least MLAV_SM90_MIN_TILES (6) tiles a block on average, whatever the rows. */
+/* The rule: at least MLAV_SM90_MIN_TILES (6) tiles a block on average, whatever the rows; an FP8
+ * cache always (unless MLAV_SM90_KERNEL=producer). */
 static void test_seesaw_rule_boundaries(void **state)
 {
     (void)state;
     unsetenv("MLAV_SM90_KERNEL");
     assert_int_equal(MLAV_SM90_MIN_TILES, 6);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(264, 132), 0);      /* B 1, H 16, q 16, 4k */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(129 * 4, 129), 0);  /* B 1, q 1, 32k */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(1027, 130), 1);     /* B 1, H 8, q 16, 32k */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100, 100), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100 - 1, 100), 0);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(0, 0), 0); /* no items */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(264, 132, 0), 0);      /* B 1, H 16, q 16, 4k */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(129 * 4, 129, 0), 0);  /* B 1, q 1, 32k */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(1027, 130, 0), 1);     /* B 1, H 8, q 16, 32k */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100, 100, 0), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100 - 1, 100, 0), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(0, 0, 0), 0); /* no items */
+    /* an FP8 cache: the seesaw kernel at any tile count */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(264, 132, 1), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 1), 1);
+    setenv("MLAV_SM90_KERNEL", "producer", 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 1), 0);
+    unsetenv("MLAV_SM90_KERNEL");
 }
 
 /* The family on cc 9.0 (where the library has the sm_90a family): the legal one for requests of
- * at most 32 rows whose batch reads fewer than 6 tiles an SM, for FP8 caches and KV shards;
+ * at most 32 rows whose batch reads fewer than 6 tiles an SM (FP8 caches the same) and KV shards;
  * MLAV_FLASH_FAMILY overrides. Elsewhere, and without the sm_90a family, always the legal one. */
 static void test_family_rule(void **state)
 {
@@ -72,7 +79,11 @@ static void test_family_rule(void **state)
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 33, 4097, sms, 0, 0),
                      MLAV_FLASH_FAMILY_SM90); /* more rows: short batches too */
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 1, 0),
-                     MLAV_FLASH_FAMILY_LEGAL); /* FP8 cache */
+                     MLAV_FLASH_FAMILY_SM90); /* FP8 cache: the same rule */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 32769, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 16 * 4097, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_SM90);
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, 1),
                      MLAV_FLASH_FAMILY_LEGAL); /* KV shard */
     setenv("MLAV_FLASH_FAMILY", "sm90", 1);

@@ -92,8 +92,7 @@ enum run_flags { ROWS_NONE = 0, ROWS_SHARED = 1, STEP_LAUNCH = 2, SCALE_DEVICE =
 typedef int rows_mode;
 
 /* Which kernel run_family launches: the legal family's, or the sm_90a family's producer kernel
- * or its seesaw kernel (mlav_flash_launch_opts.sm90_seesaw; where the pool has no tensor map
- * the launch takes the producer kernel). */
+ * or its seesaw kernel (mlav_flash_launch_opts.sm90_seesaw). */
 enum run_kind { KIND_LEGAL, KIND_SM90, KIND_SEESAW };
 
 /* Run one kernel (run_kind) on problem `p` with schedule `sch` and compare. */
@@ -299,9 +298,9 @@ void run_problem(tu_problem *p, const mlav_cuda_device *dev, rows_mode rows)
         strcat(name, ",sched64");
     run_family(p, &info, &sch, dev, KIND_LEGAL, name, rows);
     run_family(p, &info, &sch, dev, KIND_SM90, name, rows);
-    /* the seesaw kernel where a launch can take it: a 16-bit cache under the pool's tensor map */
-    if (info.kv_dtype == info.dtype && info.page_size % 64 == 0)
-        run_family(p, &info, &sch, dev, KIND_SEESAW, name, rows);
+    /* the seesaw kernel on every case: TMA tiles under the pool's tensor map, gathered ones
+     * (any page size, bad pages, partial tiles) and an FP8 cache's raw tiles */
+    run_family(p, &info, &sch, dev, KIND_SEESAW, name, rows);
     mlav_schedule_free(&sch);
     mlav_problem_info_free(&info);
 }

@@ -188,9 +188,9 @@ typedef struct mlav_flash_launch_opts {
     int32_t kv_fp8;       /* 1: the cache is FP8 E4M3 (the split kernel's FP8 instances) */
     int32_t combine_grid; /* a plan for limits: blocks of its one combine launch, the most any
                            * step takes (mlav_combine_step_shape) */
-    int32_t sm90_seesaw;  /* the sm_90a family: 1 = its seesaw kernel where the pool has the
-                           * tensor map (sm90/seesaw.cuh; mlav_flash_sm90_seesaw_rule), 0 = its
-                           * producer kernel (sm90/kernel.cuh) */
+    int32_t sm90_seesaw;  /* the sm_90a family: 1 = its seesaw kernel (sm90/seesaw.cuh;
+                           * mlav_flash_sm90_seesaw_rule), 0 = its producer kernel
+                           * (sm90/kernel.cuh) */
 } mlav_flash_launch_opts;
 
 /* Whether the split kernel should run every warp group, also those whose 32 rows lie past their

@@ -23,10 +23,10 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
         *w = "MLAV_FLASH_FAMILY=sm90 (every BF16 or F16 plan, short requests included)";
         return MLAV_FLASH_FAMILY_SM90;
     }
-    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype); F32, FP8 caches and batches of "
+    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype or FP8 E4M3); F32 and batches of "
          "requests of at most 32 rows that read fewer than 6 KV tiles of 64 keys an SM run the "
-         "legal family (MLAV_FLASH_FAMILY=sm90 forces it); its seesaw kernel where pages hold "
-         "whole 64-key tiles and blocks have at least 6 tiles, else its producer kernel "
+         "legal family (MLAV_FLASH_FAMILY=sm90 forces it); its seesaw kernel for an FP8 cache "
+         "and where blocks have at least 6 tiles, else its producer kernel "
          "(MLAV_SM90_KERNEL=seesaw or producer forces one)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
@@ -50,18 +50,19 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
     if (f == MLAV_FLASH_FAMILY_SM90 && !forced && rows_per_request <= 32 &&
         total_kv < (int64_t)MLAV_SM90_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count)
         return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile at most half full, a few tiles a split */
-    if (f == MLAV_FLASH_FAMILY_SM90 && !forced && kv_fp8)
-        return MLAV_FLASH_FAMILY_LEGAL; /* the FP8 gather's conversion holds the pipeline */
+    (void)kv_fp8; /* an FP8 cache takes the seesaw kernel: mlav_flash_sm90_seesaw_rule */
     return f;
 }
 
-int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items)
+int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8)
 {
     const char *env = getenv("MLAV_SM90_KERNEL");
     if (env && strcmp(env, "seesaw") == 0)
         return 1;
     if (env && strcmp(env, "producer") == 0)
         return 0;
+    if (kv_fp8)
+        return 1; /* the producer kernel's conversion sits on its ring's critical path */
     return n_items > 0 && tile_rows >= (int64_t)MLAV_SM90_MIN_TILES * n_items;
 }
 

@@ -34,23 +34,24 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 /* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
  * on the H200 (docs/PERFORMANCE.md#hopper): requests of at most 32 folded rows (max_q_len x H)
  * whose batch reads fewer than MLAV_SM90_MIN_TILES 64-key tiles an SM (total_kv, the batch's KV
- * rows, or a plan for limits' max_batch x max_kv_len; sm_count SMs), and an FP8 E4M3 cache
- * (kv_fp8 nonzero), whose sm_90a gather converts on the producer's path; unless
- * MLAV_FLASH_FAMILY is "sm90" (so that tests reach the sm_90a family with both). A KV shard
- * (sharded nonzero) always runs the legal family: the sm_90a kernel does not map a shard's rows
- * (its mask loop with the map ran unsharded plans up to 1.04x slower). */
+ * rows, or a plan for limits' max_batch x max_kv_len; sm_count SMs); unless MLAV_FLASH_FAMILY
+ * is "sm90" (so that tests reach the sm_90a family with them). An FP8 E4M3 cache (kv_fp8) takes
+ * the same rule. A KV shard (sharded nonzero) always runs the legal family: the sm_90a kernel
+ * does not map a shard's rows (its mask loop with the map ran unsharded plans up to 1.04x
+ * slower). */
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
                                              int64_t total_kv, int sm_count, int kv_fp8,
                                              int sharded);
 
 /* Within the sm_90a family, whether a plan's launches take the seesaw kernel (sm90/seesaw.cuh:
  * two math warpgroups on alternate tiles, no producer) rather than the producer kernel
- * (sm90/kernel.cuh), where the pool has the TMA tensor map (a 16-bit cache, page_size a multiple
- * of 64): where its blocks average at least MLAV_SM90_MIN_TILES KV tiles (tile_rows, the 64-key
- * tiles of all blocks, over n_items), whatever their rows; the producer kernel, whose blocks start
- * sooner, below. The environment variable MLAV_SM90_KERNEL (read at plan time) overrides it for
- * A/B runs and tests: "seesaw" takes the seesaw kernel for every such launch, "producer" never. */
-int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items);
+ * (sm90/kernel.cuh): for an FP8 E4M3 cache (kv_fp8 nonzero: the producer's conversion held its
+ * ring), and where the blocks average at least MLAV_SM90_MIN_TILES KV tiles (tile_rows, the
+ * 64-key tiles of all blocks, over n_items), whatever their rows and page size; the producer
+ * kernel, whose blocks start sooner, below. The environment variable MLAV_SM90_KERNEL (read at
+ * plan time) overrides it for A/B runs and tests: "seesaw" takes the seesaw kernel for every
+ * launch, "producer" never. */
+int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8);
 
 /* The family's name, as `mlaverify info` prints it. */
 const char *mlav_flash_family_name(mlav_flash_family f);

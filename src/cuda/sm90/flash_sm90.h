@@ -29,15 +29,16 @@ static inline mlav_schedule_params mlav_flash_sm90_schedule_params(int sm_count,
     return sp;
 }
 
-/* mlav_flash_sm90_seesaw_rule (flash_family.h) for a schedule's items: the 64-key tiles of all
- * of them, over their count. */
-static inline int mlav_flash_sm90_seesaw_of(const mlav_split_item *items, int32_t n_items)
+/* mlav_flash_sm90_seesaw_rule (flash_family.h) for a schedule's items (the 64-key tiles of all
+ * of them, over their count) over a cache that is FP8 E4M3 or not (kv_fp8). */
+static inline int mlav_flash_sm90_seesaw_of(const mlav_split_item *items, int32_t n_items,
+                                            int kv_fp8)
 {
     int64_t tile_rows = 0;
     for (int32_t i = 0; i < n_items; i++)
         tile_rows += (items[i].kv_end - items[i].kv_begin + MLAV_FLASH_SM90_TILE_N - 1) /
                      MLAV_FLASH_SM90_TILE_N;
-    return mlav_flash_sm90_seesaw_rule(tile_rows, n_items);
+    return mlav_flash_sm90_seesaw_rule(tile_rows, n_items, kv_fp8);
 }
 
 /* Whether this device and these dtypes can run the Hopper kernel: MLAV_OK, or
@@ -71,5 +72,8 @@ mlav_status mlav_flash_sm90_kv_map(const mlav_flash_params *fp, int kv_fp8, CUte
  * for limits), as a kernel address for cudaLaunchKernel (instances_e4m3.cu; launch_sm90.cu's
  * table). */
 const void *mlav_flash_sm90_e4m3_kernel(mlav_dtype dtype, int step);
+
+/* The same for the FP8 E4M3 cache's seesaw kernel (sm90/seesaw.cuh). */
+const void *mlav_flash_sm90_e4m3_seesaw(mlav_dtype dtype, int step);
 
 #endif

@@ -26,17 +26,19 @@ const void *kernel_for(mlav_dtype dtype, bool kv_fp8, bool step)
     return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(step) : kernel_of<__half>(step);
 }
 
-/* The seesaw instance (seesaw.cuh) for a dtype and plan kind: a 16-bit cache under the pool's
- * tensor map. */
+/* The seesaw instance (seesaw.cuh) for a dtype, a cache of that dtype and a plan kind; an FP8
+ * cache's from instances_e4m3.cu. */
 template <typename T> const void *seesaw_of(bool step)
 {
     using namespace mlav90::seesaw;
-    return step ? reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, true>)
-                : reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, false>);
+    return step ? reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, true>)
+                : reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, false>);
 }
 
-const void *seesaw_for(mlav_dtype dtype, bool step)
+const void *seesaw_for(mlav_dtype dtype, bool kv_fp8, bool step)
 {
+    if (kv_fp8)
+        return mlav_flash_sm90_e4m3_seesaw(dtype, step ? 1 : 0);
     return dtype == MLAV_DTYPE_BF16 ? seesaw_of<__nv_bfloat16>(step) : seesaw_of<__half>(step);
 }
 
@@ -80,18 +82,17 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
                                                                     mlav90::smem90::BYTES));
         *blocks_per_sm = k == 0 || n < *blocks_per_sm ? n : *blocks_per_sm;
     }
-    /* the seesaw instances, which a 16-bit cache's launches under the pool's map may take
+    /* the seesaw instances, which a launch takes where its plan asks
      * (mlav_flash_launch_opts.sm90_seesaw) */
-    if (kv_dtype != MLAV_DTYPE_FP8_E4M3)
-        for (int k = 0; k < 2; k++) {
-            const void *f = seesaw_for(dtype, k != 0);
-            MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)mlav90::seesaw::smem_ss::BYTES));
-            int n = 0;
-            MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                &n, f, mlav90::seesaw::THREADS, mlav90::seesaw::smem_ss::BYTES));
-            *blocks_per_sm = n < *blocks_per_sm ? n : *blocks_per_sm;
-        }
+    for (int k = 0; k < 2; k++) {
+        const void *f = seesaw_for(dtype, kv_dtype == MLAV_DTYPE_FP8_E4M3, k != 0);
+        MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)mlav90::seesaw::smem_ss::BYTES));
+        int n = 0;
+        MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, f, mlav90::seesaw::THREADS, mlav90::seesaw::smem_ss::BYTES));
+        *blocks_per_sm = n < *blocks_per_sm ? n : *blocks_per_sm;
+    }
     if (*blocks_per_sm < 1)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "flash_sm90 cannot be resident on this device (0 blocks per SM)");
@@ -126,8 +127,8 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
         if (ms != MLAV_OK)
             return ms;
         void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
-        if (kv_tma && !lo->kv_fp8 && lo->sm90_seesaw)
-            MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, step != 0),
+        if (lo->sm90_seesaw)
+            MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, lo->kv_fp8 != 0, step != 0),
                                            dim3((unsigned)fp->n_items),
                                            dim3(mlav90::seesaw::THREADS), args,
                                            mlav90::seesaw::smem_ss::BYTES, stream));

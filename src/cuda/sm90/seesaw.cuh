@@ -116,7 +116,12 @@ struct smem_ss {
     static constexpr uint32_t SUM = MAXM + BM * 4;               /* [2][64] fp32 */
     static constexpr uint32_t BAR = SUM + 2 * BM * 4;            /* full[STAGES][W_BLOCKS] */
     static constexpr uint32_t HAND = BAR + STAGES * W_BLOCKS * 8; /* hand[HANDOVERS] */
-    static constexpr uint32_t END = HAND + HANDOVERS * 8;
+    /* BF16 q over an FP8 cache: Q's maximum (q_tile_to_f16's 8 words), its power of two */
+    static constexpr uint32_t QRED = HAND + HANDOVERS * 8;
+    static constexpr uint32_t Q_UNSHIFT = QRED + 8 * 4;
+    /* [2] u32: whether the tile in stage s was gathered (refill; its S reader fences) */
+    static constexpr uint32_t GATHERED = Q_UNSHIFT + 8;
+    static constexpr uint32_t END = GATHERED + 8;
     static constexpr uint32_t BYTES = ((END + 15) / 16) * 16 + 1024;
 };
 static_assert(smem_ss::KV % 1024 == 0 && STAGE_WG_BYTES * 2 <= OPERAND_BYTES,
@@ -162,11 +167,16 @@ __device__ __forceinline__ float ref_factor(float from, float to)
 /* S = Q K^T over the whole 64-key tile at `stage` (fragments of m64n64: x[4 j + e] is row
  * 16 warp + g + 8 (e >> 1), key 8 j + 2 t + (e & 1)): issues and commits its 36 wgmmas, the 4
  * of column block k once the tile's block k has landed (`full`: the stage's 9 barriers, phase
- * parity `parity`), so the product starts with the first block. */
-template <typename T>
+ * parity `parity`), so the product starts with the first block. `gathered`: the stage's flag
+ * (refill), read once block 0 has landed: the tile came by cp.async (generic-proxy writes), so
+ * each wait is followed by this thread's proxy fence before wgmma reads the block. WAIT false:
+ * the tile is ready (fp8_tile_ready), no waits. */
+template <typename T, bool WAIT = true>
 __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
-                                             uint64_t *full, uint32_t parity)
+                                             uint64_t *full, uint32_t parity,
+                                             const volatile uint32_t *gathered)
 {
+    bool fence = false;
     /* the addresses opaque here, so that ptxas builds the 72 descriptors where they are used
      * instead of keeping them in registers across the loop of tiles */
     asm volatile("" : "+r"(sq), "+r"(stage));
@@ -174,7 +184,13 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
     wgmma_fence();
 #pragma unroll
     for (int kb = 0; kb < W_BLOCKS; kb++) {
-        mbar_wait_flat(&full[kb], parity);
+        if constexpr (WAIT) {
+            mbar_wait_flat(&full[kb], parity);
+            if (kb == 0)
+                fence = *gathered != 0u;
+            if (fence)
+                fence_proxy_async();
+        }
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             const uint32_t off = (uint32_t)kb * BLOCK_BYTES + (uint32_t)kk * 32u;
@@ -185,17 +201,48 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
     wgmma_commit();
 }
 
-/* The scores of the tile at KV row j0 in place (scale_log2 and the visibility mask:
- * mask_scores), and their row maxima; returns whether the tile has hidden keys (V to sanitize). */
+/* An FP8 cache's tile at `stage`, raw (refill), made F16 for its owner's S and for the other
+ * warpgroup's P V (which read it after a hand-over from this warpgroup): every block landed
+ * (`full`, parity `parity`), this thread's share converted in place (fp8_convert_tile, the
+ * producer kernel's mapping; any thread may convert any raw chunk once all have landed), its
+ * proxy fence, then warpgroup w's barrier, after which its S issues without waits. */
+__device__ __forceinline__ void fp8_tile_ready(uint32_t stage, uint64_t *full, uint32_t parity,
+                                               int w, int wt)
+{
+#pragma unroll
+    for (int kb = 0; kb < W_BLOCKS; kb++)
+        mbar_wait_flat(&full[kb], parity);
+    fp8_convert_tile(stage, wt);
+    fence_proxy_async();
+    wg_barrier(w);
+}
+
+/* The scores of the tile at KV row j0 in place (`score`: the factors, score_ctx; the visibility
+ * mask: mask_scores), and their row maxima; returns whether the tile has hidden keys (V to
+ * sanitize). */
+template <typename Score>
 __device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
                                        const mlav_flash_params &p, const block_ctx &c, int j0,
-                                       int r0, int t4)
+                                       int r0, int t4, Score score)
 {
-    const bool hidden =
-        mask_scores(x, p, c, j0, 0, r0, t4, [&](float v) { return v * p.scale_log2; });
+    const bool hidden = mask_scores(x, p, c, j0, 0, r0, t4, score);
     fragment_row_max(x, tm);
     return hidden;
 }
+
+/* The factors a raw score is multiplied by (kernel.cuh's consume): scale_log2, or over an FP8
+ * cache scale_log2 x kv_scale, with BF16 q as fp8_score_factors' two (qa: Q's power of two
+ * back). */
+template <bool Q_TO_F16> struct score_ctx {
+    float qa, sf;
+    __device__ __forceinline__ float operator()(float v) const
+    {
+        if constexpr (Q_TO_F16)
+            return v * qa * sf;
+        else
+            return v * sf;
+    }
+};
 
 /* Scores to P (in place) against reference `m` per row, added to the row sums `l`. */
 __device__ __forceinline__ void exponentiate(float (&x)[X_REGS], const float (&m)[2],
@@ -233,69 +280,143 @@ struct feed_ctx {
  * 0..255), its right half (256..511), and P's slot (K's rope). */
 constexpr uint32_t PART_L = 0x00fu, PART_R = 0x0f0u, PART_P = 0x100u, PART_ALL = 0x1ffu;
 
-/* The column blocks MASK of tile t of the item into `stage` by warpgroup w (thread wt of 128),
- * each published on its own barrier of `full` (the stage's 9, one arrival a phase): by TMA
- * where kv_tile_by_tma allows (the answer the same in every thread and for every part: `page0`,
- * the page id of the tile's first row, looked up by the caller ahead), thread 0 arriving with a
- * block's bytes expected then copying it, its warp reconverged after; else gathered through
- * kv_row_src, each thread waiting for its copies to land and fencing them, the warpgroup's
- * barrier, then thread 0's plain arrivals. */
-template <typename T, uint32_t MASK>
+/* The page ids of the rows a warpgroup's threads gather in the pair of tiles (t, t + 1), one a
+ * thread, each in the warp of the threads that gather its row: lane l of warp v holds row
+ * 4 v + (l & 3) + 16 ((l >> 2) & 3) of tile t + (l >> 4) (gather_row_id). Looked up a pair
+ * ahead, so that a gathered refill (page_size 1: every tile) issues its copies without a
+ * dependent load; one register where each row's id would take 8. */
+__device__ __forceinline__ int32_t pair_row_ids(const int32_t *ptab, const block_ctx &c, int t,
+                                                const mlav_flash_params &p, int wt)
+{
+    const int v = wt >> 5, l = wt & 31;
+    const int row = 4 * v + (l & 3) + 16 * ((l >> 2) & 3);
+    return kv_page_of(ptab, c.kv_begin + (t + (l >> 4)) * TILE_N + row, c.kv_end, p);
+}
+
+/* The page id of gather thread wt's row i (row wt / 8 + 16 i: gather.cuh's mapping) in tile k
+ * (0, 1) of the pair whose ids are `ids` (pair_row_ids), from the lane that holds it. */
+__device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int wt)
+{
+    return __shfl_sync(0xffffffffu, ids, ((wt & 31) >> 3) | (i << 2) | (k << 4));
+}
+
+/* The column blocks MASK of tile t of the item (tile k of its pair) into `stage` by warpgroup w
+ * (thread wt of 128), each published on its own barrier of `full` (the stage's 9, one arrival a
+ * phase):
+ *   by TMA where kv_tile_by_tma allows (a 16-bit cache under the pool's map; the answer the
+ *   same in every thread and for every part: `page0`, the page id of the tile's first row,
+ *   looked up by the caller ahead), thread 0 arriving with a block's bytes expected then
+ *   copying it, its warp reconverged after;
+ *   else gathered (gather.cuh's mapping, each row's page id from `ids`: gather_row_id): each
+ *   thread's copies, then its cp_async_arrive_on of each block (counted in the phase, landing
+ *   later), the warpgroup's barrier (every thread's counted), then thread 0's plain arrival on
+ *   each. No thread waits for a copy: the tile's readers do (s_issue_full with `gathered`, or
+ *   fp8_tile_ready), as they wait for TMA. An FP8 cache's tiles are always gathered, raw
+ *   (gather.cuh: raw chunk l + 8 k of a row into column block l / 4 + 2 k, the fifth into the
+ *   last), and made F16 by fp8_tile_ready. */
+template <typename Kv, uint32_t MASK>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
                                        const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
-                                       int w, int wt, int32_t page0)
+                                       int w, int wt, int32_t page0, int32_t ids, int k)
 {
+    /* the stage's flag for its S reader (s_issue_full), written before block 0's arrival */
+    volatile uint32_t *gathered =
+        reinterpret_cast<volatile uint32_t *>(smem_base() + smem_ss::GATHERED) + (t & 1);
+    constexpr bool FP8 = fp8_kv<Kv>;
+    static_assert(!FP8 || ((MASK ^ (MASK >> 1)) & 0x55u) == 0,
+                  "an FP8 lane's raw chunk k lands in block 2 k or 2 k + 1: parts of whole pairs");
     const int j0 = c.kv_begin + t * TILE_N;
-    if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
-        if (wt == 0) {
-            const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
+    if constexpr (!FP8) {
+        if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
+            if (wt == 0) {
+                if constexpr ((MASK & 1u) != 0)
+                    *gathered = 0u;
+                const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
 #pragma unroll
-            for (int k = 0; k < W_BLOCKS; k++)
-                if (MASK >> k & 1u) {
-                    mbar_arrive_expect_tx(&full[k], BLOCK_BYTES);
-                    tma_load_2d(stage + (uint32_t)k * BLOCK_BYTES, f.map, k * COL_BLOCK, y,
-                                &full[k]);
-                }
+                for (int kb = 0; kb < W_BLOCKS; kb++)
+                    if (MASK >> kb & 1u) {
+                        mbar_arrive_expect_tx(&full[kb], BLOCK_BYTES);
+                        tma_load_2d(stage + (uint32_t)kb * BLOCK_BYTES, f.map, kb * COL_BLOCK, y,
+                                    &full[kb]);
+                    }
+            }
+            __syncwarp();
+            return;
         }
-        __syncwarp();
-        return;
     }
-    /* a row at a time (load_kv_tile's 4 page ids and row addresses at once, with O live across
-     * the loop of tiles, spilled) */
-    const T *kv = static_cast<const T *>(p.kv);
-    const uint32_t d0 = gather_dst(stage, wt);
+    const uint32_t d0 = FP8 ? gather_dst_fp8(stage, wt) : gather_dst(stage, wt);
+    /* a row at a time (load_kv_tile's 4 row addresses at once, with O live across the loop of
+     * tiles, spilled) */
 #pragma unroll 1
     for (int i = 0; i < ROWS_PER_THREAD; i++) {
         const int j = j0 + wt / ROW_LANES + ROW_STEP * i;
         const bool live = j < c.kv_end;
-        const int32_t page = kv_page_of(f.ptab, j, c.kv_end, p);
-        const T *src = kv_row_src(kv, page, j, live, p) + (wt % ROW_LANES) * 8;
+        const int bytes = live ? 16 : 0;
+        const int32_t page = gather_row_id(ids, k, i, wt);
         const uint32_t d = d0 + (uint32_t)(i * ROW_STEP) * 128u;
+        if constexpr (FP8) {
+            const uint8_t *src = kv_row_src(static_cast<const uint8_t *>(p.kv), page, j, live, p) +
+                                 (wt % ROW_LANES) * 16;
 #pragma unroll
-        for (int k = 0; k < W_BLOCKS; k++)
-            if (MASK >> k & 1u)
-                cp_async16(d + (uint32_t)k * BLOCK_BYTES, src + k * COL_BLOCK, live ? 16 : 0);
+            for (int kk = 0; kk < RAW_LANE_CHUNKS; kk++)
+                if (MASK >> (2 * kk) & 1u)
+                    cp_async16(d + (uint32_t)(2 * kk) * BLOCK_BYTES, src + kk * ROW_LANES * 16,
+                               bytes);
+            if ((MASK >> (W_BLOCKS - 1) & 1u) && fp8_fifth(wt))
+                cp_async16(d + (uint32_t)(2 * RAW_LANE_CHUNKS) * BLOCK_BYTES,
+                           src + RAW_LANE_CHUNKS * ROW_LANES * 16, bytes);
+        } else {
+            const Kv *src = kv_row_src(static_cast<const Kv *>(p.kv), page, j, live, p) +
+                            (wt % ROW_LANES) * 8;
+#pragma unroll
+            for (int kb = 0; kb < W_BLOCKS; kb++)
+                if (MASK >> kb & 1u)
+                    cp_async16(d + (uint32_t)kb * BLOCK_BYTES, src + kb * COL_BLOCK, bytes);
+        }
     }
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_proxy_async(); /* this thread's copies, for wgmma */
+#pragma unroll
+    for (int kb = 0; kb < W_BLOCKS; kb++)
+        if (MASK >> kb & 1u)
+            cp_async_arrive_on(&full[kb]);
     wg_barrier(w);
     if (wt == 0) {
+        if constexpr ((MASK & 1u) != 0)
+            *gathered = 1u;
 #pragma unroll
-        for (int k = 0; k < W_BLOCKS; k++)
-            if (MASK >> k & 1u)
-                mbar_arrive(&full[k]);
+        for (int kb = 0; kb < W_BLOCKS; kb++)
+            if (MASK >> kb & 1u)
+                mbar_arrive(&full[kb]);
+    }
+}
+
+/* The S product of this warpgroup's tile t at stage s: an FP8 cache's once the tile is made F16
+ * (fp8_tile_ready), a 16-bit one's block by block, with the reader's fences where the tile was
+ * gathered (the stage's flag, smem_ss::GATHERED). */
+template <typename T, typename Kv>
+__device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], unsigned char *smem, uint32_t sq,
+                                          uint32_t stage, uint64_t *full, int t, int w, int wt)
+{
+    const uint32_t parity = (uint32_t)((t / 2) & 1);
+    if constexpr (fp8_kv<Kv>) {
+        fp8_tile_ready(stage, full, parity, w, wt);
+        s_issue_full<mma_t<T, Kv>, false>(x, sq, stage, full, parity, nullptr);
+    } else {
+        s_issue_full<T>(x, sq, stage, full, parity,
+                        reinterpret_cast<const volatile uint32_t *>(smem + smem_ss::GATHERED) +
+                            (t & 1));
     }
 }
 
 /* WG0: tile A of each pair, output columns [0, 256). */
-template <typename T>
+template <typename T, typename Kv, typename Score>
 __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const block_ctx &c,
                                           unsigned char *smem, uint32_t base, uint64_t *full,
                                           const feed_ctx &f, float (&o)[O_REGS],
-                                          float (&m_run)[2], float (&l_run)[2], int wt)
+                                          float (&m_run)[2], float (&l_run)[2], int wt,
+                                          const Score &score)
 {
-    using TY = mlav::mma_type<T>;
+    using MT = mma_t<T, Kv>;
+    using TY = mlav::mma_type<MT>;
     const int warp = wt >> 5, lane = wt & 31, t4 = lane & 3;
     const int r0 = 16 * warp + (lane >> 2);
     float *sref = reinterpret_cast<float *>(smem + smem_ss::REF);
@@ -307,11 +428,11 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
         float x[X_REGS];
-        s_issue_full<T>(x, sq, sa, full_a, (uint32_t)((t / 2) & 1));
+        s_of_tile<T, Kv>(x, smem, sq, sa, full_a, t, 0, wt);
         wgmma_wait<0>();
         fence_regs(x);
         float tm[2];
-        const bool hidden = scores(x, tm, p, c, c.kv_begin + t * TILE_N, r0, t4);
+        const bool hidden = scores(x, tm, p, c, c.kv_begin + t * TILE_N, r0, t4, score);
         float ref0[2], f0[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -329,10 +450,11 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         store_p(pa, x, 0, warp, lane, TY::pack);
         fence_proxy_async(); /* P_A, V_A sanitized: for wgmma */
         wg_barrier(0);
-        pv_issue<T>(o, sa + P_SLOT, sa, 0);
-        /* the next pair's page ids (refill's page0), looked up under this pair's P V */
+        pv_issue<MT>(o, sa + P_SLOT, sa, 0);
+        /* the next pair's page ids (refill's page0 and ids), looked up under this pair's P V */
         const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
         const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
+        const int32_t ids = pair_row_ids(f.ptab, c, t + 2, p, wt);
         handover_wait<HAND_M>(hand, t);
         float m[2], f1[2];
 #pragma unroll
@@ -357,10 +479,10 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         handover_arrive<HAND_PA>(hand);
         /* stage 0's blocks 0..3: read only by this warpgroup (S_A, P_A V_A), both completed */
         if (t + 2 < c.n_tiles)
-            refill<T, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt, pg2);
+            refill<Kv, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt, pg2, ids, 0);
         if (has_b) {
             handover_wait<HAND_PB>(hand, t);
-            pv_issue<T>(o, sb + P_SLOT, sb, 0);
+            pv_issue<MT>(o, sb + P_SLOT, sb, 0);
             wgmma_wait<0>();
             fence_regs(o);
             handover_wait<HAND_S1>(hand, t); /* WG1's reads of P_B completed */
@@ -369,18 +491,20 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
          * WG1's (S_B before PB, P_B V_B before S1), completed. Out of the block above:
          * inside it, ptxas spilled. */
         if (t + 3 < c.n_tiles)
-            refill<T, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt, pg3);
+            refill<Kv, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt, pg3, ids, 1);
     }
 }
 
 /* WG1: tile B of each pair, output columns [256, 512). */
-template <typename T>
+template <typename T, typename Kv, typename Score>
 __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const block_ctx &c,
                                           unsigned char *smem, uint32_t base, uint64_t *full,
                                           const feed_ctx &f, float (&o)[O_REGS],
-                                          float (&m_run)[2], float (&l_run)[2], int wt)
+                                          float (&m_run)[2], float (&l_run)[2], int wt,
+                                          const Score &score)
 {
-    using TY = mlav::mma_type<T>;
+    using MT = mma_t<T, Kv>;
+    using TY = mlav::mma_type<MT>;
     const int warp = wt >> 5, lane = wt & 31, t4 = lane & 3;
     const int r0 = 16 * warp + (lane >> 2);
     const float *sref = reinterpret_cast<const float *>(smem + smem_ss::REF);
@@ -395,10 +519,10 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         float tm[2] = {-INFINITY, -INFINITY};
         bool hidden = false;
         if (has_b) {
-            s_issue_full<T>(x, sq, sb, full_b, (uint32_t)((t / 2) & 1));
+            s_of_tile<T, Kv>(x, smem, sq, sb, full_b, t + 1, 1, wt);
             wgmma_wait<0>();
             fence_regs(x);
-            hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4);
+            hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4, score);
         }
         handover_wait<HAND_REF>(hand, t);
         float m[2], f1[2];
@@ -412,9 +536,11 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             m_run[h] = m[h];
         }
         handover_arrive<HAND_M>(hand);
-        /* the next pair's page ids (refill's page0), looked up under this pair's softmax and P V */
+        /* the next pair's page ids (refill's page0 and ids), looked up under this pair's softmax
+         * and P V */
         const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
         const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
+        const int32_t ids = pair_row_ids(f.ptab, c, t + 2, p, wt);
         rescale_o(o, f1);
         if (has_b) {
             if (hidden)
@@ -424,33 +550,36 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             fence_proxy_async(); /* P_B, V_B sanitized: for wgmma */
             wg_barrier(1);
             handover_arrive<HAND_PB>(hand);
-            pv_issue<T>(o, sb + P_SLOT, sb, 1);
+            pv_issue<MT>(o, sb + P_SLOT, sb, 1);
         }
         handover_wait<HAND_PA>(hand, t);
-        pv_issue<T>(o, sa + P_SLOT, sa, 1);
+        pv_issue<MT>(o, sa + P_SLOT, sa, 1);
         if (has_b) {
             wgmma_wait<1>(); /* O_R += P_B V_B: this warpgroup's last read of stage 1 */
             handover_arrive<HAND_S1>(hand);
             /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
             if (t + 3 < c.n_tiles)
-                refill<T, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt, pg3);
+                refill<Kv, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt, pg3, ids, 1);
         }
         wgmma_wait<0>();
         fence_regs(o);
         /* stage 0's blocks 4..7 and P's slot: this warpgroup's P_A V_A was their last reader
          * (WG0's S_A and P_A V_A completed before PA) */
         if (t + 2 < c.n_tiles)
-            refill<T, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt, pg2);
+            refill<Kv, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt, pg2, ids, 0);
     }
 }
 
-/* The kernel; STEP as kernel.cuh's flash_sm90_kernel. Launched only for a 16-bit cache whose
- * launch holds the pool's map (kv_tma); a tile TMA cannot copy is gathered. */
-template <typename T, bool STEP>
+/* The kernel; STEP as kernel.cuh's flash_sm90_kernel. Kv: the cache's element type (T, or
+ * __nv_fp8_e4m3: every tile gathered raw and made F16 by its owner, BF16 q made F16 by WG0 in the
+ * prologue, the scale as kernel.cuh applies it). A 16-bit cache's tile goes by TMA where the
+ * launch holds the pool's map (kv_tma) and the tile allows, else it is gathered. */
+template <typename T, typename Kv, bool STEP>
 __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_seesaw_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
                              const int kv_tma)
 {
+    constexpr bool FP8 = fp8_kv<Kv>, Q_TO_F16 = FP8 && !std::is_same<T, __half>::value;
     const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
     if (STEP && step_ix < 0)
         return; /* past the step's schedule, or an item past the plan's limits */
@@ -462,6 +591,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int tid = threadIdx.x;
     const int w = __shfl_sync(0xffffffffu, tid / WG_THREADS, 0); /* warp-uniform */
     const int wt = tid - WG_THREADS * w;
+    const bool tma = !FP8 && kv_tma != 0;
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES * W_BLOCKS; s++)
@@ -470,7 +600,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int h = 0; h < HANDOVERS; h++)
             mbar_init(&full[STAGES * W_BLOCKS + h], WG_THREADS); /* each arriving thread */
         fence_proxy_async(); /* the initialization visible to the TMA copies' complete_tx */
-        if (kv_tma)
+        if (tma)
             tensormap_prefetch(&kv_map);
     }
     __syncthreads();
@@ -479,24 +609,45 @@ __global__ void __launch_bounds__(THREADS, 1)
     f.ptab = mlav_page_row_dev(p.page_table, p.page_table_rows, p.page_table_num_rows,
                                p.max_pages, p.bad_pages, c.b);
     f.map = &kv_map;
-    f.tma = kv_tma != 0;
-    /* the prologue: Q by WG0 (then its copies landed and fenced), tile 0 by WG0, tile 1 by WG1;
-     * the block barrier hands Q to both */
+    f.tma = tma;
+    /* tiles 0 and 1: their first rows' page ids, and the rows' ids of the pair */
+    const int32_t pg0 = kv_page_of(f.ptab, c.kv_begin, c.kv_end, p);
+    const int32_t pg1 = kv_page_of(f.ptab, c.kv_begin + TILE_N, c.kv_end, p);
+    const int32_t ids = pair_row_ids(f.ptab, c, 0, p, wt);
+    /* the prologue: Q by WG0 (then its copies landed, BF16 q over an FP8 cache made F16, and
+     * fenced), tile 0 by WG0, tile 1 by WG1; the block barrier hands Q to both */
     if (w == 0) {
         const T *qg = static_cast<const T *>(p.q) + (size_t)c.q_start * p.H * W;
         load_q(base + smem_ss::Q, qg, c.m0, c.M, wt);
         cp_async_commit();
         if (c.n_tiles > 0)
-            refill<T, PART_ALL>(p, c, f, base + smem_ss::KV, full, 0, 0, wt,
-                                   kv_page_of(f.ptab, c.kv_begin, c.kv_end, p));
+            refill<Kv, PART_ALL>(p, c, f, base + smem_ss::KV, full, 0, 0, wt, pg0, ids, 0);
         cp_async_wait<0>();
+        if constexpr (Q_TO_F16) {
+            const float unshift = q_tile_to_f16<BAR_WG0>(
+                base + smem_ss::Q, reinterpret_cast<uint32_t *>(smem + smem_ss::QRED), wt);
+            if (wt == 0)
+                *reinterpret_cast<float *>(smem + smem_ss::Q_UNSHIFT) = unshift;
+        }
         fence_proxy_async();
     } else if (c.n_tiles > 1) {
-        refill<T, PART_ALL>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, full + W_BLOCKS, 1, 1,
-                            wt, kv_page_of(f.ptab, c.kv_begin + TILE_N, c.kv_end, p));
+        refill<Kv, PART_ALL>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, full + W_BLOCKS, 1, 1,
+                             wt, pg1, ids, 1);
     }
     __syncthreads();
 
+    /* the scores' factors and the output's (kernel.cuh's consume) */
+    score_ctx<Q_TO_F16> score = {1.0f, p.scale_log2};
+    mlav::out_scale osc = {1.0f, 1.0f, 0};
+    if constexpr (FP8) {
+        const float ks = mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale);
+        osc = mlav::out_scale_of(ks);
+        if constexpr (Q_TO_F16)
+            mlav::fp8_score_factors(*reinterpret_cast<const float *>(smem + smem_ss::Q_UNSHIFT),
+                                    p.scale_log2, ks, score.qa, score.sf);
+        else
+            score.sf = p.scale_log2 * ks;
+    }
     float o[O_REGS];
 #pragma unroll
     for (int i = 0; i < O_REGS; i++)
@@ -505,13 +656,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     float m_run[2] = {-INFINITY, -INFINITY}; /* the reference maxima, log2 units */
     float l_run[2] = {0.0f, 0.0f};           /* the row sums of this warpgroup's own tiles */
     if (w == 0)
-        wg0_pairs<T>(p, c, smem, base, full, f, o, m_run, l_run, wt);
+        wg0_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
     else
-        wg1_pairs<T>(p, c, smem, base, full, f, o, m_run, l_run, wt);
-    const mlav::out_scale osc = {1.0f, 1.0f, 0};
-    write_output<T, T, BAR_SUM, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
-                                            reinterpret_cast<float *>(smem + smem_ss::SUM), w,
-                                            wt >> 5, wt & 31);
+        wg1_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
+    write_output<T, Kv, BAR_SUM, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
+                                             reinterpret_cast<float *>(smem + smem_ss::SUM), w,
+                                             wt >> 5, wt & 31);
 }
 
 } // namespace seesaw

@@ -144,6 +144,18 @@ __device__ __forceinline__ void cp_async_wait_all()
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
+/* An arrival on `bar` that the hardware makes once every cp.async this thread has issued so far
+ * has landed, without the thread waiting (cp.async.mbarrier.arrive without .noinc: the phase's
+ * pending count rises by one as the instruction executes and falls when the copies land, so the
+ * phase cannot complete before them, and the arrival counts for none of the init count, which a
+ * plain arrival after every thread's instruction must still meet). The copies are generic-proxy
+ * writes: a wgmma reader fences (fence_proxy_async) after it sees the phase complete. */
+__device__ __forceinline__ void cp_async_arrive_on(uint64_t *bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
+                 : "memory");
+}
+
 /* An arrival that also adds `bytes` to the transaction count the current phase waits for: the
  * phase completes when every arrival has been made and as many bytes have been reported landed
  * (complete_tx) by the bulk copies issued on it. */
