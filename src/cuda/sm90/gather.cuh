@@ -133,17 +133,22 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const T *kv,
  * a split's last partial tile, whose rows past kv_end cp.async zero-fills, a page id outside the
  * pool, which reads the plan's NaN row) keep the gather above. */
 
+/* Whether the 64 rows from KV row j0 lie in one page (a page_size of at least 64, j0 at a slot
+ * that leaves room): then every row's page id is the first's. */
 /* Whether the tile at KV row j0 is copied by TMA, in a block whose launch holds the pool's map
  * (which says the pool's pages hold whole tiles: kv_map_fits): the tile's rows inside one page
  * and before kv_end, its page id inside the pool. `page`: this thread's first row's page id
  * (kv_pages_of), the tile's when it lies in one page, so the answer is the same for every
  * producer thread without a vote. */
+__device__ __forceinline__ bool kv_tile_in_one_page(int j0, const mlav_flash_params &p)
+{
+    return (int)kv_slot_of(j0, p) + TILE_N <= p.page_size;
+}
+
 __device__ __forceinline__ bool kv_tile_by_tma(int32_t page, int j0, int kv_end,
                                                const mlav_flash_params &p)
 {
-    const int slot = (int)kv_slot_of(j0, p);
-    return slot + TILE_N <= p.page_size && j0 + TILE_N <= kv_end &&
-           (uint32_t)page < p.page_limit;
+    return kv_tile_in_one_page(j0, p) && j0 + TILE_N <= kv_end && (uint32_t)page < p.page_limit;
 }
 
 /* KV rows j0 .. j0 + 63 (one page's, `page`: kv_tile_by_tma) into a stage by TMA, published on
@@ -193,27 +198,28 @@ __device__ __forceinline__ void prefetch_kv_tile(const T *kv,
 /* ---- An FP8 E4M3 cache ------------------------------------------------------------------------
  * Its tiles reach the math warpgroups as F16 in the layout above, so the stages do not change
  * (wgmma takes neither an 8-bit MN-major B, which V is, nor mixed operand types; e4m3 converts
- * to F16 exactly, subnormals included, and NaN stays NaN: convert.cuh). Each producer thread
- * copies its share of a row's 576 bytes into the stage itself by 16-byte cp.async: raw chunk c
- * (features 16c .. 16c + 15) goes where the first of the two F16 chunks it becomes (2c, 2c + 1)
- * lies. Once its copies have landed, the thread converts them in place: it reads its own raw
- * chunk and writes F16 chunk 2c (over the bytes it has just read) and 2c + 1 (where no raw chunk
- * lies). No thread touches another thread's chunks, so the conversion needs no barrier and no
- * staging memory beyond the stage (the layout has none to spare: smem_layout.cuh), and the
- * stage is published as the 16-bit one is (publish_copies: the writer's proxy fence, then its
- * arrival). cp.async rather than ld.global into registers: a thread's 18 chunks of a tile would
- * be 72 registers in flight, past the producer's 56, while copies keep a whole tile (and the L2
- * prefetch of the next) in flight without registers as the producer waits on the ring.
- * Eight threads a row, as the 16-bit gather: lane l = pt % 8 copies raw chunks l, l + 8, l + 16,
- * l + 24 and lanes 0..3 also 32 + l, so a warp's copy moves 4 rows' 128 contiguous bytes (the
- * fifth 64). Raw chunk l + 8k converts to F16 chunks 2l + 16k and 2l + 16k + 1: column block
- * l / 4 + 2k (the fifth's: 8), positions 2 (l % 4) ^ (r % 8) and that ^ 1, so a thread's raw
- * chunks sit at a base plus 2k column blocks, and each F16 partner 16 bytes across. */
+ * to F16 exactly, subnormals included, and NaN stays NaN: convert.cuh). Each thread copies its
+ * share of a row's 576 bytes into the stage itself by 16-byte cp.async, and the tile is
+ * converted in place once it has landed (fp8_convert_tile); the layout has no staging memory to
+ * spare (smem_layout.cuh).
+ * Eight threads a row, as the 16-bit gather: lane l = pt % 8 copies raw chunks l, l + 8,
+ * l + 16, l + 24 (features 16 (l + 8 k) ..) and lanes 0..3 also 32 + l, so a warp's copy moves 4
+ * rows' 128 contiguous bytes (the fifth 64). The raw 128 bytes of features 128 k .. 128 k + 127
+ * land whole in one row piece of column block 2 k + 1 (chunk l at position l, swizzled by the
+ * row), the fifth's 64 in the upper half of block 8's, so each copy instruction writes whole
+ * 128-byte row pieces: with raw chunk c at F16 chunk 2c's place (every other 16 bytes), half of
+ * every row piece written, the H200 profile showed half of the shared wavefronts and half of the
+ * L2 sectors of the FP8 seesaw kernel excessive, the kernel at 24% of DRAM bandwidth. Raw chunk
+ * l + 8 k converts to F16 chunks 2 l + 16 k and 2 l + 16 k + 1: column block l / 4 + 2 k,
+ * positions 2 (l % 4) ^ (r % 8) and that ^ 1, over raw bytes of the same row piece (block
+ * 2 k + 1) that other lanes of the row read: a row's lanes (one warp) read their raw chunks of a
+ * row piece before any of them writes it (__syncwarp between). A thread's raw chunks and its F16
+ * outputs each sit at a base plus 2 k column blocks. */
 constexpr int RAW_ROW_CHUNKS = W / 16;                 /* 36 16-byte chunks of e4m3 a row */
 constexpr int RAW_LANE_CHUNKS = RAW_ROW_CHUNKS / ROW_LANES; /* 4 a lane; lanes 0..3 a fifth */
 static_assert(RAW_ROW_CHUNKS == RAW_LANE_CHUNKS * ROW_LANES + ROW_LANES / 2 &&
                   2 * RAW_LANE_CHUNKS == W_BLOCKS - 1,
-              "raw chunk l + 8k of a row in column block l / 4 + 2k, the fifth in the last");
+              "raw chunk l + 8k of a row in column block 2k + 1, the fifth in the last");
 
 __device__ __forceinline__ uint4 lds16(uint32_t a)
 {
@@ -232,9 +238,23 @@ __device__ __forceinline__ void sts16(uint32_t a, uint32_t x, uint32_t y, uint32
                  : "memory");
 }
 
-/* This thread's shared address of its first raw chunk in a stage at `op`: row pt / 8, F16 chunk
- * 2 (pt % 8), swizzled by the row. */
+/* This thread's shared address of its first raw chunk (l = pt % 8 of row pt / 8) in a stage at
+ * `op`: column block 1, position l swizzled by the row; chunk l + 8 k at + 2 k blocks. */
 __device__ __forceinline__ uint32_t gather_dst_fp8(uint32_t op, int pt)
+{
+    return op + sw128_chunk(pt / ROW_LANES, ROW_LANES + pt % ROW_LANES);
+}
+
+/* Its fifth raw chunk (lanes 0..3, raw chunk 32 + l): column block 8, position 4 + l swizzled
+ * (the upper half of the row piece whose F16 it becomes). */
+__device__ __forceinline__ uint32_t gather_dst_fp8_fifth(uint32_t op, int pt)
+{
+    return op + sw128_chunk(pt / ROW_LANES, 8 * (W_BLOCKS - 1) + ROW_LANES / 2 + pt % ROW_LANES);
+}
+
+/* The shared address of this thread's first F16 output chunk (raw chunk l's: F16 chunk 2 l of
+ * row pt / 8); raw chunk l + 8 k's at + 2 k blocks, each with its partner at ^ 16. */
+__device__ __forceinline__ uint32_t fp8_out_dst(uint32_t op, int pt)
 {
     return op + sw128_chunk(pt / ROW_LANES, 2 * (pt % ROW_LANES));
 }
@@ -251,7 +271,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const uint8_t *kv,
                                              const int32_t (&pages)[ROWS_PER_THREAD], int j0,
                                              int kv_end, const mlav_flash_params &p, int pt)
 {
-    const uint32_t d0 = gather_dst_fp8(stage, pt);
+    const uint32_t d0 = gather_dst_fp8(stage, pt), f0 = gather_dst_fp8_fifth(stage, pt);
     const bool fifth = fp8_fifth(pt);
 #pragma unroll
     for (int i = 0; i < ROWS_PER_THREAD; i++) {
@@ -259,20 +279,19 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const uint8_t *kv,
         const bool live = j < kv_end;
         const int bytes = live ? 16 : 0;
         const uint8_t *src = kv_row_src(kv, pages[i], j, live, p) + (pt % ROW_LANES) * 16;
-        const uint32_t d = d0 + (uint32_t)(i * ROW_STEP) * 128u;
+        const uint32_t rows = (uint32_t)(i * ROW_STEP) * 128u;
 #pragma unroll
         for (int k = 0; k < RAW_LANE_CHUNKS; k++)
-            cp_async16(d + (uint32_t)(2 * k) * BLOCK_BYTES, src + k * ROW_LANES * 16, bytes);
+            cp_async16(d0 + rows + (uint32_t)(2 * k) * BLOCK_BYTES, src + k * ROW_LANES * 16,
+                       bytes);
         if (fifth)
-            cp_async16(d + (uint32_t)(2 * RAW_LANE_CHUNKS) * BLOCK_BYTES,
-                       src + RAW_LANE_CHUNKS * ROW_LANES * 16, bytes);
+            cp_async16(f0 + rows, src + RAW_LANE_CHUNKS * ROW_LANES * 16, bytes);
     }
 }
 
-/* One raw chunk at `a` (16 e4m3 values) to its two F16 chunks, at `a` and a ^ 16. */
-__device__ __forceinline__ void fp8_convert_chunk(uint32_t a)
+/* One raw chunk `v` (16 e4m3 values) to its two F16 chunks, at `a` and a ^ 16. */
+__device__ __forceinline__ void fp8_convert_chunk(uint32_t a, const uint4 &v)
 {
-    const uint4 v = lds16(a);
     uint32_t h[8];
     mlav::e4m3x4_to_half2x2(v.x, h[0], h[1]);
     mlav::e4m3x4_to_half2x2(v.y, h[2], h[3]);
@@ -282,22 +301,49 @@ __device__ __forceinline__ void fp8_convert_chunk(uint32_t a)
     sts16(a ^ 16u, h[4], h[5], h[6], h[7]);
 }
 
-/* This thread's raw chunks of the tile in `stage` to F16, in place, after its copies of the tile
- * have landed (cp_async_wait) and before it publishes the stage. Every chunk, live or not: a row
- * past kv_end was zero-filled raw, and its F16 partners must be zeros too, not the last tile's
- * values. */
+/* The raw chunks this thread copied (load_kv_tile's mapping; any full warp of threads pt may
+ * convert a landed tile) of the tile in `stage` to F16, in place, after the tile has landed and
+ * before its readers: every chunk, live or not (a row past kv_end was zero-filled raw, and its
+ * F16 must be zeros too, not the last tile's values). Called by whole warps: the row's lanes
+ * read a row piece's raw chunks before any lane writes it (__syncwarp). ROW_BATCH: a row's 4-5
+ * chunks read together, then written (their loads in flight together; 20 registers), else a
+ * chunk at a time (the producer warpgroup's 56 registers). */
+template <bool ROW_BATCH>
 __device__ __forceinline__ void fp8_convert_tile(uint32_t stage, int pt)
 {
-    const uint32_t d0 = gather_dst_fp8(stage, pt);
+    const uint32_t d0 = gather_dst_fp8(stage, pt), f0 = gather_dst_fp8_fifth(stage, pt);
+    const uint32_t o0 = fp8_out_dst(stage, pt);
     const bool fifth = fp8_fifth(pt);
 #pragma unroll
     for (int i = 0; i < ROWS_PER_THREAD; i++) {
-        const uint32_t d = d0 + (uint32_t)(i * ROW_STEP) * 128u;
+        const uint32_t rows = (uint32_t)(i * ROW_STEP) * 128u;
+        if constexpr (ROW_BATCH) {
+            uint4 v[RAW_LANE_CHUNKS + 1];
 #pragma unroll
-        for (int k = 0; k < RAW_LANE_CHUNKS; k++)
-            fp8_convert_chunk(d + (uint32_t)(2 * k) * BLOCK_BYTES);
-        if (fifth)
-            fp8_convert_chunk(d + (uint32_t)(2 * RAW_LANE_CHUNKS) * BLOCK_BYTES);
+            for (int k = 0; k < RAW_LANE_CHUNKS; k++)
+                v[k] = lds16(d0 + rows + (uint32_t)(2 * k) * BLOCK_BYTES);
+            if (fifth)
+                v[RAW_LANE_CHUNKS] = lds16(f0 + rows);
+            __syncwarp();
+#pragma unroll
+            for (int k = 0; k < RAW_LANE_CHUNKS; k++)
+                fp8_convert_chunk(o0 + rows + (uint32_t)(2 * k) * BLOCK_BYTES, v[k]);
+            if (fifth)
+                fp8_convert_chunk(o0 + rows + (uint32_t)(2 * RAW_LANE_CHUNKS) * BLOCK_BYTES,
+                                  v[RAW_LANE_CHUNKS]);
+        } else {
+#pragma unroll
+            for (int k = 0; k <= RAW_LANE_CHUNKS; k++) {
+                const bool on = k < RAW_LANE_CHUNKS || fifth;
+                uint4 v = make_uint4(0u, 0u, 0u, 0u);
+                if (on)
+                    v = lds16(k < RAW_LANE_CHUNKS ? d0 + rows + (uint32_t)(2 * k) * BLOCK_BYTES
+                                                  : f0 + rows);
+                __syncwarp();
+                if (on)
+                    fp8_convert_chunk(o0 + rows + (uint32_t)(2 * k) * BLOCK_BYTES, v);
+            }
+        }
     }
 }
 

@@ -119,9 +119,7 @@ struct smem_ss {
     /* BF16 q over an FP8 cache: Q's maximum (q_tile_to_f16's 8 words), its power of two */
     static constexpr uint32_t QRED = HAND + HANDOVERS * 8;
     static constexpr uint32_t Q_UNSHIFT = QRED + 8 * 4;
-    /* [2] u32: whether the tile in stage s was gathered (refill; its S reader fences) */
-    static constexpr uint32_t GATHERED = Q_UNSHIFT + 8;
-    static constexpr uint32_t END = GATHERED + 8;
+    static constexpr uint32_t END = Q_UNSHIFT + 8;
     static constexpr uint32_t BYTES = ((END + 15) / 16) * 16 + 1024;
 };
 static_assert(smem_ss::KV % 1024 == 0 && STAGE_WG_BYTES * 2 <= OPERAND_BYTES,
@@ -167,16 +165,14 @@ __device__ __forceinline__ float ref_factor(float from, float to)
 /* S = Q K^T over the whole 64-key tile at `stage` (fragments of m64n64: x[4 j + e] is row
  * 16 warp + g + 8 (e >> 1), key 8 j + 2 t + (e & 1)): issues and commits its 36 wgmmas, the 4
  * of column block k once the tile's block k has landed (`full`: the stage's 9 barriers, phase
- * parity `parity`), so the product starts with the first block. `gathered`: the stage's flag
- * (refill), read once block 0 has landed: the tile came by cp.async (generic-proxy writes), so
- * each wait is followed by this thread's proxy fence before wgmma reads the block. WAIT false:
- * the tile is ready (fp8_tile_ready), no waits. */
+ * parity `parity`), so the product starts with the first block. Each wait is followed by this
+ * thread's proxy fence: a block gathered without waits (refill) holds generic-proxy writes that
+ * landed on their own, which wgmma reads through the async proxy. WAIT false: the tile is ready
+ * (fp8_tile_ready), no waits. */
 template <typename T, bool WAIT = true>
 __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
-                                             uint64_t *full, uint32_t parity,
-                                             const volatile uint32_t *gathered)
+                                             uint64_t *full, uint32_t parity)
 {
-    bool fence = false;
     /* the addresses opaque here, so that ptxas builds the 72 descriptors where they are used
      * instead of keeping them in registers across the loop of tiles */
     asm volatile("" : "+r"(sq), "+r"(stage));
@@ -186,10 +182,7 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
     for (int kb = 0; kb < W_BLOCKS; kb++) {
         if constexpr (WAIT) {
             mbar_wait_flat(&full[kb], parity);
-            if (kb == 0)
-                fence = *gathered != 0u;
-            if (fence)
-                fence_proxy_async();
+            fence_proxy_async();
         }
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
@@ -212,7 +205,7 @@ __device__ __forceinline__ void fp8_tile_ready(uint32_t stage, uint64_t *full, u
 #pragma unroll
     for (int kb = 0; kb < W_BLOCKS; kb++)
         mbar_wait_flat(&full[kb], parity);
-    fp8_convert_tile(stage, wt);
+    fp8_convert_tile<true>(stage, wt);
     fence_proxy_async();
     wg_barrier(w);
 }
@@ -284,10 +277,14 @@ constexpr uint32_t PART_L = 0x00fu, PART_R = 0x0f0u, PART_P = 0x100u, PART_ALL =
  * thread, each in the warp of the threads that gather its row: lane l of warp v holds row
  * 4 v + (l & 3) + 16 ((l >> 2) & 3) of tile t + (l >> 4) (gather_row_id). Looked up a pair
  * ahead, so that a gathered refill (page_size 1: every tile) issues its copies without a
- * dependent load; one register where each row's id would take 8. */
+ * dependent load; one register where each row's id would take 8. None where both tiles lie in
+ * one page each (kv_tile_in_one_page: refill then takes the tile's first page id). */
 __device__ __forceinline__ int32_t pair_row_ids(const int32_t *ptab, const block_ctx &c, int t,
                                                 const mlav_flash_params &p, int wt)
 {
+    const int j0 = c.kv_begin + t * TILE_N;
+    if (kv_tile_in_one_page(j0, p) && kv_tile_in_one_page(j0 + TILE_N, p))
+        return 0; /* refill takes each tile's first page id: no load */
     const int v = wt >> 5, l = wt & 31;
     const int row = 4 * v + (l & 3) + 16 * ((l >> 2) & 3);
     return kv_page_of(ptab, c.kv_begin + (t + (l >> 4)) * TILE_N + row, c.kv_end, p);
@@ -307,30 +304,27 @@ __device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int 
  *   same in every thread and for every part: `page0`, the page id of the tile's first row,
  *   looked up by the caller ahead), thread 0 arriving with a block's bytes expected then
  *   copying it, its warp reconverged after;
- *   else gathered (gather.cuh's mapping, each row's page id from `ids`: gather_row_id): each
+ *   else gathered (gather.cuh's mapping, each row's page id `page0` in a tile inside one page,
+ *   else from `ids`: gather_row_id): each
  *   thread's copies, then its cp_async_arrive_on of each block (counted in the phase, landing
  *   later), the warpgroup's barrier (every thread's counted), then thread 0's plain arrival on
  *   each. No thread waits for a copy: the tile's readers do (s_issue_full with `gathered`, or
  *   fp8_tile_ready), as they wait for TMA. An FP8 cache's tiles are always gathered, raw
- *   (gather.cuh: raw chunk l + 8 k of a row into column block l / 4 + 2 k, the fifth into the
- *   last), and made F16 by fp8_tile_ready. */
+ *   (gather.cuh: a row's raw chunk l + 8 k into column block 2 k + 1, the fifth into the last),
+ *   and made F16 by fp8_tile_ready. */
 template <typename Kv, uint32_t MASK>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
                                        const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
                                        int w, int wt, int32_t page0, int32_t ids, int k)
 {
-    /* the stage's flag for its S reader (s_issue_full), written before block 0's arrival */
-    volatile uint32_t *gathered =
-        reinterpret_cast<volatile uint32_t *>(smem_base() + smem_ss::GATHERED) + (t & 1);
     constexpr bool FP8 = fp8_kv<Kv>;
     static_assert(!FP8 || ((MASK ^ (MASK >> 1)) & 0x55u) == 0,
-                  "an FP8 lane's raw chunk k lands in block 2 k or 2 k + 1: parts of whole pairs");
+                  "an FP8 raw chunk k lands in block 2 k + 1 and becomes F16 in 2 k and 2 k + 1: "
+                  "parts of whole pairs");
     const int j0 = c.kv_begin + t * TILE_N;
     if constexpr (!FP8) {
         if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
             if (wt == 0) {
-                if constexpr ((MASK & 1u) != 0)
-                    *gathered = 0u;
                 const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
 #pragma unroll
                 for (int kb = 0; kb < W_BLOCKS; kb++)
@@ -345,6 +339,7 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
         }
     }
     const uint32_t d0 = FP8 ? gather_dst_fp8(stage, wt) : gather_dst(stage, wt);
+    const bool one_page = kv_tile_in_one_page(j0, p); /* every row's page id: page0 */
     /* a row at a time (load_kv_tile's 4 row addresses at once, with O live across the loop of
      * tiles, spilled) */
 #pragma unroll 1
@@ -352,7 +347,7 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
         const int j = j0 + wt / ROW_LANES + ROW_STEP * i;
         const bool live = j < c.kv_end;
         const int bytes = live ? 16 : 0;
-        const int32_t page = gather_row_id(ids, k, i, wt);
+        const int32_t page = one_page ? page0 : gather_row_id(ids, k, i, wt);
         const uint32_t d = d0 + (uint32_t)(i * ROW_STEP) * 128u;
         if constexpr (FP8) {
             const uint8_t *src = kv_row_src(static_cast<const uint8_t *>(p.kv), page, j, live, p) +
@@ -363,7 +358,7 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
                     cp_async16(d + (uint32_t)(2 * kk) * BLOCK_BYTES, src + kk * ROW_LANES * 16,
                                bytes);
             if ((MASK >> (W_BLOCKS - 1) & 1u) && fp8_fifth(wt))
-                cp_async16(d + (uint32_t)(2 * RAW_LANE_CHUNKS) * BLOCK_BYTES,
+                cp_async16(gather_dst_fp8_fifth(stage, wt) + (uint32_t)(i * ROW_STEP) * 128u,
                            src + RAW_LANE_CHUNKS * ROW_LANES * 16, bytes);
         } else {
             const Kv *src = kv_row_src(static_cast<const Kv *>(p.kv), page, j, live, p) +
@@ -380,8 +375,6 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
             cp_async_arrive_on(&full[kb]);
     wg_barrier(w);
     if (wt == 0) {
-        if constexpr ((MASK & 1u) != 0)
-            *gathered = 1u;
 #pragma unroll
         for (int kb = 0; kb < W_BLOCKS; kb++)
             if (MASK >> kb & 1u)
@@ -389,21 +382,20 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
     }
 }
 
-/* The S product of this warpgroup's tile t at stage s: an FP8 cache's once the tile is made F16
- * (fp8_tile_ready), a 16-bit one's block by block, with the reader's fences where the tile was
- * gathered (the stage's flag, smem_ss::GATHERED). */
+/* The S product of this warpgroup's tile t at `stage`: an FP8 cache's once the tile is made F16
+ * (fp8_tile_ready), a 16-bit one's block by block, each block fenced for wgmma after its wait
+ * (any tile may have been gathered: refill; the reader does not know which without the page id
+ * a TMA copy needs, which it has no register to carry). */
 template <typename T, typename Kv>
-__device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], unsigned char *smem, uint32_t sq,
-                                          uint32_t stage, uint64_t *full, int t, int w, int wt)
+__device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
+                                          uint64_t *full, int t, int w, int wt)
 {
     const uint32_t parity = (uint32_t)((t / 2) & 1);
     if constexpr (fp8_kv<Kv>) {
         fp8_tile_ready(stage, full, parity, w, wt);
-        s_issue_full<mma_t<T, Kv>, false>(x, sq, stage, full, parity, nullptr);
+        s_issue_full<mma_t<T, Kv>, false>(x, sq, stage, full, parity);
     } else {
-        s_issue_full<T>(x, sq, stage, full, parity,
-                        reinterpret_cast<const volatile uint32_t *>(smem + smem_ss::GATHERED) +
-                            (t & 1));
+        s_issue_full<T>(x, sq, stage, full, parity);
     }
 }
 
@@ -428,7 +420,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
         float x[X_REGS];
-        s_of_tile<T, Kv>(x, smem, sq, sa, full_a, t, 0, wt);
+        s_of_tile<T, Kv>(x, sq, sa, full_a, t, 0, wt);
         wgmma_wait<0>();
         fence_regs(x);
         float tm[2];
@@ -519,7 +511,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         float tm[2] = {-INFINITY, -INFINITY};
         bool hidden = false;
         if (has_b) {
-            s_of_tile<T, Kv>(x, smem, sq, sb, full_b, t + 1, 1, wt);
+            s_of_tile<T, Kv>(x, sq, sb, full_b, t + 1, 1, wt);
             wgmma_wait<0>();
             fence_regs(x);
             hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4, score);
