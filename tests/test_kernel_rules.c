@@ -57,7 +57,8 @@ static void test_seesaw_rule_boundaries(void **state)
 }
 
 /* The family on cc 9.0 (where the library has the sm_90a family): the legal one for requests of
- * at most 32 rows whose batch reads fewer than 6 tiles an SM (FP8 caches the same) and KV shards;
+ * at most 32 rows whose batch reads fewer than 6 tiles an SM, FP8 caches read as fewer than 8
+ * tiles of 64 rows an SM, and KV shards;
  * MLAV_FLASH_FAMILY overrides. Elsewhere, and without the sm_90a family, always the legal one. */
 static void test_family_rule(void **state)
 {
@@ -78,12 +79,25 @@ static void test_family_rule(void **state)
                      MLAV_FLASH_FAMILY_SM90);
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 33, 4097, sms, 0, 0),
                      MLAV_FLASH_FAMILY_SM90); /* more rows: short batches too */
+    /* an FP8 cache: at least 8 tiles of 64 rows x 64 keys an SM */
+    const int64_t fp8_edge = (int64_t)MLAV_SM90_FP8_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sms;
+    assert_int_equal(MLAV_SM90_FP8_MIN_TILES, 8);
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 1, 0),
-                     MLAV_FLASH_FAMILY_SM90); /* FP8 cache: the same rule */
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 32769, sms, 1, 0),
-                     MLAV_FLASH_FAMILY_LEGAL);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 16 * 4097, sms, 1, 0),
                      MLAV_FLASH_FAMILY_SM90);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 16 * 4097, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_LEGAL); /* B 16, H 8, q 1, 4k: 7.8 tiles an SM */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 128, 4097, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_LEGAL); /* B 1, H 128, q 1, 4k: 2 row tiles */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 4097, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_SM90); /* B 1, H 128, q 16, 4k: 15.5 */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, fp8_edge - 1, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, fp8_edge, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_SM90);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, fp8_edge / 2, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_SM90); /* two row tiles a request */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, fp8_edge / 2 - 1, sms, 1, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, 1),
                      MLAV_FLASH_FAMILY_LEGAL); /* KV shard */
     setenv("MLAV_FLASH_FAMILY", "sm90", 1);

@@ -23,11 +23,11 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
         *w = "MLAV_FLASH_FAMILY=sm90 (every BF16 or F16 plan, short requests included)";
         return MLAV_FLASH_FAMILY_SM90;
     }
-    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype or FP8 E4M3); F32 and batches of "
-         "requests of at most 32 rows that read fewer than 6 KV tiles of 64 keys an SM run the "
-         "legal family (MLAV_FLASH_FAMILY=sm90 forces it); its seesaw kernel for an FP8 cache "
-         "and where blocks have at least 6 tiles, else its producer kernel "
-         "(MLAV_SM90_KERNEL=seesaw or producer forces one)";
+    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype or FP8 E4M3); F32, batches of "
+         "requests of at most 32 rows that read fewer than 6 KV tiles of 64 keys an SM, and FP8 "
+         "caches read as fewer than 8 tiles an SM run the legal family (MLAV_FLASH_FAMILY=sm90 "
+         "forces it); its seesaw kernel for an FP8 cache and where blocks have at least 6 "
+         "tiles, else its producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
@@ -50,7 +50,13 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
     if (f == MLAV_FLASH_FAMILY_SM90 && !forced && rows_per_request <= 32 &&
         total_kv < (int64_t)MLAV_SM90_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count)
         return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile at most half full, a few tiles a split */
-    (void)kv_fp8; /* an FP8 cache takes the seesaw kernel: mlav_flash_sm90_seesaw_rule */
+    /* an FP8 cache: its 64-row tiles of KV (each request's row tiles times its tiles of keys,
+     * taken as the widest request's over the batch's keys) against MLAV_SM90_FP8_MIN_TILES an SM */
+    const int64_t row_tiles =
+        (rows_per_request + MLAV_FLASH_SM90_TILE_N - 1) / MLAV_FLASH_SM90_TILE_N;
+    if (f == MLAV_FLASH_FAMILY_SM90 && !forced && kv_fp8 &&
+        row_tiles * total_kv < (int64_t)MLAV_SM90_FP8_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count)
+        return MLAV_FLASH_FAMILY_LEGAL;
     return f;
 }
 

@@ -31,12 +31,21 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
  * docs/PERFORMANCE.md#hopper. 6 splits the interval, in which nothing was measured. */
 #define MLAV_SM90_MIN_TILES 6
 
+/* The fewest 64-row x 64-key tiles an SM an FP8 cache's batch must read for the sm_90a family
+ * (its seesaw kernel, which converts each tile on its reader's path): on the H200 it took
+ * 1.12-1.57x the legal family's time at 1-7.8 tiles an SM (B 16, H 8 and 16, q_len 1, 4k; B 1,
+ * H 128, q_len 1, 4k; B 1, H 8 and 16, q_len 16, 4k), 0.93x at 7.8 (B 1, H 8, q_len 16, 32k)
+ * and 0.73-0.97x from 15.5 (bench/results/2026-12-02-h200-s30, call 3). */
+#define MLAV_SM90_FP8_MIN_TILES 8
+
 /* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
  * on the H200 (docs/PERFORMANCE.md#hopper): requests of at most 32 folded rows (max_q_len x H)
  * whose batch reads fewer than MLAV_SM90_MIN_TILES 64-key tiles an SM (total_kv, the batch's KV
  * rows, or a plan for limits' max_batch x max_kv_len; sm_count SMs); unless MLAV_FLASH_FAMILY
- * is "sm90" (so that tests reach the sm_90a family with them). An FP8 E4M3 cache (kv_fp8) takes
- * the same rule. A KV shard (sharded nonzero) always runs the legal family: the sm_90a kernel
+ * is "sm90" (so that tests reach the sm_90a family with them); and an FP8 E4M3 cache (kv_fp8)
+ * whose batch reads fewer than MLAV_SM90_FP8_MIN_TILES tiles of 64 rows x 64 keys an SM
+ * (ceil(rows_per_request / 64) x total_kv / 64, over sm_count). A KV shard (sharded nonzero)
+ * always runs the legal family: the sm_90a kernel
  * does not map a shard's rows (its mask loop with the map ran unsharded plans up to 1.04x
  * slower). */
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,

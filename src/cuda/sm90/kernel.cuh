@@ -208,8 +208,8 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
         if (!tma_next) {
             cp_async_wait<0>(); /* tile t + 1 */
             if constexpr (FP8)
-                fp8_convert_tile<false>(base + smem90::KV + (uint32_t)((t + 1) % STAGES) * OPERAND_BYTES,
-                                 pt);
+                fp8_convert_tile<false>(
+                    base + smem90::KV + (uint32_t)((t + 1) % STAGES) * OPERAND_BYTES, pt);
             publish_copies(&full[(t + 1) % STAGES]);
         }
         if (t + 2 < n) {
