@@ -16,10 +16,7 @@
  * for byte against the cp.async gather of the same tile and both against the layout, at a
  * page's start, its middle and a slot of no alignment, in pages of 64, 128 and 256 rows; and
  * the rule (kv_tile_by_tma) refusing a tile across pages, a split's partial last tile and a
- * page id outside the pool. And the row map (pages of 1, 16 and 100 rows: a box a row, landing
- * swizzled by its shared address; the seesaw kernel's refill_rows) byte for byte against the
- * cp.async gather, with rows past kv_end (a box outside the tensor: zeros) and a bad page id
- * (the NaN row's map). Exits 77 (skipped) without a cc 9.0 device.
+ * page id outside the pool. Exits 77 (skipped) without a cc 9.0 device.
  * Run: test_sm90_layouts_gpu [seed]. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -194,67 +191,6 @@ __global__ void __launch_bounds__(PRODUCER_THREADS, 1)
         out[2 * OPERAND_BYTES / 16] = make_uint4(tma ? 1u : 0u, 0u, 0u, 0u);
 }
 
-/* The same tile by the row map (the seesaw kernel's refill_rows, page sizes that are not whole
- * tiles): into stage 1, a box a row and column block through `map`, thread pt < 64 the row
- * j0 + pt at its own page id (the NaN row's box through `nan_map` for an id outside the pool, a
- * box outside the tensor, zeros, past kv_end), one arrival expecting the tile's bytes; stage 0
- * by cp.async as above. out as above, the rule's word 1. */
-__global__ void __launch_bounds__(PRODUCER_THREADS, 1)
-    row_tma_check_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap map,
-                         const __grid_constant__ CUtensorMap nan_map, int j0, int kv_end,
-                         uint4 *out)
-{
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char *smem = reinterpret_cast<unsigned char *>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
-    const uint32_t base = smem_u32(smem);
-    uint64_t *full = reinterpret_cast<uint64_t *>(smem + smem90::BAR);
-    const int pt = threadIdx.x;
-    if (pt == 0) {
-        mbar_init(&full[0], PRODUCER_THREADS);
-        mbar_init(&full[1], 1);
-        fence_proxy_async();
-    }
-    for (uint32_t i = (uint32_t)pt; i < OPERAND_BYTES / 16; i += PRODUCER_THREADS)
-        reinterpret_cast<uint4 *>(smem + smem90::KV + OPERAND_BYTES)[i] =
-            make_uint4(~0u, ~0u, ~0u, ~0u);
-    fence_proxy_async();
-    __syncthreads();
-    int32_t pages[ROWS_PER_THREAD];
-    kv_pages_of(pages, p.page_table, j0, kv_end, p, pt);
-    load_kv_tile(base + smem90::KV, static_cast<const uint16_t *>(p.kv), pages, j0, kv_end, p,
-                 pt);
-    cp_async_commit();
-    cp_async_wait<0>();
-    publish_copies(&full[0]);
-    if (pt < TILE_N) {
-        if (pt == 0)
-            mbar_arrive_expect_tx(&full[1], OPERAND_BYTES);
-        const int j = j0 + pt;
-        const int32_t page = kv_page_of(p.page_table, j, kv_end, p);
-        const CUtensorMap *m = &map;
-        int32_t y = -1;
-        if (j < kv_end) {
-            if ((uint32_t)page < p.page_limit)
-                y = page * p.page_size + (int32_t)kv_slot_of(j, p);
-            else {
-                m = &nan_map;
-                y = 0;
-            }
-        }
-        for (int k = 0; k < W_BLOCKS; k++)
-            tma_load_2d(base + smem90::KV + OPERAND_BYTES + (uint32_t)k * BLOCK_BYTES +
-                            (uint32_t)pt * 128u,
-                        m, k * COL_BLOCK, y, &full[1]);
-    }
-    mbar_wait(&full[0], 0);
-    mbar_wait(&full[1], 0);
-    for (uint32_t i = (uint32_t)pt; i < 2 * OPERAND_BYTES / 16; i += PRODUCER_THREADS)
-        out[i] = reinterpret_cast<const uint4 *>(smem + smem90::KV)[i];
-    if (pt == 0)
-        out[2 * OPERAND_BYTES / 16] = make_uint4(1u, 0u, 0u, 0u);
-}
-
 /* The kernel parameters of a pool of num_pages pages of page_size rows at `kv` under the page
  * table `pt` (max_pages ids), as the launch sets them for the producer's loads. */
 static mlav_flash_params pool_params(const void *kv, const int32_t *pt, int page_size,
@@ -278,8 +214,7 @@ static mlav_flash_params pool_params(const void *kv, const int32_t *pt, int page
  * 16-bit pool of random values, pages shuffled, page_size ps, the tile at KV row j0 of a split
  * ending at kv_end; `bad`: the tile's page id replaced by one past the pool. want_tma: the rule's
  * expected answer (a tile inside one page and the split, of a valid page). Returns failures. */
-static int run_tma_case(int ps, int j0, int kv_end, bool bad, bool want_tma, uint64_t seed,
-                        bool rows = false)
+static int run_tma_case(int ps, int j0, int kv_end, bool bad, bool want_tma, uint64_t seed)
 {
     uint64_t st = seed * 0x9e3779b97f4a7c15ull + (uint64_t)ps * 131 + (uint64_t)j0 + 7;
     const auto next = [&]() {
@@ -320,32 +255,23 @@ static int run_tma_case(int ps, int j0, int kv_end, bool bad, bool want_tma, uin
     const mlav_flash_params p = pool_params(dkv, dpt, ps, max_pages, num_pages, dnan);
     int fails = 0;
     /* the host's rule and encoding, as the launch (kv_tensor_map.cu) uses them */
-    if (kv_map_fits(true, ps, num_pages, dkv) == rows || kv_map_fits(false, ps, num_pages, dkv) ||
-        !kv_pool_mappable(true, ps, num_pages, dkv) || kv_map_fits(true, ps + 32, num_pages, dkv)) {
+    if (!kv_map_fits(true, ps, num_pages, dkv) || kv_map_fits(false, ps, num_pages, dkv) ||
+        kv_map_fits(true, ps + 32, num_pages, dkv)) {
         printf("FAIL: tma page_size %d: kv_map_fits (a 16-bit pool of pages of whole tiles only)\n",
                ps);
         fails++;
     }
-    CUtensorMap map, nan_map;
+    CUtensorMap map;
     kv_map_encoder encode = nullptr;
     CK(kv_map_encoder_get(&encode));
-    CUresult r = kv_map_encode(encode, &map, dkv, (uint64_t)num_pages * ps, rows ? 1 : TILE_N);
-    if (r == CUDA_SUCCESS && rows)
-        r = kv_map_encode(encode, &nan_map, dnan, 1, 1);
+    const CUresult r = kv_map_encode(encode, &map, dkv, (uint64_t)num_pages * ps);
     if (r != CUDA_SUCCESS) {
         printf("FAIL: tma page_size %d: cuTensorMapEncodeTiled returned %d\n", ps, (int)r);
         exit(1);
     }
-    if (rows) {
-        CK(cudaFuncSetAttribute(row_tma_check_kernel,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem90::BYTES));
-        row_tma_check_kernel<<<1, PRODUCER_THREADS, smem90::BYTES>>>(p, map, nan_map, j0, kv_end,
-                                                                     dout);
-    } else {
-        CK(cudaFuncSetAttribute(tma_check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)smem90::BYTES));
-        tma_check_kernel<<<1, PRODUCER_THREADS, smem90::BYTES>>>(p, map, j0, kv_end, dout);
-    }
+    CK(cudaFuncSetAttribute(tma_check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)smem90::BYTES));
+    tma_check_kernel<<<1, PRODUCER_THREADS, smem90::BYTES>>>(p, map, j0, kv_end, dout);
     CK(cudaGetLastError());
     for (long spins = 0; cudaStreamQuery(0) == cudaErrorNotReady; spins++) {
         if (spins > 30000) {
@@ -391,8 +317,7 @@ static int run_tma_case(int ps, int j0, int kv_end, bool bad, bool want_tma, uin
     }
     printf("tma   page_size %3d j0 %3d kv_end %3d%-16s by %-8s  cp.async stage %s (%ld bytes "
            "wrong)%s",
-           ps, j0, kv_end, bad ? " (bad page id)" : "",
-           tma ? (rows ? "row TMA" : "TMA") : "cp.async",
+           ps, j0, kv_end, bad ? " (bad page id)" : "", tma ? "TMA" : "cp.async",
            bad_ca ? "FAIL" : "PASS", bad_ca, tma ? "" : "\n");
     if (tma)
         printf(", TMA stage = cp.async stage %s (%ld bytes differ)\n", bad_tma ? "FAIL" : "PASS",
@@ -652,13 +577,6 @@ int main(int argc, char **argv)
         fails += run_tma_case(128, 96, 320, false, false, seed);
         fails += run_tma_case(64, 192, 250, false, false, seed);
         fails += run_tma_case(64, 192, 256, true, false, seed);
-        /* the row map: page_size 1 (shuffled rows), 16 and 100 (no whole tiles), a whole tile,
-         * a partial one (rows past kv_end: zeros) and one with a bad page id (the NaN row) */
-        fails += run_tma_case(1, 192, 256, false, true, seed, true);
-        fails += run_tma_case(1, 192, 230, false, true, seed, true);
-        fails += run_tma_case(16, 96, 300, false, true, seed, true);
-        fails += run_tma_case(100, 40, 300, false, true, seed, true);
-        fails += run_tma_case(16, 192, 256, true, true, seed, true);
     } else {
         printf("tma   the TMA path compiled out (MLAV90_TMA=0): nothing to check\n");
     }

@@ -60,15 +60,13 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
                                    const mlav_flash_launch_opts *lo, int step,
                                    cudaStream_t stream);
 
-/* The launch's tensor maps of the KV pool (kv_tensor_map.h): *on = MLAV90_MAP_TILES and `map`
- * the tile map where the pool qualifies (kv_map_fits: a 16-bit cache, kv_fp8 == 0, page_size a
- * multiple of 64, MLAV90_TMA); *on = MLAV90_MAP_ROWS, `map` the row map and `nan_map` the map of
- * the plan's NaN row (fp->nan_row, one row) for a 16-bit pool of other pages
- * (kv_pool_mappable); else *on = MLAV90_MAP_NONE and zeroed maps (every tile by cp.async).
+/* The launch's tensor map of the KV pool for the producer's TMA tiles (kv_tensor_map.h):
+ * *on = 1 and the map encoded where the pool qualifies (a 16-bit cache, kv_fp8 == 0, page_size a
+ * multiple of 64, and MLAV90_TMA), else *on = 0 and a zeroed map (every tile by cp.async).
  * MLAV_OK, or MLAV_ERR_CUDA with a sentence where the driver's encoder cannot be reached or
  * refuses the pool. */
 mlav_status mlav_flash_sm90_kv_map(const mlav_flash_params *fp, int kv_fp8, CUtensorMap *map,
-                                   CUtensorMap *nan_map, int *on);
+                                   int *on);
 
 /* The FP8 E4M3 cache's instance for q's dtype (BF16 or F16) and plan kind (step != 0: a plan
  * for limits), as a kernel address for cudaLaunchKernel (instances_e4m3.cu; launch_sm90.cu's

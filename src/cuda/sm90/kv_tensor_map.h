@@ -1,8 +1,7 @@
-/* The KV pool as a tensor map for the Hopper kernels' TMA copies (kernel.cuh, seesaw.cuh,
- * gather.cuh): a 2-D tensor of 16-bit elements, 576 a row (inner) by num_pages x page_size rows,
- * rows 1,152 bytes apart, read in boxes of 64 rows x 64 columns (128 bytes: one column block of
- * a stage, 8 KB), or of one row x 64 columns (the row map), in the 128B swizzle, so that a box
- * lands in exactly the layout of smem_layout.cuh. The
+/* The KV pool as a tensor map for the Hopper producer's TMA tiles (kernel.cuh, gather.cuh): a
+ * 2-D tensor of 16-bit elements, 576 a row (inner) by num_pages x page_size rows, rows 1,152
+ * bytes apart, read in boxes of 64 rows x 64 columns (128 bytes: one column block of a stage,
+ * 8 KB) in the 128B swizzle, so that a box lands in exactly the layout of smem_layout.cuh. The
  * rule of which pools qualify, the map's encoding and the driver entry point it needs, in one
  * place for the launch (kv_tensor_map.cu) and the layouts test. Host code; the kernel needs only
  * the CUtensorMap type and MLAV90_TMA from here.
@@ -21,12 +20,6 @@
 
 #include "smem_layout.cuh"
 
-/* What a launch's map of the KV pool is (mlav_flash_sm90_kv_map's *on; the kernels' kv_tma):
- * none, the tile map (boxes of 64 rows), or the row map (boxes of one row) with the NaN row's. */
-#define MLAV90_MAP_NONE 0
-#define MLAV90_MAP_TILES 1
-#define MLAV90_MAP_ROWS 2
-
 #ifndef MLAV90_TMA
 #define MLAV90_TMA 1
 #endif
@@ -37,25 +30,18 @@ static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) >= 64, "the dri
 static_assert(COL_BLOCK * 2 == 128 && (uint32_t)TILE_N * COL_BLOCK * 2 == BLOCK_BYTES,
               "a box of 64 rows x 64 16-bit columns is one 128B-swizzled column block");
 
-/* Whether a 16-bit pool may be read by TMA at all: a 16-byte aligned pool (the map's rule;
- * cp.async wants it too) whose rows a copy's 32-bit row coordinate reaches. */
-inline bool kv_pool_mappable(bool kv_16bit, int32_t page_size, int64_t num_pages, const void *kv)
+/* Whether the producer may read this pool's whole tiles by TMA: a 16-bit cache, pages of a
+ * whole number of tiles (so that a tile inside a page is a box of contiguous rows), a 16-byte
+ * aligned pool (the map's rule; cp.async wants it too), and a pool whose rows a copy's 32-bit
+ * row coordinate reaches. Otherwise every tile is gathered by cp.async. */
+inline bool kv_map_fits(bool kv_16bit, int32_t page_size, int64_t num_pages, const void *kv)
 {
-    if (!MLAV90_TMA || !kv_16bit || kv == nullptr || page_size <= 0 || num_pages <= 0)
+    if (!MLAV90_TMA || !kv_16bit || kv == nullptr || page_size <= 0 || page_size % TILE_N != 0 ||
+        num_pages <= 0)
         return false;
     if (reinterpret_cast<uintptr_t>(kv) % 16 != 0)
         return false;
     return num_pages <= (int64_t)(INT32_MAX / page_size);
-}
-
-/* Whether the kernels may read this pool's whole tiles by TMA (the tile map, boxes of 64 rows):
- * a mappable pool of pages of a whole number of tiles (so that a tile inside a page is a box of
- * contiguous rows). A mappable pool of other pages (page_size 1: SGLang's) gets the row map
- * instead (boxes of one row, kv_map_encode's box_rows 1), which the seesaw kernel gathers tiles
- * by; the producer kernel gathers them by cp.async. */
-inline bool kv_map_fits(bool kv_16bit, int32_t page_size, int64_t num_pages, const void *kv)
-{
-    return kv_pool_mappable(kv_16bit, page_size, num_pages, kv) && page_size % TILE_N == 0;
 }
 
 using kv_map_encoder = PFN_cuTensorMapEncodeTiled_v12000;
@@ -91,20 +77,15 @@ inline cudaError_t kv_map_encoder_get(kv_map_encoder *fn)
     return cudaSuccess;
 }
 
-/* The map of a pool of `rows` rows of 576 16-bit elements at `kv` (kv_pool_mappable): boxes of
- * `box_rows` rows (TILE_N: the tile map; 1: the row map, or the map of the plan's NaN row) x 64
- * columns, 128B swizzle, L2 promotion of 256 bytes. A box of one row lands at shared address
- * d = a column block's start + 128 r with its 16-byte chunks swizzled by the address (chunk c at
- * c ^ (d / 128 % 8)), which for a 1024-aligned block is r % 8: the layout of smem_layout.cuh, as
- * a 64-row box's. Coordinates outside the tensor read as zeros (FLOAT_OOB_FILL_NONE) and still
- * count their bytes: the row map's rows past a split's end. The element type is UINT16: the
- * bytes move unchanged, BF16 or F16. */
-inline CUresult kv_map_encode(kv_map_encoder fn, CUtensorMap *map, const void *kv, uint64_t rows,
-                              uint32_t box_rows = TILE_N)
+/* The map of a pool of `rows` rows of 576 16-bit elements at `kv` (kv_map_fits): boxes of
+ * 64 x 64, 128B swizzle, L2 promotion of 256 bytes; no fill is ever needed (the producer copies
+ * only whole tiles inside the pool). The element type is UINT16: the bytes move unchanged, BF16
+ * or F16. */
+inline CUresult kv_map_encode(kv_map_encoder fn, CUtensorMap *map, const void *kv, uint64_t rows)
 {
     const cuuint64_t dims[2] = {(cuuint64_t)W, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)W * 2u}; /* bytes, of dimension 1 */
-    const cuuint32_t box[2] = {(cuuint32_t)COL_BLOCK, (cuuint32_t)box_rows};
+    const cuuint32_t box[2] = {(cuuint32_t)COL_BLOCK, (cuuint32_t)TILE_N};
     const cuuint32_t elem_strides[2] = {1, 1};
     return fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void *>(kv), dims, strides, box,
               elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,

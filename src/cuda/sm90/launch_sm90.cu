@@ -118,29 +118,25 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
                               "a KV shard reached the sm_90a kernels (the family rule sends "
                               "sharded plans to the legal family)");
     if (fp->n_items > 0) {
-        /* the pool's tensor maps, __grid_constant__ parameters beside the flag that says which
-         * map it is: encoded per launch on the host, no device work (a graph keeps the maps of
-         * its capture, as it keeps fp) */
-        CUtensorMap kv_map, nan_map;
-        int kv_tma = MLAV90_MAP_NONE;
-        mlav_status ms = mlav_flash_sm90_kv_map(fp, lo->kv_fp8, &kv_map, &nan_map, &kv_tma);
+        /* the pool's tensor map, a __grid_constant__ parameter beside the flag that lets the
+         * producer use it: encoded per launch on the host, no device work (a graph keeps the
+         * map of its capture, as it keeps fp) */
+        CUtensorMap kv_map;
+        int kv_tma = 0;
+        mlav_status ms = mlav_flash_sm90_kv_map(fp, lo->kv_fp8, &kv_map, &kv_tma);
         if (ms != MLAV_OK)
             return ms;
-        if (lo->sm90_seesaw) {
-            void *args[4] = {const_cast<mlav_flash_params *>(fp), &kv_map, &nan_map, &kv_tma};
+        void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
+        if (lo->sm90_seesaw)
             MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, lo->kv_fp8 != 0, step != 0),
                                            dim3((unsigned)fp->n_items),
                                            dim3(mlav90::seesaw::THREADS), args,
                                            mlav90::seesaw::smem_ss::BYTES, stream));
-        } else {
-            /* the producer kernel reads whole tiles by the tile map only */
-            int tiles = kv_tma == MLAV90_MAP_TILES;
-            void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &tiles};
+        else
             MLAV_CUDA_TRY(cudaLaunchKernel(kernel_for(dtype, lo->kv_fp8 != 0, step != 0),
                                            dim3((unsigned)fp->n_items),
                                            dim3(mlav90::THREADS), args, mlav90::smem90::BYTES,
                                            stream));
-        }
         MLAV_CUDA_TRY(cudaGetLastError());
     }
     if (fp->n_combine > 0)

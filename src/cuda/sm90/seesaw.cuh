@@ -171,7 +171,7 @@ __device__ __forceinline__ float ref_factor(float from, float to)
  * (fp8_tile_ready), no waits. */
 template <typename T, bool WAIT = true>
 __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
-                                             uint64_t *full, uint32_t parity, bool fence)
+                                             uint64_t *full, uint32_t parity)
 {
     /* the addresses opaque here, so that ptxas builds the 72 descriptors where they are used
      * instead of keeping them in registers across the loop of tiles */
@@ -182,8 +182,7 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
     for (int kb = 0; kb < W_BLOCKS; kb++) {
         if constexpr (WAIT) {
             mbar_wait_flat(&full[kb], parity);
-            if (fence)
-                fence_proxy_async();
+            fence_proxy_async();
         }
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
@@ -266,9 +265,8 @@ __device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&f)[2
 /* What a warpgroup needs to refill a stage. */
 struct feed_ctx {
     const int32_t *ptab;
-    const CUtensorMap *map, *nan_map;
-    bool tma;  /* the launch holds the pool's tile map (boxes of 64 rows) */
-    bool rows; /* the launch holds the pool's row map (boxes of one row) and the NaN row's */
+    const CUtensorMap *map;
+    bool tma; /* the launch holds the pool's map */
 };
 
 /* The column blocks of a stage each refill copies (bit k: block k): V's left half (K's features
@@ -280,20 +278,16 @@ constexpr uint32_t PART_L = 0x00fu, PART_R = 0x0f0u, PART_P = 0x100u, PART_ALL =
  * 4 v + (l & 3) + 16 ((l >> 2) & 3) of tile t + (l >> 4) (gather_row_id). Looked up a pair
  * ahead, so that a gathered refill (page_size 1: every tile) issues its copies without a
  * dependent load; one register where each row's id would take 8. None where both tiles lie in
- * one page each (kv_tile_in_one_page: refill then takes the tile's first page id). Under the
- * row map, thread wt's own row's: row wt % 64 of tile t + wt / 64 (refill_rows). */
+ * one page each (kv_tile_in_one_page: refill then takes the tile's first page id). */
 __device__ __forceinline__ int32_t pair_row_ids(const int32_t *ptab, const block_ctx &c, int t,
-                                                const feed_ctx &f, const mlav_flash_params &p,
-                                                int wt)
+                                                const mlav_flash_params &p, int wt)
 {
     const int j0 = c.kv_begin + t * TILE_N;
-    if (f.rows) /* refill_rows' threads: row wt % 64 of tile t + wt / 64 */
-        return kv_page_of(ptab, j0 + wt, c.kv_end, p);
     if (kv_tile_in_one_page(j0, p) && kv_tile_in_one_page(j0 + TILE_N, p))
         return 0; /* refill takes each tile's first page id: no load */
     const int v = wt >> 5, l = wt & 31;
     const int row = 4 * v + (l & 3) + 16 * ((l >> 2) & 3);
-    return kv_page_of(ptab, j0 + (l >> 4) * TILE_N + row, c.kv_end, p);
+    return kv_page_of(ptab, c.kv_begin + (t + (l >> 4)) * TILE_N + row, c.kv_end, p);
 }
 
 /* The page id of gather thread wt's row i (row wt / 8 + 16 i: gather.cuh's mapping) in tile k
@@ -301,47 +295,6 @@ __device__ __forceinline__ int32_t pair_row_ids(const int32_t *ptab, const block
 __device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int wt)
 {
     return __shfl_sync(0xffffffffu, ids, ((wt & 31) >> 3) | (i << 2) | (k << 4));
-}
-
-/* The column blocks MASK of the tile at KV row j0 (tile k of its pair) into `stage` through the
- * pool's row map (a 16-bit pool whose pages do not hold whole tiles: page_size 1), a box a row
- * and block: the 64 threads of half k of the warpgroup (wt / 64 == k, whole warps), thread wt
- * the row wt % 64, whose page id it holds (`ids`: pair_row_ids), and the half's first thread
- * arriving on each block's barrier with the block's 8 KB expected. Completion is by bytes, as a
- * whole tile's, whatever the order of the arrival and the boxes' landing. A row past kv_end is
- * a box outside the tensor (row -1: zeros, its bytes counted), a page id outside the pool the
- * NaN row's box (f.nan_map). The boxes land at 128-byte rows of 1024-aligned blocks, swizzled
- * by their addresses as smem_layout.cuh lays a row out (kv_tensor_map.h). No generic write:
- * the reader needs no proxy fence. */
-template <uint32_t MASK>
-__device__ __forceinline__ void refill_rows(const mlav_flash_params &p, const block_ctx &c,
-                                            const feed_ctx &f, uint32_t stage, uint64_t *full,
-                                            int j0, int wt, int32_t ids, int k)
-{
-    if ((wt >> 6) != k)
-        return;
-    const int r = wt & (TILE_N - 1), j = j0 + r;
-    if (r == 0) {
-#pragma unroll
-        for (int kb = 0; kb < W_BLOCKS; kb++)
-            if (MASK >> kb & 1u)
-                mbar_arrive_expect_tx(&full[kb], BLOCK_BYTES);
-    }
-    const CUtensorMap *map = f.map;
-    int32_t y = -1;
-    if (j < c.kv_end) {
-        if ((uint32_t)ids < p.page_limit)
-            y = ids * p.page_size + (int32_t)kv_slot_of(j, p);
-        else {
-            map = f.nan_map;
-            y = 0;
-        }
-    }
-    const uint32_t d = stage + (uint32_t)r * 128u;
-#pragma unroll
-    for (int kb = 0; kb < W_BLOCKS; kb++)
-        if (MASK >> kb & 1u)
-            tma_load_2d(d + (uint32_t)kb * BLOCK_BYTES, map, kb * COL_BLOCK, y, &full[kb]);
 }
 
 /* The column blocks MASK of tile t of the item (tile k of its pair) into `stage` by warpgroup w
@@ -382,10 +335,6 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
                     }
             }
             __syncwarp();
-            return;
-        }
-        if (f.rows) {
-            refill_rows<MASK>(p, c, f, stage, full, j0, wt, ids, k);
             return;
         }
     }
@@ -439,23 +388,15 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
  * a TMA copy needs, which it has no register to carry). */
 template <typename T, typename Kv>
 __device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
-                                          uint64_t *full, int t, bool gathered, int w, int wt)
+                                          uint64_t *full, int t, int w, int wt)
 {
     const uint32_t parity = (uint32_t)((t / 2) & 1);
     if constexpr (fp8_kv<Kv>) {
         fp8_tile_ready(stage, full, parity, w, wt);
-        s_issue_full<mma_t<T, Kv>, false>(x, sq, stage, full, parity, false);
+        s_issue_full<mma_t<T, Kv>, false>(x, sq, stage, full, parity);
     } else {
-        s_issue_full<T>(x, sq, stage, full, parity, gathered);
+        s_issue_full<T>(x, sq, stage, full, parity);
     }
-}
-
-/* Whether tile t (its first row's page id page0) is gathered by cp.async rather than copied by
- * TMA (the tile map's boxes, or the row map's: refill_rows). */
-__device__ __forceinline__ bool tile_gathered(const mlav_flash_params &p, const block_ctx &c,
-                                              const feed_ctx &f, int t, int32_t page0)
-{
-    return !f.rows && !(f.tma && kv_tile_by_tma(page0, c.kv_begin + t * TILE_N, c.kv_end, p));
 }
 
 /* WG0: tile A of each pair, output columns [0, 256). */
@@ -464,7 +405,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
                                           unsigned char *smem, uint32_t base, uint64_t *full,
                                           const feed_ctx &f, float (&o)[O_REGS],
                                           float (&m_run)[2], float (&l_run)[2], int wt,
-                                          bool ga, const Score &score)
+                                          const Score &score)
 {
     using MT = mma_t<T, Kv>;
     using TY = mlav::mma_type<MT>;
@@ -479,7 +420,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
         float x[X_REGS];
-        s_of_tile<T, Kv>(x, sq, sa, full_a, t, ga, 0, wt);
+        s_of_tile<T, Kv>(x, sq, sa, full_a, t, 0, wt);
         wgmma_wait<0>();
         fence_regs(x);
         float tm[2];
@@ -505,7 +446,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         /* the next pair's page ids (refill's page0 and ids), looked up under this pair's P V */
         const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
         const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
-        const int32_t ids = pair_row_ids(f.ptab, c, t + 2, f, p, wt);
+        const int32_t ids = pair_row_ids(f.ptab, c, t + 2, p, wt);
         handover_wait<HAND_M>(hand, t);
         float m[2], f1[2];
 #pragma unroll
@@ -543,7 +484,6 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
          * inside it, ptxas spilled. */
         if (t + 3 < c.n_tiles)
             refill<Kv, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt, pg3, ids, 1);
-        ga = tile_gathered(p, c, f, t + 2, pg2);
     }
 }
 
@@ -553,7 +493,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
                                           unsigned char *smem, uint32_t base, uint64_t *full,
                                           const feed_ctx &f, float (&o)[O_REGS],
                                           float (&m_run)[2], float (&l_run)[2], int wt,
-                                          bool gb, const Score &score)
+                                          const Score &score)
 {
     using MT = mma_t<T, Kv>;
     using TY = mlav::mma_type<MT>;
@@ -571,7 +511,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         float tm[2] = {-INFINITY, -INFINITY};
         bool hidden = false;
         if (has_b) {
-            s_of_tile<T, Kv>(x, sq, sb, full_b, t + 1, gb, 1, wt);
+            s_of_tile<T, Kv>(x, sq, sb, full_b, t + 1, 1, wt);
             wgmma_wait<0>();
             fence_regs(x);
             hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4, score);
@@ -592,7 +532,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
          * and P V */
         const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
         const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
-        const int32_t ids = pair_row_ids(f.ptab, c, t + 2, f, p, wt);
+        const int32_t ids = pair_row_ids(f.ptab, c, t + 2, p, wt);
         rescale_o(o, f1);
         if (has_b) {
             if (hidden)
@@ -619,7 +559,6 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
          * (WG0's S_A and P_A V_A completed before PA) */
         if (t + 2 < c.n_tiles)
             refill<Kv, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt, pg2, ids, 0);
-        gb = tile_gathered(p, c, f, t + 3, pg3);
     }
 }
 
@@ -630,7 +569,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
 template <typename T, typename Kv, bool STEP>
 __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_seesaw_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
-                             const __grid_constant__ CUtensorMap nan_map, const int kv_tma)
+                             const int kv_tma)
 {
     constexpr bool FP8 = fp8_kv<Kv>, Q_TO_F16 = FP8 && !std::is_same<T, __half>::value;
     const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
@@ -644,8 +583,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int tid = threadIdx.x;
     const int w = __shfl_sync(0xffffffffu, tid / WG_THREADS, 0); /* warp-uniform */
     const int wt = tid - WG_THREADS * w;
-    /* the pool's map (kv_tensor_map.h), never an FP8 cache's */
-    const bool tma = !FP8 && kv_tma == MLAV90_MAP_TILES, rows = !FP8 && kv_tma == MLAV90_MAP_ROWS;
+    const bool tma = !FP8 && kv_tma != 0;
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES * W_BLOCKS; s++)
@@ -654,10 +592,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int h = 0; h < HANDOVERS; h++)
             mbar_init(&full[STAGES * W_BLOCKS + h], WG_THREADS); /* each arriving thread */
         fence_proxy_async(); /* the initialization visible to the TMA copies' complete_tx */
-        if (tma || rows)
+        if (tma)
             tensormap_prefetch(&kv_map);
-        if (rows)
-            tensormap_prefetch(&nan_map);
     }
     __syncthreads();
     const block_ctx c = block_ctx_of(item, p);
@@ -665,13 +601,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     f.ptab = mlav_page_row_dev(p.page_table, p.page_table_rows, p.page_table_num_rows,
                                p.max_pages, p.bad_pages, c.b);
     f.map = &kv_map;
-    f.nan_map = &nan_map;
     f.tma = tma;
-    f.rows = rows;
     /* tiles 0 and 1: their first rows' page ids, and the rows' ids of the pair */
     const int32_t pg0 = kv_page_of(f.ptab, c.kv_begin, c.kv_end, p);
     const int32_t pg1 = kv_page_of(f.ptab, c.kv_begin + TILE_N, c.kv_end, p);
-    const int32_t ids = pair_row_ids(f.ptab, c, 0, f, p, wt);
+    const int32_t ids = pair_row_ids(f.ptab, c, 0, p, wt);
     /* the prologue: Q by WG0 (then its copies landed, BF16 q over an FP8 cache made F16, and
      * fenced), tile 0 by WG0, tile 1 by WG1; the block barrier hands Q to both */
     if (w == 0) {
@@ -714,11 +648,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     float m_run[2] = {-INFINITY, -INFINITY}; /* the reference maxima, log2 units */
     float l_run[2] = {0.0f, 0.0f};           /* the row sums of this warpgroup's own tiles */
     if (w == 0)
-        wg0_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt,
-                         tile_gathered(p, c, f, 0, pg0), score);
+        wg0_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
     else
-        wg1_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt,
-                         tile_gathered(p, c, f, 1, pg1), score);
+        wg1_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
     write_output<T, Kv, BAR_SUM, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
                                              reinterpret_cast<float *>(smem + smem_ss::SUM), w,
                                              wt >> 5, wt & 31);
