@@ -1,7 +1,7 @@
 /* The "seesaw" Hopper kernel: the split kernel's contract (kernel.cuh) with 256 threads, two math
- * warpgroups and no producer warpgroup, for a 16-bit cache whose launch holds the pool's tensor
- * map and asks for it (mlav_flash_launch_opts.sm90_seesaw, set by mlav_flash_sm90_seesaw_rule;
- * every other launch keeps kernel.cuh's kernel).
+ * warpgroups and no producer warpgroup, for any pool of a 16-bit or FP8 E4M3 cache whose launch
+ * asks for it (mlav_flash_launch_opts.sm90_seesaw, set by mlav_flash_sm90_seesaw_rule; every
+ * other launch keeps kernel.cuh's kernel).
  *
  * The item's tiles go in pairs: tile A = 2i in stage 0, tile B = 2i + 1 in stage 1 (a last pair
  * of one tile has no B). WG0 owns A and output columns [0, 256), WG1 owns B and [256, 512):
@@ -30,24 +30,32 @@
  *     after its P_B V_B.
  *   stage 1, blocks 0..3 and 8 (V_B[:, 0:256], P_B): read by WG0's P_B V_B and WG1's P_B V_B
  *     (P's slot); WG0 refills them after its own and after hand-over S1 (WG1's).
- * A tile inside one page, the split and the pool (kv_tile_by_tma, the same answer in both
- * warpgroups) goes by TMA, a box per column block issued by the warpgroup's thread 0; any other
- * (across pages, the split's last partial tile, a page id outside the pool: the plan's NaN row)
- * is gathered by the refilling warpgroup's 128 threads through kv_row_src (gather.cuh), which
- * wait for their copies (slow, and rare). Each warpgroup looks up the page ids of the next pair's
- * tiles at the top of a pair, so that its refills issue without a dependent load. No L2
+ * A tile inside one page, the split and the pool of a launch that holds the pool's tensor map
+ * (kv_tile_by_tma, the same answer in both warpgroups) goes by TMA, a box per column block
+ * issued by the warpgroup's thread 0; any other (page_size 1, across pages, the split's last
+ * partial tile, a page id outside the pool: the plan's NaN row; every tile of an FP8 cache, raw)
+ * is gathered by the refilling warpgroup's 128 threads through kv_row_src (gather.cuh), which do
+ * not wait for their copies: each copy's landing is an arrival on its block's barrier. Each
+ * warpgroup looks up the page ids of the next pair's tiles (the first rows', and where a tile
+ * crosses pages each row's, one a thread: pair_row_ids) at the top of a pair, so that its
+ * refills issue without a dependent load. An FP8 tile is made F16 in place by its owner once it
+ * has landed (fp8_tile_ready), before its S. No L2
  * prefetch: asking the L2 for the tile after next cost time nearly everywhere (on the H200 its
  * removal took 0.95x the time over 56 points, 0.86x at B 16, q_len 1, 131k;
  * docs/PERFORMANCE.md#hopper).
  *
  * Barriers.
- *   full[s][k] (mbarriers; stage s, column block k; one arrival a phase): a TMA block: thread 0's
- *     arrive.expect_tx of its 8,192 bytes, then its copy, the phase completing when they land; a
- *     gathered part: every thread's copies landed and fenced (fence.proxy.async), the
- *     warpgroup's named barrier, then thread 0's plain arrival on each of the part's blocks.
- *     Stage s holds tiles s, s + 2, ...: pair i waits for parity i & 1. S of a tile waits block
- *     by block (s_issue_full), so it starts with the first block landed; P V reads only blocks
- *     its S already waited for. WG0 waits on full[0][*], WG1 on full[1][*].
+ *   full[s][k] (mbarriers; stage s, column block k; 128 arrivals a phase): a TMA block: thread
+ *     0's expect_tx of its 8,192 bytes and 128 arrivals at once, then its copy, the phase
+ *     completing when they land; a gathered part: each of the refilling warpgroup's 128 threads
+ *     arrives through cp.async.mbarrier.arrive.noinc, the hardware's arrival when that thread's
+ *     copies have landed (cp_async_arrive_on). Those copies are generic-proxy writes, so the S
+ *     reader fences (fence.proxy.async) after each block's wait, for wgmma's reads; the sanitizing
+ *     and the FP8 conversion read them generically after the wait. Stage s holds tiles s, s + 2,
+ *     ...: pair i waits for parity i & 1. S of a tile waits block by block (s_issue_full), so it
+ *     starts with the first block landed; P V reads only blocks its S already waited for. WG0
+ *     waits on full[0][*], WG1 on full[1][*]; a gathering thread also waits for the block's
+ *     previous phase (complete: the hand-overs order it) before it arrives.
  *   Hand-overs (mbarriers hand[], count 128): every thread of one warpgroup arrives (release,
  *   no wait), every thread of the other waits (acquire) for the phase of parity pair & 1; once
  *   a pair each:
@@ -297,25 +305,24 @@ __device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int 
     return __shfl_sync(0xffffffffu, ids, ((wt & 31) >> 3) | (i << 2) | (k << 4));
 }
 
-/* The column blocks MASK of tile t of the item (tile k of its pair) into `stage` by warpgroup w
- * (thread wt of 128), each published on its own barrier of `full` (the stage's 9, one arrival a
- * phase):
+/* The column blocks MASK of tile t of the item (tile k of its pair) into `stage` by a
+ * warpgroup (thread wt of 128), each published on its own barrier of `full` (the stage's 9, 128
+ * arrivals a phase):
  *   by TMA where kv_tile_by_tma allows (a 16-bit cache under the pool's map; the answer the
  *   same in every thread and for every part: `page0`, the page id of the tile's first row,
  *   looked up by the caller ahead), thread 0 arriving with a block's bytes expected then
- *   copying it, its warp reconverged after;
+ *   copying it (its expect_tx and the phase's 128 arrivals at once), its warp reconverged
+ *   after;
  *   else gathered (gather.cuh's mapping, each row's page id `page0` in a tile inside one page,
- *   else from `ids`: gather_row_id): each
- *   thread's copies, then its cp_async_arrive_on of each block (counted in the phase, landing
- *   later), the warpgroup's barrier (every thread's counted), then thread 0's plain arrival on
- *   each. No thread waits for a copy: the tile's readers do (s_issue_full with `gathered`, or
- *   fp8_tile_ready), as they wait for TMA. An FP8 cache's tiles are always gathered, raw
+ *   else from `ids`: gather_row_id): each thread's copies, then its cp_async_arrive_on of each
+ *   block (one of the phase's 128 arrivals, made when its copies land). No thread waits for a
+ *   copy: the tile's readers do (s_issue_full, or fp8_tile_ready), as they wait for TMA. An FP8 cache's tiles are always gathered, raw
  *   (gather.cuh: a row's raw chunk l + 8 k into column block 2 k + 1, the fifth into the last),
  *   and made F16 by fp8_tile_ready. */
 template <typename Kv, uint32_t MASK>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
                                        const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
-                                       int w, int wt, int32_t page0, int32_t ids, int k)
+                                       int wt, int32_t page0, int32_t ids, int k)
 {
     constexpr bool FP8 = fp8_kv<Kv>;
     static_assert(!FP8 || ((MASK ^ (MASK >> 1)) & 0x55u) == 0,
@@ -329,7 +336,7 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
 #pragma unroll
                 for (int kb = 0; kb < W_BLOCKS; kb++)
                     if (MASK >> kb & 1u) {
-                        mbar_arrive_expect_tx(&full[kb], BLOCK_BYTES);
+                        mbar_arrive_expect_tx_n(&full[kb], BLOCK_BYTES, WG_THREADS);
                         tma_load_2d(stage + (uint32_t)kb * BLOCK_BYTES, f.map, kb * COL_BLOCK, y,
                                     &full[kb]);
                     }
@@ -369,17 +376,20 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
                     cp_async16(d + (uint32_t)kb * BLOCK_BYTES, src + kb * COL_BLOCK, bytes);
         }
     }
+    /* each block's previous phase (tile t - 2's), complete long since (its readers waited for
+     * it before the hand-over this refill follows), waited here too: so that each arriving
+     * thread has seen the phase it arrives after itself (compute-sanitizer's synccheck asks
+     * for it; it costs a test a block) */
+    if (t >= STAGES) {
+#pragma unroll
+        for (int kb = 0; kb < W_BLOCKS; kb++)
+            if (MASK >> kb & 1u)
+                mbar_wait_flat(&full[kb], (uint32_t)(((t - STAGES) / STAGES) & 1));
+    }
 #pragma unroll
     for (int kb = 0; kb < W_BLOCKS; kb++)
         if (MASK >> kb & 1u)
             cp_async_arrive_on(&full[kb]);
-    wg_barrier(w);
-    if (wt == 0) {
-#pragma unroll
-        for (int kb = 0; kb < W_BLOCKS; kb++)
-            if (MASK >> kb & 1u)
-                mbar_arrive(&full[kb]);
-    }
 }
 
 /* The S product of this warpgroup's tile t at `stage`: an FP8 cache's once the tile is made F16
@@ -471,7 +481,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         handover_arrive<HAND_PA>(hand);
         /* stage 0's blocks 0..3: read only by this warpgroup (S_A, P_A V_A), both completed */
         if (t + 2 < c.n_tiles)
-            refill<Kv, PART_L>(p, c, f, sa, full_a, t + 2, 0, wt, pg2, ids, 0);
+            refill<Kv, PART_L>(p, c, f, sa, full_a, t + 2, wt, pg2, ids, 0);
         if (has_b) {
             handover_wait<HAND_PB>(hand, t);
             pv_issue<MT>(o, sb + P_SLOT, sb, 0);
@@ -483,7 +493,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
          * WG1's (S_B before PB, P_B V_B before S1), completed. Out of the block above:
          * inside it, ptxas spilled. */
         if (t + 3 < c.n_tiles)
-            refill<Kv, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, 0, wt, pg3, ids, 1);
+            refill<Kv, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);
     }
 }
 
@@ -551,14 +561,14 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             handover_arrive<HAND_S1>(hand);
             /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
             if (t + 3 < c.n_tiles)
-                refill<Kv, PART_R>(p, c, f, sb, full_b, t + 3, 1, wt, pg3, ids, 1);
+                refill<Kv, PART_R>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);
         }
         wgmma_wait<0>();
         fence_regs(o);
         /* stage 0's blocks 4..7 and P's slot: this warpgroup's P_A V_A was their last reader
          * (WG0's S_A and P_A V_A completed before PA) */
         if (t + 2 < c.n_tiles)
-            refill<Kv, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, 1, wt, pg2, ids, 0);
+            refill<Kv, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, wt, pg2, ids, 0);
     }
 }
 
@@ -587,7 +597,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES * W_BLOCKS; s++)
-            mbar_init(&full[s], 1);
+            mbar_init(&full[s], WG_THREADS); /* each refilling thread, or thread 0 for all */
 #pragma unroll
         for (int h = 0; h < HANDOVERS; h++)
             mbar_init(&full[STAGES * W_BLOCKS + h], WG_THREADS); /* each arriving thread */
@@ -613,7 +623,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         load_q(base + smem_ss::Q, qg, c.m0, c.M, wt);
         cp_async_commit();
         if (c.n_tiles > 0)
-            refill<Kv, PART_ALL>(p, c, f, base + smem_ss::KV, full, 0, 0, wt, pg0, ids, 0);
+            refill<Kv, PART_ALL>(p, c, f, base + smem_ss::KV, full, 0, wt, pg0, ids, 0);
         cp_async_wait<0>();
         if constexpr (Q_TO_F16) {
             const float unshift = q_tile_to_f16<BAR_WG0>(
@@ -623,8 +633,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
         fence_proxy_async();
     } else if (c.n_tiles > 1) {
-        refill<Kv, PART_ALL>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, full + W_BLOCKS, 1, 1,
-                             wt, pg1, ids, 1);
+        refill<Kv, PART_ALL>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, full + W_BLOCKS, 1, wt,
+                             pg1, ids, 1);
     }
     __syncthreads();
 

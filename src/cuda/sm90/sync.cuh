@@ -144,15 +144,27 @@ __device__ __forceinline__ void cp_async_wait_all()
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/* An arrival on `bar` that the hardware makes once every cp.async this thread has issued so far
- * has landed, without the thread waiting (cp.async.mbarrier.arrive without .noinc: the phase's
- * pending count rises by one as the instruction executes and falls when the copies land, so the
- * phase cannot complete before them, and the arrival counts for none of the init count, which a
- * plain arrival after every thread's instruction must still meet). The copies are generic-proxy
- * writes: a wgmma reader fences (fence_proxy_async) after it sees the phase complete. */
+/* One of the phase's expected arrivals on `bar`, made by the hardware once every cp.async this
+ * thread has issued so far has landed, without the thread waiting (cp.async.mbarrier.arrive
+ * .noinc: it counts against the init count, so a barrier that every thread of a warpgroup
+ * arrives on this way is initialized with that many). The copies are generic-proxy writes: a
+ * wgmma reader fences (fence_proxy_async) after it sees the phase complete. */
 __device__ __forceinline__ void cp_async_arrive_on(uint64_t *bar)
 {
-    asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
+                 : "memory");
+}
+
+/* `count` arrivals on `bar` at once, after adding `bytes` to the transaction count the current
+ * phase waits for (mbar_arrive_expect_tx's, for a barrier of more than one expected arrival). */
+__device__ __forceinline__ void mbar_arrive_expect_tx_n(uint64_t *bar, uint32_t bytes,
+                                                        uint32_t count)
+{
+    asm volatile("{\n .reg .b64 st;\n"
+                 " mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n"
+                 " mbarrier.arrive.release.cta.shared::cta.b64 st, [%0], %2;\n}\n"
+                 :
+                 : "r"(smem_u32(bar)), "r"(bytes), "r"(count)
                  : "memory");
 }
 
