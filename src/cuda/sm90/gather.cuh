@@ -135,16 +135,16 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const T *kv,
 
 /* Whether the 64 rows from KV row j0 lie in one page (a page_size of at least 64, j0 at a slot
  * that leaves room): then every row's page id is the first's. */
-/* Whether the tile at KV row j0 is copied by TMA, in a block whose launch holds the pool's map
- * (which says the pool's pages hold whole tiles: kv_map_fits): the tile's rows inside one page
- * and before kv_end, its page id inside the pool. `page`: this thread's first row's page id
- * (kv_pages_of), the tile's when it lies in one page, so the answer is the same for every
- * producer thread without a vote. */
 __device__ __forceinline__ bool kv_tile_in_one_page(int j0, const mlav_flash_params &p)
 {
     return (int)kv_slot_of(j0, p) + TILE_N <= p.page_size;
 }
 
+/* Whether the tile at KV row j0 is copied by TMA, in a block whose launch holds the pool's map
+ * (which says the pool's pages hold whole tiles: kv_map_fits): the tile's rows inside one page
+ * and before kv_end, its page id inside the pool. `page`: this thread's first row's page id
+ * (kv_pages_of), the tile's when it lies in one page, so the answer is the same for every
+ * producer thread without a vote. */
 __device__ __forceinline__ bool kv_tile_by_tma(int32_t page, int j0, int kv_end,
                                                const mlav_flash_params &p)
 {

@@ -394,8 +394,10 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
 
 /* The S product of this warpgroup's tile t at `stage`: an FP8 cache's once the tile is made F16
  * (fp8_tile_ready), a 16-bit one's block by block, each block fenced for wgmma after its wait
- * (any tile may have been gathered: refill; the reader does not know which without the page id
- * a TMA copy needs, which it has no register to carry). */
+ * (any tile may have been gathered: refill; which one depends on the tile's page id, which the
+ * reader does not hold). On the H200 the fences of TMA tiles cost 1.1% over 48 page-64 points
+ * (0.999 without them, 1.011 with, against the tree before gathered refills:
+ * docs/PERFORMANCE.md#hopper). */
 template <typename T, typename Kv>
 __device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
                                           uint64_t *full, int t, int w, int wt)
