@@ -4,7 +4,9 @@
  * E4M3 with its scale as a host value or a device pointer, NaN-poisoned unused pages), whose
  * schedules hold split items (a partial state merged by the combine) and unsplit ones (out and
  * lse written by the split kernel); and the producer's TMA tiles and their refusals (pages of
- * 64, 128 and 256 rows: test_sm90_tma_tiles). Both families run through mlav_flash_params built
+ * 64, 128 and 256 rows: test_sm90_tma_tiles). Every case runs the legal kernel, the sm_90a
+ * producer kernel and the sm_90a seesaw kernel (its TMA tiles, its gathered ones and an FP8
+ * cache's raw ones) on one schedule. Both families run through mlav_flash_params built
  * here the way the cuda backend builds them (src/cuda/backend_flash.cu), with the schedule of
  * mlav_schedule_build, and each result is held to the tolerances of the other GPU tests
  * (tu_out_tol, tu_lse_tol). Skips (77) without a cc 9.0 device. MLAV_TEST_SEED fixes the seed. */
