@@ -9,7 +9,9 @@
  * docs/PERFORMANCE.md#schedule, session 13: the model's ratios at the batched points matched the H200 within
  * ~1% (0.914 measured at 16 x (H 64, q_len 9), prefix 8192, against 0.913 modelled).
  *   build/bench/diag/schedule_choices [MW ...]      (default: 2 8; 2 is the plan before session 13)
- *   build/bench/diag/schedule_choices --step-times  (only the host step times) */
+ *   build/bench/diag/schedule_choices --step-times  (only the host step times)
+ *   build/bench/diag/schedule_choices --sm90        (only the sm_90a family's schedule at the
+ *                                                    harness's B 16 points) */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #endif
@@ -220,11 +222,49 @@ static void step_times(void)
     }
 }
 
+/* The sm_90a family's schedule (src/cuda/sm90/flash_sm90.h: splits aligned to and at least its
+ * 64-key tile, the plan's other parameters) at the peer harness's B 16 points where FlashMLA
+ * leads most (docs/PERFORMANCE.md#hopper): its items, their waves on the SMs and their tiles. */
+static void sm90_points(void)
+{
+    static const int32_t pts[][4] = {{16, 16, 9, 4096},  {16, 16, 16, 4096}, {16, 8, 9, 4096},
+                                     {16, 64, 9, 4096},  {16, 64, 16, 4096}, {16, 128, 16, 4096},
+                                     {16, 16, 9, 32768}, {16, 8, 9, 131072}};
+    mlav_schedule_params sp = params(8);
+    sp.key_align = sp.min_chunk = 64;
+    printf("sm_90a schedule (%d SMs, one block each)\n%4s %4s %5s %7s | %6s %6s %7s %9s\n", SMS,
+           "B", "H", "q_len", "prefix", "items", "waves", "combine", "tiles/it");
+    for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
+        int32_t qi[17] = {0}, kv[16];
+        for (int32_t b = 0; b < pts[i][0]; b++) {
+            qi[b + 1] = qi[b] + pts[i][2];
+            kv[b] = pts[i][3] + pts[i][2];
+        }
+        const mlav_problem_info p = batch(pts[i][0], pts[i][1], qi, kv);
+        mlav_schedule s;
+        if (mlav_schedule_build(&p, &sp, &s) != MLAV_OK) {
+            fprintf(stderr, "schedule_choices: mlav_schedule_build failed\n");
+            exit(1);
+        }
+        int64_t tiles = 0;
+        for (int32_t k = 0; k < s.n_items; k++)
+            tiles += (s.items[k].kv_end - s.items[k].kv_begin + 63) / 64;
+        printf("%4d %4d %5d %7d | %6d %6.2f %7d %9.1f\n", pts[i][0], pts[i][1], pts[i][2],
+               pts[i][3], s.n_items, (double)s.n_items / SMS, s.n_combine,
+               (double)tiles / s.n_items);
+        mlav_schedule_free(&s);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int mw[MAX_MW] = {2, 8}, nmw = 2;
     if (argc == 2 && strcmp(argv[1], "--step-times") == 0) {
         step_times(); /* only the host step times */
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--sm90") == 0) {
+        sm90_points();
         return 0;
     }
     if (argc > 1) {
