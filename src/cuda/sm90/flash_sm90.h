@@ -5,10 +5,10 @@
  * launch takes by mlav_flash_launch_opts.sm90_seesaw. Built only with MLAV_WITH_SM90.
  * Runs: BF16 and F16 q with a cache of the same dtype or FP8 E4M3 (kv_scale a host value or
  * kv_scale_ptr; its tiles converted to F16 in shared memory, as wgmma takes no MN-major 8-bit B
- * and no mixed types: gather.cuh); any page size, page ids outside the pool (NaN rows), a shared page
- * table (page_table_rows), trees and chains, split and unsplit items, PDL, plans for one problem
- * and plans for limits (step != 0: the STEP instance, which takes its item as the legal STEP
- * instance does). F32 stays on the FMA path. A caller checks mlav_flash_sm90_supported (cc 9.0,
+ * and no mixed types: gather.cuh); any page size, page ids outside the pool (NaN rows), a
+ * shared page table (page_table_rows), trees and chains, split and unsplit items, PDL, plans for
+ * one problem and plans for limits (step != 0: the STEP instance, which takes its item as the
+ * legal STEP instance does). F32 stays on the FMA path. A caller checks mlav_flash_sm90_supported (cc 9.0,
  * dtypes, shared memory). */
 #ifndef MLAV_CUDA_SM90_FLASH_SM90_H
 #define MLAV_CUDA_SM90_FLASH_SM90_H

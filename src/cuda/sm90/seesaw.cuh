@@ -82,13 +82,15 @@
  *   took 1.01x the time; compute-sanitizer's racecheck does not follow bar.arrive's ordering
  *   and reported the sref hand-over as a hazard, which it does not with mbarriers.
  *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): its P stores before its own wgmma reads them;
- *     every warp's reads of P_A completed before P_A's rewrite; a gathered part's copies before
- *     thread 0's arrivals. BAR_SUM, BAR_STAGE0 (+1): the epilogue's (write_output).
- * Proxies: P and sanitized V are generic writes read by wgmma (async proxy): each writer fences
- * (fence.proxy.async) before the barrier its readers pass. A refill's writes (TMA: async; gather:
- * generic, fenced by each writer) come after the part's last reads completed (wgmma_wait of the
- * reading warpgroups, ordered by the barriers above) and after the generic writes to it (P,
- * sanitizing), fenced before those barriers, as in kernel.cuh's produce.
+ *     every warp's reads of P_A completed before P_A's rewrite; an FP8 tile's conversion before
+ *     its S (fp8_tile_ready); BF16 q's maximum over an FP8 cache (q_tile_to_f16, WG0's).
+ *     BAR_SUM, BAR_STAGE0 (+1): the epilogue's (write_output).
+ * Proxies: P, sanitized V and a converted FP8 tile are generic writes read by wgmma (async
+ * proxy): each writer fences (fence.proxy.async) before the barrier its readers pass. A refill's
+ * writes (TMA: async; gather: generic, fenced by their S reader after its wait) come after the
+ * part's last reads completed (wgmma_wait of the reading warpgroups, ordered by the barriers
+ * above) and after the generic writes to it (P, sanitizing, conversion), fenced before those
+ * barriers, as in kernel.cuh's produce.
  * Convergence: a TMA refill is issued by thread 0 alone; its warp reconverges (__syncwarp)
  *   before it goes on: the named barriers after it are bar.sync, .aligned, which every thread
  *   of a warp must execute together.
@@ -204,9 +206,10 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
 
 /* An FP8 cache's tile at `stage`, raw (refill), made F16 for its owner's S and for the other
  * warpgroup's P V (which read it after a hand-over from this warpgroup): every block landed
- * (`full`, parity `parity`), this thread's share converted in place (fp8_convert_tile, the
- * producer kernel's mapping; any thread may convert any raw chunk once all have landed), its
- * proxy fence, then warpgroup w's barrier, after which its S issues without waits. */
+ * (`full`, parity `parity`: every copy of either warpgroup), this thread's share converted in
+ * place (fp8_convert_tile, by whole warps in the copies' mapping, which either warpgroup may run
+ * once the tile has landed), its proxy fence, then warpgroup w's barrier, after which its S
+ * issues without waits. */
 __device__ __forceinline__ void fp8_tile_ready(uint32_t stage, uint64_t *full, uint32_t parity,
                                                int w, int wt)
 {
@@ -316,9 +319,9 @@ __device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int 
  *   else gathered (gather.cuh's mapping, each row's page id `page0` in a tile inside one page,
  *   else from `ids`: gather_row_id): each thread's copies, then its cp_async_arrive_on of each
  *   block (one of the phase's 128 arrivals, made when its copies land). No thread waits for a
- *   copy: the tile's readers do (s_issue_full, or fp8_tile_ready), as they wait for TMA. An FP8 cache's tiles are always gathered, raw
- *   (gather.cuh: a row's raw chunk l + 8 k into column block 2 k + 1, the fifth into the last),
- *   and made F16 by fp8_tile_ready. */
+ *   copy: the tile's readers do (s_issue_full, or fp8_tile_ready), as they wait for TMA. An FP8
+ *   cache's tiles are always gathered, raw (gather.cuh: a row's raw chunk l + 8 k into column
+ *   block 2 k + 1, the fifth into the last), and made F16 by fp8_tile_ready. */
 template <typename Kv, uint32_t MASK>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
                                        const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
