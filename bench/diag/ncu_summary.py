@@ -8,8 +8,8 @@ ranges. Standard library only.
 
 Instruction indices are the row numbers of the SASS listing (0 = the kernel's first
 instruction), as --top and --dump print them. "Per trip" divides execution counts by the
-execution count of the kernel's first HMMA, i.e. warp x loop-trip (one 16-key tile in the flash
-kernel)."""
+execution count of the kernel's first HMMA (or HGMMA in the sm_90a kernels), i.e. warp x
+loop-trip (one 16-key tile in the legal flash kernel, one 64-key tile's S in the sm_90a ones)."""
 import argparse
 import collections
 import csv
@@ -57,13 +57,15 @@ def main():
     print(" ".join(x for x in kernel if x))
     print(f"{len(data)} SASS instructions, {sum(samples)} stall samples")
 
-    trip = next((execs[k] for k, r in enumerate(data) if opcode(r[1]) == "HMMA"), 0)
+    # the first tensor-core instruction: HMMA (mma.sync, the legal family) or HGMMA (wgmma, the
+    # sm_90a kernels: a warp x tile of S there)
+    trip = next((execs[k] for k, r in enumerate(data) if opcode(r[1]) in ("HMMA", "HGMMA")), 0)
     if trip:
         ops, smp = collections.Counter(), collections.Counter()
         for k, r in enumerate(data):
             ops[opcode(r[1])] += execs[k]
             smp[opcode(r[1])] += samples[k]
-        print(f"\nper trip (first HMMA executed {trip} times): "
+        print(f"\nper trip (first HMMA or HGMMA executed {trip} times): "
               f"{sum(ops.values()) / trip:.1f} instructions")
         for op, n in ops.most_common(20):
             print(f"  {op:10s} {n / trip:7.1f}   samples {100 * smp[op] / total:5.1f}%")
