@@ -16,7 +16,7 @@
 #include "../src/cuda/flash_family.h"
 
 /* B 16, H 128, q_len 16, 131072 keys on the H200's schedule: 512 items of 2,049 tiles on average
- * (rule_points.c in bench/results/2026-12-02-h200-s28 printed it) */
+ * (session 28's rule_points.c printed it: `git show 32154b4:bench/results/2026-12-02-h200-s28/`) */
 #define BIG_TILES (512LL * 2049)
 #define BIG_ITEMS 512
 

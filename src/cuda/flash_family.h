@@ -39,15 +39,14 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 #define MLAV_SM90_FP8_MIN_TILES 8
 
 /* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
- * on the H200 (docs/PERFORMANCE.md#hopper): requests of at most 32 folded rows (max_q_len x H)
- * whose batch reads fewer than MLAV_SM90_MIN_TILES 64-key tiles an SM (total_kv, the batch's KV
- * rows, or a plan for limits' max_batch x max_kv_len; sm_count SMs); unless MLAV_FLASH_FAMILY
- * is "sm90" (so that tests reach the sm_90a family with them); and an FP8 E4M3 cache (kv_fp8)
+ * on the H200 (docs/PERFORMANCE.md#hopper), unless MLAV_FLASH_FAMILY is "sm90" (so that tests
+ * reach the sm_90a family with them): requests of at most 32 folded rows (max_q_len x H) whose
+ * batch reads fewer than MLAV_SM90_MIN_TILES 64-key tiles an SM (total_kv, the batch's KV rows,
+ * or a plan for limits' max_batch x max_kv_len; sm_count SMs), and an FP8 E4M3 cache (kv_fp8)
  * whose batch reads fewer than MLAV_SM90_FP8_MIN_TILES tiles of 64 rows x 64 keys an SM
  * (ceil(rows_per_request / 64) x total_kv / 64, over sm_count). A KV shard (sharded nonzero)
- * always runs the legal family: the sm_90a kernel
- * does not map a shard's rows (its mask loop with the map ran unsharded plans up to 1.04x
- * slower). */
+ * always runs the legal family: the sm_90a kernel does not map a shard's rows (its mask loop
+ * with the map ran unsharded plans up to 1.04x slower). */
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
                                              int64_t total_kv, int sm_count, int kv_fp8,
                                              int sharded);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 30, call 5, from the checkout's root with .debs and .peer carried (.peer/flashmla: the
-# peer harness with the s27 extension patch):
+# peer harness with flashmla/bench_flashmla-extension.patch of this folder applied):
 #   COMMIT=<sha> bash bench/results/2026-12-02-h200-s30/call5.sh
 # The final tree (the seesaw kernel for every page size and for FP8 caches): compute-sanitizer's
 # four tools on the seesaw kernel's random cases (page_size 1 and 64, both caches), the GPU
