@@ -183,9 +183,10 @@ template <typename T, bool WAIT = true>
 __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
                                              uint64_t *full, uint32_t parity)
 {
-    /* the addresses opaque here, so that ptxas builds the 72 descriptors where they are used
-     * instead of keeping them in registers across the loop of tiles */
-    asm volatile("" : "+r"(sq), "+r"(stage));
+    /* the descriptors' low words opaque here, so that ptxas adds each offset where it is used
+     * instead of keeping 72 descriptors in registers across the loop of tiles */
+    uint32_t qd = desc_lo_k(sq), kd = desc_lo_k(stage);
+    asm volatile("" : "+r"(qd), "+r"(kd));
     pin_regs(x);
     wgmma_fence();
 #pragma unroll
@@ -197,7 +198,7 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             const uint32_t off = (uint32_t)kb * BLOCK_BYTES + (uint32_t)kk * 32u;
-            wgmma_ops<T, 0>::m64n64k16(x, desc_k_major(sq + off), desc_k_major(stage + off),
+            wgmma_ops<T, 0>::m64n64k16(x, desc_at(qd, off), desc_at(kd, off),
                                        kb != 0 || kk != 0);
         }
     }

@@ -30,12 +30,11 @@ __device__ __forceinline__ void s_issue(float (&s)[S_REGS], uint32_t sq, uint32_
 {
     pin_regs(s); /* the accumulators' last accesses stay before the warpgroup fence */
     wgmma_fence();
+    const uint32_t qd = desc_lo_k(sq), kd = desc_lo_k(stage + (uint32_t)w * (S_KEYS * 128));
 #pragma unroll
     for (int ks = 0; ks < K_STEPS; ks++) {
         const uint32_t kb = (uint32_t)(ks >> 2) * BLOCK_BYTES + (uint32_t)(ks & 3) * 32u;
-        wgmma_ops<T, 0>::m64n32k16(s, desc_k_major(sq + kb),
-                                   desc_k_major(stage + (uint32_t)w * (S_KEYS * 128) + kb),
-                                   ks != 0);
+        wgmma_ops<T, 0>::m64n32k16(s, desc_at(qd, kb), desc_at(kd, kb), ks != 0);
     }
     wgmma_commit();
 }
@@ -75,14 +74,13 @@ __device__ __forceinline__ void pv_issue(float (&o)[O_REGS], uint32_t sp, uint32
 {
     pin_regs(o); /* the rescale of O stays before the warpgroup fence */
     wgmma_fence();
+    const uint32_t pd = desc_lo_k(sp);
+    const uint32_t vd = desc_lo_mn(stage + (uint32_t)w * (O_COLS / COL_BLOCK) * BLOCK_BYTES,
+                                   BLOCK_BYTES);
 #pragma unroll
     for (int ks = 0; ks < PV_STEPS; ks++)
-        wgmma_ops<T, 1>::m64n256k16(
-            o, desc_k_major(sp + (uint32_t)ks * 32u),
-            desc_mn_major(stage + (uint32_t)w * (O_COLS / COL_BLOCK) * BLOCK_BYTES +
-                              (uint32_t)ks * (16 * 128),
-                          BLOCK_BYTES),
-            1);
+        wgmma_ops<T, 1>::m64n256k16(o, desc_at(pd, (uint32_t)ks * 32u),
+                                    desc_at(vd, (uint32_t)ks * (16 * 128)), 1);
     wgmma_commit();
 }
 

@@ -27,20 +27,30 @@ namespace mlav90 {
  * k16 steps of a K-major operand, 32 bytes apart) is swizzled by the hardware as the stores
  * were. K-major: LBO is unused (1 by convention), SBO = 1024 (from one 8-row group to the next).
  * MN-major: LBO = the bytes from one 64-element column block to the next, SBO = 1024 (from one
- * 8-row group of the reduction dimension to the next). */
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo_bytes,
-                                               uint32_t sbo_bytes)
+ * 8-row group of the reduction dimension to the next).
+ * Held as two words: the low one (desc_lo: the start address and LBO) and DESC_HI (SBO 1024, the
+ * swizzle), so that the operand `off` bytes further is one 32-bit add to the low word (desc_at):
+ * inside the shared window addr / 16 stays below 2^14, so no carry reaches LBO. The kernels take
+ * a low word per operand base and step it: built whole from each address, a descriptor took 11
+ * uniform instructions beside its wgmma (docs/PERFORMANCE.md#hopper). */
+constexpr uint32_t DESC_HI = ((1024u >> 4) & 0x3fffu) | (1u << 30);
+__device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo_bytes)
 {
-    return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo_bytes >> 4) & 0x3fffu) << 16) |
-           ((uint64_t)((sbo_bytes >> 4) & 0x3fffu) << 32) | (1ull << 62);
+    return ((addr & 0x3ffffu) >> 4) | (((lbo_bytes >> 4) & 0x3fffu) << 16);
 }
-__device__ __forceinline__ uint64_t desc_k_major(uint32_t addr)
+/* K-major (LBO unused: 1) and MN-major (LBO: the column blocks' distance) low words */
+__device__ __forceinline__ uint32_t desc_lo_k(uint32_t addr)
 {
-    return sw128_desc(addr, 16, 1024);
+    return desc_lo(addr, 16);
 }
-__device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr, uint32_t block_bytes)
+__device__ __forceinline__ uint32_t desc_lo_mn(uint32_t addr, uint32_t block_bytes)
 {
-    return sw128_desc(addr, block_bytes, 1024);
+    return desc_lo(addr, block_bytes);
+}
+/* The descriptor of the operand `off` bytes (a multiple of 16) past the one of low word `lo`. */
+__device__ __forceinline__ uint64_t desc_at(uint32_t lo, uint32_t off)
+{
+    return ((uint64_t)DESC_HI << 32) | (uint64_t)(lo + (off >> 4));
 }
 
 /* Before the first wgmma and between any register access to an accumulator and a wgmma that
