@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Prepared for the next session, not run: one device call (~250 s) from the checkout's root with
-# .debs carried:
-#   bash bench/results/2026-12-02-h200-s30/NEXT-profile.sh
+# session 31, call 1 (prepared in session 30 as s30/NEXT-profile.sh, run at a7a833d), from the
+# checkout's root with .debs carried:
+#   bash bench/results/2026-12-02-h200-s31/call1.sh
 # Nsight Compute's stall samples per SASS instruction on the seesaw kernel where session 30 left
 # it short of its targets, so that the next change is chosen from a profile:
 #   p1: the FP8 cache at B 16, H 8, q_len 1, 131072 (0.70x the BF16 cache's speed; DRAM 31%):
