@@ -36,7 +36,7 @@ __device__ __forceinline__ void named_barrier(int id, int count)
 }
 
 /* out[0]: threads whose row-sum exchange read a wrong value; out[1]: the same for the value
- * thread 0 stored before __syncthreads */
+ * thread 0 stored before __syncthreads; out[2]: wrong reads inside a warpgroup */
 __global__ void __launch_bounds__(THREADS) exchange(int extra0, int extra1, int *out)
 {
     __shared__ float sums[THREADS];
