@@ -311,15 +311,15 @@ __device__ __forceinline__ void partial_scale(uint32_t mb, float inv, int pexp, 
  * has been waited for: math warpgroup w (0, 1) holds O for output columns [256 w, +256) of the
  * block's 64 rows in `o` (m64n256 fragments), the rows' reference maxima `m_run` (the same in
  * both warpgroups) and the row sums of its own keys `l_run`. The sums meet in `ssum` ([2][64]
- * fp32) through named barrier BAR_SUM (both warpgroups, 256 threads), then O / l and lse leave
- * in the legal kernel's formats, O staged in Q's region (named barriers BAR_STAGE0 + w, one
- * warpgroup each). */
-template <typename T, typename Kv, int BAR_SUM, int BAR_STAGE0>
+ * fp32) through `meet()`, which every thread of both warpgroups calls and returns from once all
+ * 256 have (the kernel's choice of barrier), then O / l and lse leave in the legal kernel's
+ * formats, O staged in Q's region (named barriers BAR_STAGE0 + w, one warpgroup each). */
+template <typename T, typename Kv, int BAR_STAGE0, typename Meet>
 __device__ __forceinline__ void write_output(const mlav_flash_params &p, const block_ctx &c,
                                              unsigned char *smem, const float (&o)[O_REGS],
                                              const float (&m_run)[2], const float (&l_run)[2],
                                              const mlav::out_scale &osc, float *ssum, int w,
-                                             int warp, int lane)
+                                             int warp, int lane, const Meet &meet)
 {
     constexpr bool FP8 = fp8_kv<Kv>;
     using OTY = mlav::mma_type<T>; /* out's */
@@ -335,7 +335,7 @@ __device__ __forceinline__ void write_output(const mlav_flash_params &p, const b
             ssum[w * BM + r0 + 8 * h] = l;
     }
     /* both warpgroups are past their last wgmma: Q's region is free for the staging below */
-    named_barrier(BAR_SUM, MATH_THREADS);
+    meet();
     const bool final_out = c.slot < 0;
     /* O leaves through shared memory: each warpgroup stages its 64 rows x 256 columns of 16-bit
      * values (out's T, or the partial's fp16) in Q's region, rows STAGE_STRIDE bytes apart, then
@@ -549,8 +549,8 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
     wgmma_wait<0>();
     fence_regs(o);
 
-    write_output<T, Kv, BAR_MAX, BAR_EPILOGUE0>(p, c, smem, o, m_run, l_run, osc, ssum, w, warp,
-                                                lane);
+    write_output<T, Kv, BAR_EPILOGUE0>(p, c, smem, o, m_run, l_run, osc, ssum, w, warp, lane,
+                                       [] { named_barrier(BAR_MAX, MATH_THREADS); });
 }
 
 /* STEP: the instance of plans for limits, whose fixed grid runs past the step's schedule: a

@@ -81,10 +81,21 @@
  *   smax_m. Named barriers (bar.arrive on one side, bar.sync on the other) did the same and
  *   took 1.01x the time; compute-sanitizer's racecheck does not follow bar.arrive's ordering
  *   and reported the sref hand-over as a hazard, which it does not with mbarriers.
+ *   Once an item each, also mbarriers:
+ *     Q     WG0 arrives after BF16 q over an FP8 cache is made F16 and its power of two written
+ *           (Q_UNSHIFT); WG1 waits before it reads the power of two. Only those instances.
+ *     END   every thread of both warpgroups (count 256) arrives once its last wgmma has
+ *           completed and its row sums are written, and waits: write_output's meeting.
+ *   Both could be the block's barrier (bar.sync of 256 threads, as in kernel.cuh), and were:
+ *   racecheck then reported the row sums and the power of two as hazards, with every output
+ *   right and synccheck clean. It pairs a block barrier's passes by each thread's count of
+ *   barriers passed: the warpgroups pass different numbers of their own below (WG0 two a pair,
+ *   WG1 one), and with counts equal the same exchange reports nothing
+ *   (bench/diag/racecheck_epochs.cu, run on the H200: docs/PERFORMANCE.md#hopper).
  *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): its P stores before its own wgmma reads them;
  *     every warp's reads of P_A completed before P_A's rewrite; an FP8 tile's conversion before
  *     its S (fp8_tile_ready); BF16 q's maximum over an FP8 cache (q_tile_to_f16, WG0's).
- *     BAR_SUM, BAR_STAGE0 (+1): the epilogue's (write_output).
+ *     BAR_STAGE0 (+1): the epilogue's staging (write_output).
  * Proxies: P, sanitized V and a converted FP8 tile are generic writes read by wgmma (async
  * proxy): each writer fences (fence.proxy.async) before the barrier its readers pass. A refill's
  * writes (TMA: async; gather: generic, fenced by their S reader after its wait) come after the
@@ -108,13 +119,14 @@ namespace seesaw {
 constexpr int THREADS = 256;
 constexpr int WG_THREADS = 128;
 constexpr int X_REGS = TILE_N / 2; /* 32 fp32 accumulators of S a thread (m64n64) */
-/* named barriers: each warpgroup's own (BAR_WG0 + w, 128 threads), the epilogue's */
-constexpr int BAR_WG0 = 1, BAR_SUM = 3, BAR_STAGE0 = 4;
-/* the hand-overs between the warpgroups: mbarriers hand[HAND_REF ..] */
-enum handover { HAND_REF, HAND_M, HAND_PB, HAND_PA, HAND_S1, HANDOVERS };
+/* named barriers: each warpgroup's own (BAR_WG0 + w, 128 threads), the epilogue's staging */
+constexpr int BAR_WG0 = 1, BAR_STAGE0 = 4;
+/* the hand-overs between the warpgroups, mbarriers hand[HAND_REF ..]: a pair's five, then an
+ * item's two (HAND_END: both warpgroups') */
+enum handover { HAND_REF, HAND_M, HAND_PB, HAND_PA, HAND_S1, HAND_Q, HAND_END, HANDOVERS };
 /* P's slot in a stage: the last column block (K's rope, features 512..575) */
 constexpr uint32_t P_SLOT = (uint32_t)(W_BLOCKS - 1) * BLOCK_BYTES;
-static_assert(THREADS == MATH_THREADS, "write_output's barriers count both warpgroups");
+static_assert(THREADS == MATH_THREADS, "write_output takes two math warpgroups");
 static_assert(DL == (W_BLOCKS - 1) * COL_BLOCK, "V is the first 8 column blocks, P's slot the 9th");
 
 /* Regions, byte offsets from the 1024-byte-aligned base: Q and the two stages as kernel.cuh's. */
@@ -605,8 +617,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int s = 0; s < STAGES * W_BLOCKS; s++)
             mbar_init(&full[s], WG_THREADS); /* each refilling thread, or thread 0 for all */
 #pragma unroll
-        for (int h = 0; h < HANDOVERS; h++)
-            mbar_init(&full[STAGES * W_BLOCKS + h], WG_THREADS); /* each arriving thread */
+        for (int h = 0; h < HANDOVERS; h++) /* each arriving thread */
+            mbar_init(&full[STAGES * W_BLOCKS + h], h == HAND_END ? THREADS : WG_THREADS);
         fence_proxy_async(); /* the initialization visible to the TMA copies' complete_tx */
         if (tma)
             tensormap_prefetch(&kv_map);
@@ -636,6 +648,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                 base + smem_ss::Q, reinterpret_cast<uint32_t *>(smem + smem_ss::QRED), wt);
             if (wt == 0)
                 *reinterpret_cast<float *>(smem + smem_ss::Q_UNSHIFT) = unshift;
+            handover_arrive<HAND_Q>(full + STAGES * W_BLOCKS);
         }
         fence_proxy_async();
     } else if (c.n_tiles > 1) {
@@ -650,9 +663,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     if constexpr (FP8) {
         const float ks = mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale);
         osc = mlav::out_scale_of(ks);
-        if constexpr (Q_TO_F16)
+        if constexpr (Q_TO_F16) {
+            if (w == 1)
+                mbar_wait(&full[STAGES * W_BLOCKS + HAND_Q], 0);
             mlav::fp8_score_factors(*reinterpret_cast<const float *>(smem + smem_ss::Q_UNSHIFT),
                                     p.scale_log2, ks, score.qa, score.sf);
+        }
         else
             score.sf = p.scale_log2 * ks;
     }
@@ -667,9 +683,13 @@ __global__ void __launch_bounds__(THREADS, 1)
         wg0_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
     else
         wg1_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
-    write_output<T, Kv, BAR_SUM, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
-                                             reinterpret_cast<float *>(smem + smem_ss::SUM), w,
-                                             wt >> 5, wt & 31);
+    uint64_t *end = full + STAGES * W_BLOCKS + HAND_END;
+    write_output<T, Kv, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
+                                    reinterpret_cast<float *>(smem + smem_ss::SUM), w, wt >> 5,
+                                    wt & 31, [end] {
+                                        mbar_arrive(end);
+                                        mbar_wait(end, 0);
+                                    });
 }
 
 } // namespace seesaw
