@@ -53,7 +53,8 @@
  *     reader fences (fence.proxy.async) after each block's wait, for wgmma's reads; the sanitizing
  *     and the FP8 conversion read them generically after the wait. Stage s holds tiles s, s + 2,
  *     ...: pair i waits for parity i & 1. S of a tile waits block by block (s_issue_full), so it
- *     starts with the first block landed; P V reads only blocks its S already waited for. WG0
+ *     starts with the first block landed (WG1's with block 4, its own refill's first); P V reads
+ *     only blocks its S already waited for. WG0
  *     waits on full[0][*], WG1 on full[1][*]; a gathering thread also waits for the block's
  *     previous phase (complete: the hand-overs order it) before it arrives.
  *   Hand-overs (mbarriers hand[], count 128): every thread of one warpgroup arrives (release,
@@ -190,11 +191,15 @@ __device__ __forceinline__ float ref_factor(float from, float to)
  * parity `parity`), so the product starts with the first block. Each wait is followed by this
  * thread's proxy fence: a block gathered without waits (refill) holds generic-proxy writes that
  * landed on their own, which wgmma reads through the async proxy. WAIT false: the tile is ready
- * (fp8_tile_ready), no waits. */
-template <typename T, bool WAIT = true>
+ * (fp8_tile_ready), no waits. LEAD: the first of V's 8 column blocks S takes (then on, cyclically,
+ * the rope block last): 4 for WG1, whose own refill is stage 1's blocks 4..7 while WG0 refills
+ * 0..3 and 8 last in a pair (after its P_B V_B and hand-over S1), so that S_B starts on what has
+ * landed first; 0 for WG0, whose own refill is 0..3. */
+template <typename T, bool WAIT = true, int LEAD = 0>
 __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
                                              uint64_t *full, uint32_t parity)
 {
+    static_assert(LEAD >= 0 && LEAD < W_BLOCKS - 1, "LEAD: one of V's column blocks");
     /* the descriptors' low words opaque here, so that ptxas adds each offset where it is used
      * instead of keeping 72 descriptors in registers across the loop of tiles */
     uint32_t qd = desc_lo_k(sq), kd = desc_lo_k(stage);
@@ -202,7 +207,8 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
     pin_regs(x);
     wgmma_fence();
 #pragma unroll
-    for (int kb = 0; kb < W_BLOCKS; kb++) {
+    for (int i = 0; i < W_BLOCKS; i++) {
+        const int kb = i < W_BLOCKS - 1 ? (i + LEAD) % (W_BLOCKS - 1) : i;
         if constexpr (WAIT) {
             mbar_wait_flat(&full[kb], parity);
             fence_proxy_async();
@@ -211,7 +217,7 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
         for (int kk = 0; kk < 4; kk++) {
             const uint32_t off = (uint32_t)kb * BLOCK_BYTES + (uint32_t)kk * 32u;
             wgmma_ops<T, 0>::m64n64k16(x, desc_at(qd, off), desc_at(kd, off),
-                                       kb != 0 || kk != 0);
+                                       i != 0 || kk != 0);
         }
     }
     wgmma_commit();
@@ -414,16 +420,16 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
  * reader does not hold). On the H200 the fences of TMA tiles cost 1.1% over 48 page-64 points
  * (0.999 without them, 1.011 with, against the tree before gathered refills:
  * docs/PERFORMANCE.md#hopper). */
-template <typename T, typename Kv>
+template <typename T, typename Kv, int W>
 __device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
-                                          uint64_t *full, int t, int w, int wt)
+                                          uint64_t *full, int t, int wt)
 {
     const uint32_t parity = (uint32_t)((t / 2) & 1);
     if constexpr (fp8_kv<Kv>) {
-        fp8_tile_ready(stage, full, parity, w, wt);
+        fp8_tile_ready(stage, full, parity, W, wt);
         s_issue_full<mma_t<T, Kv>, false>(x, sq, stage, full, parity);
     } else {
-        s_issue_full<T>(x, sq, stage, full, parity);
+        s_issue_full<T, true, W == 0 ? 0 : 4>(x, sq, stage, full, parity);
     }
 }
 
@@ -448,7 +454,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     for (int t = 0; t < c.n_tiles; t += 2) {
         const bool has_b = t + 1 < c.n_tiles;
         float x[X_REGS];
-        s_of_tile<T, Kv>(x, sq, sa, full_a, t, 0, wt);
+        s_of_tile<T, Kv, 0>(x, sq, sa, full_a, t, wt);
         wgmma_wait<0>();
         fence_regs(x);
         float tm[2];
@@ -539,7 +545,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         float tm[2] = {-INFINITY, -INFINITY};
         bool hidden = false;
         if (has_b) {
-            s_of_tile<T, Kv>(x, sq, sb, full_b, t + 1, 1, wt);
+            s_of_tile<T, Kv, 1>(x, sq, sb, full_b, t + 1, wt);
             wgmma_wait<0>();
             fence_regs(x);
             hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4, score);
