@@ -223,8 +223,9 @@ static void step_times(void)
 }
 
 /* The sm_90a family's schedule (src/cuda/sm90/flash_sm90.h: splits aligned to and at least its
- * 64-key tile, its block cost MLAV_FLASH_SM90_BLOCK_COST_KEYS, the plan's other parameters) at the peer harness's B 16 points where FlashMLA
- * leads most (docs/PERFORMANCE.md#hopper): its items, their waves on the SMs and their tiles. */
+ * 64-key tile, its block cost MLAV_FLASH_SM90_BLOCK_COST_KEYS, the plan's other parameters) at
+ * the peer harness's B 16 points where FlashMLA leads most (docs/PERFORMANCE.md#hopper): its
+ * items, their waves on the SMs and their tiles. */
 static void sm90_points(void)
 {
     static const int32_t pts[][4] = {{16, 16, 9, 4096},  {16, 16, 16, 4096}, {16, 8, 9, 4096},

@@ -54,9 +54,9 @@
  *     and the FP8 conversion read them generically after the wait. Stage s holds tiles s, s + 2,
  *     ...: pair i waits for parity i & 1. S of a tile waits block by block (s_issue_full), so it
  *     starts with the first block landed (WG1's with block 4, its own refill's first); P V reads
- *     only blocks its S already waited for. WG0
- *     waits on full[0][*], WG1 on full[1][*]; a gathering thread also waits for the block's
- *     previous phase (complete: the hand-overs order it) before it arrives.
+ *     only blocks its S already waited for. WG0 waits on full[0][*], WG1 on full[1][*]; a
+ *     gathering thread also waits for the block's previous phase (complete: the hand-overs order
+ *     it) before it arrives.
  *   Hand-overs (mbarriers hand[], count 128): every thread of one warpgroup arrives (release,
  *   no wait), every thread of the other waits (acquire) for the phase of parity pair & 1; once
  *   a pair each:
@@ -674,9 +674,9 @@ __global__ void __launch_bounds__(THREADS, 1)
                 mbar_wait(&full[STAGES * W_BLOCKS + HAND_Q], 0);
             mlav::fp8_score_factors(*reinterpret_cast<const float *>(smem + smem_ss::Q_UNSHIFT),
                                     p.scale_log2, ks, score.qa, score.sf);
-        }
-        else
+        } else {
             score.sf = p.scale_log2 * ks;
+        }
     }
     float o[O_REGS];
 #pragma unroll
