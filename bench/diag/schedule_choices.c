@@ -232,8 +232,8 @@ static void sm90_points(void)
                                      {16, 64, 9, 4096},  {16, 64, 16, 4096}, {16, 128, 16, 4096},
                                      {16, 16, 9, 32768}, {16, 8, 9, 131072}};
     mlav_schedule_params sp = params(8);
-    sp.key_align = sp.min_chunk = 64;
-    sp.block_cost_keys = 320;
+    sp.key_align = sp.min_chunk = MLAV_FLASH_SM90_TILE_N;
+    sp.block_cost_keys = MLAV_FLASH_SM90_BLOCK_COST_KEYS;
     printf("sm_90a schedule (%d SMs, one block each)\n%4s %4s %5s %7s | %6s %6s %7s %9s\n", SMS,
            "B", "H", "q_len", "prefix", "items", "waves", "combine", "tiles/it");
     for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {

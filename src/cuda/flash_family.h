@@ -24,6 +24,14 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 /* The Hopper kernels' KV tile, in keys. */
 #define MLAV_FLASH_SM90_TILE_N 64
 
+/* A block's fixed cost in the Hopper kernels, in KV rows of loop work, for their schedule
+ * (mlav_flash_sm90_schedule_params; the legal kernel's is MLAV_FLASH_BLOCK_COST_KEYS): five
+ * 64-key tiles. On the H200 ~18% of the seesaw kernel's stall samples at 240 items of 13 tiles
+ * lie outside its loop of tiles (the prologue's Q and first tiles, the epilogue); with 320
+ * against 128 the plans that change ran at 0.93-0.99 of the time (one of 44 production points
+ * 1.03), production exact plans 0.996-0.997 geomean (docs/PERFORMANCE.md#hopper). */
+#define MLAV_FLASH_SM90_BLOCK_COST_KEYS 320
+
 /* The fewest 64-key tiles a block (or an SM) must have on average for the sm_90a kernels' longer
  * prologue to pay: on the H200 the seesaw kernel took 1.07-1.14x the producer kernel's time at 4
  * tiles a block and 0.93-0.94x at 7.9 (B 1, q_len 1 and 16, 32k), the sm_90a family 1.00-1.03x

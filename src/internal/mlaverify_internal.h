@@ -30,6 +30,7 @@
 #include "../cpu/oracle.h"
 #include "../cpu/verify_blas.h"
 #include "../dispatch/validate.h"
+#include "../cuda/flash_family.h" /* the family rule's constants (host-only header) */
 #ifdef __CUDACC__
 #include "../cuda/flash.h"
 #endif

@@ -18,14 +18,6 @@
 #include "../flash.h"
 #include "../flash_family.h"
 
-/* A block's fixed cost in the Hopper kernel, in KV rows of loop work (the legal kernel's
- * MLAV_FLASH_BLOCK_COST_KEYS): five 64-key tiles. On the H200 ~18% of the seesaw kernel's stall
- * samples at 240 items of 13 tiles lie outside its loop of tiles (the prologue's Q and first
- * tiles, the epilogue); with 320 against 128 the plans that change ran at 0.93-0.99 of the time
- * (one of 44 production points 1.03), production exact plans 0.996-0.997 geomean
- * (docs/PERFORMANCE.md#hopper). */
-#define MLAV_FLASH_SM90_BLOCK_COST_KEYS 320
-
 /* The split schedule for the Hopper kernel: the legal kernel's parameters
  * (mlav_flash_schedule_params) with splits aligned to, and at least, its 64-key tile, so that no
  * split ends in a half-empty tile (the kernel runs any split; 32-key splits cost it a whole

@@ -414,6 +414,15 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
             cp_async_arrive_on(&full[kb]);
 }
 
+/* The first column block of a part's mask (s_issue_full's LEAD: a warpgroup's own refill). */
+constexpr int first_block(uint32_t mask)
+{
+    int k = 0;
+    while (!(mask >> k & 1u))
+        k++;
+    return k;
+}
+
 /* The S product of this warpgroup's tile t at `stage`: an FP8 cache's once the tile is made F16
  * (fp8_tile_ready), a 16-bit one's block by block, each block fenced for wgmma after its wait
  * (any tile may have been gathered: refill; which one depends on the tile's page id, which the
@@ -429,7 +438,7 @@ __device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], uint32_t sq, uint3
         fp8_tile_ready(stage, full, parity, W, wt);
         s_issue_full<mma_t<T, Kv>, false>(x, sq, stage, full, parity);
     } else {
-        s_issue_full<T, true, W == 0 ? 0 : 4>(x, sq, stage, full, parity);
+        s_issue_full<T, true, first_block(W == 0 ? PART_L : PART_R)>(x, sq, stage, full, parity);
     }
 }
 
@@ -612,6 +621,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     unsigned char *smem = smem_base();
     const uint32_t base = smem_u32(smem);
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + smem_ss::BAR);
+    uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const mlav_split_item item = p.items[STEP ? (uint32_t)step_ix : blockIdx.x];
     const int tid = threadIdx.x;
@@ -624,7 +634,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             mbar_init(&full[s], WG_THREADS); /* each refilling thread, or thread 0 for all */
 #pragma unroll
         for (int h = 0; h < HANDOVERS; h++) /* each arriving thread */
-            mbar_init(&full[STAGES * W_BLOCKS + h], h == HAND_END ? THREADS : WG_THREADS);
+            mbar_init(&hand[h], h == HAND_END ? THREADS : WG_THREADS);
         fence_proxy_async(); /* the initialization visible to the TMA copies' complete_tx */
         if (tma)
             tensormap_prefetch(&kv_map);
@@ -654,7 +664,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                 base + smem_ss::Q, reinterpret_cast<uint32_t *>(smem + smem_ss::QRED), wt);
             if (wt == 0)
                 *reinterpret_cast<float *>(smem + smem_ss::Q_UNSHIFT) = unshift;
-            handover_arrive<HAND_Q>(full + STAGES * W_BLOCKS);
+            handover_arrive<HAND_Q>(hand);
         }
         fence_proxy_async();
     } else if (c.n_tiles > 1) {
@@ -671,7 +681,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         osc = mlav::out_scale_of(ks);
         if constexpr (Q_TO_F16) {
             if (w == 1)
-                mbar_wait(&full[STAGES * W_BLOCKS + HAND_Q], 0);
+                mbar_wait(&hand[HAND_Q], 0);
             mlav::fp8_score_factors(*reinterpret_cast<const float *>(smem + smem_ss::Q_UNSHIFT),
                                     p.scale_log2, ks, score.qa, score.sf);
         } else {
@@ -689,7 +699,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         wg0_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
     else
         wg1_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
-    uint64_t *end = full + STAGES * W_BLOCKS + HAND_END;
+    uint64_t *end = &hand[HAND_END];
     write_output<T, Kv, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
                                     reinterpret_cast<float *>(smem + smem_ss::SUM), w, wt >> 5,
                                     wt & 31, [end] {
