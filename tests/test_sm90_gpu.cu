@@ -528,6 +528,65 @@ void test_sm90_bad_page_ids(void **state)
     }
 }
 
+
+/* Batches whose sm_90a plan takes equal shares of the KV tiles across requests
+ * (src/common/schedule_shares.c: pieces of several requests in one part, of unequal lengths, in
+ * rounds): each through the three kernels against the oracle, on the sm_90a schedule (an odd
+ * seed: run_problem's sched64). The shapes are ones that take shares on 132 SMs; at least one
+ * must take them on this device, or the test would hold nothing. */
+void test_sm90_shares(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed() | 1;
+    printf("test_sm90_shares: seed 0x%llx\n", (unsigned long long)seed);
+    int bps = 0;
+    if (mlav_flash_sm90_prepare(MLAV_DTYPE_BF16, MLAV_DTYPE_BF16, &dev, &bps) != MLAV_OK)
+        fail_msg("sm90 prepare: %s", mlav_get_error());
+    const struct {
+        int B, H, q, prefix, ps;
+        mlav_dtype kv;
+    } pts[] = {{3, 16, 13, 2048, 64, (mlav_dtype)0}, {3, 64, 4, 2048, 1, (mlav_dtype)0},
+               {2, 128, 4, 1024, 64, MLAV_DTYPE_FP8_E4M3}, {3, 64, 9, 4096, 64, (mlav_dtype)0}};
+    int taken = 0;
+    for (size_t k = 0; k < sizeof pts / sizeof pts[0]; k++) {
+        int q_lens[TU_MAX_B], prefixes[TU_MAX_B];
+        for (int b = 0; b < pts[k].B; b++) {
+            q_lens[b] = pts[k].q;
+            prefixes[b] = pts[k].prefix + 37 * b; /* requests of unequal tiles */
+        }
+        tu_case c = make_case(pts[k].H, pts[k].ps, MLAV_DTYPE_BF16, k % 2 ? TU_BUSHY : TU_CHAIN,
+                              pts[k].B, q_lens, prefixes, seed + 2 * k);
+        c.kv_dtype = pts[k].kv;
+        tu_problem *p = tu_make(&c);
+        mlav_problem_info info;
+        if (mlav_problem_validate(&p->prob, &info) != MLAV_OK)
+            fail_msg("validate: %s", mlav_get_error());
+        mlav_schedule_params sp = mlav_flash_sm90_schedule_params(dev.sm_count, bps), up = sp;
+        up.shares = 0;
+        mlav_schedule s, u;
+        if (mlav_schedule_build(&info, &sp, &s) != MLAV_OK ||
+            mlav_schedule_build(&info, &up, &u) != MLAV_OK)
+            fail_msg("schedule: %s", mlav_get_error());
+        const bool shares = s.n_items != u.n_items ||
+                            memcmp(s.items, u.items, (size_t)s.n_items * sizeof s.items[0]) != 0;
+        printf("  B %d H %d q_len %d prefix %d: %d blocks (uniform %d)%s\n", pts[k].B, pts[k].H,
+               pts[k].q, pts[k].prefix, s.n_items, u.n_items, shares ? ", shares" : "");
+        mlav_schedule_free(&s);
+        mlav_schedule_free(&u);
+        mlav_problem_info_free(&info);
+        if (shares) {
+            taken++;
+            tu_reference(p);
+            run_problem(p, &dev, ROWS_NONE);
+        }
+        tu_free(p);
+    }
+    if (taken == 0)
+        fail_msg("no case took equal shares on this device (%d SMs)", dev.sm_count);
+}
 /* The producer's two ways of loading a KV tile of a 16-bit cache (kernel.cuh, gather.cuh): by
  * TMA a tile whose 64 rows lie inside one page and before the split's end (pages of a multiple
  * of 64 rows) of a request of more than 64 rows (H x q_len: the short requests' H 16, q_len 4
@@ -688,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_sm90_rising_scores),
         cmocka_unit_test(test_sm90_extreme_magnitudes),
         cmocka_unit_test(test_sm90_tma_tiles),
+        cmocka_unit_test(test_sm90_shares),
         cmocka_unit_test(test_sm90_fp8_random),
         cmocka_unit_test(test_sm90_fp8_scale_extremes),
         cmocka_unit_test(test_sm90_fp8_nan_scale),

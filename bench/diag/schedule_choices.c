@@ -223,9 +223,9 @@ static void step_times(void)
 }
 
 /* The sm_90a family's schedule (src/cuda/sm90/flash_sm90.h: splits aligned to and at least its
- * 64-key tile, its block cost MLAV_FLASH_SM90_BLOCK_COST_KEYS, the plan's other parameters) at
- * the peer harness's B 16 points where FlashMLA leads most (docs/PERFORMANCE.md#hopper): its
- * items, their waves on the SMs and their tiles. */
+ * 64-key tile, its block cost MLAV_FLASH_SM90_BLOCK_COST_KEYS, equal shares weighed, the plan's
+ * other parameters) at the peer harness's B 16 points where FlashMLA leads most
+ * (docs/PERFORMANCE.md#hopper): its items, their waves on the SMs and their tiles. */
 static void sm90_points(void)
 {
     static const int32_t pts[][4] = {{16, 16, 9, 4096},  {16, 16, 16, 4096}, {16, 8, 9, 4096},
@@ -234,6 +234,7 @@ static void sm90_points(void)
     mlav_schedule_params sp = params(8);
     sp.key_align = sp.min_chunk = MLAV_FLASH_SM90_TILE_N;
     sp.block_cost_keys = MLAV_FLASH_SM90_BLOCK_COST_KEYS;
+    sp.shares = 1;
     printf("sm_90a schedule (%d SMs, one block each)\n%4s %4s %5s %7s | %6s %6s %7s %9s\n", SMS,
            "B", "H", "q_len", "prefix", "items", "waves", "combine", "tiles/it");
     for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {

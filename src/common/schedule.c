@@ -2,6 +2,7 @@
  * and item writer) weighed by this file's block-by-block dispatch model. */
 #include "schedule.h"
 
+#include "schedule_shares.h"
 #include "schedule_step.h"
 #include "shard.h"
 
@@ -114,23 +115,30 @@ static void dispatch_block(dispatch *d, int64_t cost)
     d->free_at[k] = done;
 }
 
+int64_t mlav_schedule_dispatch_time(const mlav_split_item *items, int64_t n,
+                                    const mlav_schedule_params *sp)
+{
+    const int64_t slots = sp->target_blocks < n ? sp->target_blocks : n;
+    if (slots < 1)
+        return 0;
+    dispatch d = {.free_at = malloc((size_t)slots * sizeof(int64_t))};
+    if (!d.free_at)
+        return -1;
+    dispatch_reset(&d, slots);
+    for (int64_t i = 0; i < n; i++)
+        dispatch_block(&d, sp->block_cost_keys + (items[i].kv_end - items[i].kv_begin));
+    free(d.free_at);
+    return d.end;
+}
+
 int64_t mlav_schedule_model_time(const mlav_schedule *s, const mlav_schedule_params *sp)
 {
     int64_t combine = 0; /* the combine: split_cost_keys per split of its most split item */
     for (int32_t c = 0; c < s->n_combine; c++)
         if ((int64_t)sp->split_cost_keys * s->combine[c].nsplit > combine)
             combine = (int64_t)sp->split_cost_keys * s->combine[c].nsplit;
-    const int64_t slots = sp->target_blocks < s->n_items ? sp->target_blocks : s->n_items;
-    if (slots < 1)
-        return combine;
-    dispatch d = {.free_at = malloc((size_t)slots * sizeof(int64_t))};
-    if (!d.free_at)
-        return -1;
-    dispatch_reset(&d, slots);
-    for (int32_t i = 0; i < s->n_items; i++)
-        dispatch_block(&d, sp->block_cost_keys + (s->items[i].kv_end - s->items[i].kv_begin));
-    free(d.free_at);
-    return d.end + combine;
+    const int64_t t = mlav_schedule_dispatch_time(s->items, s->n_items, sp);
+    return t < 0 ? -1 : t + combine;
 }
 
 /* mlav_schedule_model_time of build_at's schedule at `chunk`, without building it: the same
@@ -177,6 +185,32 @@ static int64_t dispatch_time(const void *ctx, int64_t chunk)
     return model_at(w->p, w->sp, chunk, w->d);
 }
 
+/* The equal-shares candidate in place of the uniform schedule *out where it models at most 0.97
+ * of its time: the model's ranking is trusted only past its error at the points measured
+ * (docs/PERFORMANCE.md#schedule). */
+static mlav_status keep_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                               mlav_schedule *out)
+{
+    const int64_t uniform = mlav_schedule_model_time(out, sp);
+    int64_t t;
+    mlav_schedule sh;
+    const mlav_status s = mlav_schedule_shares(p, sp, uniform, &t, &sh);
+    if (s != MLAV_OK || uniform < 0) {
+        mlav_schedule_free(out);
+        mlav_schedule_free(&sh);
+        return s != MLAV_OK ? s
+                            : mlav_set_error(MLAV_ERR_OUT_OF_MEMORY,
+                                             "out of host memory scheduling splits");
+    }
+    if (t >= 0 && t * 100 <= uniform * 97) {
+        mlav_schedule_free(out);
+        *out = sh;
+    } else {
+        mlav_schedule_free(&sh);
+    }
+    return MLAV_OK;
+}
+
 mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                 mlav_schedule *out)
 {
@@ -217,5 +251,7 @@ mlav_status mlav_schedule_build(const mlav_problem_info *p, const mlav_schedule_
     const mlav_step_weight w = {dispatch_time, &dw};
     const mlav_status s = mlav_step_schedule_exact(p, sp, &w, out);
     free(d.free_at);
-    return s;
+    if (s != MLAV_OK || !sp->shares)
+        return s;
+    return keep_shares(p, sp, out);
 }

@@ -56,6 +56,10 @@ typedef struct mlav_schedule_params {
                                 of loop work (the model's second term) */
     int32_t more_waves;     /* with a block cost, the most waves beyond the fewest that the plan
                                weighs (each a model run over its blocks: host time) */
+    int32_t shares;         /* 1: with a block cost, the exact plan also weighs equal shares of
+                               the batch's KV tiles across requests (schedule_shares.h) and keeps
+                               them where they model at most 0.97 of the uniform schedule's time;
+                               0: the uniform schedule only. Plans for limits ignore it. */
 } mlav_schedule_params;
 
 /* Splits of a request with kv KV rows at a target chunk: capped at max_splits, then evened out
@@ -88,6 +92,10 @@ void mlav_schedule_free(mlav_schedule *s);
  * block_cost_keys plus its KV rows; then the combine, split_cost_keys per split of its most split
  * item. -1 when out of host memory. */
 int64_t mlav_schedule_model_time(const mlav_schedule *s, const mlav_schedule_params *sp);
+
+/* Its first term: when the last of `n` blocks `items` (in that order) ends. */
+int64_t mlav_schedule_dispatch_time(const mlav_split_item *items, int64_t n,
+                                    const mlav_schedule_params *sp);
 
 /* mlav_schedule_model_time of the schedule at `chunk` KV rows per split (a built schedule's
  * chunk_keys), without building it: how mlav_schedule_build compares its candidates. It walks the

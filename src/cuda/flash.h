@@ -221,6 +221,7 @@ static inline mlav_schedule_params mlav_flash_schedule_params(int sm_count, int 
     sp.block_cost_keys = MLAV_FLASH_BLOCK_COST_KEYS;
     sp.split_cost_keys = MLAV_FLASH_SPLIT_COST_KEYS;
     sp.more_waves = MLAV_FLASH_MORE_WAVES;
+    sp.shares = 0;
     return sp;
 }
 

@@ -29,6 +29,7 @@ static inline mlav_schedule_params mlav_flash_sm90_schedule_params(int sm_count,
     sp.key_align = MLAV_FLASH_SM90_TILE_N;
     sp.min_chunk = MLAV_FLASH_SM90_TILE_N;
     sp.block_cost_keys = MLAV_FLASH_SM90_BLOCK_COST_KEYS;
+    sp.shares = 1;
     return sp;
 }
 

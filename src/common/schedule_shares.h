@@ -1,0 +1,25 @@
+/* The exact plan's equal-shares candidate (schedule_shares.c). */
+#ifndef MLAV_COMMON_SCHEDULE_SHARES_H
+#define MLAV_COMMON_SCHEDULE_SHARES_H
+
+#include "schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The batch's KV tiles in equal shares across requests, at the part count whose modelled time
+ * (mlav_schedule_model_time) is least: *model that time and *out the schedule, or *model -1 and
+ * an empty *out where the rule does not apply (requests with rows whose row tiles differ, a KV
+ * shard, no request with rows, a request past max_splits at every count weighed) or where no
+ * schedule could model under 0.97 of `beat` (a lower bound says so without weighing; INT64_MAX:
+ * always weigh). MLAV_OK, or MLAV_ERR_OUT_OF_MEMORY (then *model -1). Free *out with
+ * mlav_schedule_free. */
+mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                                 int64_t beat, int64_t *model, mlav_schedule *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
