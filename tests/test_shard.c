@@ -149,7 +149,7 @@ static void test_shard_schedules(void **state)
 {
     (void)state;
     uint64_t rng = tu_seeded("schedules");
-    const mlav_schedule_params sp = {64, 32, 32, 256, 132, 128, 1, 2};
+    const mlav_schedule_params sp = {64, 32, 32, 256, 132, 128, 1, 2, 0};
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 8,
                              .max_kv_len = 5000};
     const mlav_step_bounds bd = mlav_step_bounds_of(16, &lim, &sp);

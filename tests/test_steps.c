@@ -498,9 +498,9 @@ static void test_steps_schedule_rule(void **state)
                              .max_kv_len = 1 << 20};
     const int Hs[] = {8, 16, 64, 128};
     const mlav_schedule_params sps[] = {
-        {64, 32, 32, 256, 132, 128, 1, 2}, /* the flash plan's on an H200 */
-        {64, 32, 32, 256, 188, 128, 1, 2}, /* an RTX PRO 6000's 188 SMs */
-        {64, 32, 32, 8, 4, 0, 0, 0},       /* few splits, few SMs, no costs */
+        {64, 32, 32, 256, 132, 128, 1, 2, 0}, /* the flash plan's on an H200 */
+        {64, 32, 32, 256, 188, 128, 1, 2, 0}, /* an RTX PRO 6000's 188 SMs */
+        {64, 32, 32, 8, 4, 0, 0, 0, 0},       /* few splits, few SMs, no costs */
     };
     mlav_split_item *items = malloc(sizeof *items * 200000);
     mlav_combine_item *comb = malloc(sizeof *comb * 200000);
