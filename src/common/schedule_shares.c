@@ -87,6 +87,21 @@ static int piece_order(const void *x, const void *y)
     return a->part < b->part ? -1 : a->part > b->part;
 }
 
+/* `pc` (cut's, by part) into dispatch order (piece_order): round 0's pieces keep their order at
+ * the front and only the later rounds' (a few per request) are sorted, behind them; `tmp` holds
+ * n pieces. */
+static void order_pieces(piece *pc, int64_t n, piece *tmp)
+{
+    int64_t front = 0, back = 0;
+    for (int64_t k = 0; k < n; k++)
+        if (pc[k].r == 0)
+            pc[front++] = pc[k];
+        else
+            tmp[back++] = pc[k];
+    memcpy(pc + front, tmp, (size_t)back * sizeof(piece));
+    qsort(pc + front, (size_t)back, sizeof(piece), piece_order);
+}
+
 /* The schedule of P parts: its items (for every piece, m fastest), combine items and splits. */
 static mlav_status write_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                 const share_batch *sb, const piece *pc, int64_t n_pieces,
@@ -222,17 +237,18 @@ mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule
             if (nc == 0 || cand[nc - 1] < P)
                 cand[nc++] = P;
         }
-    pc = malloc((size_t)(cand[nc - 1] + sb.n) * sizeof(piece));
+    pc = malloc(2 * (size_t)(cand[nc - 1] + sb.n) * sizeof(piece));
     it = malloc((size_t)(cand[nc - 1] + sb.n) * (size_t)sb.mt * sizeof(mlav_split_item));
     if (!pc || !it)
         goto oom;
+    piece *tmp = pc + cand[nc - 1] + sb.n;
     int64_t best_p = 0;
     for (int64_t c = 0; c < nc; c++) {
         int64_t n_pieces;
         int32_t most;
         if (!cut(&sb, cand[c], sp->max_splits, pc, &n_pieces, &most, count))
             continue;
-        qsort(pc, (size_t)n_pieces, sizeof(piece), piece_order);
+        order_pieces(pc, n_pieces, tmp);
         const int64_t t = model_pieces(&sb, sp, pc, n_pieces, most, it);
         if (t < 0)
             goto oom;
@@ -245,7 +261,7 @@ mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule
         int64_t n_pieces;
         int32_t most;
         cut(&sb, best_p, sp->max_splits, pc, &n_pieces, &most, count);
-        qsort(pc, (size_t)n_pieces, sizeof(piece), piece_order);
+        order_pieces(pc, n_pieces, tmp);
         st = write_shares(p, sp, &sb, pc, n_pieces, count, best_p, out);
     }
     goto done;
