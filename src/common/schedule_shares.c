@@ -160,7 +160,8 @@ static mlav_status write_shares(const mlav_problem_info *p, const mlav_schedule_
     out->n_items = (int32_t)n;
     out->n_combine = c;
     out->n_slots = slot;
-    out->chunk_keys = (int32_t)(ceil_div(sb->first[sb->n], P) * sp->key_align);
+    const int64_t share = ceil_div(sb->first[sb->n], P) * sp->key_align; /* a part's keys */
+    out->chunk_keys = (int32_t)(share < INT32_MAX ? share : INT32_MAX);
     return MLAV_OK;
 }
 
