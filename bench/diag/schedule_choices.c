@@ -11,7 +11,10 @@
  *   build/bench/diag/schedule_choices [MW ...]      (default: 2 8; 2 is the plan before session 13)
  *   build/bench/diag/schedule_choices --step-times  (only the host step times)
  *   build/bench/diag/schedule_choices --sm90        (only the sm_90a family's schedule at the
- *                                                    harness's B 16 points) */
+ *                                                    harness's B 16 points)
+ *   build/bench/diag/schedule_choices --shares      (the sm_90a plan with and without equal
+ *                                                    shares: the harness's 120 shapes, the
+ *                                                    production preset's batches) */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #endif
@@ -259,6 +262,97 @@ static void sm90_points(void)
     }
 }
 
+/* The sm_90a plan's parameters on the H200, shares weighed or not. */
+static mlav_schedule_params sm90_params(int shares)
+{
+    mlav_schedule_params sp = params(8);
+    sp.key_align = sp.min_chunk = MLAV_FLASH_SM90_TILE_N;
+    sp.block_cost_keys = MLAV_FLASH_SM90_BLOCK_COST_KEYS;
+    sp.shares = shares;
+    return sp;
+}
+
+/* One batch's sm_90a schedule with and without equal shares (src/common/schedule_shares.c): the
+ * modelled time of the plan's pick over the uniform schedule's, their blocks, the host time of
+ * one build each; printed where the pick differs (or always with `all`), under the config's
+ * `prefix` (the requests' own: `prefixes`); the ratio returned. */
+static double shares_point(int32_t B, int32_t H, int32_t q, int32_t prefix,
+                           const int32_t *prefixes, int all)
+{
+    int32_t qi[MAX_B + 1], kv[MAX_B];
+    qi[0] = 0;
+    for (int32_t b = 0; b < B; b++) {
+        qi[b + 1] = qi[b] + q;
+        kv[b] = prefixes[b] + q;
+    }
+    const mlav_problem_info p = batch(B, H, qi, kv);
+    double us[2] = {0, 0};
+    int64_t t[2];
+    int32_t n[2];
+    for (int sh = 0; sh < 2; sh++) {
+        const mlav_schedule_params sp = sm90_params(sh);
+        mlav_schedule s;
+        struct timespec t0, t1;
+        const int reps = 50;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int r = 0; r < reps; r++) {
+            if (mlav_schedule_build(&p, &sp, &s) != MLAV_OK) {
+                fprintf(stderr, "schedule_choices: mlav_schedule_build failed\n");
+                exit(1);
+            }
+            if (r < reps - 1)
+                mlav_schedule_free(&s);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        us[sh] = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) /
+                 reps;
+        t[sh] = mlav_schedule_model_time(&s, &sp);
+        n[sh] = s.n_items;
+        mlav_schedule_free(&s);
+    }
+    const double r = (double)t[1] / (double)t[0];
+    if (all || r != 1.0)
+        printf("%4d %4d %5d %7d | %6d %6d %6.3f | %7.1f %7.1f\n", B, H, q, prefix, n[0], n[1],
+               r, us[0], us[1]);
+    return r;
+}
+
+/* --shares: the harness's 120 shapes (B {1, 16} x H {8, 16, 64, 128} x q_len {1, 2, 4, 9, 16} x
+ * prefix {4096, 32768, 131072}), those whose pick changes and the geomean; then the production
+ * preset's batches (16 and 32 requests, H 8 and 16, q_len 16, prefixes drawn within 50% of
+ * 4096 and 32768 as the bench draws them). */
+static void shares_points(void)
+{
+    printf("sm_90a schedule, equal shares weighed (132 SMs): rows where the pick changes\n"
+           "%4s %4s %5s %7s | %6s %6s %6s | %7s %7s\n", "B", "H", "q_len", "prefix", "blocks",
+           "shares", "model", "us", "us sh");
+    static const int32_t Bs[] = {1, 16}, Hs[] = {8, 16, 64, 128}, Qs[] = {1, 2, 4, 9, 16},
+                         Ps[] = {4096, 32768, 131072};
+    double lg = 0.0;
+    int n = 0;
+    for (int bi = 0; bi < 2; bi++)
+        for (int hi = 0; hi < 4; hi++)
+            for (int qi = 0; qi < 5; qi++)
+                for (int pi = 0; pi < 3; pi++) {
+                    int32_t pre[MAX_B];
+                    for (int32_t b = 0; b < Bs[bi]; b++)
+                        pre[b] = Ps[pi];
+                    lg += log(shares_point(Bs[bi], Hs[hi], Qs[qi], Ps[pi], pre, 0));
+                    n++;
+                }
+    printf("geomean modelled time, pick / uniform, over the %d shapes: %.4f\n", n, exp(lg / n));
+    printf("production preset's batches (prefix: the config's, drawn within 50%%)\n");
+    static const int32_t pb[] = {16, 32}, ph[] = {8, 16}, pp[] = {4096, 32768};
+    for (int bi = 0; bi < 2; bi++)
+        for (int hi = 0; hi < 2; hi++)
+            for (int pi = 0; pi < 2; pi++) {
+                int32_t pre[MAX_B];
+                for (int32_t b = 0; b < pb[bi]; b++)
+                    pre[b] = spread_prefix(pp[pi], 0.5, b);
+                shares_point(pb[bi], ph[hi], 16, pp[pi], pre, 1);
+            }
+}
+
 int main(int argc, char **argv)
 {
     int mw[MAX_MW] = {2, 8}, nmw = 2;
@@ -268,6 +362,10 @@ int main(int argc, char **argv)
     }
     if (argc == 2 && strcmp(argv[1], "--sm90") == 0) {
         sm90_points();
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--shares") == 0) {
+        shares_points();
         return 0;
     }
     if (argc > 1) {

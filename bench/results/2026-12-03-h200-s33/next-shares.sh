@@ -8,7 +8,8 @@
 # test_sm90_shares: the shares schedules through the three kernels against the oracle) and
 # racecheck on test_sm90_shares; mlaverify bench of both at the peer harness's B 16 shapes (60)
 # and B 1, H 64 and 128, q_len 9 and 16 (12), two rounds; the production preset (exact plans and
-# the engine path) of both. The model's predictions (test_schedule_shares prints them): B 16,
+# the engine path) of both. The model's predictions (build/bench/diag/schedule_choices --shares prints
+# them for the harness's shapes and the production preset's batches): B 16,
 # q_len 9, 4096 at 0.82 (H 64), 0.89 (H 16), 0.88 (H 128) of the uniform schedule's time.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
