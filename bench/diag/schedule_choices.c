@@ -273,7 +273,8 @@ static mlav_schedule_params sm90_params(int shares)
 }
 
 /* One batch's sm_90a schedule with and without equal shares (src/common/schedule_shares.c): the
- * modelled time of the plan's pick over the uniform schedule's, their blocks, the host time of
+ * modelled time in whole tiles (mlav_schedule_tile_time, as the plan weighs them) of the plan's
+ * pick over the uniform schedule's, their blocks, the host time of
  * one build each; printed where the pick differs (or always with `all`), under the config's
  * `prefix` (the requests' own: `prefixes`); the ratio returned. */
 static double shares_point(int32_t B, int32_t H, int32_t q, int32_t prefix,
@@ -306,7 +307,7 @@ static double shares_point(int32_t B, int32_t H, int32_t q, int32_t prefix,
         clock_gettime(CLOCK_MONOTONIC, &t1);
         us[sh] = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) /
                  reps;
-        t[sh] = mlav_schedule_model_time(&s, &sp);
+        t[sh] = mlav_schedule_tile_time(&s, &sp);
         n[sh] = s.n_items;
         mlav_schedule_free(&s);
     }

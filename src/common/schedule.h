@@ -93,9 +93,15 @@ void mlav_schedule_free(mlav_schedule *s);
  * item. -1 when out of host memory. */
 int64_t mlav_schedule_model_time(const mlav_schedule *s, const mlav_schedule_params *sp);
 
-/* Its first term: when the last of `n` blocks `items` (in that order) ends. */
+/* The same with each block's KV rows rounded up to whole key_align tiles (the kernel's tile: a
+ * partial last tile costs it a whole one). The exact plan weighs equal shares against the
+ * uniform schedule by it (schedule_shares.h). */
+int64_t mlav_schedule_tile_time(const mlav_schedule *s, const mlav_schedule_params *sp);
+
+/* The first term of either: when the last of `n` blocks `items` (in that order) ends, each
+ * block's KV rows rounded up to key_align tiles where `whole_tiles`. */
 int64_t mlav_schedule_dispatch_time(const mlav_split_item *items, int64_t n,
-                                    const mlav_schedule_params *sp);
+                                    const mlav_schedule_params *sp, int whole_tiles);
 
 /* mlav_schedule_model_time of the schedule at `chunk` KV rows per split (a built schedule's
  * chunk_keys), without building it: how mlav_schedule_build compares its candidates. It walks the

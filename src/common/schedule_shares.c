@@ -12,8 +12,8 @@
  * Blocks go out in rounds: each part's first block (part-major, m fastest), then the parts'
  * second blocks longest first, then the third: the GPU hands the next block to the SM that
  * comes free first, and a part whose first block was short is the one whose second is long.
- * The plan weighs a handful of part counts around whole waves with the dispatch model
- * (mlav_schedule_model_time) and keeps this schedule only where it models clearly faster than
+ * The plan weighs a handful of part counts around whole waves with the dispatch model in whole
+ * tiles (mlav_schedule_tile_time) and keeps this schedule only where it models clearly faster than
  * the uniform one. Only for batches whose requests with rows have the same row tiles, unsharded
  * (else NULL: the uniform schedule stands). */
 #include "schedule_shares.h"
@@ -165,7 +165,7 @@ static mlav_status write_shares(const mlav_problem_info *p, const mlav_schedule_
     return MLAV_OK;
 }
 
-/* The modelled time of P parts' pieces `pc` in dispatch order (mlav_schedule_model_time of the
+/* The modelled time of P parts' pieces `pc` in dispatch order (mlav_schedule_tile_time of the
  * schedule write_shares would write): their blocks' KV lengths in `it` (room for n_pieces x mt). */
 static int64_t model_pieces(const share_batch *sb, const mlav_schedule_params *sp,
                             const piece *pc, int64_t n_pieces, int32_t most, mlav_split_item *it)
@@ -180,7 +180,7 @@ static int64_t model_pieces(const share_batch *sb, const mlav_schedule_params *s
         for (int32_t m = 0; m < sb->mt; m++)
             it[n++] = x;
     }
-    const int64_t t = mlav_schedule_dispatch_time(it, n, sp);
+    const int64_t t = mlav_schedule_dispatch_time(it, n, sp, 1);
     return t < 0 ? -1 : t + (int64_t)sp->split_cost_keys * most;
 }
 

@@ -9,7 +9,7 @@ extern "C" {
 #endif
 
 /* The batch's KV tiles in equal shares across requests, at the part count whose modelled time
- * (mlav_schedule_model_time) is least: *model that time and *out the schedule, or *model -1 and
+ * in whole tiles (mlav_schedule_tile_time) is least: *model that time and *out the schedule, or *model -1 and
  * an empty *out where the rule does not apply (requests with rows whose row tiles differ, a KV
  * shard, no request with rows, a request past max_splits at every count weighed) or where no
  * schedule could model under 0.97 of `beat` (a lower bound says so without weighing; INT64_MAX:
