@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # session 34, call 2 (call 1 was s33's next-shares.sh on branch s33-shares), from the checkout's
 # root on branch s33-shares with .debs and .peer carried:
-#   bash bench/results/2026-12-03-h200-s34/call1.sh
+#   bash bench/results/2026-12-03-h200-s34/call2.sh
 # Builds: base (main 1f3f2c9: shares.patch reversed), t (the branch with tile.patch: shares and
 # the uniform schedule weighed in whole 64-key tiles), tk (t with tile.patch reversed: the branch
 # as call 1 ran it, weighed by keys), each with sched-debug.patch (the
 # exact plan prints its schedule's item count, longest item and a hash to stderr under
 # MLAV_DEBUG_SCHED; diagnostic only, never committed to src). Why: call 1 measured t 1.17-1.32x
 # base at B 1, q_len 16, 4096 (where shares are picked) and 0.94-0.97 at B 16 shapes where
-# schedule_choices models the same schedule. Then FlashMLA beside main (base without the debug
+# schedule_choices models the same schedule. Then FlashMLA beside t (fdf4750, without the debug
 # patch) with the tree, page1 and fp8 variants.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
@@ -17,8 +17,8 @@ d=bench/results/2026-12-03-h200-s34
 bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
 cfg="-DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF"
 top=$(git ls-files | cut -d/ -f1 | sort -u)
-for k in main base t tk; do rm -rf /tmp/src-$k && mkdir -p /tmp/src-$k && cp -r $top /tmp/src-$k/ 2>/dev/null; done
-for k in main base; do (cd /tmp/src-$k && patch -R -p1 -s < $OLDPWD/$d/tile.patch &&
+for k in clean base t tk; do rm -rf /tmp/src-$k && mkdir -p /tmp/src-$k && cp -r $top /tmp/src-$k/ 2>/dev/null; done
+for k in base; do (cd /tmp/src-$k && patch -R -p1 -s < $OLDPWD/$d/tile.patch &&
   patch -R -p1 -s < $OLDPWD/bench/results/2026-12-03-h200-s33/shares.patch) || echo "reverse $k failed"; done
 for k in base t tk; do (cd /tmp/src-$k && patch -p1 -s < $OLDPWD/$d/sched-debug.patch) || echo "debug $k failed"; done
 (cd /tmp/src-tk && patch -R -p1 -s < $OLDPWD/$d/tile.patch) || echo "tile reverse failed"
@@ -74,8 +74,8 @@ PY
 tar -czf $OUT/diag.tgz *.log *.sched *.csv
 el flashmla
 mkdir -p /tmp/peer
-COMMIT=1f3f2c9 FLASHMLA_PREBUILT_SPLITKV=1 TOTAL_BUDGET=230 BENCH_ARGS="--variants=tree,page1,fp8" \
-  OUT=/tmp/peer bash .peer/flashmla/run.sh /tmp/src-main > /tmp/peer/run.log 2>&1 || echo "flashmla rc=$?"
+COMMIT=fdf4750 FLASHMLA_PREBUILT_SPLITKV=1 TOTAL_BUDGET=230 BENCH_ARGS="--variants=tree,page1,fp8" \
+  OUT=/tmp/peer bash .peer/flashmla/run.sh /tmp/src-clean > /tmp/peer/run.log 2>&1 || echo "flashmla rc=$?"
 tail -30 /tmp/peer/summary.txt 2>/dev/null
 cp /tmp/peer/summary.txt /tmp/peer/results.jsonl $OUT/ 2>/dev/null
 tar -czf $OUT/peer.tgz -C /tmp peer
