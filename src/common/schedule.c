@@ -199,10 +199,10 @@ static int64_t dispatch_time(const void *ctx, int64_t chunk)
 
 /* The equal-shares candidate in place of the uniform schedule *out where it models at most 0.97
  * of its time: the model's ranking is trusted only past its error at the points measured
- * (docs/PERFORMANCE.md#schedule). Both weighed in whole tiles (mlav_schedule_tile_time): shares
- * move requests' partial last tiles into long blocks, where the kernel pays a whole tile for
- * each (B 1, q_len 16, 4096: 8 splits of 8 and 9 tiles model 0.947 of 7 of 9 and one of 2 by
- * keys, and measured 1.29 of its time on the H200). */
+ * (docs/PERFORMANCE.md#schedule). Both weighed in whole tiles (mlav_schedule_tile_time): a cut
+ * can move a request's partial last tile into a long block, which the kernel pays as a whole
+ * tile; by keys such cuts looked shorter than the uniform schedule with the same longest block
+ * in tiles, and ran slower (B 1, q_len 16, 4096: docs/PERFORMANCE.md#hopper, session 34). */
 static mlav_status keep_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                mlav_schedule *out)
 {

@@ -58,7 +58,8 @@ typedef struct mlav_schedule_params {
                                weighs (each a model run over its blocks: host time) */
     int32_t shares;         /* 1: with a block cost, the exact plan also weighs equal shares of
                                the batch's KV tiles across requests (schedule_shares.h) and keeps
-                               them where they model at most 0.97 of the uniform schedule's time;
+                               them where they model at most 0.97 of the uniform schedule's time
+                               in whole tiles (mlav_schedule_tile_time);
                                0: the uniform schedule only. Plans for limits ignore it. */
 } mlav_schedule_params;
 
