@@ -319,7 +319,8 @@ static double shares_point(int32_t B, int32_t H, int32_t q, int32_t prefix,
 }
 
 /* --shares: the harness's 120 shapes (B {1, 16} x H {8, 16, 64, 128} x q_len {1, 2, 4, 9, 16} x
- * prefix {4096, 32768, 131072}), those whose pick changes and the geomean; then the production
+ * prefix {4096, 32768, 131072}), those whose pick changes and the geomean; single requests over
+ * a wider grid (how many pick shares); then the production
  * preset's batches (16 and 32 requests, H 8 and 16, q_len 16, prefixes drawn within 50% of
  * 4096 and 32768 as the bench draws them). */
 static void shares_points(void)
@@ -342,6 +343,22 @@ static void shares_points(void)
                     n++;
                 }
     printf("geomean modelled time, pick / uniform, over the %d shapes: %.4f\n", n, exp(lg / n));
+    /* single requests: a cut of one request is a split of it, and in whole tiles none should
+     * model past the uniform schedule's evened-out splits (rows printed where one does) */
+    static const int32_t h1[] = {8, 16, 32, 64, 128},
+                         q1[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32, 64};
+    int n1 = 0, picked = 0;
+    int32_t last = 0;
+    for (int hi = 0; hi < 5; hi++)
+        for (int qi = 0; qi < 14; qi++)
+            for (int32_t pf = 1024; pf <= 262144; pf = pf * 5 / 4) {
+                const int32_t pre[1] = {pf};
+                picked += shares_point(1, h1[hi], q1[qi], pf, pre, 0) != 1.0;
+                n1++;
+                last = pf;
+            }
+    printf("B 1 (H 8-128, q_len 1-64, prefix 1024 to %d by 1.25x): shares picked at %d of %d\n",
+           last, picked, n1);
     printf("production preset's batches (prefix: the config's, drawn within 50%%)\n");
     static const int32_t pb[] = {16, 32}, ph[] = {8, 16}, pp[] = {4096, 32768};
     for (int bi = 0; bi < 2; bi++)
