@@ -202,7 +202,7 @@ static int64_t dispatch_time(const void *ctx, int64_t chunk)
  * (docs/PERFORMANCE.md#schedule). Both weighed in whole tiles (mlav_schedule_tile_time): a cut
  * can move a request's partial last tile into a long block, which the kernel pays as a whole
  * tile; by keys such cuts looked shorter than the uniform schedule with the same longest block
- * in tiles, and ran slower (B 1, q_len 16, 4096: docs/PERFORMANCE.md#hopper, session 34). */
+ * in tiles, and ran slower (B 1, q_len 16, 4096: docs/PERFORMANCE.md#hopper). */
 static mlav_status keep_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                mlav_schedule *out)
 {

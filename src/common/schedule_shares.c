@@ -18,6 +18,7 @@
  * (else NULL: the uniform schedule stands). */
 #include "schedule_shares.h"
 
+#include "schedule_step.h"
 #include "shard.h"
 
 #include <stdlib.h>
@@ -38,11 +39,6 @@ typedef struct {
     int64_t *kv;     /* [n] its KV rows */
     int64_t *first;  /* [n + 1] each's first tile in the sequence; first[n]: all tiles */
 } share_batch;
-
-static int64_t ceil_div(int64_t a, int64_t b)
-{
-    return (a + b - 1) / b;
-}
 
 /* The pieces of P parts in dispatch order (rounds, as above); *n_pieces their count, *most the
  * most pieces of one request (0 when none is split). 0 when a request would take more than
@@ -160,7 +156,8 @@ static mlav_status write_shares(const mlav_problem_info *p, const mlav_schedule_
     out->n_items = (int32_t)n;
     out->n_combine = c;
     out->n_slots = slot;
-    const int64_t share = ceil_div(sb->first[sb->n], P) * sp->key_align; /* a part's keys */
+    /* a part's keys */
+    const int64_t share = mlav_step_ceil_div(sb->first[sb->n], P) * sp->key_align;
     out->chunk_keys = (int32_t)(share < INT32_MAX ? share : INT32_MAX);
     return MLAV_OK;
 }
@@ -202,17 +199,17 @@ mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule
         goto oom;
     sb.first[0] = 0;
     for (int32_t b = 0; b < p->B; b++) {
-        const int64_t rows = (int64_t)mlav_info_q_len(p, b) * p->H;
-        if (rows <= 0)
+        const int32_t q = mlav_info_q_len(p, b);
+        if (q <= 0)
             continue;
-        const int32_t mt = (int32_t)ceil_div(rows, sp->rows_per_tile);
+        const int32_t mt = (int32_t)mlav_step_tiles(q, p->H, sp->rows_per_tile);
         const int64_t kv = mlav_info_kv_rows(p, b);
         if ((sb.n > 0 && mt != sb.mt) || kv < 1)
             goto done; /* row tiles that differ, or a request without keys: not this rule's */
         sb.mt = mt;
         sb.b[sb.n] = b;
         sb.kv[sb.n] = kv;
-        sb.first[sb.n + 1] = sb.first[sb.n] + ceil_div(kv, sp->key_align);
+        sb.first[sb.n + 1] = sb.first[sb.n] + mlav_step_ceil_div(kv, sp->key_align);
         sb.n++;
     }
     if (sb.n == 0)
@@ -223,7 +220,7 @@ mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule
     for (int32_t i = 0; i < sb.n; i++)
         keys += sb.kv[i];
     const int64_t bound =
-        ceil_div((keys + (int64_t)sb.n * sp->block_cost_keys) * sb.mt, sp->target_blocks);
+        mlav_step_ceil_div((keys + (int64_t)sb.n * sp->block_cost_keys) * sb.mt, sp->target_blocks);
     if (beat < INT64_MAX / 100 && bound * 100 > beat * 97)
         goto done;
 
