@@ -533,9 +533,8 @@ void test_sm90_bad_page_ids(void **state)
  * (src/common/schedule_shares.c: pieces of several requests in one part, of unequal lengths, in
  * rounds): each through the three kernels against the oracle, on the sm_90a schedule (an odd
  * seed: run_problem's sched64). Which shapes take shares depends on the SM count: on 132 SMs
- * (the H200) only the last does now that shares are weighed in whole tiles (the second did
- * when they were weighed by keys). At least one must take them on this device, or the test
- * would hold nothing. */
+ * (the H200) the last four do (the second did when shares were weighed by keys). At least one
+ * must take them on this device, or the test would hold nothing. */
 void test_sm90_shares(void **state)
 {
     (void)state;
@@ -551,7 +550,11 @@ void test_sm90_shares(void **state)
         int B, H, q, prefix, ps;
         mlav_dtype kv;
     } pts[] = {{3, 16, 13, 2048, 64, (mlav_dtype)0}, {3, 64, 4, 2048, 1, (mlav_dtype)0},
-               {2, 128, 4, 1024, 64, MLAV_DTYPE_FP8_E4M3}, {3, 64, 9, 4096, 64, (mlav_dtype)0}};
+               {2, 128, 4, 1024, 64, MLAV_DTYPE_FP8_E4M3}, {3, 64, 9, 4096, 64, (mlav_dtype)0},
+               /* shares on 132 SMs in whole tiles (the host's schedule says so): a chain, page
+                * size 1 and an FP8 cache */
+               {3, 128, 13, 1024, 64, (mlav_dtype)0}, {4, 64, 9, 4096, 1, (mlav_dtype)0},
+               {4, 128, 9, 2048, 64, MLAV_DTYPE_FP8_E4M3}};
     int taken = 0;
     for (size_t k = 0; k < sizeof pts / sizeof pts[0]; k++) {
         int q_lens[TU_MAX_B], prefixes[TU_MAX_B];
