@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "mlaverify.h"
+#include "../src/common/visibility.h"
 
 #define GARBAGE 0xDEADBEEFu
 
@@ -226,6 +227,37 @@ static void test_tree_bad_parents(void **state)
     assert_int_equal(bonus, 7);
 }
 
+/* mlav_draft_word (the sm_90a kernels' lookup, a word of keys at a time) gives each key what
+ * mlav_draft_visible (the rule every other backend reads) gives it: chains of 1-100 nodes and
+ * random masks of 1-4 words, every node and every word. */
+static void test_tree_draft_word_matches_visible(void **state)
+{
+    (void)state;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    uint32_t mask[100 * 4];
+    for (int32_t q_len = 1; q_len <= 100; q_len++) {
+        const int32_t words = mlav_tree_mask_words(q_len);
+        for (size_t k = 0; k < (size_t)q_len * (size_t)words; k++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            mask[k] = (uint32_t)x;
+        }
+        for (int m = 0; m < 2; m++) {
+            const uint32_t *mk = m ? mask : NULL;
+            for (int32_t i = 0; i < q_len; i++)
+                for (int32_t w = 0; w < words; w++) {
+                    const uint32_t got = mlav_draft_word(mk, words, i, i, w);
+                    for (int32_t b = 0; b < 32 && 32 * w + b < q_len; b++)
+                        if (((got >> b) & 1u) != (uint32_t)mlav_draft_visible(mk, words, i, i,
+                                                                              32 * w + b))
+                            fail_msg("%s q_len %d node %d key %d: word 0x%08x", m ? "mask" : "chain",
+                                     q_len, i, 32 * w + b, got);
+                }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -235,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_tree_mask_two_words),
         cmocka_unit_test(test_tree_accept_greedy),
         cmocka_unit_test(test_tree_bad_parents),
+        cmocka_unit_test(test_tree_draft_word_matches_visible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

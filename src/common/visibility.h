@@ -28,6 +28,19 @@ static MLAV_HD bool mlav_draft_visible(const uint32_t *mask, int32_t mask_words,
     return k <= i;
 }
 
+/* Draft keys 32 w .. 32 w + 31 as node i sees them, a bit each (bit b: mlav_draft_visible of key
+ * 32 w + b): with a mask its word w (w < mask_words), else the chain's keys k <= i. For a
+ * kernel that loads the few words a tile's keys need at once, where a lookup per key costs a
+ * load each on the tile's critical path (docs/PERFORMANCE.md#hopper). */
+static MLAV_HD uint32_t mlav_draft_word(const uint32_t *mask, int32_t mask_words, int64_t q,
+                                        int32_t i, int32_t w)
+{
+    if (mask)
+        return mask[(size_t)q * (size_t)mask_words + (size_t)w];
+    const int32_t n = i - 32 * w + 1; /* the chain's keys of this word: 32 w .. i */
+    return n <= 0 ? 0u : n >= 32 ? 0xffffffffu : (1u << n) - 1u;
+}
+
 /* Whether KV row j (0 <= j < kv_len) is visible to node i (global query index q) of a request
  * whose committed prefix is `prefix` rows long. */
 static MLAV_HD bool mlav_kv_visible(const uint32_t *mask, int32_t mask_words, int64_t q,

@@ -397,15 +397,13 @@ __device__ __forceinline__ float q_tile_to_f16(uint32_t sq, uint32_t *red, int p
     return mlav::q_f16_unshift(shift);
 }
 
-/* Whether KV tile [j0, j0 + 64) needs its V part sanitized before P V: it holds draft keys,
- * which some rows may not see, or rows past the split end (the legal kernel's rule for its
- * tiles). */
+/* Whether KV tile [j0, j0 + 64) has keys some rows do not see (the legal kernel's rule for its
+ * tiles): draft keys, or rows past the split end. Its scores are masked key by key, and its
+ * draft rows' V sanitized before P V (hidden_v_rows). */
 __device__ __forceinline__ bool tile_has_hidden_keys(int j0, int prefix, int kv_end)
 {
     return !(j0 + TILE_N <= prefix && j0 + TILE_N <= kv_end);
 }
-
-constexpr int V_CHUNKS = (DL / COL_BLOCK) * (int)BLOCK_BYTES / 16; /* 4096 */
 
 /* sanitize_v's work on one 16-byte chunk `q` of V (`m2`: the exponent mask in both halves). */
 __device__ __forceinline__ void sanitize_chunk(uint4 *q, uint32_t exp_mask, uint32_t m2)
@@ -425,29 +423,53 @@ __device__ __forceinline__ void sanitize_chunk(uint4 *q, uint32_t exp_mask, uint
         *q = v;
 }
 
+/* The rows of tile [j0, j0 + 64) that sanitize_v reads: its draft keys [prefix, kv_end), the
+ * only rows some query rows may not see that hold data. A row past kv_end holds zeros (the
+ * gathers zero-fill it; TMA copies only tiles before kv_end), and a prefix row is seen by every
+ * row. */
+struct v_rows {
+    int lo, hi;
+};
+
+__device__ __forceinline__ v_rows hidden_v_rows(int j0, int prefix, int kv_end)
+{
+    return {max(prefix - j0, 0), min(kv_end - j0, TILE_N)};
+}
+
 /* Zero the Inf and NaN elements of the V part (features 0..511, column blocks 0..7, the first
- * 64 KB of the stage) of a tile with hidden keys, by `nthreads` threads (thread `i`), after every
- * S product of the tile has read K and before P V reads V. Exact for the same reason as the
- * legal kernel's fragment sanitizing: c_kv is also the key, so a row that sees a non-finite key
- * has a non-finite score, and a row that does not gives it weight 0, which times Inf or NaN on
- * the tensor cores would otherwise reach rows that do not see the key. `exp_mask`: the 16-bit
- * type's exponent bits. */
-__device__ __forceinline__ void sanitize_v(unsigned char *stage, uint32_t exp_mask, int i,
-                                           int nthreads)
+ * 64 KB of the stage) of rows `r` of a tile with hidden keys, by `nthreads` threads (thread `i`),
+ * after every S product of the tile has read K and before P V reads V. Exact for the same reason
+ * as the legal kernel's fragment sanitizing: c_kv is also the key, so a row that sees a
+ * non-finite key has a non-finite score, and a row that does not gives it weight 0, which times
+ * Inf or NaN on the tensor cores would otherwise reach rows that do not see the key.
+ * `exp_mask`: the 16-bit type's exponent bits. A row's 128 bytes of a column block are one
+ * swizzled line, so rows lo..hi - 1 of each block are 16 (hi - lo) chunks from row lo's. */
+__device__ __forceinline__ void sanitize_v(unsigned char *stage, uint32_t exp_mask, v_rows r,
+                                           int i, int nthreads)
 {
     const uint32_t m2 = exp_mask | (exp_mask << 16);
-    for (int c = i; c < V_CHUNKS; c += nthreads)
-        sanitize_chunk(reinterpret_cast<uint4 *>(stage) + c, exp_mask, m2);
+    const int chunks = (r.hi - r.lo) * (128 / 16);
+#pragma unroll
+    for (int kb = 0; kb < DL / COL_BLOCK; kb++) {
+        uint4 *q = reinterpret_cast<uint4 *>(stage + kb * BLOCK_BYTES) + r.lo * (128 / 16);
+        for (int c = i; c < chunks; c += nthreads)
+            sanitize_chunk(q + c, exp_mask, m2);
+    }
 }
 
 /* sanitize_v a chunk at a time (not unrolled), for a caller whose registers are full. */
-__device__ __forceinline__ void sanitize_v_lean(unsigned char *stage, uint32_t exp_mask, int i,
-                                                int nthreads)
+__device__ __forceinline__ void sanitize_v_lean(unsigned char *stage, uint32_t exp_mask,
+                                                v_rows r, int i, int nthreads)
 {
     const uint32_t m2 = exp_mask | (exp_mask << 16);
+    const int chunks = (r.hi - r.lo) * (128 / 16);
 #pragma unroll 1
-    for (int c = i; c < V_CHUNKS; c += nthreads)
-        sanitize_chunk(reinterpret_cast<uint4 *>(stage) + c, exp_mask, m2);
+    for (int kb = 0; kb < DL / COL_BLOCK; kb++) {
+        uint4 *q = reinterpret_cast<uint4 *>(stage + kb * BLOCK_BYTES) + r.lo * (128 / 16);
+#pragma unroll 1
+        for (int c = i; c < chunks; c += nthreads)
+            sanitize_chunk(q + c, exp_mask, m2);
+    }
 }
 
 } // namespace mlav90

@@ -237,6 +237,26 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
     }
 }
 
+/* This thread's rows' words of the draft mask for the block's first draft key toward the L1, at
+ * the block's start: a tile with hidden keys reads them (mask_scores) after its S, on the tile's
+ * path, where a load from DRAM cost ~1 us a tile. Nothing for a chain or a block of prefix keys. */
+__device__ __forceinline__ void prefetch_draft_words(const mlav_flash_params &p, const block_ctx &c,
+                                                     int r0)
+{
+    if (!p.tree_mask || c.kv_end <= c.prefix)
+        return;
+    const int w0 = max(c.kv_begin - c.prefix, 0) >> 5;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int m = c.m0 + r0 + 8 * h;
+        if (m < c.M) {
+            const uint32_t *a =
+                p.tree_mask + (size_t)(c.q_start + m / p.H) * (size_t)p.mask_words + w0;
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
+        }
+    }
+}
+
 /* An S fragment's scores in place (m64nN fragments: x[4 j + e] is row r0 + 8 (e >> 1) of the
  * block, key j0 + key0 + 8 j + 2 t4 + (e & 1)): `score` of each key its row sees, -inf for the
  * others (rows past M, keys past kv_end, draft keys its tree-mask row hides). A tile [j0, j0 + 64)
@@ -253,11 +273,24 @@ __device__ __forceinline__ bool mask_scores(float (&x)[N], const mlav_flash_para
         for (int i = 0; i < N; i++)
             x[i] = score(x[i]);
     } else {
+        /* the fragment's 2 N keys span at most NW words of a row's draft mask: loaded up front,
+         * together (a lookup per key put one dependent load per draft key on the tile's path) */
+        constexpr int NW = 2 * N / 32 + 1;
+        const int k0 = j0 + key0 - c.prefix; /* the fragment's first key, as a draft key */
+        const int w0 = k0 > 0 ? k0 >> 5 : 0;
+        const int drafts = c.kv_end - c.prefix; /* draft keys this block reads */
         int row_i[2];
+        uint32_t word[2][NW];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int m = c.m0 + r0 + 8 * h;
             row_i[h] = m < c.M ? m / p.H : -1;
+#pragma unroll
+            for (int w = 0; w < NW; w++)
+                word[h][w] = row_i[h] >= 0 && 32 * (w0 + w) < drafts
+                                 ? mlav_draft_word(p.tree_mask, p.mask_words,
+                                                   c.q_start + row_i[h], row_i[h], w0 + w)
+                                 : 0u;
         }
 #pragma unroll
         for (int i = 0; i < N; i++) {
@@ -265,8 +298,12 @@ __device__ __forceinline__ bool mask_scores(float (&x)[N], const mlav_flash_para
             const int j = j0 + key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
             bool vis = j < c.kv_end && row_i[h] >= 0;
             if (vis && j >= c.prefix) {
-                const int k = j - c.prefix, qi = row_i[h];
-                vis = mlav_draft_visible(p.tree_mask, p.mask_words, c.q_start + qi, qi, k);
+                const int k = j - c.prefix, wi = (k >> 5) - w0;
+                uint32_t bits = word[h][0];
+#pragma unroll
+                for (int w = 1; w < NW; w++)
+                    bits = wi == w ? word[h][w] : bits;
+                vis = (bits >> (k & 31)) & 1u;
             }
             x[i] = vis ? score(x[i]) : -INFINITY;
         }
@@ -426,6 +463,7 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
     float *smax = reinterpret_cast<float *>(smem + smem90::MAX);
     float *ssum = reinterpret_cast<float *>(smem + smem90::SUM);
     const int r0 = 16 * warp + g; /* this thread's rows: r0 (h = 0) and r0 + 8 (h = 1) */
+    prefetch_draft_words(p, c, r0);
 
     float o[O_REGS];
 #pragma unroll
@@ -506,7 +544,8 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         /* both halves' S done, K read; whether every math thread has seen tile t + 1 land */
         const bool early = named_barrier_and(BAR_MAX, MATH_THREADS, landed);
         if (hidden)
-            sanitize_v(smem + smem90::KV + (uint32_t)s * OPERAND_BYTES, TY::exp_mask, wt + 128 * w,
+            sanitize_v(smem + smem90::KV + (uint32_t)s * OPERAND_BYTES, TY::exp_mask,
+                       hidden_v_rows(c.kv_begin + t * TILE_N, c.prefix, c.kv_end), wt + 128 * w,
                        MATH_THREADS);
         float alpha[2], ref[2];
 #pragma unroll

@@ -479,7 +479,9 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         }
         handover_arrive<HAND_REF>(hand);
         if (hidden) /* K read (S completed); V_A before either warpgroup's P V */
-            sanitize_v_lean(smem + smem_ss::KV, TY::exp_mask, wt, WG_THREADS);
+            sanitize_v_lean(smem + smem_ss::KV, TY::exp_mask,
+                            hidden_v_rows(c.kv_begin + t * TILE_N, c.prefix, c.kv_end), wt,
+                            WG_THREADS);
         rescale_o(o, f0);
         exponentiate(x, ref0, l_run);
         store_p(pa, x, 0, warp, lane, TY::pack);
@@ -579,7 +581,10 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         rescale_o(o, f1);
         if (has_b) {
             if (hidden)
-                sanitize_v_lean(smem + smem_ss::KV + OPERAND_BYTES, TY::exp_mask, wt, WG_THREADS);
+                sanitize_v_lean(smem + smem_ss::KV + OPERAND_BYTES, TY::exp_mask,
+                                hidden_v_rows(c.kv_begin + (t + 1) * TILE_N, c.prefix,
+                                              c.kv_end),
+                                wt, WG_THREADS);
             exponentiate(x, m, l_run);
             store_p(pb, x, 0, warp, lane, TY::pack);
             fence_proxy_async(); /* P_B, V_B sanitized: for wgmma */
@@ -641,6 +646,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     __syncthreads();
     const block_ctx c = block_ctx_of(item, p);
+    prefetch_draft_words(p, c, 16 * (wt >> 5) + ((wt & 31) >> 2)); /* mask_scores' rows */
     feed_ctx f;
     f.ptab = mlav_page_row_dev(p.page_table, p.page_table_rows, p.page_table_num_rows,
                                p.max_pages, p.bad_pages, c.b);
