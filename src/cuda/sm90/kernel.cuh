@@ -239,7 +239,8 @@ __device__ __forceinline__ void produce(const mlav_flash_params &p, const block_
 
 /* This thread's rows' words of the draft mask for the block's first draft key toward the L1, at
  * the block's start: a tile with hidden keys reads them (mask_scores) after its S, on the tile's
- * path, where a load from DRAM cost ~1 us a tile. Nothing for a chain or a block of prefix keys. */
+ * path, where a miss to DRAM (the mask is tiny and easily evicted) would wait there. Nothing for a
+ * chain or a block of prefix keys (docs/PERFORMANCE.md#hopper: a request's last tile). */
 __device__ __forceinline__ void prefetch_draft_words(const mlav_flash_params &p, const block_ctx &c,
                                                      int r0)
 {
@@ -274,7 +275,7 @@ __device__ __forceinline__ bool mask_scores(float (&x)[N], const mlav_flash_para
             x[i] = score(x[i]);
     } else {
         /* the fragment's 2 N keys span at most NW words of a row's draft mask: loaded up front,
-         * together (a lookup per key put one dependent load per draft key on the tile's path) */
+         * together (a lookup per key put a load per draft key and element on the tile's path) */
         constexpr int NW = 2 * N / 32 + 1;
         const int k0 = j0 + key0 - c.prefix; /* the fragment's first key, as a draft key */
         const int w0 = k0 > 0 ? k0 >> 5 : 0;
