@@ -282,6 +282,17 @@ __device__ __forceinline__ void exponentiate(float (&x)[X_REGS], const float (&m
     }
 }
 
+/* P (an S fragment of m64n64, exponentiated) as wgmma's register A for the P V product's four
+ * k16 steps: step ks's registers r = 0..3 hold rows g, g + 8, g, g + 8 at keys 16 ks + 2 t
+ * (+ 8 for r = 2, 3), i.e. x[8 ks + 2 r] and x[8 ks + 2 r + 1], two keys a word. */
+template <typename Pack>
+__device__ __forceinline__ void pack_a(uint32_t (&pr)[16], const float (&x)[X_REGS], Pack pack)
+{
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        pr[i] = pack(x[2 * i], x[2 * i + 1]);
+}
+
 /* O times its rows' factors; skipped in a warp whose 16 rows all keep theirs (factor 1). */
 __device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&f)[2])
 {
@@ -522,11 +533,10 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
             pv_issue<MT>(o, sb + P_SLOT, sb, 0);
             wgmma_wait<0>();
             fence_regs(o);
-            handover_wait<HAND_S1>(hand, t); /* WG1's reads of P_B completed */
         }
         /* stage 1's blocks 0..3 and P's slot: their last readers, this warpgroup's P_B V_B and
-         * WG1's (S_B before PB, P_B V_B before S1), completed. Out of the block above:
-         * inside it, ptxas spilled. */
+         * WG1's S_B (before PB), completed; WG1 multiplies P_B from registers. Out of the block
+         * above: inside it, ptxas spilled. */
         if (t + 3 < c.n_tiles)
             refill<Kv, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);
     }
@@ -579,24 +589,28 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
         const int32_t ids = pair_row_ids(f.ptab, c, t + 2, p, wt);
         rescale_o(o, f1);
+        uint32_t pr[16]; /* P_B as wgmma's register A (pack_a), held until its wait */
         if (has_b) {
-            if (hidden)
+            if (hidden) { /* every thread's sanitized rows before this warpgroup's P_B V_B */
                 sanitize_v_lean(smem + smem_ss::KV + OPERAND_BYTES, TY::exp_mask,
                                 hidden_v_rows(c.kv_begin + (t + 1) * TILE_N, c.prefix,
                                               c.kv_end),
                                 wt, WG_THREADS);
+                fence_proxy_async();
+                wg_barrier(1);
+            }
             exponentiate(x, m, l_run);
-            store_p(pb, x, 0, warp, lane, TY::pack);
-            fence_proxy_async(); /* P_B, V_B sanitized: for wgmma */
-            wg_barrier(1);
+            pack_a(pr, x, TY::pack);
+            pv_rs_issue<MT>(o, pr, sb, 1);
+            store_p(pb, x, 0, warp, lane, TY::pack); /* for WG0's P_B V_B */
+            fence_proxy_async();                     /* P_B, V_B sanitized: for wgmma */
             handover_arrive<HAND_PB>(hand);
-            pv_issue<MT>(o, sb + P_SLOT, sb, 1);
         }
         handover_wait<HAND_PA>(hand, t);
         pv_issue<MT>(o, sa + P_SLOT, sa, 1);
         if (has_b) {
             wgmma_wait<1>(); /* O_R += P_B V_B: this warpgroup's last read of stage 1 */
-            handover_arrive<HAND_S1>(hand);
+            pin_u32(pr);
             /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
             if (t + 3 < c.n_tiles)
                 refill<Kv, PART_R>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);

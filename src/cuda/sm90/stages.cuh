@@ -84,6 +84,25 @@ __device__ __forceinline__ void pv_issue(float (&o)[O_REGS], uint32_t sp, uint32
     wgmma_commit();
 }
 
+/* pv_issue with P from registers `pa` (pack_a: 4 a k16 step), which the hardware reads
+ * asynchronously: the caller keeps them unchanged until a wait covers the group (pin_u32 after
+ * it). */
+template <typename T>
+__device__ __forceinline__ void pv_rs_issue(float (&o)[O_REGS], const uint32_t (&pa)[16],
+                                            uint32_t stage, int w)
+{
+    pin_regs(o);
+    wgmma_fence();
+    const uint32_t vd = desc_lo_mn(stage + (uint32_t)w * (O_COLS / COL_BLOCK) * BLOCK_BYTES,
+                                   BLOCK_BYTES);
+#pragma unroll
+    for (int ks = 0; ks < PV_STEPS; ks++) {
+        const uint32_t a[4] = {pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3]};
+        wgmma_ops<T, 1>::m64n256k16_rs(o, a, desc_at(vd, (uint32_t)ks * (16 * 128)), 1);
+    }
+    wgmma_commit();
+}
+
 template <typename T>
 __device__ __forceinline__ void pv_tile(float (&o)[O_REGS], uint32_t sp, uint32_t stage, int w)
 {
