@@ -61,9 +61,10 @@ mkdir -p csv && mv *.csv csv/ && tar -czf $OUT/csv.tgz csv
 el ab
 (cd build-r && timeout $(lim 90) ctest --timeout 80 -R "^(test_golden_seesaw|test_cuda_gpu_seesaw|test_backends_seesaw|test_fp8_seesaw|test_golden|test_cuda_gpu)$" > ../r-ctest.log 2>&1
  echo "r ctest rc=$?"; grep -E "tests passed|\*\*\*|Failed" ../r-ctest.log | head)
-for tool in racecheck synccheck; do
-  MLAV_SM90_CASES=2 MLAV_TEST_FILTER='test_sm90_[tn]*' timeout $(lim 70) compute-sanitizer --tool $tool --error-exitcode 99 \
-    build-r/tests/test_sm90_gpu > r-$tool.log 2>&1; echo "$tool rc=$? $(grep SUMMARY r-$tool.log | tail -1)"
+for tf in racecheck:test_sm90_nonfinite_hidden_draft racecheck:test_sm90_tma_tiles synccheck:test_sm90_tma_tiles; do
+  tool=${tf%%:*}; f=${tf#*:}
+  MLAV_SM90_CASES=2 MLAV_TEST_FILTER=$f timeout $(lim 60) compute-sanitizer --tool $tool --error-exitcode 99 \
+    build-r/tests/test_sm90_gpu > r-$tool-$f.log 2>&1; echo "$tool $f rc=$? $(grep SUMMARY r-$tool-$f.log | tail -1)"
 done
 el tested
 if awk '/^ALL/ {exit !($5 < 0.99)}' $OUT/ab.txt; then
