@@ -11,14 +11,17 @@
  *        the pair's final reference M from WG1, O_L, its sums and P_A rescaled to M (P_A
  *        rewritten in its slot for WG1), and O_L += P_B V_B[:, 0:256].
  *   WG1: S_B = Q K_B^T, M = the reference after B from ref0; O_R and its sums rescaled to M,
- *        P_B into the P slot of stage 1, O_R += P_B V_B[:, 256:512]; O_R += P_A V_A[:, 256:512].
+ *        O_R += P_B V_B[:, 256:512] with P_B from registers (register-A wgmma: issued before
+ *        P_B is stored, with no barrier of the warpgroup before it), P_B into the P slot of
+ *        stage 1 for WG0; O_R += P_A V_A[:, 256:512].
  * So WG0's softmax of A runs under WG1's S_B and WG1's softmax under WG0's P V, and both keep
  * the same reference per row as main's kernel after every tile (the same rule, applied to A then
  * B), so the row sums of each warpgroup's own keys meet in the shared epilogue (write_output).
  *
  * P's slot: a stage's last column block (K's features 512..575, read only by the S product of
  * that stage's owner): once S of the tile has completed it is free until the stage's refill, so
- * each pair has two P tiles without shared memory beyond Q and the two stages.
+ * each pair has two P tiles without shared memory beyond Q and the two stages. P_A is read from
+ * it by both warpgroups, P_B by WG0 only.
  *
  * Refill: no producer; each part of a stage is refilled by the warpgroup that is its last
  * reader, the moment that reader's wgmma has completed (refill, PART_*):
@@ -28,8 +31,8 @@
  *     P_A V_A completed before PA); WG1 refills them after it.
  *   stage 1, blocks 4..7 (V_B[:, 256:512]): read by WG1 only (S_B, P_B V_B); WG1 refills them
  *     after its P_B V_B.
- *   stage 1, blocks 0..3 and 8 (V_B[:, 0:256], P_B): read by WG0's P_B V_B and WG1's P_B V_B
- *     (P's slot); WG0 refills them after its own and after hand-over S1 (WG1's).
+ *   stage 1, blocks 0..3 and 8 (V_B[:, 0:256], P_B): read by WG1's S_B (completed before
+ *     hand-over PB) and WG0's P_B V_B; WG0 refills them after the latter.
  * A tile inside one page, the split and the pool of a launch that holds the pool's tensor map
  * (kv_tile_by_tma, the same answer in both warpgroups) goes by TMA, a box per column block
  * issued by the warpgroup's thread 0; any other (page_size 1, across pages, the split's last
@@ -67,16 +70,14 @@
  *     PA    WG0 arrives after its O_L += P_A V_A completed, P_A rewritten to M and its proxy
  *           fence (V_A sanitized before, under the same fence); WG1 waits before
  *           O_R += P_A V_A.
- *     S1    WG1 arrives once its O_R += P_B V_B has completed; WG0 waits before it refills
- *           stage 1's blocks 0..3 and 8. Only in pairs with a tile B.
- *   (PB and S1 are skipped only in an item's last pair, so pair i is their use i too.) A parity
+ *   (PB is skipped only in an item's last pair, so pair i is its use i too.) A parity
  *   wait would miss a phase that two completions have passed, so each arrival of use i + 1 must
  *   follow every waiter's wait of use i. It does, thread by thread: REF(i + 1) arrivals follow
  *   the arriving thread's wait of M(i), whose phase completes only once each WG1 thread, after
  *   its REF(i) wait, has arrived; M(i + 1) follows WG1's wait of PA(i), each WG0 thread arriving
  *   at PA(i) after its M(i) wait; PA(i + 1) follows WG0's wait of M(i + 1), each WG1 thread
- *   arriving at M(i + 1) after its PA(i) wait; PB(i + 1) and S1(i + 1) follow WG1's wait of
- *   REF(i + 1), each WG0 thread arriving at REF(i + 1) after its PB(i) and S1(i) waits. The
+ *   arriving at M(i + 1) after its PA(i) wait; PB(i + 1) follows WG1's wait of REF(i + 1), each
+ *   WG0 thread arriving at REF(i + 1) after its PB(i) wait. The
  *   shared values: sref is rewritten by WG0 after its wait of M(i), which WG1 arrives at after
  *   reading sref; smax_m by WG1 after its wait of PA(i), which WG0 arrives at after reading
  *   smax_m. Named barriers (bar.arrive on one side, bar.sync on the other) did the same and
@@ -93,8 +94,9 @@
  *   barriers passed: the warpgroups pass different numbers of their own below (WG0 two a pair,
  *   WG1 one), and with counts equal the same exchange reports nothing
  *   (bench/diag/racecheck_epochs.cu, run on the H200: docs/PERFORMANCE.md#hopper).
- *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): its P stores before its own wgmma reads them;
- *     every warp's reads of P_A completed before P_A's rewrite; an FP8 tile's conversion before
+ *   BAR_WG0, BAR_WG1 (128 threads, one warpgroup): WG0's P_A stores before its own wgmma reads
+ *     them, and every warp's reads of P_A completed before P_A's rewrite; WG1's sanitizing of
+ *     V_B (a tile with hidden keys) before its P_B V_B; an FP8 tile's conversion before
  *     its S (fp8_tile_ready); BF16 q's maximum over an FP8 cache (q_tile_to_f16, WG0's).
  *     BAR_STAGE0 (+1): the epilogue's staging (write_output).
  * Proxies: P, sanitized V and a converted FP8 tile are generic writes read by wgmma (async
@@ -106,9 +108,10 @@
  * Convergence: a TMA refill is issued by thread 0 alone; its warp reconverges (__syncwarp)
  *   before it goes on: the named barriers after it are bar.sync, .aligned, which every thread
  *   of a warp must execute together.
- * Registers: no register-A wgmma; P is read from shared memory by both warpgroups, so no
- * accumulator is written while a group is in flight (C7515). ptxas reports (C7519) a warpgroup
- * arrive injected after each block's wait inside S: a fence, not a wait. */
+ * Registers: WG1's P_B V_B takes P_B from registers (pack_a), held until its wait; no
+ * accumulator is written while a group is in flight (C7515: ptxas would serialize them; the
+ * build reports none). ptxas reports (C7519) a warpgroup arrive injected after each block's wait
+ * inside S: a fence, not a wait. */
 #ifndef MLAV_CUDA_SM90_SEESAW_CUH
 #define MLAV_CUDA_SM90_SEESAW_CUH
 
@@ -122,9 +125,9 @@ constexpr int WG_THREADS = 128;
 constexpr int X_REGS = TILE_N / 2; /* 32 fp32 accumulators of S a thread (m64n64) */
 /* named barriers: each warpgroup's own (BAR_WG0 + w, 128 threads), the epilogue's staging */
 constexpr int BAR_WG0 = 1, BAR_STAGE0 = 4;
-/* the hand-overs between the warpgroups, mbarriers hand[HAND_REF ..]: a pair's five, then an
+/* the hand-overs between the warpgroups, mbarriers hand[HAND_REF ..]: a pair's four, then an
  * item's two (HAND_END: both warpgroups') */
-enum handover { HAND_REF, HAND_M, HAND_PB, HAND_PA, HAND_S1, HAND_Q, HAND_END, HANDOVERS };
+enum handover { HAND_REF, HAND_M, HAND_PB, HAND_PA, HAND_Q, HAND_END, HANDOVERS };
 /* P's slot in a stage: the last column block (K's rope, features 512..575) */
 constexpr uint32_t P_SLOT = (uint32_t)(W_BLOCKS - 1) * BLOCK_BYTES;
 static_assert(THREADS == MATH_THREADS, "write_output takes two math warpgroups");
@@ -193,7 +196,7 @@ __device__ __forceinline__ float ref_factor(float from, float to)
  * landed on their own, which wgmma reads through the async proxy. WAIT false: the tile is ready
  * (fp8_tile_ready), no waits. LEAD: the first of V's 8 column blocks S takes (then on, cyclically,
  * the rope block last): 4 for WG1, whose own refill is stage 1's blocks 4..7 while WG0 refills
- * 0..3 and 8 last in a pair (after its P_B V_B and hand-over S1), so that S_B starts on what has
+ * 0..3 and 8 last in a pair (after its P_B V_B), so that S_B starts on what has
  * landed first; 0 for WG0, whose own refill is 0..3. */
 template <typename T, bool WAIT = true, int LEAD = 0>
 __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
