@@ -3,9 +3,9 @@
 # and of this tree for the device's own architecture only (minutes less than the full build),
 # then bench both on the same points in ROUNDS interleaved rounds (baseline, this tree, baseline,
 # ...) and print each point's two times (the fastest of its rounds) side by side with their ratio,
-# then each round's geomean ratio. Rounds, because the GPU's clock follows its power cap with a
-# lag: one schedule of one tree ran 448-499 us across eight runs of a call (bench/README.md,
-# "What is measured"), so a 1-2% difference is read only where the rounds agree.
+# then each round's geomean ratio. Rounds, because the GPU's clock follows its power cap: one
+# schedule of one tree ran 448-499 us across eight runs of a call (bench/README.md, "What is
+# measured"), so a 1-2% difference is read only where the rounds agree.
 #
 #   bash bench/ab.sh BASE_SRC [bench args]   BASE_SRC: a source tree (e.g. `git archive` of the
 #                                            baseline commit); bench args default to
