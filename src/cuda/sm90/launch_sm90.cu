@@ -26,20 +26,25 @@ const void *kernel_for(mlav_dtype dtype, bool kv_fp8, bool step)
     return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(step) : kernel_of<__half>(step);
 }
 
-/* The seesaw instance (seesaw.cuh) for a dtype, a cache of that dtype and a plan kind; an FP8
- * cache's from instances_e4m3.cu. */
-template <typename T> const void *seesaw_of(bool step)
+/* The seesaw instance (seesaw.cuh) for a dtype, a cache of that dtype, a plan kind and whether
+ * the launch gathers every tile (a 16-bit cache whose pool has no map of tiles: its GATHER
+ * instance); an FP8 cache's from instances_e4m3.cu. */
+template <typename T> const void *seesaw_of(bool step, bool gather)
 {
     using namespace mlav90::seesaw;
+    if (gather)
+        return step ? reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, true, true>)
+                    : reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, false, true>);
     return step ? reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, true>)
                 : reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, false>);
 }
 
-const void *seesaw_for(mlav_dtype dtype, bool kv_fp8, bool step)
+const void *seesaw_for(mlav_dtype dtype, bool kv_fp8, bool step, bool gather)
 {
     if (kv_fp8)
         return mlav_flash_sm90_e4m3_seesaw(dtype, step ? 1 : 0);
-    return dtype == MLAV_DTYPE_BF16 ? seesaw_of<__nv_bfloat16>(step) : seesaw_of<__half>(step);
+    return dtype == MLAV_DTYPE_BF16 ? seesaw_of<__nv_bfloat16>(step, gather)
+                                    : seesaw_of<__half>(step, gather);
 }
 
 } // namespace
@@ -84,8 +89,8 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
     }
     /* the seesaw instances, which a launch takes where its plan asks
      * (mlav_flash_launch_opts.sm90_seesaw) */
-    for (int k = 0; k < 2; k++) {
-        const void *f = seesaw_for(dtype, kv_dtype == MLAV_DTYPE_FP8_E4M3, k != 0);
+    for (int k = 0; k < 4; k++) {
+        const void *f = seesaw_for(dtype, kv_dtype == MLAV_DTYPE_FP8_E4M3, k & 1, k >> 1);
         MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)mlav90::seesaw::smem_ss::BYTES));
         int n = 0;
@@ -128,7 +133,8 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
             return ms;
         void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
         if (lo->sm90_seesaw)
-            MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, lo->kv_fp8 != 0, step != 0),
+            MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, lo->kv_fp8 != 0, step != 0,
+                                                      kv_tma == 0),
                                            dim3((unsigned)fp->n_items),
                                            dim3(mlav90::seesaw::THREADS), args,
                                            mlav90::seesaw::smem_ss::BYTES, stream));

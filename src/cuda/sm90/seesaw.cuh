@@ -355,7 +355,7 @@ __device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int 
  *   copy: the tile's readers do (s_issue_full, or fp8_tile_ready), as they wait for TMA. An FP8
  *   cache's tiles are always gathered, raw (gather.cuh: a row's raw chunk l + 8 k into column
  *   block 2 k + 1, the fifth into the last), and made F16 by fp8_tile_ready. */
-template <typename Kv, uint32_t MASK>
+template <typename Kv, uint32_t MASK, bool GATHER = false>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
                                        const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
                                        int wt, int32_t page0, int32_t ids, int k)
@@ -383,9 +383,13 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
     }
     const uint32_t d0 = FP8 ? gather_dst_fp8(stage, wt) : gather_dst(stage, wt);
     const bool one_page = kv_tile_in_one_page(j0, p); /* every row's page id: page0 */
-    /* a row at a time (load_kv_tile's 4 row addresses at once, with O live across the loop of
-     * tiles, spilled) */
-#pragma unroll 1
+    /* GATHER (a 16-bit cache without the map of tiles: every tile gathered, page_size 1 among
+     * them): the rows unrolled, since each row's address is a chain of dependent integer steps
+     * (its page id from another lane, the NaN-row select, the 64-bit product) that the
+     * unrolled rows overlap; elsewhere (a pool under the map, whose gathered tiles are the few
+     * partial ones; an FP8 cache, whose instances spill more unrolled) a row at a time, as
+     * unrolled those instances ran slower (docs/PERFORMANCE.md#hopper) */
+#pragma unroll((FP8 || !GATHER) ? 1 : ROWS_PER_THREAD)
     for (int i = 0; i < ROWS_PER_THREAD; i++) {
         const int j = j0 + wt / ROW_LANES + ROW_STEP * i;
         const bool live = j < c.kv_end;
@@ -457,7 +461,7 @@ __device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], uint32_t sq, uint3
 }
 
 /* WG0: tile A of each pair, output columns [0, 256). */
-template <typename T, typename Kv, typename Score>
+template <typename T, typename Kv, bool GATHER, typename Score>
 __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const block_ctx &c,
                                           unsigned char *smem, uint32_t base, uint64_t *full,
                                           const feed_ctx &f, float (&o)[O_REGS],
@@ -530,7 +534,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         handover_arrive<HAND_PA>(hand);
         /* stage 0's blocks 0..3: read only by this warpgroup (S_A, P_A V_A), both completed */
         if (t + 2 < c.n_tiles)
-            refill<Kv, PART_L>(p, c, f, sa, full_a, t + 2, wt, pg2, ids, 0);
+            refill<Kv, PART_L, GATHER>(p, c, f, sa, full_a, t + 2, wt, pg2, ids, 0);
         if (has_b) {
             handover_wait<HAND_PB>(hand, t);
             pv_issue<MT>(o, sb + P_SLOT, sb, 0);
@@ -541,12 +545,12 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
          * WG1's S_B (before PB), completed; WG1 multiplies P_B from registers. Out of the block
          * above: inside it, ptxas spilled. */
         if (t + 3 < c.n_tiles)
-            refill<Kv, PART_L | PART_P>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);
+            refill<Kv, PART_L | PART_P, GATHER>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);
     }
 }
 
 /* WG1: tile B of each pair, output columns [256, 512). */
-template <typename T, typename Kv, typename Score>
+template <typename T, typename Kv, bool GATHER, typename Score>
 __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const block_ctx &c,
                                           unsigned char *smem, uint32_t base, uint64_t *full,
                                           const feed_ctx &f, float (&o)[O_REGS],
@@ -616,27 +620,29 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             pin_u32(pr);
             /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
             if (t + 3 < c.n_tiles)
-                refill<Kv, PART_R>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);
+                refill<Kv, PART_R, GATHER>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);
         }
         wgmma_wait<0>();
         fence_regs(o);
         /* stage 0's blocks 4..7 and P's slot: this warpgroup's P_A V_A was their last reader
          * (WG0's S_A and P_A V_A completed before PA) */
         if (t + 2 < c.n_tiles)
-            refill<Kv, PART_R | PART_P>(p, c, f, sa, full_a, t + 2, wt, pg2, ids, 0);
+            refill<Kv, PART_R | PART_P, GATHER>(p, c, f, sa, full_a, t + 2, wt, pg2, ids, 0);
     }
 }
 
 /* The kernel; STEP as kernel.cuh's flash_sm90_kernel. Kv: the cache's element type (T, or
  * __nv_fp8_e4m3: every tile gathered raw and made F16 by its owner, BF16 q made F16 by WG0 in the
  * prologue, the scale as kernel.cuh applies it). A 16-bit cache's tile goes by TMA where the
- * launch holds the pool's map (kv_tma) and the tile allows, else it is gathered. */
-template <typename T, typename Kv, bool STEP>
+ * launch holds the pool's map (kv_tma) and the tile allows, else it is gathered. GATHER: the
+ * instance of a 16-bit cache's launch without the map (its gather's rows unrolled: refill). */
+template <typename T, typename Kv, bool STEP, bool GATHER = false>
 __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_seesaw_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
                              const int kv_tma)
 {
     constexpr bool FP8 = fp8_kv<Kv>, Q_TO_F16 = FP8 && !std::is_same<T, __half>::value;
+    static_assert(!GATHER || !FP8, "GATHER: a 16-bit cache's instance");
     const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
     if (STEP && step_ix < 0)
         return; /* past the step's schedule, or an item past the plan's limits */
@@ -680,7 +686,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         load_q(base + smem_ss::Q, qg, c.m0, c.M, wt);
         cp_async_commit();
         if (c.n_tiles > 0)
-            refill<Kv, PART_ALL>(p, c, f, base + smem_ss::KV, full, 0, wt, pg0, ids, 0);
+            refill<Kv, PART_ALL, GATHER>(p, c, f, base + smem_ss::KV, full, 0, wt, pg0, ids, 0);
         cp_async_wait<0>();
         if constexpr (Q_TO_F16) {
             const float unshift = q_tile_to_f16<BAR_WG0>(
@@ -691,8 +697,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
         fence_proxy_async();
     } else if (c.n_tiles > 1) {
-        refill<Kv, PART_ALL>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, full + W_BLOCKS, 1, wt,
-                             pg1, ids, 1);
+        refill<Kv, PART_ALL, GATHER>(p, c, f, base + smem_ss::KV + OPERAND_BYTES, full + W_BLOCKS,
+                                     1, wt, pg1, ids, 1);
     }
     __syncthreads();
 
@@ -719,9 +725,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     float m_run[2] = {-INFINITY, -INFINITY}; /* the reference maxima, log2 units */
     float l_run[2] = {0.0f, 0.0f};           /* the row sums of this warpgroup's own tiles */
     if (w == 0)
-        wg0_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
+        wg0_pairs<T, Kv, GATHER>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
     else
-        wg1_pairs<T, Kv>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
+        wg1_pairs<T, Kv, GATHER>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
     uint64_t *end = &hand[HAND_END];
     write_output<T, Kv, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
                                     reinterpret_cast<float *>(smem + smem_ss::SUM), w, wt >> 5,
