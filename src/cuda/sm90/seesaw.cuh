@@ -334,6 +334,47 @@ __device__ __forceinline__ int32_t pair_row_ids(const int32_t *ptab, const block
     return kv_page_of(ptab, c.kv_begin + (t + (l >> 4)) * TILE_N + row, c.kv_end, p);
 }
 
+/* What a warpgroup looks up a pair ahead for its gathered refills: the page ids
+ * (pair_row_ids), or in a GATHER instance each row's source itself (pair_row_srcs). */
+template <typename Kv, bool GATHER> using row_ids_t = std::conditional_t<GATHER, const Kv *, int32_t>;
+
+/* A GATHER instance's pair_row_ids: each row's source (kv_row_src: its page's slot, the NaN row,
+ * or for a row past kv_end row 0, not read), so that a refill's rows need no address arithmetic
+ * of their own: looked up under the pair's products, the dependent steps from the page id's load
+ * to the 64-bit product wait there instead of in the refill (docs/PERFORMANCE.md#hopper). */
+template <typename Kv>
+__device__ __forceinline__ const Kv *pair_row_srcs(const int32_t *ptab, const block_ctx &c, int t,
+                                                   const mlav_flash_params &p, int wt)
+{
+    const int v = wt >> 5, l = wt & 31;
+    const int j = c.kv_begin + (t + (l >> 4)) * TILE_N + 4 * v + (l & 3) + 16 * ((l >> 2) & 3);
+    return kv_row_src(static_cast<const Kv *>(p.kv), kv_page_of(ptab, j, c.kv_end, p), j,
+                      j < c.kv_end, p);
+}
+
+/* The look-up of an instance's kind (row_ids_t) for the pair at tile t. */
+template <typename Kv, bool GATHER>
+__device__ __forceinline__ row_ids_t<Kv, GATHER> pair_rows(const int32_t *ptab, const block_ctx &c,
+                                                           int t, const mlav_flash_params &p,
+                                                           int wt)
+{
+    if constexpr (GATHER)
+        return pair_row_srcs<Kv>(ptab, c, t, p, wt);
+    else
+        return pair_row_ids(ptab, c, t, p, wt);
+}
+
+/* Row i's source of gather thread wt in tile k of the pair (pair_row_srcs), from its lane. */
+template <typename Kv>
+__device__ __forceinline__ const Kv *gather_row_src(const Kv *srcs, int k, int i, int wt)
+{
+    const int lane = ((wt & 31) >> 3) | (i << 2) | (k << 4);
+    const uint64_t a = reinterpret_cast<uint64_t>(srcs);
+    const uint32_t lo = __shfl_sync(0xffffffffu, (uint32_t)a, lane);
+    const uint32_t hi = __shfl_sync(0xffffffffu, (uint32_t)(a >> 32), lane);
+    return reinterpret_cast<const Kv *>(((uint64_t)hi << 32) | lo);
+}
+
 /* The page id of gather thread wt's row i (row wt / 8 + 16 i: gather.cuh's mapping) in tile k
  * (0, 1) of the pair whose ids are `ids` (pair_row_ids), from the lane that holds it. */
 __device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int wt)
@@ -358,14 +399,14 @@ __device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int 
 template <typename Kv, uint32_t MASK, bool GATHER = false>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
                                        const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
-                                       int wt, int32_t page0, int32_t ids, int k)
+                                       int wt, int32_t page0, row_ids_t<Kv, GATHER> ids, int k)
 {
     constexpr bool FP8 = fp8_kv<Kv>;
     static_assert(!FP8 || ((MASK ^ (MASK >> 1)) & 0x55u) == 0,
                   "an FP8 raw chunk k lands in block 2 k + 1 and becomes F16 in 2 k and 2 k + 1: "
                   "parts of whole pairs");
     const int j0 = c.kv_begin + t * TILE_N;
-    if constexpr (!FP8) {
+    if constexpr (!FP8 && !GATHER) {
         if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
             if (wt == 0) {
                 const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
@@ -384,19 +425,27 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
     const uint32_t d0 = FP8 ? gather_dst_fp8(stage, wt) : gather_dst(stage, wt);
     const bool one_page = kv_tile_in_one_page(j0, p); /* every row's page id: page0 */
     /* GATHER (a 16-bit cache without the map of tiles: every tile gathered, page_size 1 among
-     * them): the rows unrolled, since each row's address is a chain of dependent integer steps
-     * (its page id from another lane, the NaN-row select, the 64-bit product) that the
-     * unrolled rows overlap; elsewhere (a pool under the map, whose gathered tiles are the few
-     * partial ones; an FP8 cache, whose instances spill more unrolled) a row at a time, as
-     * unrolled those instances ran slower (docs/PERFORMANCE.md#hopper) */
+     * them): each row's source from the lane that looked it up a pair ahead (pair_row_srcs),
+     * the rows unrolled so that their shuffles overlap; elsewhere (a pool under the map, whose
+     * gathered tiles are the few partial ones; an FP8 cache, whose instances spill more
+     * unrolled) a row at a time from its page id, as unrolled those instances ran slower
+     * (docs/PERFORMANCE.md#hopper) */
 #pragma unroll((FP8 || !GATHER) ? 1 : ROWS_PER_THREAD)
     for (int i = 0; i < ROWS_PER_THREAD; i++) {
         const int j = j0 + wt / ROW_LANES + ROW_STEP * i;
         const bool live = j < c.kv_end;
         const int bytes = live ? 16 : 0;
-        const int32_t page = one_page ? page0 : gather_row_id(ids, k, i, wt);
+        int32_t page = 0;
+        if constexpr (!GATHER)
+            page = one_page ? page0 : gather_row_id(ids, k, i, wt);
         const uint32_t d = d0 + (uint32_t)(i * ROW_STEP) * 128u;
-        if constexpr (FP8) {
+        if constexpr (GATHER) {
+            const Kv *src = gather_row_src(ids, k, i, wt) + (wt % ROW_LANES) * 8;
+#pragma unroll
+            for (int kb = 0; kb < W_BLOCKS; kb++)
+                if (MASK >> kb & 1u)
+                    cp_async16(d + (uint32_t)kb * BLOCK_BYTES, src + kb * COL_BLOCK, bytes);
+        } else if constexpr (FP8) {
             const uint8_t *src = kv_row_src(static_cast<const uint8_t *>(p.kv), page, j, live, p) +
                                  (wt % ROW_LANES) * 16;
 #pragma unroll
@@ -507,9 +556,11 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         wg_barrier(0);
         pv_issue<MT>(o, sa + P_SLOT, sa, 0);
         /* the next pair's page ids (refill's page0 and ids), looked up under this pair's P V */
-        const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
-        const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
-        const int32_t ids = pair_row_ids(f.ptab, c, t + 2, p, wt);
+        const int32_t pg2 =
+            GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
+        const int32_t pg3 =
+            GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
+        const row_ids_t<Kv, GATHER> ids = pair_rows<Kv, GATHER>(f.ptab, c, t + 2, p, wt);
         handover_wait<HAND_M>(hand, t);
         float m[2], f1[2];
 #pragma unroll
@@ -592,9 +643,11 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         handover_arrive<HAND_M>(hand);
         /* the next pair's page ids (refill's page0 and ids), looked up under this pair's softmax
          * and P V */
-        const int32_t pg2 = kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
-        const int32_t pg3 = kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
-        const int32_t ids = pair_row_ids(f.ptab, c, t + 2, p, wt);
+        const int32_t pg2 =
+            GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
+        const int32_t pg3 =
+            GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
+        const row_ids_t<Kv, GATHER> ids = pair_rows<Kv, GATHER>(f.ptab, c, t + 2, p, wt);
         rescale_o(o, f1);
         uint32_t pr[16]; /* P_B as wgmma's register A (pack_a), held until its wait */
         if (has_b) {
@@ -676,9 +729,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     f.map = &kv_map;
     f.tma = tma;
     /* tiles 0 and 1: their first rows' page ids, and the rows' ids of the pair */
-    const int32_t pg0 = kv_page_of(f.ptab, c.kv_begin, c.kv_end, p);
-    const int32_t pg1 = kv_page_of(f.ptab, c.kv_begin + TILE_N, c.kv_end, p);
-    const int32_t ids = pair_row_ids(f.ptab, c, 0, p, wt);
+    const int32_t pg0 = GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin, c.kv_end, p);
+    const int32_t pg1 = GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + TILE_N, c.kv_end, p);
+    const row_ids_t<Kv, GATHER> ids = pair_rows<Kv, GATHER>(f.ptab, c, 0, p, wt);
     /* the prologue: Q by WG0 (then its copies landed, BF16 q over an FP8 cache made F16, and
      * fenced), tile 0 by WG0, tile 1 by WG1; the block barrier hands Q to both */
     if (w == 0) {
