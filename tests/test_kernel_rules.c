@@ -56,6 +56,32 @@ static void test_seesaw_rule_boundaries(void **state)
     unsetenv("MLAV_SM90_KERNEL");
 }
 
+/* A plan for limits: its row tiles times its longest kv_len's tiles over the step rule's fewest
+ * waves of 132 blocks, not over its grid (which counts two more waves): B 1, H 16, q_len 16,
+ * 32k (4 row tiles, 513 key tiles, a grid of 396 items) takes the seesaw kernel, as the exact
+ * plan of those lengths does; over the grid's items it took the producer kernel. */
+static void test_seesaw_limits(void **state)
+{
+    (void)state;
+    unsetenv("MLAV_SM90_KERNEL");
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 132, 396, 0), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(4 * 513, 396, 0), 0); /* the grid's items */
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 4112, 4, 132, 396, 0), 0); /* 4k: 260 */
+    /* 16 requests x 4 row tiles, prefixes up to 49k: one wave */
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(64, 49168, 64, 132, 396, 0), 1);
+    /* 200 row tiles: two waves (264 items), 6 x 264 / 200 = 7.9 key tiles the boundary */
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(200, 8 * 64, 200, 132, 792, 0), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(200, 7 * 64, 200, 132, 792, 0), 0);
+    /* a grid smaller than a wave (q_len 1: at most max_splits items): its items */
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(1, 65 * 64 * 6, 1, 132, 65, 0), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(1, 65 * 64 * 6 - 64, 1, 132, 65, 0), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 0, 396, 0), 0); /* no waves */
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 4112, 4, 132, 396, 1), 1); /* FP8 */
+    setenv("MLAV_SM90_KERNEL", "producer", 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 132, 396, 0), 0);
+    unsetenv("MLAV_SM90_KERNEL");
+}
+
 /* The family on cc 9.0 (where the library has the sm_90a family): the legal one for requests of
  * at most 32 rows whose batch reads fewer than 6 tiles an SM, FP8 caches read as fewer than 8
  * tiles of 64 rows an SM, and KV shards;
@@ -126,6 +152,7 @@ int main(void)
 #ifdef MLAV_WITH_CUDA
         cmocka_unit_test(test_seesaw_env),
         cmocka_unit_test(test_seesaw_rule_boundaries),
+        cmocka_unit_test(test_seesaw_limits),
         cmocka_unit_test(test_family_rule),
 #endif
         cmocka_unit_test(test_nothing_without_cuda),

@@ -377,12 +377,11 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
     st->cfg.sp = mlav_step_params(shape->H, lim, st->cfg.sp);
     st->bd = mlav_step_bounds_of(shape->H, lim, &st->cfg.sp);
 #ifdef MLAV_WITH_SM90
-    /* the sm_90a kernel's rule on the limits: their row tiles over their longest kv_len, against
-     * the most items a step takes */
-    st->cfg.sm90_seesaw = mlav_flash_sm90_seesaw_rule(
-        mlav_step_ceil_div((int64_t)lim->max_tokens * shape->H, MLAV_FLASH_BLOCK_M) *
-            mlav_step_ceil_div(lim->max_kv_len, MLAV_FLASH_SM90_TILE_N),
-        st->bd.max_items, st->cfg.kv_fp8);
+    /* the sm_90a kernel's rule on the limits (flash_family.h) */
+    st->cfg.sm90_seesaw = mlav_flash_sm90_seesaw_limits(
+        mlav_step_ceil_div((int64_t)lim->max_tokens * shape->H, MLAV_FLASH_BLOCK_M),
+        lim->max_kv_len, st->bd.max_tiles, st->cfg.sp.target_blocks, st->bd.max_items,
+        st->cfg.kv_fp8);
 #endif
     /* the most splits a request within the limits can take */
     int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);

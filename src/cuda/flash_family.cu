@@ -72,6 +72,17 @@ int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8)
     return n_items > 0 && tile_rows >= (int64_t)MLAV_SM90_MIN_TILES * n_items;
 }
 
+int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t max_tiles,
+                                  int64_t target_blocks, int64_t max_items, int kv_fp8)
+{
+    const int64_t kv_tiles = (max_kv_len + MLAV_FLASH_SM90_TILE_N - 1) / MLAV_FLASH_SM90_TILE_N;
+    int64_t items = target_blocks > 0
+                        ? (max_tiles + target_blocks - 1) / target_blocks * target_blocks
+                        : max_items;
+    items = items < max_items ? items : max_items;
+    return mlav_flash_sm90_seesaw_rule(row_tiles * kv_tiles, items, kv_fp8);
+}
+
 const char *mlav_flash_family_name(mlav_flash_family f)
 {
     return f == MLAV_FLASH_FAMILY_SM90 ? "sm_90a (wgmma)" : "sm_120-legal (mma.sync)";

@@ -69,6 +69,16 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
  * launch, "producer" never. */
 int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8);
 
+/* The same rule for a plan for limits, which knows its limits rather than its items: row_tiles
+ * (the limits' rows in 64-row tiles) times the 64-key tiles of max_kv_len, over the items of the
+ * step rule's fewest whole waves of target_blocks (the unsplit batch's `max_tiles` blocks
+ * rounded up to waves; at most `max_items`, the grid's). Over the grid's items, which count the
+ * more waves a step may take, the rule took the producer kernel where the exact plan of the
+ * limits' own lengths takes the seesaw (6 of the production preset's 36 single requests;
+ * docs/PERFORMANCE.md#hopper). */
+int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t max_tiles,
+                                  int64_t target_blocks, int64_t max_items, int kv_fp8);
+
 /* The family's name, as `mlaverify info` prints it. */
 const char *mlav_flash_family_name(mlav_flash_family f);
 
