@@ -40,8 +40,9 @@
  * is gathered by the refilling warpgroup's 128 threads through kv_row_src (gather.cuh), which do
  * not wait for their copies: each copy's landing is an arrival on its block's barrier. Each
  * warpgroup looks up the page ids of the next pair's tiles (the first rows', and where a tile
- * crosses pages each row's, one a thread: pair_row_ids) at the top of a pair, so that its
- * refills issue without a dependent load. An FP8 tile is made F16 in place by its owner once it
+ * crosses pages each row's, one a thread: pair_row_ids; in a GATHER instance each row's source,
+ * pair_row_srcs) at the top of a pair, so that its refills issue without a dependent load. An
+ * FP8 tile is made F16 in place by its owner once it
  * has landed (fp8_tile_ready), before its S. No L2
  * prefetch: asking the L2 for the tile after next cost time nearly everywhere (on the H200 its
  * removal took 0.95x the time over 56 points, 0.86x at B 16, q_len 1, 131k;
