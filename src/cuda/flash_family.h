@@ -74,8 +74,8 @@ int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8);
  * step rule's fewest whole waves of target_blocks (the unsplit batch's `max_tiles` blocks
  * rounded up to waves; at most `max_items`, the grid's). Over the grid's items, which count the
  * more waves a step may take, the rule took the producer kernel where the exact plan of the
- * limits' own lengths takes the seesaw (6 of the production preset's 36 single requests;
- * docs/PERFORMANCE.md#hopper). */
+ * limits' own lengths takes the seesaw (6 of the production preset's 36 single requests at
+ * limits of their own lengths; docs/PERFORMANCE.md#hopper). */
 int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t max_tiles,
                                   int64_t target_blocks, int64_t max_items, int kv_fp8);
 

@@ -42,10 +42,9 @@
  * warpgroup looks up the page ids of the next pair's tiles (the first rows', and where a tile
  * crosses pages each row's, one a thread: pair_row_ids; in a GATHER instance each row's source,
  * pair_row_srcs) at the top of a pair, so that its refills issue without a dependent load. An
- * FP8 tile is made F16 in place by its owner once it
- * has landed (fp8_tile_ready), before its S. No L2
- * prefetch: asking the L2 for the tile after next cost time nearly everywhere (on the H200 its
- * removal took 0.95x the time over 56 points, 0.86x at B 16, q_len 1, 131k;
+ * FP8 tile is made F16 in place by its owner once it has landed (fp8_tile_ready), before its S.
+ * No L2 prefetch: asking the L2 for the tile after next cost time nearly everywhere (on the
+ * H200 its removal took 0.95x the time over 56 points, 0.86x at B 16, q_len 1, 131k;
  * docs/PERFORMANCE.md#hopper).
  *
  * Barriers.
@@ -337,7 +336,8 @@ __device__ __forceinline__ int32_t pair_row_ids(const int32_t *ptab, const block
 
 /* What a warpgroup looks up a pair ahead for its gathered refills: the page ids
  * (pair_row_ids), or in a GATHER instance each row's source itself (pair_row_srcs). */
-template <typename Kv, bool GATHER> using row_ids_t = std::conditional_t<GATHER, const Kv *, int32_t>;
+template <typename Kv, bool GATHER>
+using row_ids_t = std::conditional_t<GATHER, const Kv *, int32_t>;
 
 /* A GATHER instance's pair_row_ids: each row's source (kv_row_src: its page's slot, the NaN row,
  * or for a row past kv_end row 0, not read), so that a refill's rows need no address arithmetic
