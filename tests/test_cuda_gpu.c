@@ -808,6 +808,36 @@ static void test_cuda_rising_scores(void **state)
     run_problems(sizeof rising_cases / sizeof rising_cases[0], rising_problem);
 }
 
+/* Softmax scales of either sign and 0 (validation asks only for a finite one). The sm_90a
+ * seesaw kernel keeps one-factor scores raw through its rows' maxima (sm90/seesaw.cuh,
+ * score_ctx): right for a factor >= 0 only, so a negative scale must run the producer kernel
+ * (scale_ok), forced seesaw or not. At -16 a row's scores spread over hundreds of log2 units: a
+ * reference that is not the maximum overflows exp2 and the row is NaN. 0 makes every visible
+ * key's weight 1, where a factor of 0 times a masked key's -inf would be NaN. Problem k is case
+ * k / 3 at scale -16 x 1/sqrt(192), 0, and -1/sqrt(192). */
+static const tu_case sign_cases[] = {
+    CASE(16, 512, 64, 16, BF16, TU_BUSHY, 2, QS(9, 16), PS(3000, 700)),
+    CASE(16, 512, 64, 1, F16, TU_CHAIN, 1, QS(16), PS(5000)),
+    CASE(16, 512, 64, 64, F16, TU_BUSHY, 1, QS(9), PS(2000), .kv_dtype = MLAV_DTYPE_FP8_E4M3),
+};
+
+static tu_problem *sign_problem(size_t k, uint64_t seed)
+{
+    tu_case c = sign_cases[k / 3];
+    c.seed = seed;
+    tu_problem *p = tu_make(&c);
+    static const float factor[3] = {-16.0f, 0.0f, -1.0f};
+    p->prob.softmax_scale *= factor[k % 3];
+    return p;
+}
+
+static void test_cuda_scale_signs(void **state)
+{
+    (void)state;
+    tu_require_device();
+    run_problems(3 * (sizeof sign_cases / sizeof sign_cases[0]), sign_problem);
+}
+
 /* Values near 1e30 and 1e-30 (tu_scale_magnitudes): the scores and the softmax are those of
  * random inputs, out is scaled by 2^+-100. The flash kernel's partial states (16-bit plans:
  * fp16 with a power-of-two scale per row and 128 columns) must carry both; unscaled fp16 would
@@ -987,6 +1017,7 @@ int main(void)
         cmocka_unit_test(test_cuda_nonfinite_hidden_draft),
         cmocka_unit_test(test_cuda_rising_scores),
         cmocka_unit_test(test_cuda_extreme_magnitudes),
+        cmocka_unit_test(test_cuda_scale_signs),
         cmocka_unit_test(test_cuda_many_splits),
         cmocka_unit_test(test_cuda_plan_device_check),
         cmocka_unit_test(test_cuda_plan_other_device),

@@ -66,7 +66,8 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
  * 64-key tiles of all blocks, over n_items), whatever their rows and page size; the producer
  * kernel, whose blocks start sooner, below. The environment variable MLAV_SM90_KERNEL (read at
  * plan time) overrides it for A/B runs and tests: "seesaw" takes the seesaw kernel for every
- * launch, "producer" never. */
+ * launch, "producer" never. Either way a softmax_scale <= 0 runs the producer kernel (the
+ * seesaw kernel's scores stay raw through their rows' maxima: sm90/seesaw.cuh, scale_ok). */
 int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8);
 
 /* The same rule for a plan for limits, which knows its limits rather than its items: row_tiles

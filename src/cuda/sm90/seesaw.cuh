@@ -17,6 +17,12 @@
  * So WG0's softmax of A runs under WG1's S_B and WG1's softmax under WG0's P V, and both keep
  * the same reference per row as main's kernel after every tile (the same rule, applied to A then
  * B), so the row sums of each warpgroup's own keys meet in the shared epilogue (write_output).
+ * Scores: where one factor scales them (every instance but BF16 q over an FP8 cache) they stay
+ * raw through the mask and the row maxima, which are then scaled (the same values: rounding is
+ * monotone), and exponentiate applies the factor in its one FFMA a score (score_ctx); on the H200
+ * 0.9935x the time of scaling each score first (docs/PERFORMANCE.md#hopper). A softmax_scale
+ * <= 0 (raw maxima that are the scaled minima, or a factor of 0) runs the producer kernel
+ * (scale_ok).
  *
  * P's slot: a stage's last column block (K's features 512..575, read only by the S product of
  * that stage's owner): once S of the tile has completed it is free until the stage's refill, so
@@ -243,16 +249,26 @@ __device__ __forceinline__ void fp8_tile_ready(uint32_t stage, uint64_t *full, u
     wg_barrier(w);
 }
 
-/* The scores of the tile at KV row j0 in place (`score`: the factors, score_ctx; the visibility
- * mask: mask_scores), and their row maxima; returns whether the tile has hidden keys (V to
- * sanitize). */
+/* The scores of the tile at KV row j0 in place (the visibility mask: mask_scores), and their
+ * row maxima times the factors (`score`: score_ctx); returns whether the tile has hidden keys (V
+ * to sanitize). Where the factor is positive (score.raw) the scores stay raw, the maxima are
+ * taken raw and then scaled (the same values: rounding is monotone), and exponentiate applies the
+ * factor inside its one FFMA a score; else each score is scaled here and exponentiate's factor
+ * is 1. */
 template <typename Score>
 __device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
                                        const mlav_flash_params &p, const block_ctx &c, int j0,
-                                       int r0, int t4, Score score)
+                                       int r0, int t4, const Score &score)
 {
-    const bool hidden = mask_scores(x, p, c, j0, 0, r0, t4, score);
+    bool hidden;
+    if constexpr (Score::RAW)
+        hidden = mask_scores(x, p, c, j0, 0, r0, t4, [](float v) { return v; });
+    else
+        hidden = mask_scores(x, p, c, j0, 0, r0, t4, score);
     fragment_row_max(x, tm);
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        tm[h] *= score.k;
     return hidden;
 }
 
@@ -260,7 +276,12 @@ __device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
  * cache scale_log2 x kv_scale, with BF16 q as fp8_score_factors' two (qa: Q's power of two
  * back). */
 template <bool Q_TO_F16> struct score_ctx {
+    /* scores kept raw until exponentiate where one factor, sf, scales them: it is > 0 or NaN
+     * (scale_ok; an FP8 scale that is not finite and > 0 reads as NaN), or 0 where an FP8
+     * scale underflowed it */
+    static constexpr bool RAW = !Q_TO_F16;
     float qa, sf;
+    float k; /* the factor exponentiate applies: sf where RAW, else 1 */
     __device__ __forceinline__ float operator()(float v) const
     {
         if constexpr (Q_TO_F16)
@@ -268,19 +289,33 @@ template <bool Q_TO_F16> struct score_ctx {
         else
             return v * sf;
     }
+    /* k, once qa and sf are set. Over an FP8 cache, a factor that underflowed to 0 becomes
+     * the least subnormal: k x score then rounds every score to 0 or within an ulp of it, exp2
+     * of which is 1, as the scaled path's zeros give, where 0 x a masked key's -inf would be
+     * NaN. (A 16-bit cache's factor is the launch's scale_log2, > 0: scale_ok.) */
+    template <bool FP8> __device__ __forceinline__ void set_factor()
+    {
+        if constexpr (!RAW)
+            k = 1.0f;
+        else if constexpr (FP8)
+            k = sf == 0.0f ? 0x1p-149f : sf;
+        else
+            k = sf;
+    }
 };
 
-/* Scores to P (in place) against reference `m` per row, added to the row sums `l`. */
+/* Scores to P (in place) against reference `m` per row, added to the row sums `l`: exp2 of
+ * k x score - m (scores: k the factor of raw scores, 1 for scaled ones). */
 __device__ __forceinline__ void exponentiate(float (&x)[X_REGS], const float (&m)[2],
-                                             float (&l)[2])
+                                             float (&l)[2], float k)
 {
-    float ref[2];
+    float neg[2]; /* -m */
 #pragma unroll
     for (int h = 0; h < 2; h++)
-        ref[h] = m[h] == -INFINITY ? 0.0f : m[h]; /* no -inf - -inf */
+        neg[h] = m[h] == -INFINITY ? 0.0f : -m[h]; /* no -inf - -inf */
 #pragma unroll
     for (int i = 0; i < X_REGS; i++) {
-        x[i] = mlav::exp2_fast(x[i] - ref[(i >> 1) & 1]);
+        x[i] = mlav::exp2_fast(fmaf(x[i], k, neg[(i >> 1) & 1]));
         l[(i >> 1) & 1] += x[i];
     }
 }
@@ -304,6 +339,15 @@ __device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&f)[2
         for (int i = 0; i < O_REGS; i++)
             o[i] *= f[(i >> 1) & 1];
     }
+}
+
+/* Whether a launch's scale suits this kernel: its scores are kept raw until exponentiate
+ * (score_ctx), their rows' maxima taken raw, which are the maxima of the scaled scores only for
+ * a factor >= 0, and a factor of 0 would make a masked key's -inf NaN; a softmax_scale <= 0
+ * runs the producer kernel (mlav_flash_sm90_launch). */
+inline bool scale_ok(float scale_log2)
+{
+    return scale_log2 > 0.0f;
 }
 
 /* What a warpgroup needs to refill a stage. */
@@ -551,7 +595,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
                             hidden_v_rows(c.kv_begin + t * TILE_N, c.prefix, c.kv_end), wt,
                             WG_THREADS);
         rescale_o(o, f0);
-        exponentiate(x, ref0, l_run);
+        exponentiate(x, ref0, l_run, score.k);
         store_p(pa, x, 0, warp, lane, TY::pack);
         fence_proxy_async(); /* P_A, V_A sanitized: for wgmma */
         wg_barrier(0);
@@ -660,7 +704,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
                 fence_proxy_async();
                 wg_barrier(1);
             }
-            exponentiate(x, m, l_run);
+            exponentiate(x, m, l_run, score.k);
             pack_a(pr, x, TY::pack);
             pv_rs_issue<MT>(o, pr, sb, 1);
             store_p(pb, x, 0, warp, lane, TY::pack); /* for WG0's P_B V_B */
@@ -771,6 +815,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             score.sf = p.scale_log2 * ks;
         }
     }
+    score.template set_factor<FP8>();
     float o[O_REGS];
 #pragma unroll
     for (int i = 0; i < O_REGS; i++)
