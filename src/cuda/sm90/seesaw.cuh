@@ -20,7 +20,7 @@
  * Scores: where one factor scales them (every instance but BF16 q over an FP8 cache) they stay
  * raw through the mask and the row maxima, which are then scaled (the same values: rounding is
  * monotone), and exponentiate applies the factor in its one FFMA a score (score_ctx); on the H200
- * 0.9935x the time of scaling each score first (docs/PERFORMANCE.md#hopper). A softmax_scale
+ * 0.991x the time of scaling each score first (docs/PERFORMANCE.md#hopper). A softmax_scale
  * <= 0 (raw maxima that are the scaled minima, or a factor of 0) runs the producer kernel
  * (scale_ok).
  *
@@ -251,7 +251,7 @@ __device__ __forceinline__ void fp8_tile_ready(uint32_t stage, uint64_t *full, u
 
 /* The scores of the tile at KV row j0 in place (the visibility mask: mask_scores), and their
  * row maxima times the factors (`score`: score_ctx); returns whether the tile has hidden keys (V
- * to sanitize). Where the factor is positive (score.raw) the scores stay raw, the maxima are
+ * to sanitize). Where one factor scales the scores (Score::RAW) they stay raw, the maxima are
  * taken raw and then scaled (the same values: rounding is monotone), and exponentiate applies the
  * factor inside its one FFMA a score; else each score is scaled here and exponentiate's factor
  * is 1. */
