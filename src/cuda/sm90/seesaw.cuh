@@ -249,22 +249,15 @@ __device__ __forceinline__ void fp8_tile_ready(uint32_t stage, uint64_t *full, u
     wg_barrier(w);
 }
 
-/* The scores of the tile at KV row j0 in place (the visibility mask: mask_scores), and their
- * row maxima times the factors (`score`: score_ctx); returns whether the tile has hidden keys (V
- * to sanitize). Where one factor scales the scores (Score::RAW) they stay raw, the maxima are
- * taken raw and then scaled (the same values: rounding is monotone), and exponentiate applies the
- * factor inside its one FFMA a score; else each score is scaled here and exponentiate's factor
- * is 1. */
+/* The scores of the tile at KV row j0 in place (the visibility mask: mask_scores, with what
+ * score_ctx applies before the maxima), and their row maxima times the factor exponentiate
+ * applies (`score.k`); returns whether the tile has hidden keys (V to sanitize). */
 template <typename Score>
 __device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
                                        const mlav_flash_params &p, const block_ctx &c, int j0,
                                        int r0, int t4, const Score &score)
 {
-    bool hidden;
-    if constexpr (Score::RAW)
-        hidden = mask_scores(x, p, c, j0, 0, r0, t4, [](float v) { return v; });
-    else
-        hidden = mask_scores(x, p, c, j0, 0, r0, t4, score);
+    const bool hidden = mask_scores(x, p, c, j0, 0, r0, t4, score);
     fragment_row_max(x, tm);
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -274,20 +267,22 @@ __device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
 
 /* The factors a raw score is multiplied by (kernel.cuh's consume): scale_log2, or over an FP8
  * cache scale_log2 x kv_scale, with BF16 q as fp8_score_factors' two (qa: Q's power of two
- * back). */
+ * back). Where one factor, sf, scales the scores (RAW) they stay raw through the mask and the
+ * rows' maxima, which are then scaled (the same values: rounding is monotone), and exponentiate
+ * applies sf in its one FFMA a score; sf is then > 0 or NaN (scale_ok; an FP8 scale that is not
+ * finite and > 0 reads as NaN), or 0 where an FP8 scale underflowed it. BF16 q's two factors
+ * scale each score before the maxima, and exponentiate's factor is 1. */
 template <bool Q_TO_F16> struct score_ctx {
-    /* scores kept raw until exponentiate where one factor, sf, scales them: it is > 0 or NaN
-     * (scale_ok; an FP8 scale that is not finite and > 0 reads as NaN), or 0 where an FP8
-     * scale underflowed it */
     static constexpr bool RAW = !Q_TO_F16;
     float qa, sf;
     float k; /* the factor exponentiate applies: sf where RAW, else 1 */
+    /* what a score is multiplied by before the mask and the maxima */
     __device__ __forceinline__ float operator()(float v) const
     {
-        if constexpr (Q_TO_F16)
-            return v * qa * sf;
+        if constexpr (RAW)
+            return v;
         else
-            return v * sf;
+            return v * qa * sf;
     }
     /* k, once qa and sf are set. Over an FP8 cache, a factor that underflowed to 0 becomes
      * the least subnormal: k x score then rounds every score to 0 or within an ulp of it, exp2
