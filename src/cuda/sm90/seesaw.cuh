@@ -564,7 +564,6 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     float *sref = reinterpret_cast<float *>(smem + smem_ss::REF);
     const float *smax_m = reinterpret_cast<const float *>(smem + smem_ss::MAXM);
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
-    unsigned char *pa = smem + smem_ss::KV + P_SLOT;
     uint64_t *full_a = full, *full_b = full + W_BLOCKS;
     uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
     for (int t = 0; t < c.n_tiles; t += 2) {
@@ -591,7 +590,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
                             WG_THREADS);
         rescale_o(o, f0);
         exponentiate(x, ref0, l_run, score.k);
-        store_p(pa, x, 0, warp, lane, TY::pack);
+        store_p_stsm(sa + P_SLOT, x, warp, lane, TY::pack);
         fence_proxy_async(); /* P_A, V_A sanitized: for wgmma */
         wg_barrier(0);
         pv_issue<MT>(o, sa + P_SLOT, sa, 0);
@@ -619,7 +618,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
 #pragma unroll
             for (int i = 0; i < X_REGS; i++)
                 x[i] *= f1[(i >> 1) & 1];
-            store_p(pa, x, 0, warp, lane, TY::pack);
+            store_p_stsm(sa + P_SLOT, x, warp, lane, TY::pack);
         }
         fence_proxy_async();
         handover_arrive<HAND_PA>(hand);
@@ -655,7 +654,6 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
     const float *sref = reinterpret_cast<const float *>(smem + smem_ss::REF);
     float *smax_m = reinterpret_cast<float *>(smem + smem_ss::MAXM);
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
-    unsigned char *pb = smem + smem_ss::KV + OPERAND_BYTES + P_SLOT;
     uint64_t *full_a = full, *full_b = full + W_BLOCKS;
     uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
     for (int t = 0; t < c.n_tiles; t += 2) {
@@ -702,7 +700,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             exponentiate(x, m, l_run, score.k);
             pack_a(pr, x, TY::pack);
             pv_rs_issue<MT>(o, pr, sb, 1);
-            store_p(pb, x, 0, warp, lane, TY::pack); /* for WG0's P_B V_B */
+            store_p_stsm(sb + P_SLOT, x, warp, lane, TY::pack); /* for WG0's P_B V_B */
             fence_proxy_async();                     /* P_B, V_B sanitized: for wgmma */
             handover_arrive<HAND_PB>(hand);
         }

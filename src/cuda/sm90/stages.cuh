@@ -66,6 +66,32 @@ __device__ __forceinline__ void store_p(unsigned char *sp, const float (&pv)[N],
         }
 }
 
+/* store_p for a whole tile's P (fragments of m64n64, N = 32) at shared address `sp`, by
+ * stmatrix: four m8n8.x4 stores a warp instead of 16 32-bit stores a thread. Store q takes key
+ * blocks 2q and 2q + 1 (matrix m: key block 2q + m / 2, rows 8 (m % 2) .. of the warp's 16), so
+ * register m holds pv[4 j + 2 h], pv[4 j + 2 h + 1], j = 2q + m / 2, h = m % 2: the fragment's
+ * own pairs; lane l gives the 16-byte row of matrix l / 8, row l % 8, in the swizzled tile. */
+template <int N, typename Pack>
+__device__ __forceinline__ void store_p_stsm(uint32_t sp, const float (&pv)[N], int warp, int lane,
+                                             Pack pack)
+{
+    static_assert(N == 32, "a whole 64-key tile's fragment");
+    const int mi = lane >> 3, rr = lane & 7;
+#pragma unroll
+    for (int q = 0; q < N / 8; q++) {
+        uint32_t r[4];
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int j = 2 * q + (m >> 1), h = m & 1;
+            r[m] = pack(pv[4 * j + 2 * h], pv[4 * j + 2 * h + 1]);
+        }
+        const uint32_t a = sp + sw128_elem(16 * warp + rr + 8 * (mi & 1), 8 * (2 * q + (mi >> 1)));
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a),
+                     "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                     : "memory");
+    }
+}
+
 /* O += P V (fragments of m64n256: o[4 j + e] is row 16 warp + g + 8 (e >> 1), column
  * 256 w + 8 j + 2 t + (e & 1)) from P at `sp` and V, the KV tile's first 512 features at
  * `stage`, read MN-major: issues and commits its 4 wgmmas as one group (pv_tile also waits). */
