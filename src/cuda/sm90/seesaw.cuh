@@ -299,20 +299,26 @@ template <bool Q_TO_F16> struct score_ctx {
     }
 };
 
-/* Scores to P (in place) against reference `m` per row, added to the row sums `l`: exp2 of
- * k x score - m (scores: k the factor of raw scores, 1 for scaled ones). */
-__device__ __forceinline__ void exponentiate(float (&x)[X_REGS], const float (&m)[2],
-                                             float (&l)[2], float k)
+/* Scores to P (in place) against reference `m` per row: exp2 of k x score - m (scores: k the
+ * factor of raw scores, 1 for scaled ones). Their row sums are add_row_sums', after P V's issue. */
+__device__ __forceinline__ void exponentiate(float (&x)[X_REGS], const float (&m)[2], float k)
 {
     float neg[2]; /* -m */
 #pragma unroll
     for (int h = 0; h < 2; h++)
         neg[h] = m[h] == -INFINITY ? 0.0f : -m[h]; /* no -inf - -inf */
 #pragma unroll
-    for (int i = 0; i < X_REGS; i++) {
+    for (int i = 0; i < X_REGS; i++)
         x[i] = mlav::exp2_fast(fmaf(x[i], k, neg[(i >> 1) & 1]));
+}
+
+/* P's row sums (exponentiate's) added to `l`, in key order: off the path from S's completion to
+ * P V's issue, where each warpgroup's tensor work waits. */
+__device__ __forceinline__ void add_row_sums(const float (&x)[X_REGS], float (&l)[2])
+{
+#pragma unroll
+    for (int i = 0; i < X_REGS; i++)
         l[(i >> 1) & 1] += x[i];
-    }
 }
 
 /* P (an S fragment of m64n64, exponentiated) as wgmma's register A for the P V product's four
@@ -589,11 +595,12 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
                             hidden_v_rows(c.kv_begin + t * TILE_N, c.prefix, c.kv_end), wt,
                             WG_THREADS);
         rescale_o(o, f0);
-        exponentiate(x, ref0, l_run, score.k);
+        exponentiate(x, ref0, score.k);
         store_p_stsm(sa + P_SLOT, x, warp, lane, TY::pack);
         fence_proxy_async(); /* P_A, V_A sanitized: for wgmma */
         wg_barrier(0);
         pv_issue<MT>(o, sa + P_SLOT, sa, 0);
+        add_row_sums(x, l_run); /* at ref0, before f1 */
         /* the next pair's page ids (refill's page0 and ids), looked up under this pair's P V */
         const int32_t pg2 =
             GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
@@ -697,12 +704,13 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
                 fence_proxy_async();
                 wg_barrier(1);
             }
-            exponentiate(x, m, l_run, score.k);
+            exponentiate(x, m, score.k);
             pack_a(pr, x, TY::pack);
             pv_rs_issue<MT>(o, pr, sb, 1);
             store_p_stsm(sb + P_SLOT, x, warp, lane, TY::pack); /* for WG0's P_B V_B */
             fence_proxy_async();                     /* P_B, V_B sanitized: for wgmma */
             handover_arrive<HAND_PB>(hand);
+            add_row_sums(x, l_run);
         }
         handover_wait<HAND_PA>(hand, t);
         pv_issue<MT>(o, sa + P_SLOT, sa, 1);
