@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 41 call 1: the A/B of stsm-p.patch (prepared in session 40) on main c2b996c.
+# Session 41 call 1: the A/B of stsm-p.patch (prepared in session 40, d86cbef) on main c2b996c.
 # The seesaw kernel stores each tile's P with four stmatrix.m8n8.x4 a warp (store_p_stsm,
 # stages.cuh) instead of 16 generic 32-bit stores a thread and their 64-bit address arithmetic:
 # WG0's store of P_A sits between its softmax and its P_A V_A, as the FMUL that session 40's
