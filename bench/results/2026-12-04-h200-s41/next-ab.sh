@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Prepared in session 41, not run: the A/B of clean-loop.patch on main (PATCH=... names another).
-# The seesaw kernel's 16-bit instances run the pairs whose tiles hide no key in a loop of their
-# own (wg0_pairs / wg1_pairs with CLEAN: no mask, no V sanitizing), then the rest in the loop as
-# it is: call 2's profile put 6.7% of our warps' stall samples on instruction fetch (FlashMLA
-# 1.0%), most just past the branch over the mask's 878 instructions after each S. ptxas (nvcc
-# 13.0, sm_90a): the 16-bit instances without spills; the FP8 instances keep one loop (two of
-# them spilled 24-28 bytes more with the split). Predicted: no_instructions under half its
-# share, 1-2% where tensor-bound, nothing at short prefixes (one more loop's code). r = main +
-# the patch; b = main. r's test_sm90_gpu (trees and draft masks), seesaw ctest, racecheck and
-# synccheck; the A/B, the order alternating by round; Nsight Compute's warp states of b and r
-# at B 16, H 128, q_len 16, 131k. From the checkout root, .debs carried.
+# Prepared in session 41, not run: the A/B of one patch on main, r = main + $PATCH, b = main
+# (default clean-loop.patch; PATCH=bench/results/2026-12-04-h200-s41/seldom.patch for the other).
+# Both answer call 2's profile, which put 6.7% of our warps' stall samples on instruction fetch
+# (FlashMLA 1.0%), most at the first instruction past a branch over cold code laid out in line
+# (after each S, the mask's 878 instructions; in a refill, the gather under the TMA branch):
+# - clean-loop.patch: the 16-bit instances run the pairs whose tiles hide no key in a loop of
+#   their own, without the mask and V's sanitizing, then the rest in today's loop (the FP8
+#   instances keep one loop: split, two spilled 24-28 bytes more). Code: one more loop.
+# - seldom.patch: __builtin_expect on the seldom branches (a tile with hidden keys, V's
+#   sanitizing, a gathered tile under the tensor map, rows whose reference moved): the PTX of the
+#   BF16 page-64 instance goes from S's wait to the row maxima in 80 lines instead of ~1,350,
+#   the cold code out of line. Code: the same size.
+# ptxas (nvcc 13.0, sm_90a), both: no spills in the 16-bit instances, the FP8 ones as main.
+# Predicted: no_instructions under half its share, 1-2% where tensor-bound, nothing at short
+# prefixes. r's test_sm90_gpu (trees and draft masks), seesaw ctest, racecheck and synccheck; the
+# A/B at the harness's 120 shapes, the order alternating by round; Nsight Compute's warp states
+# of b and r at B 16, H 128, q_len 16, 131k. From the checkout root, .debs carried.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 R=bench/results/2026-12-04-h200-s41
