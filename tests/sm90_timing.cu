@@ -269,7 +269,7 @@ int main(int argc, char **argv)
             lo.combine_kind = mlav_combine_kind(max_nsplit);
             /* the sm_90a kernel the backend would pick (flash_family.h's rule, or
              * MLAV_SM90_KERNEL's choice) */
-            lo.sm90_seesaw = mlav_flash_sm90_seesaw_of(sch.items, sch.n_items, 0);
+            lo.sm90_seesaw = mlav_flash_sm90_seesaw_of(sch.items, sch.n_items, 0, info.scale);
             if (lo.combine_kind != MLAV_COMBINE_ROWS)
                 MK(mlav_combine_spread_smem((int64_t)sch.n_combine * fp.combine_col_blocks,
                                             lo.combine_kind, 0, &dev, &lo.combine_smem));

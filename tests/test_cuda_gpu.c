@@ -811,10 +811,11 @@ static void test_cuda_rising_scores(void **state)
 /* Softmax scales of either sign and 0 (validation asks only for a finite one). The sm_90a
  * seesaw kernel keeps one-factor scores raw through its rows' maxima (sm90/seesaw.cuh,
  * score_ctx): right for a factor >= 0 only, so a negative scale must run the producer kernel
- * (scale_ok), forced seesaw or not. At -16 a row's scores spread over hundreds of log2 units: a
- * reference that is not the maximum overflows exp2 and the row is NaN. 0 makes every visible
- * key's weight 1, where a factor of 0 times a masked key's -inf would be NaN (so it runs the
- * producer kernel too; an FP8 factor that underflows to 0 is test_fp8's scale extremes). Problem
+ * (mlav_flash_sm90_seesaw_rule), forced seesaw or not. At -16 a row's scores spread over
+ * hundreds of log2 units: a reference that is not the maximum overflows exp2 and the row is
+ * NaN. 0 makes every visible key's weight 1, where a factor of 0 times a masked key's -inf
+ * would be NaN (so it runs the producer kernel too; an FP8 factor that underflows to 0 is
+ * test_fp8's scale extremes). Problem
  * k is case k / 3 at scale -16 x 1/sqrt(192), 0, and -1/sqrt(192). */
 static const tu_case sign_cases[] = {
     CASE(16, 512, 64, 16, BF16, TU_BUSHY, 2, QS(9, 16), PS(3000, 700)),

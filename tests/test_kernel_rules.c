@@ -19,18 +19,19 @@
  * (session 28's rule_points.c printed it: `git show 32154b4:bench/results/2026-12-02-h200-s28/`) */
 #define BIG_TILES (512LL * 2049)
 #define BIG_ITEMS 512
+#define SCALE 0.0721688f /* 1/sqrt(192): a plan's usual softmax_scale */
 
 /* MLAV_SM90_KERNEL: "seesaw" and "producer" force a kernel; unset or anything else, the rule. */
 static void test_seesaw_env(void **state)
 {
     (void)state;
     setenv("MLAV_SM90_KERNEL", "producer", 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0, SCALE), 0);
     setenv("MLAV_SM90_KERNEL", "seesaw", 1); /* forced, short blocks too */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65, 0), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65, 0, SCALE), 1);
     setenv("MLAV_SM90_KERNEL", "Seesaw", 1); /* not a value: the rule */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65, 0), 0);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65, 0, SCALE), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0, SCALE), 1);
     unsetenv("MLAV_SM90_KERNEL");
 }
 
@@ -41,18 +42,43 @@ static void test_seesaw_rule_boundaries(void **state)
     (void)state;
     unsetenv("MLAV_SM90_KERNEL");
     assert_int_equal(MLAV_SM90_MIN_TILES, 6);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(264, 132, 0), 0);      /* B 1, H 16, q 16, 4k */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(129 * 4, 129, 0), 0);  /* B 1, q 1, 32k */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(1027, 130, 0), 1);     /* B 1, H 8, q 16, 32k */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100, 100, 0), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100 - 1, 100, 0), 0);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(0, 0, 0), 0); /* no items */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0, SCALE), 1);
+    /* B 1, H 16, q 16, 4k */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(264, 132, 0, SCALE), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(129 * 4, 129, 0, SCALE), 0);  /* B 1, q 1, 32k */
+    /* B 1, H 8, q 16, 32k */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(1027, 130, 0, SCALE), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100, 100, 0, SCALE), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(6 * 100 - 1, 100, 0, SCALE), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(0, 0, 0, SCALE), 0); /* no items */
     /* an FP8 cache: the seesaw kernel at any tile count */
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(264, 132, 1), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 1), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(264, 132, 1, SCALE), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 1, SCALE), 1);
     setenv("MLAV_SM90_KERNEL", "producer", 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 1), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 1, SCALE), 0);
+    unsetenv("MLAV_SM90_KERNEL");
+}
+
+/* A softmax_scale <= 0 takes the producer kernel whatever the rule or MLAV_SM90_KERNEL says: the
+ * seesaw kernel keeps one-factor scores raw through their rows' maxima (the scaled maxima only
+ * for a factor > 0; 0 x a masked key's -inf is NaN). test_cuda_scale_signs runs such plans. */
+static void test_seesaw_scale_sign(void **state)
+{
+    (void)state;
+    static const float bad[] = {0.0f, -0.0f, -SCALE, -16.0f * SCALE};
+    for (int e = 0; e < 2; e++) {
+        if (e)
+            setenv("MLAV_SM90_KERNEL", "seesaw", 1);
+        else
+            unsetenv("MLAV_SM90_KERNEL");
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0, bad[i]), 0);
+            assert_int_equal(mlav_flash_sm90_seesaw_rule(264, 132, 1, bad[i]), 0); /* FP8 */
+            assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 132, 396, 0, bad[i]), 0);
+        }
+        /* the least positive scale keeps the rule */
+        assert_int_equal(mlav_flash_sm90_seesaw_rule(BIG_TILES, BIG_ITEMS, 0, 0x1p-149f), 1);
+    }
     unsetenv("MLAV_SM90_KERNEL");
 }
 
@@ -64,21 +90,23 @@ static void test_seesaw_limits(void **state)
 {
     (void)state;
     unsetenv("MLAV_SM90_KERNEL");
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 132, 396, 0), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_rule(4 * 513, 396, 0), 0); /* the grid's items */
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 4112, 4, 132, 396, 0), 0); /* 4k: 260 */
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 132, 396, 0, SCALE), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(4 * 513, 396, 0, SCALE), 0); /* the grid's items */
+    /* 4k: 260 */
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 4112, 4, 132, 396, 0, SCALE), 0);
     /* 16 requests x 4 row tiles, prefixes up to 49k: one wave */
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(64, 49168, 64, 132, 396, 0), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(64, 49168, 64, 132, 396, 0, SCALE), 1);
     /* 200 row tiles: two waves (264 items), 6 x 264 / 200 = 7.9 key tiles the boundary */
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(200, 8 * 64, 200, 132, 792, 0), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(200, 7 * 64, 200, 132, 792, 0), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(200, 8 * 64, 200, 132, 792, 0, SCALE), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(200, 7 * 64, 200, 132, 792, 0, SCALE), 0);
     /* a grid smaller than a wave (q_len 1: at most max_splits items): its items */
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(1, 65 * 64 * 6, 1, 132, 65, 0), 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(1, 65 * 64 * 6 - 64, 1, 132, 65, 0), 0);
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 0, 396, 0), 0); /* no waves */
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 4112, 4, 132, 396, 1), 1); /* FP8 */
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(1, 65 * 64 * 6, 1, 132, 65, 0, SCALE), 1);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(1, 65 * 64 * 6 - 64, 1, 132, 65, 0, SCALE), 0);
+    /* no waves */
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 0, 396, 0, SCALE), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 4112, 4, 132, 396, 1, SCALE), 1); /* FP8 */
     setenv("MLAV_SM90_KERNEL", "producer", 1);
-    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 132, 396, 0), 0);
+    assert_int_equal(mlav_flash_sm90_seesaw_limits(4, 32784, 4, 132, 396, 0, SCALE), 0);
     unsetenv("MLAV_SM90_KERNEL");
 }
 
@@ -153,6 +181,7 @@ int main(void)
         cmocka_unit_test(test_seesaw_env),
         cmocka_unit_test(test_seesaw_rule_boundaries),
         cmocka_unit_test(test_seesaw_limits),
+        cmocka_unit_test(test_seesaw_scale_sign),
         cmocka_unit_test(test_family_rule),
 #endif
         cmocka_unit_test(test_nothing_without_cuda),

@@ -291,7 +291,8 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
 
     const mlav_schedule *sc = &st->sched;
 #ifdef MLAV_WITH_SM90
-    st->cfg.sm90_seesaw = mlav_flash_sm90_seesaw_of(sc->items, sc->n_items, st->cfg.kv_fp8);
+    st->cfg.sm90_seesaw = mlav_flash_sm90_seesaw_of(sc->items, sc->n_items, st->cfg.kv_fp8,
+                                                    p->scale);
 #endif
     /* the combine's items: their most splits, and their rows that do work (a row tile's rows
      * past its request return at once) */
@@ -381,7 +382,7 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
     st->cfg.sm90_seesaw = mlav_flash_sm90_seesaw_limits(
         mlav_step_ceil_div((int64_t)lim->max_tokens * shape->H, MLAV_FLASH_BLOCK_M),
         lim->max_kv_len, st->bd.max_tiles, st->cfg.sp.target_blocks, st->bd.max_items,
-        st->cfg.kv_fp8);
+        st->cfg.kv_fp8, shape->scale);
 #endif
     /* the most splits a request within the limits can take */
     int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);

@@ -60,8 +60,10 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
     return f;
 }
 
-int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8)
+int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8, float scale)
 {
+    if (!(scale > 0.0f))
+        return 0; /* whatever MLAV_SM90_KERNEL says: the seesaw kernel's maxima are raw */
     const char *env = getenv("MLAV_SM90_KERNEL");
     if (env && strcmp(env, "seesaw") == 0)
         return 1;
@@ -73,14 +75,15 @@ int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8)
 }
 
 int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t max_tiles,
-                                  int64_t target_blocks, int64_t max_items, int kv_fp8)
+                                  int64_t target_blocks, int64_t max_items, int kv_fp8,
+                                  float scale)
 {
     const int64_t kv_tiles = (max_kv_len + MLAV_FLASH_SM90_TILE_N - 1) / MLAV_FLASH_SM90_TILE_N;
     int64_t items = target_blocks > 0
                         ? (max_tiles + target_blocks - 1) / target_blocks * target_blocks
                         : max_items;
     items = items < max_items ? items : max_items;
-    return mlav_flash_sm90_seesaw_rule(row_tiles * kv_tiles, items, kv_fp8);
+    return mlav_flash_sm90_seesaw_rule(row_tiles * kv_tiles, items, kv_fp8, scale);
 }
 
 const char *mlav_flash_family_name(mlav_flash_family f)

@@ -43,7 +43,7 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
  * (its seesaw kernel, which converts each tile on its reader's path): on the H200 it took
  * 1.12-1.57x the legal family's time at 1-7.8 tiles an SM (B 16, H 8 and 16, q_len 1, 4k; B 1,
  * H 128, q_len 1, 4k; B 1, H 8 and 16, q_len 16, 4k), 0.93x at 7.8 (B 1, H 8, q_len 16, 32k)
- * and 0.73-0.97x from 15.5 (bench/results/2026-12-02-h200-s30, call 3). */
+ * and 0.73-0.97x from 15.5 (`git show d89d2b7:bench/results/2026-12-02-h200-s30`, call 3). */
 #define MLAV_SM90_FP8_MIN_TILES 8
 
 /* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
@@ -66,9 +66,11 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
  * 64-key tiles of all blocks, over n_items), whatever their rows and page size; the producer
  * kernel, whose blocks start sooner, below. The environment variable MLAV_SM90_KERNEL (read at
  * plan time) overrides it for A/B runs and tests: "seesaw" takes the seesaw kernel for every
- * launch, "producer" never. Either way a softmax_scale <= 0 runs the producer kernel (the
- * seesaw kernel's scores stay raw through their rows' maxima: sm90/seesaw.cuh, scale_ok). */
-int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8);
+ * launch, "producer" never. Either way a plan whose softmax_scale is <= 0 takes the producer
+ * kernel: the seesaw kernel keeps one-factor scores raw through their rows' maxima, which are
+ * the maxima of the scaled scores only for a factor > 0, and 0 x a masked key's -inf is NaN
+ * (sm90/seesaw.cuh, score_ctx). */
+int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8, float scale);
 
 /* The same rule for a plan for limits, which knows its limits rather than its items: row_tiles
  * (the limits' rows in 64-row tiles) times the 64-key tiles of max_kv_len, over the items of the
@@ -78,7 +80,8 @@ int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8);
  * limits' own lengths takes the seesaw (6 of the production preset's 36 single requests at
  * limits of their own lengths; docs/PERFORMANCE.md#hopper). */
 int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t max_tiles,
-                                  int64_t target_blocks, int64_t max_items, int kv_fp8);
+                                  int64_t target_blocks, int64_t max_items, int kv_fp8,
+                                  float scale);
 
 /* The family's name, as `mlaverify info` prints it. */
 const char *mlav_flash_family_name(mlav_flash_family f);

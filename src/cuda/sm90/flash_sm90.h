@@ -34,15 +34,16 @@ static inline mlav_schedule_params mlav_flash_sm90_schedule_params(int sm_count,
 }
 
 /* mlav_flash_sm90_seesaw_rule (flash_family.h) for a schedule's items (the 64-key tiles of all
- * of them, over their count) over a cache that is FP8 E4M3 or not (kv_fp8). */
+ * of them, over their count) over a cache that is FP8 E4M3 or not (kv_fp8), at the plan's
+ * softmax scale. */
 static inline int mlav_flash_sm90_seesaw_of(const mlav_split_item *items, int32_t n_items,
-                                            int kv_fp8)
+                                            int kv_fp8, float scale)
 {
     int64_t tile_rows = 0;
     for (int32_t i = 0; i < n_items; i++)
         tile_rows += (items[i].kv_end - items[i].kv_begin + MLAV_FLASH_SM90_TILE_N - 1) /
                      MLAV_FLASH_SM90_TILE_N;
-    return mlav_flash_sm90_seesaw_rule(tile_rows, n_items, kv_fp8);
+    return mlav_flash_sm90_seesaw_rule(tile_rows, n_items, kv_fp8, scale);
 }
 
 /* Whether this device and these dtypes can run the Hopper kernel: MLAV_OK, or

@@ -132,7 +132,7 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
         if (ms != MLAV_OK)
             return ms;
         void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
-        if (lo->sm90_seesaw && mlav90::seesaw::scale_ok(fp->scale_log2))
+        if (lo->sm90_seesaw)
             MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, lo->kv_fp8 != 0, step != 0,
                                                       kv_tma == 0),
                                            dim3((unsigned)fp->n_items),

@@ -22,7 +22,7 @@
  * monotone), and exponentiate applies the factor in its one FFMA a score (score_ctx); on the H200
  * 0.991x the time of scaling each score first (docs/PERFORMANCE.md#hopper). A softmax_scale
  * <= 0 (raw maxima that are the scaled minima, or a factor of 0) runs the producer kernel
- * (scale_ok).
+ * (the plan's rule: mlav_flash_sm90_seesaw_rule).
  *
  * P's slot: a stage's last column block (K's features 512..575, read only by the S product of
  * that stage's owner): once S of the tile has completed it is free until the stage's refill, so
@@ -269,9 +269,9 @@ __device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
  * cache scale_log2 x kv_scale, with BF16 q as fp8_score_factors' two (qa: Q's power of two
  * back). Where one factor, sf, scales the scores (RAW) they stay raw through the mask and the
  * rows' maxima, which are then scaled (the same values: rounding is monotone), and exponentiate
- * applies sf in its one FFMA a score; sf is then > 0 or NaN (scale_ok; an FP8 scale that is not
- * finite and > 0 reads as NaN), or 0 where an FP8 scale underflowed it. BF16 q's two factors
- * scale each score before the maxima, and exponentiate's factor is 1. */
+ * applies sf in its one FFMA a score; sf is then > 0 (the plan's kernel rule) or NaN (an FP8
+ * scale that is not finite and > 0 reads as NaN), or 0 where an FP8 scale underflowed it. BF16
+ * q's two factors scale each score before the maxima, and exponentiate's factor is 1. */
 template <bool Q_TO_F16> struct score_ctx {
     static constexpr bool RAW = !Q_TO_F16;
     float qa, sf;
@@ -287,7 +287,7 @@ template <bool Q_TO_F16> struct score_ctx {
     /* k, once qa and sf are set. Over an FP8 cache, a factor that underflowed to 0 becomes
      * the least subnormal: k x score then rounds every score to 0 or within an ulp of it, exp2
      * of which is 1, as the scaled path's zeros give, where 0 x a masked key's -inf would be
-     * NaN. (A 16-bit cache's factor is the launch's scale_log2, > 0: scale_ok.) */
+     * NaN. (A 16-bit cache's factor is the plan's scale_log2, > 0: the plan's rule.) */
     template <bool FP8> __device__ __forceinline__ void set_factor()
     {
         if constexpr (!RAW)
@@ -340,15 +340,6 @@ __device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&f)[2
         for (int i = 0; i < O_REGS; i++)
             o[i] *= f[(i >> 1) & 1];
     }
-}
-
-/* Whether a launch's scale suits this kernel: its scores are kept raw until exponentiate
- * (score_ctx), their rows' maxima taken raw, which are the maxima of the scaled scores only for
- * a factor >= 0, and a factor of 0 would make a masked key's -inf NaN; a softmax_scale <= 0
- * runs the producer kernel (mlav_flash_sm90_launch). */
-inline bool scale_ok(float scale_log2)
-{
-    return scale_log2 > 0.0f;
 }
 
 /* What a warpgroup needs to refill a stage. */
