@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 40, call 5 (main bb822f0, .debs and .peer carried; the harness with
-# bench/results/2026-12-03-h200-s37/harness-order.patch): the landed tree's GPU tests and its
+# bench/results/2026-12-04-h200-s40/harness-order.patch): the landed tree's GPU tests and its
 # mutant, then FlashMLA side by side. r = this tree: test_sm90_gpu (6 cases a test), ctest
 # test_cuda_gpu, test_golden, test_backends, test_fp8 in every family variant (default,
 # _legal, _sm90, _seesaw), test_kernel_rules, test_steps_gpu (ctest -j4: one GPU, no timing in
