@@ -23,6 +23,9 @@
  * 0.991x the time of scaling each score first (docs/PERFORMANCE.md#hopper). A softmax_scale
  * <= 0 (raw maxima that are the scaled minima, or a factor of 0) runs the producer kernel
  * (the plan's rule: mlav_flash_sm90_seesaw_rule).
+ * Loops: a GATHER instance runs the block's leading pairs whose tiles hide no key (clean_tiles)
+ * in a loop of their own, without the mask and V's sanitizing (CLEAN), then the rest in the
+ * masked loop; the other instances run every pair in the masked loop (why: at the call).
  *
  * P's slot: a stage's last column block (K's features 512..575, read only by the S product of
  * that stage's owner): once S of the tile has completed it is free until the stage's refill, so
@@ -249,15 +252,31 @@ __device__ __forceinline__ void fp8_tile_ready(uint32_t stage, uint64_t *full, u
     wg_barrier(w);
 }
 
+/* How many of the block's leading tiles hide no key (tile_has_hidden_keys false for each: it
+ * ends at or before both the prefix and kv_end); a partial tile at kv_end is not one. */
+__device__ __forceinline__ int clean_tiles(const block_ctx &c)
+{
+    const int lim = c.prefix < c.kv_end ? c.prefix : c.kv_end;
+    const int n = lim > c.kv_begin ? (lim - c.kv_begin) / TILE_N : 0;
+    return n < c.n_tiles ? n : c.n_tiles;
+}
+
 /* The scores of the tile at KV row j0 in place (the visibility mask: mask_scores, with what
  * score_ctx applies before the maxima), and their row maxima times the factor exponentiate
  * applies (`score.k`); returns whether the tile has hidden keys (V to sanitize). */
-template <typename Score>
+template <bool CLEAN, typename Score>
 __device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
                                        const mlav_flash_params &p, const block_ctx &c, int j0,
                                        int r0, int t4, const Score &score)
 {
-    const bool hidden = mask_scores(x, p, c, j0, 0, r0, t4, score);
+    bool hidden = false;
+    if constexpr (CLEAN) { /* clean_tiles': no key hidden */
+#pragma unroll
+        for (int i = 0; i < X_REGS; i++)
+            x[i] = score(x[i]);
+    } else {
+        hidden = mask_scores(x, p, c, j0, 0, r0, t4, score);
+    }
     fragment_row_max(x, tm);
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -547,12 +566,12 @@ __device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], uint32_t sq, uint3
 }
 
 /* WG0: tile A of each pair, output columns [0, 256). */
-template <typename T, typename Kv, bool GATHER, typename Score>
+template <typename T, typename Kv, bool GATHER, bool CLEAN, typename Score>
 __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const block_ctx &c,
                                           unsigned char *smem, uint32_t base, uint64_t *full,
                                           const feed_ctx &f, float (&o)[O_REGS],
                                           float (&m_run)[2], float (&l_run)[2], int wt,
-                                          const Score &score)
+                                          const Score &score, int t_begin, int t_end)
 {
     using MT = mma_t<T, Kv>;
     using TY = mlav::mma_type<MT>;
@@ -563,14 +582,14 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
     uint64_t *full_a = full, *full_b = full + W_BLOCKS;
     uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
-    for (int t = 0; t < c.n_tiles; t += 2) {
-        const bool has_b = t + 1 < c.n_tiles;
+    for (int t = t_begin; t < t_end; t += 2) {
+        const bool has_b = CLEAN || t + 1 < c.n_tiles;
         float x[X_REGS];
         s_of_tile<T, Kv, 0>(x, sq, sa, full_a, t, wt);
         wgmma_wait<0>();
         fence_regs(x);
         float tm[2];
-        const bool hidden = scores(x, tm, p, c, c.kv_begin + t * TILE_N, r0, t4, score);
+        const bool hidden = scores<CLEAN>(x, tm, p, c, c.kv_begin + t * TILE_N, r0, t4, score);
         float ref0[2], f0[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -638,12 +657,12 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
 }
 
 /* WG1: tile B of each pair, output columns [256, 512). */
-template <typename T, typename Kv, bool GATHER, typename Score>
+template <typename T, typename Kv, bool GATHER, bool CLEAN, typename Score>
 __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const block_ctx &c,
                                           unsigned char *smem, uint32_t base, uint64_t *full,
                                           const feed_ctx &f, float (&o)[O_REGS],
                                           float (&m_run)[2], float (&l_run)[2], int wt,
-                                          const Score &score)
+                                          const Score &score, int t_begin, int t_end)
 {
     using MT = mma_t<T, Kv>;
     using TY = mlav::mma_type<MT>;
@@ -654,8 +673,8 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
     uint64_t *full_a = full, *full_b = full + W_BLOCKS;
     uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
-    for (int t = 0; t < c.n_tiles; t += 2) {
-        const bool has_b = t + 1 < c.n_tiles;
+    for (int t = t_begin; t < t_end; t += 2) {
+        const bool has_b = CLEAN || t + 1 < c.n_tiles;
         float x[X_REGS];
         float tm[2] = {-INFINITY, -INFINITY};
         bool hidden = false;
@@ -663,7 +682,7 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             s_of_tile<T, Kv, 1>(x, sq, sb, full_b, t + 1, wt);
             wgmma_wait<0>();
             fence_regs(x);
-            hidden = scores(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4, score);
+            hidden = scores<CLEAN>(x, tm, p, c, c.kv_begin + (t + 1) * TILE_N, r0, t4, score);
         }
         handover_wait<HAND_REF>(hand, t);
         float m[2], f1[2];
@@ -815,10 +834,27 @@ __global__ void __launch_bounds__(THREADS, 1)
     fence_regs(o);
     float m_run[2] = {-INFINITY, -INFINITY}; /* the reference maxima, log2 units */
     float l_run[2] = {0.0f, 0.0f};           /* the row sums of this warpgroup's own tiles */
-    if (w == 0)
-        wg0_pairs<T, Kv, GATHER>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
-    else
-        wg1_pairs<T, Kv, GATHER>(p, c, smem, base, full, f, o, m_run, l_run, wt, score);
+    /* A GATHER instance (page_size 1 among others) runs the pairs whose tiles hide no key first,
+     * in a loop without the mask's and V's sanitizing code, then the rest: on the H200 0.981x
+     * the time at page 1 over the harness's 120 shapes (0.960 where H x q_len >= 256 from 32k),
+     * at up to 1.07x at some 4096 points. The TMA instances keep one loop: split, they took
+     * 1.025x at page 64 (1.5-6 us more at short prefixes; 1.020x still with the clean loop
+     * entered only from 32 clean tiles; 0.98 at B 16, H 128, q_len 16, 131k); the FP8 ones
+     * too (split, two spilled 24-28 bytes more). docs/PERFORMANCE.md#hopper, session 42. */
+    const int t_clean = (FP8 || !GATHER) ? 0 : clean_tiles(c) & ~1;
+    if (w == 0) {
+        if constexpr (!FP8 && GATHER)
+            wg0_pairs<T, Kv, GATHER, true>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
+                                           0, t_clean);
+        wg0_pairs<T, Kv, GATHER, false>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
+                                        t_clean, c.n_tiles);
+    } else {
+        if constexpr (!FP8 && GATHER)
+            wg1_pairs<T, Kv, GATHER, true>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
+                                           0, t_clean);
+        wg1_pairs<T, Kv, GATHER, false>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
+                                        t_clean, c.n_tiles);
+    }
     uint64_t *end = &hand[HAND_END];
     write_output<T, Kv, BAR_STAGE0>(p, c, smem, o, m_run, l_run, osc,
                                     reinterpret_cast<float *>(smem + smem_ss::SUM), w, wt >> 5,
