@@ -277,7 +277,8 @@ __device__ __forceinline__ bool mask_scores(float (&x)[N], const mlav_flash_para
         /* the fragment's 2 N keys span at most NW words of a row's draft mask: loaded up front,
          * together (a lookup per key put a load per draft key and element on the tile's path) */
         constexpr int NW = 2 * N / 32 + 1;
-        const int k0 = j0 + key0 - c.prefix; /* the fragment's first key, as a draft key */
+        const int k_first = j0 + key0;       /* the fragment's first key */
+        const int k0 = k_first - c.prefix;   /* ... as a draft key */
         const int w0 = k0 > 0 ? k0 >> 5 : 0;
         const int drafts = c.kv_end - c.prefix; /* draft keys this block reads */
         int row_i[2];
@@ -293,20 +294,36 @@ __device__ __forceinline__ bool mask_scores(float (&x)[N], const mlav_flash_para
                                                    c.q_start + row_i[h], row_i[h], w0 + w)
                                  : 0u;
         }
+        /* each row's visibility of the fragment's keys as bits (bit o: key j0 + key0 + o), from
+         * this thread's first key (o = 2 t4): the prefix's keys, or the draft keys its words set,
+         * of those before kv_end. Then a bit test a score: a test of each key's index made this
+         * path 878 instructions of each seesaw loop's code; the instances' code 104 KB -> 86 KB
+         * and on the H200 0.986x the time at page 64, 0.979x at page 1, 0.983x with trees
+         * (docs/PERFORMANCE.md#hopper, session 42) */
+        static_assert(2 * N <= 64, "a fragment's keys in one 64-bit word");
+        const auto low_bits = [](int n) { /* bits 0 .. n - 1, n clamped to [0, 64] */
+            return n <= 0 ? 0ull : n >= 64 ? ~0ull : (1ull << n) - 1ull;
+        };
+        const uint64_t seen = low_bits(c.prefix - k_first);
+        const uint64_t before_end = low_bits(c.kv_end - k_first);
+        uint64_t vis[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const auto wd = [&](int w) { return w < NW ? word[h][w] : 0u; };
+            uint64_t d; /* the draft bits of the fragment's keys, bit o for key k_first + o */
+            if (k0 >= 0) {
+                const int sh = k0 & 31;
+                d = (uint64_t)__funnelshift_r(wd(0), wd(1), sh) |
+                    (uint64_t)__funnelshift_r(wd(1), wd(2), sh) << 32;
+            } else {
+                d = -k0 >= 64 ? 0ull : ((uint64_t)wd(1) << 32 | wd(0)) << -k0;
+            }
+            vis[h] = row_i[h] >= 0 ? ((seen | d) & before_end) >> (2 * t4) : 0ull;
+        }
 #pragma unroll
         for (int i = 0; i < N; i++) {
-            const int h = (i >> 1) & 1;
-            const int j = j0 + key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
-            bool vis = j < c.kv_end && row_i[h] >= 0;
-            if (vis && j >= c.prefix) {
-                const int k = j - c.prefix, wi = (k >> 5) - w0;
-                uint32_t bits = word[h][0];
-#pragma unroll
-                for (int w = 1; w < NW; w++)
-                    bits = wi == w ? word[h][w] : bits;
-                vis = (bits >> (k & 31)) & 1u;
-            }
-            x[i] = vis ? score(x[i]) : -INFINITY;
+            const int b = 8 * (i >> 2) + (i & 1); /* key 8 j + 2 t4 + e of the fragment */
+            x[i] = (vis[(i >> 1) & 1] >> b) & 1ull ? score(x[i]) : -INFINITY;
         }
     }
     return hidden;
