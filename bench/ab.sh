@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # A/B of two source trees on one GPU in one call: build the `mlaverify` command of a baseline tree
 # and of this tree for the device's own architecture only (minutes less than the full build),
-# then bench both on the same points in ROUNDS interleaved rounds (baseline, this tree, baseline,
-# ...) and print each point's two times (the fastest of its rounds) side by side with their ratio,
-# then each round's geomean ratio. Rounds, because the GPU's clock follows its power cap: one
-# schedule of one tree ran 448-499 us across eight runs of a call (bench/README.md, "What is
-# measured"), so a 1-2% difference is read only where the rounds agree.
+# then bench both on the same points in ROUNDS interleaved rounds (after an untimed run of the
+# baseline: baseline then this tree, this tree then baseline, ...) and print each point's two
+# times (the fastest of its rounds) side by side with their ratio, then each round's geomean
+# ratio. Rounds, because the GPU's clock follows its power cap: one schedule of one tree ran
+# 448-499 us across eight runs of a call (bench/README.md, "What is measured"), so a 1-2%
+# difference is read only where the rounds agree.
 #
 #   bash bench/ab.sh BASE_SRC [bench args]   BASE_SRC: a source tree (e.g. `git archive` of the
 #                                            baseline commit); bench args default to
@@ -41,8 +42,16 @@ done
 rounds=${ROUNDS:-2}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ab.sh: ROUNDS must be a positive integer" >&2; exit 2; }
 engine=0; [[ " ${args[*]} " == *" --engine "* ]] && engine=1
+# One untimed run of the baseline first, and the order alternating by round: a call's first run,
+# on a cool GPU, was the faster at the long points until the power cap held the clocks (B 16,
+# H 128, q_len 4, 131k: 3,811 us, then 3,993-4,120 in every later run of either tree;
+# docs/PERFORMANCE.md#hopper, session 41), which a fixed order credits to one tree.
+cli=build-ab-base-$tag/mlaverify; [ -x "$cli" ] || cli=build-ab-base-$tag/src/cli/mlaverify
+"$cli" bench --backend cuda "${args[@]}" --csv "$logs/ab-warmup.csv" > "$logs/ab-warmup.txt" 2>&1 ||
+  { cat "$logs/ab-warmup.txt"; exit 1; }
 for r in $(seq 1 "$rounds"); do
-  for side in base new; do
+  order="base new"; [ $((r % 2)) = 0 ] && order="new base"
+  for side in $order; do
     dir=build-ab-new extra=(); [ $side = base ] && dir=build-ab-base-$tag
     # shellcheck disable=SC2206
     [ $side = new ] && extra=(${NEW_ARGS:-})
