@@ -836,11 +836,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     float l_run[2] = {0.0f, 0.0f};           /* the row sums of this warpgroup's own tiles */
     /* A GATHER instance (page_size 1 among others) runs the pairs whose tiles hide no key first,
      * in a loop without the mask's and V's sanitizing code, then the rest: on the H200 0.981x
-     * the time at page 1 over the harness's 120 shapes (0.960 where H x q_len >= 256 from 32k),
-     * at up to 1.07x at some 4096 points. The TMA instances keep one loop: split, they took
-     * 1.025x at page 64 (1.5-6 us more at short prefixes; 1.020x still with the clean loop
-     * entered only from 32 clean tiles; 0.98 at B 16, H 128, q_len 16, 131k); the FP8 ones
-     * too (split, two spilled 24-28 bytes more). docs/PERFORMANCE.md#hopper, session 42. */
+     * the time at page 1 over the harness's 120 shapes (0.960 where H x q_len >= 256 from 32k;
+     * up to 1.07x at six 4096 and 32k points). The TMA instances keep one loop: split, they
+     * took 1.025x at page 64 (1.5-6 us more at short prefixes; 1.020x still with the clean loop
+     * entered only from 32 clean tiles; 0.98 at B 16, H 128, q_len 16, 131k), and 0.997x on
+     * top of the mask as bits (kernel.cuh's mask_scores; 0.986x alone); the FP8 ones too
+     * (split, in session 41, two spilled 24-28 bytes more). docs/PERFORMANCE.md#hopper. */
     const int t_clean = (FP8 || !GATHER) ? 0 : clean_tiles(c) & ~1;
     if (w == 0) {
         if constexpr (!FP8 && GATHER)
