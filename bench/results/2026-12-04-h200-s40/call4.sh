@@ -56,7 +56,7 @@ for r in 1 2 3 4; do
   done
   el "round $r"
 done
-python3 $R/ab_table.py p64 p1 fp8 > $OUT/ab.txt; grep -E "^==|^   (B|H|round)" $OUT/ab.txt
+python3 bench/diag/ab_table.py p64 p1 fp8 > $OUT/ab.txt; grep -E "^==|^   (B|H|round)" $OUT/ab.txt
 el ab
 for v in b r; do
   timeout $(lim 45) build-$v/mlaverify bench --backend cuda --preset production --engine 1.0 --engine-csv eng-$v.csv > eng-$v.log 2>&1 || echo "engine $v rc=$?"

@@ -10,7 +10,7 @@
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 R=bench/results/2026-12-04-h200-s42
-A=$PWD/bench/results/2026-12-04-h200-s40/ab_table.py
+A=$PWD/bench/diag/ab_table.py
 t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
 lim() { local l=$(( 575 - ($(date +%s) - t0) )); [ $l -lt $1 ] || l=$1; [ $l -gt 5 ] || l=5; echo $l; }
 bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
