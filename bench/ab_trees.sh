@@ -18,7 +18,8 @@
 #     page_size 1 with shuffled rows, fp8 an E4M3 cache at page 64, tree random trees at q_len
 #     4, 9, 16), JOBS (build jobs in all, 16), TEST_TREES (names whose build also makes
 #     TEST_TARGETS, with tests on), TEST_TARGETS, BUDGET (seconds for the whole script, 570:
-#     no bench starts past it).
+#     no bench starts past it). A carried .debs is installed first where its packages are
+#     missing (carry=[".debs"]).
 # Files: $OUT/ab-NAME.txt for each tree but the first (ab_table.py's table against it),
 # $OUT/csv.tgz (every round's CSVs, pg-NAME-CFG-bB-ROUND.csv); the builds in build-NAME/ (tests
 # under build-NAME/tests/ for TEST_TREES, their sources in a mktemp folder the log names) and
@@ -52,6 +53,10 @@ for c in ${CONFIGS:-p64:3 p1:3 fp8:2 tree:2}; do
   cfgs+=("$cfg") rounds+=("$r"); [ "$r" -le "$maxr" ] || maxr=$r
 done
 
+# the carried debs (OpenBLAS, cmocka, cJSON), as bench/gpu-suite.sh installs them
+if ! pkg-config --exists cmocka libcjson openblas 2>/dev/null && [ -d .debs ]; then
+  bash .debs/offline-debs.sh install .debs > "$logs/debs.log" 2>&1 || say "debs: see $logs/debs.log"
+fi
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d .)
 # the trees' sources outside any repository (`git apply` inside one would apply only the paths
 # under its working directory), kept for ctest in a TEST_TREES build
