@@ -258,6 +258,46 @@ static void test_tree_draft_word_matches_visible(void **state)
     }
 }
 
+/* mlav_rows_visible64 (the sm_90a kernels' mask, 64 rows a word) gives each row what
+ * mlav_kv_visible (the rule every other backend reads) gives it, and 0 from kv_end on: chains
+ * and random masks of 1-100 nodes, prefixes and split ends on either side of the draft keys,
+ * words loaded as the kernels load them (from the first row's draft word, 0 past the drafts). */
+static void test_tree_rows_visible64_matches_visible(void **state)
+{
+    (void)state;
+    uint64_t x = 0x2545f4914f6cdd1dull;
+#define NEXT() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+    uint32_t mask[100 * 4];
+    for (int trial = 0; trial < 4000; trial++) {
+        const int32_t q_len = 1 + (int32_t)(NEXT() % 100);
+        const int32_t words = mlav_tree_mask_words(q_len);
+        for (size_t k = 0; k < (size_t)q_len * (size_t)words; k++)
+            mask[k] = (uint32_t)NEXT();
+        const uint32_t *mk = trial & 1 ? mask : NULL;
+        const int32_t prefix = (int32_t)(NEXT() % 300);
+        const int32_t kv_end = prefix - 150 + (int32_t)(NEXT() % (uint64_t)(150 + q_len + 1));
+        if (kv_end <= 0)
+            continue;
+        const int32_t j0 = (int32_t)(NEXT() % (uint64_t)(kv_end + 64)); /* rows j0 .. j0 + 63 */
+        const int32_t i = (int32_t)(NEXT() % (uint64_t)q_len);
+        const int32_t k0 = j0 - prefix, w0 = k0 > 0 ? k0 >> 5 : 0, drafts = kv_end - prefix;
+        uint32_t w[3];
+        for (int k = 0; k < 3; k++)
+            w[k] = 32 * (w0 + k) < drafts ? mlav_draft_word(mk, words, i, i, w0 + k) : 0u;
+        const uint64_t got = mlav_rows_visible64(w[0], w[1], w[2], j0, prefix, kv_end);
+        for (int32_t o = 0; o < 64; o++) {
+            const int32_t j = j0 + o;
+            const bool want = j < kv_end && mlav_kv_visible(mk, words, i, i, prefix, j);
+            if (((got >> o) & 1u) != (uint64_t)want)
+                fail_msg("%s q_len %d node %d prefix %d kv_end %d rows from %d: row %d is %d, "
+                         "mlav_kv_visible says %d",
+                         mk ? "mask" : "chain", q_len, i, prefix, kv_end, j0, j,
+                         (int)((got >> o) & 1u), (int)want);
+        }
+    }
+#undef NEXT
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_tree_accept_greedy),
         cmocka_unit_test(test_tree_bad_parents),
         cmocka_unit_test(test_tree_draft_word_matches_visible),
+        cmocka_unit_test(test_tree_rows_visible64_matches_visible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

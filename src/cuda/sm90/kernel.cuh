@@ -294,31 +294,19 @@ __device__ __forceinline__ bool mask_scores(float (&x)[N], const mlav_flash_para
                                                    c.q_start + row_i[h], row_i[h], w0 + w)
                                  : 0u;
         }
-        /* each row's visibility of the fragment's keys as bits (bit o: key j0 + key0 + o), from
-         * this thread's first key (o = 2 t4): the prefix's keys, or the draft keys its words set,
-         * of those before kv_end. Then a bit test a score: a test of each key's index made this
-         * path 878 instructions of each seesaw loop's code; the instances' code 104 KB -> 86 KB
-         * and on the H200 0.986x the time at page 64, 0.979x at page 1, 0.983x with trees
-         * (docs/PERFORMANCE.md#hopper, session 42) */
+        /* each row's visibility of the fragment's keys as bits (mlav_rows_visible64, bit o: key
+         * j0 + key0 + o), from this thread's first key (o = 2 t4); then a bit test a score: a
+         * test of each key's index made this path 878 instructions of each seesaw loop's code;
+         * the instances' code 104 KB -> 86 KB and on the H200 0.986x the time at page 64, 0.979x
+         * at page 1, 0.983x with trees (docs/PERFORMANCE.md#hopper, session 42) */
         static_assert(2 * N <= 64, "a fragment's keys in one 64-bit word");
-        const auto low_bits = [](int n) { /* bits 0 .. n - 1, n clamped to [0, 64] */
-            return n <= 0 ? 0ull : n >= 64 ? ~0ull : (1ull << n) - 1ull;
-        };
-        const uint64_t seen = low_bits(c.prefix - k_first);
-        const uint64_t before_end = low_bits(c.kv_end - k_first);
         uint64_t vis[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const auto wd = [&](int w) { return w < NW ? word[h][w] : 0u; };
-            uint64_t d; /* the draft bits of the fragment's keys, bit o for key k_first + o */
-            if (k0 >= 0) {
-                const int sh = k0 & 31;
-                d = (uint64_t)__funnelshift_r(wd(0), wd(1), sh) |
-                    (uint64_t)__funnelshift_r(wd(1), wd(2), sh) << 32;
-            } else {
-                d = -k0 >= 64 ? 0ull : ((uint64_t)wd(1) << 32 | wd(0)) << -k0;
-            }
-            vis[h] = row_i[h] >= 0 ? ((seen | d) & before_end) >> (2 * t4) : 0ull;
+            const uint64_t v =
+                mlav_rows_visible64(wd(0), wd(1), wd(2), k_first, c.prefix, c.kv_end);
+            vis[h] = row_i[h] >= 0 ? v >> (2 * t4) : 0ull;
         }
 #pragma unroll
         for (int i = 0; i < N; i++) {
