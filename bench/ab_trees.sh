@@ -78,6 +78,7 @@ for i in "${!names[@]}"; do
   tests=OFF targets=(mlaverify_cli)
   # shellcheck disable=SC2206 # TEST_TARGETS is a list of words
   [[ " ${TEST_TREES:-} " == *" $name "* ]] && { tests=ON; targets+=(${TEST_TARGETS:-}); }
+  rm -rf "build-$name" # a build of another source folder (an earlier call's) would not configure
   ( cmake -S "$src" -B "build-$name" -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_ARCHITECTURES="$arch-real" -DMLAV_NCCL=OFF -DMLAV_BUILD_BENCH=OFF \
       -DMLAV_BUILD_EXAMPLES=OFF -DMLAV_BUILD_TESTS=$tests > "$logs/build-$name.log" 2>&1 &&
