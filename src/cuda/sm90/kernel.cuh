@@ -298,7 +298,7 @@ __device__ __forceinline__ bool mask_scores(float (&x)[N], const mlav_flash_para
          * j0 + key0 + o), from this thread's first key (o = 2 t4); then a bit test a score: a
          * test of each key's index made this path 878 instructions of each seesaw loop's code;
          * the instances' code 104 KB -> 86 KB and on the H200 0.986x the time at page 64, 0.979x
-         * at page 1, 0.983x with trees (docs/PERFORMANCE.md#hopper, session 42) */
+         * at page 1, 0.983x with trees (docs/PERFORMANCE.md#hopper) */
         static_assert(2 * N <= 64, "a fragment's keys in one 64-bit word");
         uint64_t vis[2];
 #pragma unroll

@@ -840,17 +840,17 @@ __global__ void __launch_bounds__(THREADS, 1)
      * up to 1.07x at six 4096 and 32k points). The TMA instances keep one loop: split, they
      * took 1.025x at page 64 (1.5-6 us more at short prefixes; 1.020x still with the clean loop
      * entered only from 32 clean tiles; 0.98 at B 16, H 128, q_len 16, 131k), and 0.997x on
-     * top of the mask as bits (kernel.cuh's mask_scores; 0.986x alone); the FP8 ones too
-     * (split, in session 41, two spilled 24-28 bytes more). docs/PERFORMANCE.md#hopper. */
-    const int t_clean = (FP8 || !GATHER) ? 0 : clean_tiles(c) & ~1;
+     * top of the mask as bits (kernel.cuh's mask_scores; 0.986x alone). An FP8 cache has no
+     * GATHER instance (static_assert above). docs/PERFORMANCE.md#hopper. */
+    const int t_clean = GATHER ? clean_tiles(c) & ~1 : 0;
     if (w == 0) {
-        if constexpr (!FP8 && GATHER)
+        if constexpr (GATHER)
             wg0_pairs<T, Kv, GATHER, true>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
                                            0, t_clean);
         wg0_pairs<T, Kv, GATHER, false>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
                                         t_clean, c.n_tiles);
     } else {
-        if constexpr (!FP8 && GATHER)
+        if constexpr (GATHER)
             wg1_pairs<T, Kv, GATHER, true>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
                                            0, t_clean);
         wg1_pairs<T, Kv, GATHER, false>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
