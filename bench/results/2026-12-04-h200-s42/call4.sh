@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 42 call 4 (main 38ddfa1, .debs and .peer carried; the harness with
-# bench/results/2026-12-04-h200-s40/harness-order.patch): FlashMLA side by side on the landed
+# harness-order.patch beside this script, applied to .peer/flashmla): FlashMLA side by side on the landed
 # tree (its builds and ours first; the GPU quiet through the harness), the 120 shapes with the tree, page1 and
 # fp8 variants, --order abba; then the landed tree's GPU tests not run in call 3 on this code:
 # test_steps_gpu and test_steps_gpu_sm90 (ctest -j2), test_backends, test_fp8, test_cuda_gpu
