@@ -52,9 +52,10 @@
  * crosses pages each row's, one a thread: pair_row_ids; in a GATHER instance each row's source,
  * pair_row_srcs) at the top of a pair, so that its refills issue without a dependent load. An
  * FP8 tile is made F16 in place by its owner once it has landed (fp8_tile_ready), before its S.
- * No L2 prefetch: asking the L2 for the tile after next cost time nearly everywhere (on the
- * H200 its removal took 0.95x the time over 56 points, 0.86x at B 16, q_len 1, 131k;
- * docs/PERFORMANCE.md#hopper).
+ * No L2 prefetch of a 16-bit cache's tiles: asking the L2 for the tile after next cost time
+ * nearly everywhere (on the H200 its removal took 0.95x the time over 56 points, 0.86x at B 16,
+ * q_len 1, 131k; docs/PERFORMANCE.md#hopper); an FP8 cache's tiles, half the bytes, are asked
+ * for a pair ahead (prefetch_fp8_tile).
  *
  * Barriers.
  *   full[s][k] (mbarriers; stage s, column block k; 128 arrivals a phase): a TMA block: thread
@@ -546,6 +547,26 @@ constexpr int first_block(uint32_t mask)
     return k;
 }
 
+/* An FP8 cache's tile t of the item asked of the L2 a pair before its refill, by one bulk prefetch
+ * from thread 0 of the warpgroup that will refill it (`page`: the page id of its first row,
+ * looked up under the pair's products), where the tile lies in one page, before kv_end, inside
+ * the pool (kv_tile_by_tma's condition: its 36,864 bytes contiguous). An FP8 tile's refill is
+ * issued the moment its stage frees and its owner waits for the whole tile before converting
+ * it, so part of each tile's DRAM latency sat on the pair's path: on the H200 the FP8 instances
+ * took 0.993x the time with the prefetch over the harness's 120 shapes, 0.974-0.977x at B 16,
+ * q_len 1, 131k (docs/PERFORMANCE.md#hopper). A 16-bit tile's twice the bytes keep its loop
+ * bound by bandwidth, where the seesaw's L2 prefetch cost time. */
+template <typename Kv>
+__device__ __forceinline__ void prefetch_fp8_tile(const mlav_flash_params &p, const block_ctx &c,
+                                                  int t, int32_t page, int wt)
+{
+    const int j0 = c.kv_begin + t * TILE_N;
+    if (wt == 0 && t < c.n_tiles && kv_tile_by_tma(page, j0, c.kv_end, p))
+        prefetch_l2(kv_row_src(static_cast<const Kv *>(p.kv), page, j0, true, p),
+                    (uint32_t)(TILE_N * W * sizeof(Kv)));
+    __syncwarp();
+}
+
 /* The S product of this warpgroup's tile t at `stage`: an FP8 cache's once the tile is made F16
  * (fp8_tile_ready), a 16-bit one's block by block, each block fenced for wgmma after its wait
  * (any tile may have been gathered: refill; which one depends on the tile's page id, which the
@@ -617,6 +638,8 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         const int32_t pg3 =
             GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
         const row_ids_t<Kv, GATHER> ids = pair_rows<Kv, GATHER>(f.ptab, c, t + 2, p, wt);
+        const int32_t pg4 =
+            fp8_kv<Kv> ? kv_page_of(f.ptab, c.kv_begin + (t + 4) * TILE_N, c.kv_end, p) : 0;
         handover_wait<HAND_M>(hand, t);
         float m[2], f1[2];
 #pragma unroll
@@ -642,6 +665,8 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         /* stage 0's blocks 0..3: read only by this warpgroup (S_A, P_A V_A), both completed */
         if (t + 2 < c.n_tiles)
             refill<Kv, PART_L, GATHER>(p, c, f, sa, full_a, t + 2, wt, pg2, ids, 0);
+        if constexpr (fp8_kv<Kv>)
+            prefetch_fp8_tile<Kv>(p, c, t + 4, pg4, wt);
         if (has_b) {
             handover_wait<HAND_PB>(hand, t);
             pv_issue<MT>(o, sb + P_SLOT, sb, 0);
@@ -703,6 +728,8 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         const int32_t pg3 =
             GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
         const row_ids_t<Kv, GATHER> ids = pair_rows<Kv, GATHER>(f.ptab, c, t + 2, p, wt);
+        const int32_t pg5 =
+            fp8_kv<Kv> ? kv_page_of(f.ptab, c.kv_begin + (t + 5) * TILE_N, c.kv_end, p) : 0;
         rescale_o(o, f1);
         uint32_t pr[16]; /* P_B as wgmma's register A (pack_a), held until its wait */
         if (has_b) {
@@ -730,6 +757,8 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
             /* stage 1's blocks 4..7: read only by this warpgroup (S_B, P_B V_B) */
             if (t + 3 < c.n_tiles)
                 refill<Kv, PART_R, GATHER>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);
+            if constexpr (fp8_kv<Kv>)
+                prefetch_fp8_tile<Kv>(p, c, t + 5, pg5, wt);
         }
         wgmma_wait<0>();
         fence_regs(o);
