@@ -14,7 +14,10 @@
  *                                                    harness's B 16 points)
  *   build/bench/diag/schedule_choices --shares      (the sm_90a plan with and without equal
  *                                                    shares: the harness's 120 shapes, the
- *                                                    production preset's batches) */
+ *                                                    production preset's batches)
+ *   build/bench/diag/schedule_choices --steps-sm90  (the step rule against the sm_90a exact
+ *                                                    plan at the production preset's points,
+ *                                                    limits 1.0) */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #endif
@@ -371,6 +374,63 @@ static void shares_points(void)
             }
 }
 
+/* --steps-sm90: the production preset's points (B 1: H 8, 16, 64 x q_len 1, 9, 16, 64 x prefix
+ * 4096, 32768, 131072; B 16 and 32: H 8 and 16, q_len 16, prefixes drawn within 50% of 4096 and
+ * 32768) through a plan for limits 1.0 on the sm_90a parameters: the step rule's schedule
+ * (mlav_step_schedule_build, no equal shares) against the exact plan's (shares weighed), each
+ * timed by the exact plan's dispatch model (mlav_schedule_model_time): what the engine path's
+ * run / exact owes to the schedule (docs/PERFORMANCE.md#hopper, session 43). */
+static void steps_sm90(void)
+{
+    static mlav_split_item items[1 << 14];
+    static mlav_combine_item combine[1 << 12];
+    const mlav_schedule_params sp = sm90_params(1);
+    printf("sm_90a, limits 1.0: %3s %4s %3s %7s | exact items  model | step items  model | "
+           "step / exact\n", "B", "H", "q", "prefix");
+    static const int32_t hs[] = {8, 16, 64}, qs[] = {1, 9, 16, 64}, ps[] = {4096, 32768, 131072};
+    static const int32_t pts[][3] = {{16, 8, 4096}, {16, 8, 32768}, {16, 16, 4096},
+                                     {16, 16, 32768}, {32, 8, 4096}, {32, 8, 32768},
+                                     {32, 16, 4096}, {32, 16, 32768}};
+    const int n1 = 3 * 4 * 3, n = n1 + (int)(sizeof pts / sizeof pts[0]);
+    for (int i = 0; i < n; i++) {
+        const int32_t B = i < n1 ? 1 : pts[i - n1][0];
+        const int32_t H = i < n1 ? hs[i / 12] : pts[i - n1][1];
+        const int32_t q = i < n1 ? qs[i / 3 % 4] : 16;
+        const int32_t prefix = i < n1 ? ps[i % 3] : pts[i - n1][2];
+        int32_t q_indptr[MAX_B + 1] = {0}, kv_lens[MAX_B], max_kv = 0;
+        for (int32_t b = 0; b < B; b++) {
+            q_indptr[b + 1] = q_indptr[b] + q;
+            kv_lens[b] = (B > 1 ? spread_prefix(prefix, 0.5, b) : prefix) + q;
+            max_kv = kv_lens[b] > max_kv ? kv_lens[b] : max_kv;
+        }
+        const mlav_problem_info p = batch(B, H, q_indptr, kv_lens);
+        mlav_schedule s;
+        if (mlav_schedule_build(&p, &sp, &s) != MLAV_OK) {
+            fprintf(stderr, "schedule_choices: mlav_schedule_build failed\n");
+            exit(1);
+        }
+        const int64_t t_exact = mlav_schedule_model_time(&s, &sp);
+        const mlav_limits lim = {B, q_indptr[B], q, max_kv};
+        const mlav_schedule_params ssp = mlav_step_params(H, &lim, sm90_params(0));
+        const mlav_step_bounds bd = mlav_step_bounds_of(H, &lim, &ssp);
+        if (bd.max_items > (int32_t)(sizeof items / sizeof items[0]) ||
+            bd.max_combine > (int32_t)(sizeof combine / sizeof combine[0])) {
+            fprintf(stderr, "schedule_choices: a step of too many blocks\n");
+            exit(1);
+        }
+        mlav_step_header h;
+        mlav_step_schedule_build(B, q_indptr, kv_lens, (mlav_shard){1, 0, 1}, H, &lim, &ssp, &bd,
+                                 &h, items, combine, rule_scratch());
+        const mlav_schedule st = {.n_items = h.n_items, .n_combine = h.n_combine,
+                                  .n_slots = h.n_slots, .items = items, .combine = combine};
+        const int64_t t_step = mlav_schedule_model_time(&st, &sp);
+        printf("%23d %4d %3d %7d |       %6d %6lld |      %6d %6lld | %.3f\n", B, H, q, prefix,
+               s.n_items, (long long)t_exact, h.n_items, (long long)t_step,
+               (double)t_step / (double)t_exact);
+        mlav_schedule_free(&s);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int mw[MAX_MW] = {2, 8}, nmw = 2;
@@ -384,6 +444,10 @@ int main(int argc, char **argv)
     }
     if (argc == 2 && strcmp(argv[1], "--shares") == 0) {
         shares_points();
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--steps-sm90") == 0) {
+        steps_sm90();
         return 0;
     }
     if (argc > 1) {
