@@ -16,7 +16,8 @@
 #   env: OUT (output folder; the device tool sets it), CONFIGS (config:rounds, default
 #     "p64:3 p1:3 fp8:2 tree:2"; p64 chains at page_size 64 with shuffled pages, p1 at
 #     page_size 1 with shuffled rows, fp8 an E4M3 cache at page 64, tree random trees at q_len
-#     4, 9, 16), JOBS (build jobs in all, 16), TEST_TREES (names whose build also makes
+#     4, 9, 16; eng the production preset through the engine path at limits 1.0, one run a
+#     round, its --engine-csv tabled by run time and run / exact), JOBS (build jobs in all, 16), TEST_TREES (names whose build also makes
 #     TEST_TARGETS, with tests on), TEST_TARGETS, BUDGET (seconds for the whole script, 570:
 #     no bench starts past it). A carried .debs is installed first where its packages are
 #     missing (carry=[".debs"]).
@@ -48,7 +49,7 @@ done
 cfgs=() rounds=() maxr=0
 for c in ${CONFIGS:-p64:3 p1:3 fp8:2 tree:2}; do
   cfg=${c%%:*} r=${c#*:}
-  case $cfg in p64|p1|fp8|tree) ;; *) echo "ab_trees.sh: unknown config '$cfg' (p64, p1, fp8, tree)" >&2; exit 2 ;; esac
+  case $cfg in p64|p1|fp8|tree|eng) ;; *) echo "ab_trees.sh: unknown config '$cfg' (p64, p1, fp8, tree, eng)" >&2; exit 2 ;; esac
   [[ $r =~ ^[1-9][0-9]*$ ]] || { echo "ab_trees.sh: config '$c' wants rounds (p64:3)" >&2; exit 2; }
   cfgs+=("$cfg") rounds+=("$r"); [ "$r" -le "$maxr" ] || maxr=$r
 done
@@ -97,24 +98,31 @@ args_of() { # the bench arguments of a config
     p1) echo "--tree chain --page-size 1 $grid" ;;
     fp8) echo "--tree chain --page-size 64 --kv-dtype fp8 $grid" ;;
     tree) echo "--tree tree --page-size 64 --heads 8,16,64,128 --qlen 4,9,16 --prefix 4096,32768,131072" ;;
+    eng) echo "--preset production --engine 1.0" ;;
   esac
 }
-bench() { # tree cfg batch csv
-  local l; l=$(left)
+bench() { # tree cfg batch csv (eng: the preset's own batches, the engine rows into csv)
+  local l out=(--batch "$3" --csv "$4"); l=$(left)
   [ "$l" -gt 5 ] || { say "no time left: $1 $2 B $3 not run"; return; }
+  [ "$2" = eng ] && out=(--engine-csv "$4")
   # shellcheck disable=SC2046
   timeout "$l" "build-$1/mlaverify" bench --backend cuda --reps 15 --min-reps 5 --max-seconds 0.5 \
-    --batch "$3" $(args_of "$2") --csv "$4" >> "$logs/bench-$1.log" 2>&1 ||
+    $(args_of "$2") "${out[@]}" >> "$logs/bench-$1.log" 2>&1 ||
     say "bench rc=$? for $1 $2 B $3"
 }
-bench "${names[0]}" "${cfgs[0]}" 16 "$logs/warmup.csv"   # untimed
+batches_of() { # the batches a config runs its points at (eng: one run, its preset's batches)
+  if [ "$1" = eng ]; then echo 0; else echo 1 16; fi
+}
+bench "${names[0]}" "${cfgs[0]}" 16 "$logs/warmup.csv"   # untimed (eng: its preset's batches)
 for r in $(seq 1 "$maxr"); do
   order=()
   for i in $(seq 0 $((n - 1))); do order+=("${names[$(( (i + r - 1) % n ))]}"); done
   for name in "${order[@]}"; do
     for j in "${!cfgs[@]}"; do
       [ "$r" -le "${rounds[$j]}" ] || continue
-      for b in 1 16; do bench "$name" "${cfgs[$j]}" "$b" "$csvd/pg-$name-${cfgs[$j]}-b$b-$r.csv"; done
+      for b in $(batches_of "${cfgs[$j]}"); do
+        bench "$name" "${cfgs[$j]}" "$b" "$csvd/pg-$name-${cfgs[$j]}-b$b-$r.csv"
+      done
     done
   done
   say "round $r: ${order[*]}"

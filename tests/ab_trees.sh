@@ -52,6 +52,14 @@ grep -q -- "-B build-f .*-DMLAV_BUILD_TESTS=ON" "$work/runs.log.cmake" || fail "
 grep -q -- "-B build-b .*-DMLAV_BUILD_TESTS=OFF" "$work/runs.log.cmake" || fail "b configured with tests"
 grep -q -- "--build build-f .*--target mlaverify_cli test_a test_b" "$work/runs.log.cmake" ||
   fail "f's test targets not built"
+# the engine config: one run a round (the preset's own batches), tabled by run time and run / exact
+(cd "$co" && PATH="$work/bin:$PATH" TMPDIR="$work" CONFIGS="eng:2" OUT="$work/out3" \
+  bash bench/ab_trees.sh b=-wip.patch f=-wip.patch,fast.patch > "$work/log3" 2>&1) ||
+  { cat "$work/log3"; fail "ab_trees.sh with eng exited non-zero"; }
+[ "$(grep -c ' eng$' "$work/runs.log")" = 5 ] || fail "eng: not 2 trees x 2 rounds + 1 runs"
+grep -q "== eng: 2 points, f / b (min of the rounds) 0.9000" "$work/out3/ab-f.txt" || fail "eng table: $(cat "$work/out3/ab-f.txt")"
+grep -q "b run / exact 2.0000, 0 of 2 within 3%" "$work/out3/ab-f.txt" || fail "eng: b's run / exact"
+grep -q "f run / exact 1.8000, 0 of 2 within 3%" "$work/out3/ab-f.txt" || fail "eng: f's run / exact"
 # a patch that does not apply stops it before any build
 (cd "$co" && PATH="$work/bin:$PATH" TMPDIR="$work" OUT="$work/out2" bash bench/ab_trees.sh b x=fast.patch,fast.patch \
   > "$work/log2" 2>&1) && fail "a patch applied twice was accepted"

@@ -3,7 +3,9 @@
 bench/results/ that ran before it): CSVs of `mlaverify bench` named pg-<tree>-<cfg>-b<B>-<round>.csv.
 Per config: each point's least time over its rounds, the geomean of new / base over the points
 both trees have, by batch, where tensor-bound (H x q_len >= 256 from 32k) and memory-bound (q_len 1
-from 32k), by round (each round's own times), then every point.
+from 32k), by round (each round's own times), then every point. The config `eng` holds
+`--engine-csv` rows: the engine path's run time is compared the same way, and each tree's run /
+exact (both least over the rounds) is given with its points within 3%.
 
   ab_table.py [--dir DIR] [--base b] [--new r] CFG [CFG ...]     e.g. ab_table.py p64 p1 fp8
 """
@@ -22,6 +24,8 @@ def geomean(v):
 
 def table(d, base, new, cfg):
     t = collections.defaultdict(lambda: collections.defaultdict(dict))  # point -> tree -> round
+    exact = collections.defaultdict(lambda: collections.defaultdict(dict))  # eng: exact_us
+    eng = cfg == "eng"
     pat = re.compile(r"pg-(.+)-%s-b\d+-(\d+)\.csv$" % re.escape(cfg))
     for f in sorted(glob.glob(os.path.join(d, "pg-*-%s-b*-*.csv" % cfg))):
         m = pat.match(os.path.basename(f))
@@ -29,7 +33,10 @@ def table(d, base, new, cfg):
             continue
         for x in csv.DictReader(open(f)):
             k = (int(x["batch"]), int(x["heads"]), int(x["q_len"]), int(x["prefix"]))
-            t[k][m.group(1)][int(m.group(2))] = float(x["time_us"])
+            t[k][m.group(1)][int(m.group(2))] = (
+                float(x["run_us"]) if eng else float(x["time_us"]))
+            if eng:
+                exact[k][m.group(1)][int(m.group(2))] = float(x["exact_us"])
     ks = sorted(k for k in t if t[k][base] and t[k][new])
     best = {k: {v: min(t[k][v].values()) for v in (base, new)} for k in ks}
 
@@ -37,6 +44,11 @@ def table(d, base, new, cfg):
         return geomean([best[k][new] / best[k][base] for k in ks if keep(k)])
 
     print("== %s: %d points, %s / %s (min of the rounds) %.4f" % (cfg, len(ks), new, base, g()))
+    if eng:
+        for v in (base, new):
+            r = [best[k][v] / min(exact[k][v].values()) for k in ks]
+            print("   %s run / exact %.4f, %d of %d within 3%%" % (
+                v, geomean(r), sum(x <= 1.03 for x in r), len(r)))
     for b in sorted({k[0] for k in ks}):
         print("   B %d: %.4f" % (b, g(lambda k: k[0] == b)))
     print("   H x q_len >= 256 from 32k: %.4f; q_len 1 from 32k: %.4f" % (
