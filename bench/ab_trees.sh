@@ -132,6 +132,6 @@ for name in "${names[@]:1}"; do
   python3 bench/diag/ab_table.py --dir "$csvd" --base "${names[0]}" --new "$name" \
     "${cfgs[@]}" > "$OUT/ab-$name.txt" 2>&1
   echo "######## $name against ${names[0]}"
-  grep -E "^==|^   (B |H|round)" "$OUT/ab-$name.txt"
+  grep -E "^==|^   (B |H|round|[A-Za-z0-9_]+ run / exact)" "$OUT/ab-$name.txt"
 done
 say "done"
