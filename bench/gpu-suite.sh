@@ -17,7 +17,8 @@
 #                                     BUILD_DIR (build-gpu),
 #                                     SKIP_STEPS="ctest racecheck ..." (step names to skip),
 #                                     SUITE_PART=tests|steps|sanitizers|bench (one of
-#                                     four call-sized parts: the rest skipped)
+#                                     four call-sized parts: the rest skipped),
+#                                     CTEST_REGEX (ctest -R: only the tests it matches)
 # The whole suite no longer fits one device call of 600 s (s43: build 70 s, ctest past 200 s,
 # graph-steps 165 s, before any sanitizer or bench): SUITE_PART runs a part of it, each part
 # building first; calls made back to back, while the machine is warm, find the build there.
@@ -142,9 +143,12 @@ fi
 # ---- tests ---------------------------------------------------------------------------------------
 if ok build; then
   # test_steps_gpu runs in its own step below (graph-steps)
-  # serially (CTEST_JOBS, 1): 8 at once took 157 s against 111 s alone (e87c298), the GPU and the
-  # cores shared by the GPU tests and the CPU tests' OpenMP threads
-  step ctest 420 "$OUT/ctest.log" "cd '$build' && ctest -j ${CTEST_JOBS:-1} --output-on-failure -E test_steps_gpu"
+  # serially (CTEST_JOBS, 1): the CPU tests' OpenMP threads spin on every core, so tests at once
+  # starve each other (8 at once: 157 s against 111 s alone, e87c298; 4 at once at 5b09779:
+  # test_golden 369 s against 4.4 s alone). CTEST_REGEX runs only the tests it matches (the rest
+  # of a run a call's cap cut short).
+  step ctest 420 "$OUT/ctest.log" \
+    "cd '$build' && ctest -j ${CTEST_JOBS:-1} --output-on-failure -E test_steps_gpu ${CTEST_REGEX:+-R '$CTEST_REGEX'}"
 else
   skip ctest "no build"
 fi
