@@ -16,12 +16,14 @@
 #                                     "--preset production --kv-dtype bf16,fp8"),
 #                                     BUILD_DIR (build-gpu),
 #                                     SKIP_STEPS="ctest racecheck ..." (step names to skip),
-#                                     SUITE_PART=tests|steps|sanitizers|bench (one of
-#                                     four call-sized parts: the rest skipped),
+#                                     SUITE_PART=tests|families|steps|sanitizers|bench
+#                                     (one of five call-sized parts: the rest skipped),
 #                                     CTEST_REGEX (ctest -R: only the tests it matches)
-# The whole suite no longer fits one device call of 600 s (s43: build 70 s, ctest past 200 s,
-# graph-steps 165 s, before any sanitizer or bench): SUITE_PART runs a part of it, each part
-# building first; calls made back to back, while the machine is warm, find the build there.
+# The whole suite does not fit one device call of 600 s (at 5b09779 and 80a933f: build 73 s, the
+# SASS check 53 s, ctest's 71 tests past 420 s, graph-steps past 240 s, the sanitizers past 320
+# s; bench/results/2026-12-04-h200-s44/): SUITE_PART runs
+# a part of it, each part building first; calls made back to back, while the machine is warm,
+# find the build there.
 # Files under $OUT (at most 8 come back from the device tool, and these are 8): suite.log
 # (everything, with the machine and build), ctest.log, sass-check.log, check.log, bench.txt (the
 # bench table, then bench-fp8's), bench.csv, bench-fp8.csv, sanitizer.log.
@@ -37,12 +39,13 @@ lib=$build/libmlaverify.so
 # SUITE_PART: the steps of the other parts join SKIP_STEPS
 declare -A parts=(
   [tests]="sass-check ctest check-cuda check-cuda-naive"
+  [families]="ctest-families"
   [steps]="graph-steps step-costs memcheck-steps python-cuda sglang-bench"
   [sanitizers]="memcheck memcheck-backends memcheck-fp8 memcheck-hostile racecheck synccheck initcheck racecheck-streams"
   [bench]="bench bench-fp8")
 if [ -n "${SUITE_PART:-}" ]; then
   [ -n "${parts[$SUITE_PART]+x}" ] ||
-    { echo "gpu-suite.sh: SUITE_PART is tests, steps, sanitizers or bench, not '$SUITE_PART'" >&2; exit 2; }
+    { echo "gpu-suite.sh: SUITE_PART is tests, families, steps, sanitizers or bench, not '$SUITE_PART'" >&2; exit 2; }
   for other in "${!parts[@]}"; do
     [ "$other" = "$SUITE_PART" ] || SKIP_STEPS="${SKIP_STEPS:-} ${parts[$other]}"
   done
@@ -141,24 +144,36 @@ else
 fi
 
 # ---- tests ---------------------------------------------------------------------------------------
+# Two steps, one call each (SUITE_PART tests and families): `ctest`, every test but those below,
+# and `ctest-families`, the tests run again with a kernel family forced (_legal, _sm90, _seesaw)
+# and the sm_90a kernels' own (test_sm90*). test_steps_gpu runs in its own step (graph-steps);
+# test_python in python-cuda, which runs the same tests with SGLang's files, wherever torch has
+# CUDA. Serially (CTEST_JOBS, 1): the CPU tests' OpenMP threads spin on every core, so tests at
+# once starve each other (8 at once: 157 s against 111 s alone, e87c298; 4 at once at 5b09779:
+# test_golden 369 s against 4.4 s alone). CTEST_REGEX runs only the tests it matches (the rest of
+# a run a call's cap cut short).
+torch_cuda=0
+python3 -c "import torch, numpy; assert torch.cuda.is_available()" 2>/dev/null && torch_cuda=1
+families='(_legal|_sm90|_seesaw)$|^test_sm90'
+not_here="test_steps_gpu|$families"
+[ "$torch_cuda" = 1 ] && not_here="$not_here|^test_python\$"
 if ok build; then
-  # test_steps_gpu runs in its own step below (graph-steps)
-  # serially (CTEST_JOBS, 1): the CPU tests' OpenMP threads spin on every core, so tests at once
-  # starve each other (8 at once: 157 s against 111 s alone, e87c298; 4 at once at 5b09779:
-  # test_golden 369 s against 4.4 s alone). CTEST_REGEX runs only the tests it matches (the rest
-  # of a run a call's cap cut short).
   step ctest 420 "$OUT/ctest.log" \
-    "cd '$build' && ctest -j ${CTEST_JOBS:-1} --output-on-failure -E test_steps_gpu ${CTEST_REGEX:+-R '$CTEST_REGEX'}"
+    "cd '$build' && ctest -j ${CTEST_JOBS:-1} --output-on-failure -E '$not_here' ${CTEST_REGEX:+-R '$CTEST_REGEX'}"
+  step ctest-families 420 "$OUT/ctest.log" \
+    "cd '$build' && ctest -j ${CTEST_JOBS:-1} --output-on-failure -R '$families' -E test_steps_gpu"
 else
   skip ctest "no build"
+  skip ctest-families "no build"
 fi
 
 # ---- engine steps: one CUDA graph replayed for 200 steps of changing lengths (test_steps_gpu) -----
 steps_test=$build/tests/test_steps_gpu
 if ok build && [ -x "$steps_test" ]; then
-  # four configurations x 200 steps, each checked against the fp64 oracle on the host: the first
-  # three took 102 s together (2e230bd)
-  step graph-steps 240 "$OUT/ctest.log" "'$steps_test'"
+  # eight configurations x 200 steps, each step checked against the fp64 oracle on the host,
+  # which takes most of the time: 165 s at 6de13a3, past 240 s at 80a933f (7 of the 8 done),
+  # before the oracle's keys were taken four at a time (1.5-1.6x on 16-bit caches, 5x on FP8)
+  step graph-steps 300 "$OUT/ctest.log" "'$steps_test'"
 else
   skip graph-steps "no $steps_test"
 fi
@@ -172,12 +187,12 @@ else
 fi
 
 # ---- the Python binding on the GPU: torch CUDA tensors, graphs of StepPlan and the SGLang backend -
-if ok build && python3 -c "import torch, numpy; assert torch.cuda.is_available()" 2>/dev/null; then
+if ok build && [ "$torch_cuda" = 1 ]; then
   # SGLang's own files (the conformance test and its CUDA-graph flows): SGLANG_SRC, or a copy
   # carried as build-sglang-src (../shared/sglang does not travel to the GPU host)
   sglang_src=${SGLANG_SRC:-$root/build-sglang-src}
   step python-cuda 150 "$OUT/ctest.log" \
-    "SGLANG_SRC='$sglang_src' MLAVERIFY_LIBRARY='$lib' PYTHONPATH='$root/python' python3 -m pytest -q -rs -p no:cacheprovider '$root/python/tests'"
+    "SGLANG_SRC='$sglang_src' MLAVERIFY_LIBRARY='$lib' MLAVERIFY_CLI='$cli' PYTHONPATH='$root/python' python3 -m pytest -q -rs -p no:cacheprovider '$root/python/tests'"
   # the SGLang backend's own costs: per layer over a bare mlav_run, per step's metadata at batch
   # 1, 16, 64 and max_kv_len 4096 and 200000, with the page table copied and read in place
   step sglang-bench 90 /dev/null \
@@ -322,7 +337,8 @@ else
   if [ -x "$steps_test" ] && [ -x "$build/tests/test_fp8" ]; then
     step memcheck-hostile 150 "$OUT/sanitizer.log" "hostile"
   fi
-  step racecheck 150 "$OUT/sanitizer.log" "san racecheck"
+  # past 150 s at 80a933f, in test_fp8's GPU cases (the five test_cuda_gpu tests before them clean)
+  step racecheck 300 "$OUT/sanitizer.log" "san racecheck"
   step synccheck 60 "$OUT/sanitizer.log" "san synccheck streams"
   step initcheck 60 "$OUT/sanitizer.log" "san initcheck streams"
   # The multi-stream test under racecheck last, in a step of its own: it passes in 27-34 s, but
