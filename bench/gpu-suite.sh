@@ -172,7 +172,7 @@ steps_test=$build/tests/test_steps_gpu
 if ok build && [ -x "$steps_test" ]; then
   # eight configurations x 200 steps, each step checked against the fp64 oracle on the host,
   # which takes most of the time: 165 s at 6de13a3, past 240 s at 80a933f (7 of the 8 done),
-  # before the oracle's keys were taken four at a time (1.5-1.6x on 16-bit caches, 5x on FP8)
+  # before the oracle took keys four at a time (4f09b90: 1.5-1.6x on 16-bit caches, 5.4x on FP8)
   step graph-steps 300 "$OUT/ctest.log" "'$steps_test'"
 else
   skip graph-steps "no $steps_test"
