@@ -16,14 +16,14 @@
  * kv_len-long score row took 16 GiB per thread at kv_len INT32_MAX). */
 #define ORACLE_BLOCK 1024
 
-/* Keys taken together by the loops below: each key's score is a chain of dependent adds over d,
- * which bounds the oracle (~4 cycles an add), so the scores of ORACLE_KEYS keys run side by side,
- * each summed over d in order as it would be alone (the same value to the bit), and their
- * values are added to o in key order for every d (the same sums too). */
+/* Keys taken together by the loops below: the scores of ORACLE_KEYS keys are four independent
+ * chains of adds side by side, each summed over d in order as it would be alone (the same value
+ * to the bit), and their values are added to o in key order for every d (the same sums too). */
 #define ORACLE_KEYS 4
 
 /* The two loops are written once and instantiated per cache dtype (ORACLE_BY_DTYPE): with kdt a
- * constant, mlav_load_as_f32's dtype branch leaves the inner loops, which it otherwise dominates. */
+ * constant, mlav_load_as_f32's dtype branch leaves the inner loops (1.4x on a BF16 cache, where
+ * the keys four at a time alone gave 1.07x). */
 #if defined(__GNUC__)
 #define ORACLE_INLINE static inline __attribute__((always_inline))
 #else
