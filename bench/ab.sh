@@ -45,7 +45,7 @@ engine=0; [[ " ${args[*]} " == *" --engine "* ]] && engine=1
 # One untimed run of the baseline first, and the order alternating by round: a call's first run,
 # on a cool GPU, was the faster at the long points until the power cap held the clocks (B 16,
 # H 128, q_len 4, 131k: 3,811 us, then 3,993-4,120 in every later run of either tree;
-# docs/PERFORMANCE.md#hopper, session 41), which a fixed order credits to one tree.
+# docs/PERFORMANCE.md#hopper, "The power cap"), which a fixed order credits to one tree.
 cli=build-ab-base-$tag/mlaverify; [ -x "$cli" ] || cli=build-ab-base-$tag/src/cli/mlaverify
 "$cli" bench --backend cuda "${args[@]}" --csv "$logs/ab-warmup.csv" > "$logs/ab-warmup.txt" 2>&1 ||
   { cat "$logs/ab-warmup.txt"; exit 1; }

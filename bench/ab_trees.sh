@@ -4,7 +4,7 @@
 # tree is the checkout (tracked files and untracked ones git does not ignore) with zero or more
 # patches applied, built for the device's architecture; the trees are benched in rounds whose
 # order rotates (round 1 a b c, round 2 b c a, ...: a call's first run, on a cool GPU, was the
-# faster at the long points, docs/PERFORMANCE.md#hopper, session 41), after one untimed run of
+# faster at the long points, docs/PERFORMANCE.md#hopper, "The power cap"), after one untimed run of
 # the first tree, and each point's least time over its rounds is compared with the first
 # tree's (bench/diag/ab_table.py). bench/ab.sh is the two-tree form for any base tree and bench
 # arguments; this one is the sessions' per-call scripts made one tool.

@@ -1,7 +1,7 @@
 /* Does compute-sanitizer's racecheck report a hazard across a barrier of the whole block when
  * the block's two warpgroups have passed different numbers of named barriers of their own
  * before it? Without this library: the pattern of the seesaw kernel's two reports
- * (docs/PERFORMANCE.md#hopper, "Racecheck"), where every output matched the oracle:
+ * (docs/PERFORMANCE.md#hopper, "Racecheck and synccheck"), where every output matched the oracle:
  *   - the epilogue's row sums: each warpgroup stores its rows' sums, a bar.sync of all 256
  *     threads (named barrier 3), each thread loads the other warpgroup's sum; before it, WG0 has
  *     passed two barriers of its own a pair of tiles, WG1 one;

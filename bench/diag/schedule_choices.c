@@ -379,7 +379,7 @@ static void shares_points(void)
  * 32768) through a plan for limits 1.0 on the sm_90a parameters: the step rule's schedule
  * (mlav_step_schedule_build, no equal shares) against the exact plan's (shares weighed), each
  * timed by the exact plan's dispatch model (mlav_schedule_model_time): what the engine path's
- * run / exact owes to the schedule (docs/PERFORMANCE.md#hopper, session 43). */
+ * run / exact owes to the schedule (docs/PERFORMANCE.md#hopper, "Engine path"). */
 static void steps_sm90(void)
 {
     static mlav_split_item items[1 << 14];
