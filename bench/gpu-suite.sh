@@ -20,10 +20,9 @@
 #                                     (one of five call-sized parts: the rest skipped),
 #                                     CTEST_REGEX (ctest -R: only the tests it matches)
 # The whole suite does not fit one device call of 600 s (at 5b09779 and 80a933f: build 73 s, the
-# SASS check 53 s, ctest's 71 tests past 420 s, graph-steps past 240 s, the sanitizers past 320
-# s; bench/results/2026-12-04-h200-s44/): SUITE_PART runs
-# a part of it, each part building first; calls made back to back, while the machine is warm,
-# find the build there.
+# SASS check 53 s, ctest's 71 tests past 420 s, graph-steps past 240 s, the sanitizers past 320 s;
+# bench/results/2026-12-04-h200-s44/): SUITE_PART runs a part of it, each part building first;
+# calls made back to back, while the machine is warm, find the build there.
 # Files under $OUT (at most 8 come back from the device tool, and these are 8): suite.log
 # (everything, with the machine and build), ctest.log, sass-check.log, check.log, bench.txt (the
 # bench table, then bench-fp8's), bench.csv, bench-fp8.csv, sanitizer.log.
@@ -170,9 +169,10 @@ fi
 # ---- engine steps: one CUDA graph replayed for 200 steps of changing lengths (test_steps_gpu) -----
 steps_test=$build/tests/test_steps_gpu
 if ok build && [ -x "$steps_test" ]; then
-  # eight configurations x 200 steps, each step checked against the fp64 oracle on the host,
-  # which takes most of the time: 165 s at 6de13a3, past 240 s at 80a933f (7 of the 8 done),
-  # before the oracle took keys four at a time (4f09b90: 1.5-1.6x on 16-bit caches, 5.4x on FP8)
+  # eight graph configurations of 200 steps (one of 60), each step checked against the fp64
+  # oracle on the host: 165 s at 6de13a3, past 240 s at 80a933f (7 of the 8 done), before the
+  # oracle took keys four at a time (4f09b90: 1.5-1.6x on 16-bit caches, 5.4x on FP8, 2 cores;
+  # its share of the step's time on the GPU host not measured)
   step graph-steps 300 "$OUT/ctest.log" "'$steps_test'"
 else
   skip graph-steps "no $steps_test"
