@@ -251,7 +251,69 @@ int sf_check(const sf_engine *e, int l, const void *out, const float *lse, char 
 int sf_check_skip(const sf_engine *e, int l, const void *out, const float *lse, int32_t skip,
                   char *msg, size_t n)
 {
+    sf_ref ref = {0};
+    if (skip != -2 && !sf_reference(e, l, &ref, msg, n)) /* -2: nothing ran, nothing to compare */
+        return 0;
+    const int ok = sf_check_ref(e, &ref, out, lse, skip, msg, n);
+    sf_ref_free(&ref);
+    return ok;
+}
+
+int sf_reference(const sf_engine *e, int l, sf_ref *ref, char *msg, size_t n)
+{
+    const int32_t T = e->q_indptr[e->batch], H = e->H, Dl = e->Dl;
+    *ref = (sf_ref){0};
+    if (T == 0)
+        return 1;
+    /* the oracle on the step's exact problem, its masks repacked to the step's own words */
+    int32_t max_q = 0;
+    for (int32_t b = 0; b < e->batch; b++)
+        if (e->q_indptr[b + 1] - e->q_indptr[b] > max_q)
+            max_q = e->q_indptr[b + 1] - e->q_indptr[b];
+    const int32_t words = mlav_tree_mask_words(max_q);
+    uint32_t *mask = tu_xcalloc((size_t)T * words, sizeof(uint32_t));
+    for (int32_t r = 0; r < T; r++)
+        memcpy(mask + (size_t)r * words, e->mask + (size_t)r * e->words, words * sizeof(uint32_t));
+    mlav_problem p = sf_shape(e);
+    p.batch = e->batch;
+    p.q_indptr = e->q_indptr;
+    p.kv_lens = e->kv_lens;
+    mlav_problem_info info;
+    if (mlav_problem_validate(&p, &info) != MLAV_OK) {
+        snprintf(msg, n, "the fixture drew an invalid step: %s", mlav_last_error(NULL));
+        free(mask);
+        return 0;
+    }
+    mlav_tensors t = sf_tensors(e, l);
+    t.tree_mask = mask;
+    ref->T = T;
+    ref->out = tu_xcalloc((size_t)T * H * Dl, sizeof(double));
+    ref->lse = tu_xcalloc((size_t)T * H, sizeof(double));
+    const int ok = mlav_oracle_compute(&info, &t, ref->out, ref->lse) == MLAV_OK;
+    if (!ok) {
+        snprintf(msg, n, "the oracle failed: %s", mlav_last_error(NULL));
+        sf_ref_free(ref);
+    }
+    mlav_problem_info_free(&info);
+    free(mask);
+    return ok;
+}
+
+void sf_ref_free(sf_ref *ref)
+{
+    free(ref->out);
+    free(ref->lse);
+    *ref = (sf_ref){0};
+}
+
+int sf_check_ref(const sf_engine *e, const sf_ref *ref, const void *out, const float *lse,
+                 int32_t skip, char *msg, size_t n)
+{
     const int32_t T = skip == -2 ? 0 : e->q_indptr[e->batch], H = e->H, Dl = e->Dl;
+    if (T != 0 && ref->T != T) {
+        snprintf(msg, n, "the reference is of %d tokens, the step of %d", ref->T, T);
+        return 0;
+    }
     /* the refused request's rows: untouched */
     const size_t r0 = skip >= 0 ? (size_t)e->q_indptr[skip] * H : 0;
     const size_t r1 = skip >= 0 ? (size_t)e->q_indptr[skip + 1] * H : 0;
@@ -280,55 +342,31 @@ int sf_check_skip(const sf_engine *e, int l, const void *out, const float *lse, 
         }
     if (T == 0)
         return 1;
-    /* the oracle on the step's exact problem, its masks repacked to the step's own words */
-    int32_t max_q = 0;
-    for (int32_t b = 0; b < e->batch; b++)
-        if (e->q_indptr[b + 1] - e->q_indptr[b] > max_q)
-            max_q = e->q_indptr[b + 1] - e->q_indptr[b];
-    const int32_t words = mlav_tree_mask_words(max_q);
-    uint32_t *mask = tu_xcalloc((size_t)T * words, sizeof(uint32_t));
-    for (int32_t r = 0; r < T; r++)
-        memcpy(mask + (size_t)r * words, e->mask + (size_t)r * e->words, words * sizeof(uint32_t));
-    mlav_problem p = sf_shape(e);
-    p.batch = e->batch;
-    p.q_indptr = e->q_indptr;
-    p.kv_lens = e->kv_lens;
-    mlav_problem_info info;
-    if (mlav_problem_validate(&p, &info) != MLAV_OK) {
-        snprintf(msg, n, "the fixture drew an invalid step: %s", mlav_last_error(NULL));
-        free(mask);
-        return 0;
-    }
-    mlav_tensors t = sf_tensors(e, l);
-    t.tree_mask = mask;
-    double *ref_out = tu_xcalloc((size_t)T * H * Dl, sizeof(double));
-    double *ref_lse = tu_xcalloc((size_t)T * H, sizeof(double));
-    int ok = mlav_oracle_compute(&info, &t, ref_out, ref_lse) == MLAV_OK;
-    if (!ok)
-        snprintf(msg, n, "the oracle failed: %s", mlav_last_error(NULL));
+    const double *ref_out = ref->out, *ref_lse = ref->lse;
+    int ok = 1;
     double num = 0.0, den = 0.0, worst = 0.0;
     for (size_t k = 0; ok && k < (size_t)T * H * Dl; k++) {
-        const double got = mlav_load_as_f32(out, dt, k), ref = ref_out[k];
+        const double got = mlav_load_as_f32(out, dt, k), rv = ref_out[k];
         if (k / Dl >= r0 && k / Dl < r1)
             continue;
-        if (isnan(got) != isnan(ref)) {
+        if (isnan(got) != isnan(rv)) {
             snprintf(msg, n, "out[%zu] (token %zu, head %zu) = %g but the oracle says %g", k,
-                     k / ((size_t)H * Dl), k / Dl % H, got, ref);
+                     k / ((size_t)H * Dl), k / Dl % H, got, rv);
             ok = 0;
-        } else if (!isnan(ref)) {
-            num += (got - ref) * (got - ref);
-            den += ref * ref;
+        } else if (!isnan(rv)) {
+            num += (got - rv) * (got - rv);
+            den += rv * rv;
         }
     }
     for (size_t k = 0; ok && k < (size_t)T * H; k++) {
-        const double got = lse[k], ref = ref_lse[k];
+        const double got = lse[k], rv = ref_lse[k];
         if (k >= r0 && k < r1)
             continue;
-        if (isnan(got) != isnan(ref) || (isinf(ref) && got != ref) || (isinf(got) && got != ref)) {
-            snprintf(msg, n, "lse[%zu] = %g but the oracle says %g", k, got, ref);
+        if (isnan(got) != isnan(rv) || (isinf(rv) && got != rv) || (isinf(got) && got != rv)) {
+            snprintf(msg, n, "lse[%zu] = %g but the oracle says %g", k, got, rv);
             ok = 0;
-        } else if (!isnan(ref) && !isinf(ref) && fabs(got - ref) > worst) {
-            worst = fabs(got - ref);
+        } else if (!isnan(rv) && !isinf(rv) && fabs(got - rv) > worst) {
+            worst = fabs(got - rv);
         }
     }
     const double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
@@ -340,9 +378,5 @@ int sf_check_skip(const sf_engine *e, int l, const void *out, const float *lse, 
         snprintf(msg, n, "lse max abs error %.3g exceeds %.3g", worst, tu_lse_tol(e->dtype));
         ok = 0;
     }
-    mlav_problem_info_free(&info);
-    free(mask);
-    free(ref_out);
-    free(ref_lse);
     return ok;
 }

@@ -68,6 +68,20 @@ int sf_check(const sf_engine *e, int l, const void *out, const float *lse, char 
 int sf_check_skip(const sf_engine *e, int l, const void *out, const float *lse, int32_t skip,
                   char *msg, size_t n);
 
+/* The two halves of sf_check_skip, for a step whose layer is checked more than once (one graph's
+ * result, then another's): the oracle's result for layer `l` of the step as it is now (T 0 and
+ * no buffers for a step of no tokens; 1, or 0 and `msg`), which must be freed, and a check
+ * against it as sf_check_skip's. */
+typedef struct sf_ref {
+    int32_t T;   /* the step's tokens when it was computed */
+    double *out; /* [T, H, Dl] */
+    double *lse; /* [T, H] */
+} sf_ref;
+int sf_reference(const sf_engine *e, int l, sf_ref *ref, char *msg, size_t n);
+void sf_ref_free(sf_ref *ref);
+int sf_check_ref(const sf_engine *e, const sf_ref *ref, const void *out, const float *lse,
+                 int32_t skip, char *msg, size_t n);
+
 /* The step's lengths in host memory. */
 mlav_lengths sf_lengths(const sf_engine *e);
 /* The shape of the engine's plan for limits. */
