@@ -34,7 +34,8 @@
     case MLAV_DTYPE_F32: call(MLAV_DTYPE_F32); break;                                          \
     case MLAV_DTYPE_BF16: call(MLAV_DTYPE_BF16); break;                                        \
     case MLAV_DTYPE_F16: call(MLAV_DTYPE_F16); break;                                          \
-    default: call(MLAV_DTYPE_FP8_E4M3); break;                                                 \
+    case MLAV_DTYPE_FP8_E4M3: call(MLAV_DTYPE_FP8_E4M3); break;                                \
+    default: call(kdt); break; /* a dtype without its own instance: the same loops, branching */ \
     }
 
 /* KV element i's value in double: the stored element times kv_scale (1 unless FP8). An FP8
