@@ -171,7 +171,7 @@ steps_test=$build/tests/test_steps_gpu
 if ok build && [ -x "$steps_test" ]; then
   # eight graph configurations of 200 steps (one of 60), each step checked against the fp64
   # oracle on the host: 165 s at 6de13a3, past 240 s at 80a933f (7 of the 8 done), before the
-  # oracle took keys four at a time (4f09b90: 1.5-1.6x on 16-bit caches, 5.4x on FP8, 2 cores)
+  # oracle took keys four at a time (4f09b90: BF16 1.5x, F16 1.2x, F32 1.7x, FP8 5.5x, 2 cores)
   # and ran once a step and layer for both graphs (5b04779); its share of the step's time on the
   # GPU host not measured
   step graph-steps 300 "$OUT/ctest.log" "'$steps_test'"
