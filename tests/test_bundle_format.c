@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bundle.h"
@@ -1137,13 +1136,6 @@ static void test_bundle_format_safetensors_conformance(void **state)
     free(r.bytes);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* `count` extra metadata keys "k0000000".."k<count-1>" (plus `dup` once more if >= 0) written
  * into the base bundle's __metadata__; returns the seconds mlav_bundle_read took. */
 static double read_with_keys(const raw *r, long count, long dup, mlav_status want)
@@ -1161,9 +1153,9 @@ static double read_with_keys(const raw *r, long count, long dup, mlav_status wan
     write_edited(r, "\"__metadata__\":{", keys);
     free(keys);
     mlav_bundle b;
-    double t0 = now_s();
+    double t0 = tu_now_s();
     mlav_status s = mlav_bundle_read(mut_path, MLAV_BUNDLE_FULL, &b);
-    double dt = now_s() - t0;
+    double dt = tu_now_s() - t0;
     if (s != want)
         fail_msg("%ld keys: expected %s, got %s (%s)", count, mlav_tool_status_string(want),
                  mlav_tool_status_string(s), mlav_last_error(NULL));

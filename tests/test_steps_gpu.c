@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../src/common/combine_shape.h"
 #include "../src/common/schedule_step.h"
@@ -36,14 +35,6 @@
             fail_msg("%s: %s: %s (%s:%d)", #call, mlav_status_string(ok_s_),                 \
                      mlav_last_error(NULL), __FILE__, __LINE__);                             \
     } while (0)
-
-/* Seconds on a monotonic clock: the loops print where their time went (the oracle's share). */
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void need_device(void)
 {
@@ -176,7 +167,7 @@ static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype
     assert_true(oa && ob && la && lb);
     int refused_steps = 0;
     double oracle_s = 0.0;
-    const double loop_t0 = now_s();
+    const double loop_t0 = tu_now_s();
     for (int s = 0; s < steps; s++) {
         /* the graph's batch is max_batch: slots past the live requests padded */
         const int forced = force_kinds && s % (FORCED + 1) < FORCED;
@@ -229,11 +220,11 @@ static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype
             CK(cudaMemcpyAsync(la, d.lse[l], e->lse_bytes, cudaMemcpyDeviceToHost, st));
             CK(cudaStreamSynchronize(st));
             char msg[256];
-            const double t0 = now_s();
+            const double t0 = tu_now_s();
             if (skip != -2 && !sf_reference(e, l, &ref[l], msg, sizeof msg))
                 fail_msg("step %d layer %d: %s (seed 0x%llx)", s, l, msg,
                          (unsigned long long)seed);
-            oracle_s += now_s() - t0;
+            oracle_s += tu_now_s() - t0;
             if (!sf_check_ref(e, &ref[l], oa, la, skip, msg, sizeof msg))
                 fail_msg("%s h=%d page=%d %s%s step %d layer %d (%d live, %d tokens, refused "
                          "%d, kv_scale %g): %s (seed 0x%llx)",
@@ -275,7 +266,7 @@ static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype
     print_message("%s h=%d page=%d %s%s: %d steps, %d with refused lengths; combine kinds rows "
                   "%d, blocks %d, wide %d; %.1f s, the oracle %.1f s of it; seed 0x%llx\n",
                   mlav_backend_name(be), H, page_size, mlav_dtype_name(dtype), kv, steps,
-                  refused_steps, kinds[0], kinds[1], kinds[2], now_s() - loop_t0, oracle_s,
+                  refused_steps, kinds[0], kinds[1], kinds[2], tu_now_s() - loop_t0, oracle_s,
                   (unsigned long long)seed);
     if (force_kinds) {
         int dev = 0, sms = 0;

@@ -61,6 +61,9 @@ double tu_uniform(uint64_t *state); /* [-1, 1) */
 /* A fresh seed: MLAV_TEST_SEED from the environment if set, else time-based. */
 uint64_t tu_seed(void);
 
+/* Seconds on a monotonic clock (for a test that reports where its time went). */
+double tu_now_s(void);
+
 /* Build a problem (aborts the test on allocation failure). Unused pool pages and the slack past
  * kv_len in a request's last page are NaN (0x7f in an FP8 cache). out/lse are poisoned (NaN)
  * between 64-byte guards. An FP8 cache holds uniform [-1, 1) values divided by the scale and
