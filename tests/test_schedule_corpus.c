@@ -14,9 +14,14 @@
  * 1-1,024, min_chunk, more_waves 0-12, both costs, 32-128 rows per tile, and KV lengths up to
  * 2^31 - 65 (where the rule's 32-bit and double arithmetic meets its limits).
  *
- * `test_schedule_corpus --write FILE [N [N_WIDE]]` writes a new corpus from the current code
- * (3,000 and 1,000 problems by default): only when a schedule change is meant, and then
- * measured. */
+ * A third, the shares class (seeds whose top 16 bits are 0x54a3), takes the sm_90a family's
+ * parameters with equal shares weighed (src/common/schedule_shares.c for the exact plan,
+ * schedule_step_shares.h for the step rule): engine-like batches of 2-64 requests, mostly of one
+ * q_len, on 114 or 132 SMs, some sharded, some with few splits allowed.
+ *
+ * `test_schedule_corpus --write FILE [N [N_WIDE [N_SHARES]]]` writes a new corpus from the
+ * current code (3,000, 1,000 and 1,000 problems by default): only when a schedule change is
+ * meant, and then measured. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -93,6 +98,41 @@ static int32_t pick(uint64_t *s, int32_t lo, int32_t hi)
     return lo + (int32_t)(mix(s) % (uint64_t)(hi - lo + 1));
 }
 
+/* The shares class's parameters and lengths (over make_case's first draw, from a stream of its
+ * own); *maxq and *maxkv the new lengths' longest. */
+static void shares_case(uint64_t seed, corpus_case *c, int32_t *maxq, int32_t *maxkv)
+{
+    uint64_t w = seed ^ 0x7368617265ull;
+    c->sp = (mlav_schedule_params){.rows_per_tile = 64, .key_align = 64, .min_chunk = 64,
+                                   .max_splits = pick(&w, 0, 7) ? 256 : pick(&w, 1, 3),
+                                   .target_blocks = pick(&w, 0, 3) ? 132 : 114,
+                                   .block_cost_keys = 320, .split_cost_keys = 1,
+                                   .more_waves = 8, .shares = 1};
+    free(c->qi);
+    free(c->kv);
+    c->B = pick(&w, 0, 9) ? pick(&w, 2, 64) : 1;
+    c->H = 8 << pick(&w, 0, 4);
+    c->page_size = (int32_t[]){1, 64}[pick(&w, 0, 1)];
+    const int32_t ranks = pick(&w, 0, 7) ? 1 : 2;
+    c->shard = (mlav_shard){ranks, pick(&w, 0, ranks - 1), ranks > 1 ? 64 : 1};
+    const int32_t ragged = pick(&w, 0, 5) == 0, q0 = pick(&w, 1, 16);
+    const int32_t prefix = 1 << pick(&w, 10, 17), spread = pick(&w, 0, 100);
+    c->qi = malloc(sizeof(int32_t) * (size_t)(c->B + 1));
+    c->kv = malloc(sizeof(int32_t) * (size_t)c->B);
+    c->qi[0] = 0;
+    *maxq = *maxkv = 0;
+    for (int32_t b = 0; b < c->B; b++) {
+        int32_t q = ragged ? pick(&w, 1, 16) : q0;
+        if (pick(&w, 0, 29) == 0)
+            q = 0;
+        const int32_t d = (int32_t)((int64_t)prefix * spread / 100);
+        c->qi[b + 1] = c->qi[b] + q;
+        c->kv[b] = prefix + pick(&w, -d, d) + q + 1;
+        *maxq = q > *maxq ? q : *maxq;
+        *maxkv = c->kv[b] > *maxkv ? c->kv[b] : *maxkv;
+    }
+}
+
 static void make_case(uint64_t seed, corpus_case *c)
 {
     uint64_t s = seed;
@@ -153,6 +193,8 @@ static void make_case(uint64_t seed, corpus_case *c)
             }
         }
     }
+    if (seed >> 48 == 0x54a3)
+        shares_case(seed, c, &maxq, &maxkv);
     const int32_t room = pick(&s, 0, 1);
     c->lim = (mlav_limits){.max_batch = c->B + room * pick(&s, 0, 8),
                            .max_tokens = (c->qi[c->B] > 0 ? c->qi[c->B] : 1) + room * pick(&s, 0, 64),
@@ -263,11 +305,11 @@ static void test_corpus(void **state)
     }
     fclose(f);
     print_message("  %d problems, %d schedules changed\n", n, bad);
-    assert_true(n >= 4000);
+    assert_true(n >= 5000);
     assert_int_equal(bad, 0);
 }
 
-static int write_corpus(const char *path, int n, int n_wide)
+static int write_corpus(const char *path, int n, int n_wide, int n_shares)
 {
     FILE *f = fopen(path, "w");
     if (!f)
@@ -275,9 +317,11 @@ static int write_corpus(const char *path, int n, int n_wide)
     fprintf(f, "# seed, FNV-1a 64 of the exact schedule, of the step rule's (0: B > %d); "
                "tests/test_schedule_corpus.c\n",
             MLAV_STEP_MAX_BATCH);
-    for (int i = 0; i < n + n_wide; i++) {
-        const uint64_t seed = i < n ? 0x5c4ed01e00000000ull + (uint64_t)i * 7919u
-                                    : 0xa1de000000000000ull + (uint64_t)(i - n) * 7919u;
+    for (int i = 0; i < n + n_wide + n_shares; i++) {
+        const uint64_t seed = i < n          ? 0x5c4ed01e00000000ull + (uint64_t)i * 7919u
+                              : i < n + n_wide ? 0xa1de000000000000ull + (uint64_t)(i - n) * 7919u
+                                             : 0x54a3000000000000ull +
+                                                   (uint64_t)(i - n - n_wide) * 7919u;
         corpus_case c;
         make_case(seed, &c);
         fprintf(f, "%" PRIu64 " %016" PRIx64 " %016" PRIx64 "\n", seed, exact_hash(&c),
@@ -291,7 +335,7 @@ int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "--write") == 0)
         return write_corpus(argv[2], argc >= 4 ? atoi(argv[3]) : 3000,
-                            argc >= 5 ? atoi(argv[4]) : 1000);
+                            argc >= 5 ? atoi(argv[4]) : 1000, argc >= 6 ? atoi(argv[5]) : 1000);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_corpus)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

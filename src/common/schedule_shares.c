@@ -246,6 +246,13 @@ mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule
         int32_t most;
         if (!cut(&sb, cand[c], sp->max_splits, pc, &n_pieces, &most, count))
             continue;
+        /* no order ends before its blocks' tiles and fixed costs spread evenly over the slots:
+         * past the best so far, it would not be taken */
+        const int64_t blocks = n_pieces * sb.mt, slots = blocks < G ? blocks : G;
+        const int64_t even = mlav_step_ceil_div(
+            (N * sp->key_align + n_pieces * sp->block_cost_keys) * sb.mt, slots);
+        if (*model >= 0 && even + (int64_t)sp->split_cost_keys * most >= *model)
+            continue;
         order_pieces(pc, n_pieces, tmp);
         const int64_t t = model_pieces(&sb, sp, pc, n_pieces, most, it);
         if (t < 0)
