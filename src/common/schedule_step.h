@@ -1,7 +1,8 @@
 /* The split schedule's one rule: its candidate search and item writer, which the host update
- * of an engine step (schedule_step.c), the device scheduler (src/cuda/schedule_step.cu) and the
- * exact plan (mlav_schedule_build, through mlav_step_schedule_exact) all follow, and the bounds
- * that fix a plan for limits' launch shape and workspace for every step within its limits.
+ * of an engine step (schedule_step.c), the device scheduler (src/cuda/schedule_step_kernel.cuh)
+ * and the exact plan (mlav_schedule_build, through mlav_step_schedule_exact) all follow, and the
+ * bounds that fix a plan for limits' launch shape and workspace for every step within its
+ * limits.
  *
  * The candidates: the fewest whole waves of the shortest splits, splits of twice and four times
  * that chunk, and up to more_waves more waves of shorter ones. The exact plan weighs them by its
@@ -158,7 +159,7 @@ static MLAV_HD uint32_t mlav_step_last_of(double x, uint32_t s, const double *in
 /* An evaluation being summed over requests (mlav_step_probe_add), in any order: the evaluation
  * at k, the plateau of k around it over which every request keeps its splits, and the change of
  * blocks just past each end (the host's probes; the device scheduler's learn the plateau
- * alone, src/cuda/schedule_step.cu). */
+ * alone, src/cuda/schedule_step_kernel.cuh). */
 typedef struct mlav_step_probe {
     int64_t blocks;
     int64_t below, above;   /* the change of blocks at left - 1 and right + 1 (the ties') */
