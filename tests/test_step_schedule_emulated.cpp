@@ -28,7 +28,7 @@ extern "C" {
 #include "test_util.h"
 }
 
-/* ---- the CUDA operations the phase uses, on host threads ------------------------------------ */
+/* ---- the CUDA operations the kernel uses, on host threads ---------------------------------- */
 struct emu_index {
     unsigned x, y, z;
 };
