@@ -1,5 +1,6 @@
-/* The exact plan's equal-shares candidate (src/common/schedule_shares.c): what the kernels and the
- * combine rely on, in any block order; when the plan takes it; and its cases by hand. */
+/* Equal shares: the exact plan's candidate (src/common/schedule_shares.c) and the step rule's
+ * (src/common/schedule_step_shares.h): what the kernels and the combine rely on, in any block
+ * order; when each is taken; and their cases by hand. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,8 +11,11 @@
 
 #include <cmocka.h>
 
+#include <math.h>
+
 #include "../src/common/schedule.h"
 #include "../src/common/schedule_shares.h"
+#include "../src/common/schedule_step.h"
 #include "../src/dispatch/validate.h"
 #include "test_util.h"
 
@@ -226,10 +230,10 @@ static void test_shares_harness_points(void **state)
 
 /* Three requests of 3, 2 and 1 tiles (64 keys each), one row tile, 3 parts of 2 tiles on a
  * device of 3 blocks: part 0 is request 0's tiles 0-1, part 1 its tile 2 and request 1's tile 0,
- * part 2 request 1's tile 1 and request 2's tile 0. Round 0 (each part's first piece, by part):
- * (0, [0, 128)), (0, [128, 192)), (1, [64, 128)); round 1 longest first, then by part: (1, [0,
- * 64)), (2, [0, 64)). Slots: request 0's two pieces 0 and 1, request 1's 2 and 3; request 2 is
- * one piece, unsplit. */
+ * part 2 request 1's tile 1 and request 2's tile 0. First each part's first piece, by part:
+ * (0, [0, 128)), (0, [128, 192)), (1, [64, 128)); then the second pieces, which both start a tile
+ * into their parts (no block cost here), by part: (1, [0, 64)), (2, [0, 64)). Slots: request 0's
+ * two pieces 0 and 1, request 1's 2 and 3; request 2 is one piece, unsplit. */
 static void test_shares_by_hand(void **state)
 {
     (void)state;
@@ -263,12 +267,244 @@ static void test_shares_by_hand(void **state)
     mlav_problem_info_free(&info);
 }
 
+/* Four requests of 1, 1, 16 and 2 tiles, one row tile, a device of 2 blocks, a block's fixed
+ * cost of 320 keys: 2 parts of 10 tiles model least (of the 1 to 9 weighed). Part 0 is request
+ * 0, request 1 and request 2's tiles 0-7 (its pieces start at 0, 64 + 320 and 128 + 640); part 1
+ * request 2's tiles 8-15 and request 3 (at 0 and 512 + 320). By start, part 0's pieces run back
+ * to back on the SM that ran its first and part 1's on the other: part 0's three blocks end at
+ * 3 x 320 + 640 = 1600, the schedule's time (+2: request 2's two splits in the combine). In rounds
+ * with the longest piece first, part 1's second piece (2 tiles) would go before part 0's second
+ * (1 tile), to the SM of part 0, and part 0's third would end at 1664. */
+static void test_shares_by_start(void **state)
+{
+    (void)state;
+    int32_t q_indptr[5] = {0, 1, 2, 3, 4}, kv_lens[4] = {64, 64, 1024, 128};
+    mlav_problem prob = {.num_heads = 64, .d_latent = 512, .d_rope = 64, .softmax_scale = 0.1f,
+                         .dtype = MLAV_DTYPE_BF16, .page_size = 1, .batch = 4,
+                         .q_indptr = q_indptr, .kv_lens = kv_lens, .max_pages = 1 << 11};
+    mlav_problem_info info;
+    assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+    mlav_schedule_params sp = sm90_params();
+    sp.target_blocks = 2;
+    int64_t t;
+    mlav_schedule s;
+    assert_int_equal(mlav_schedule_shares(&info, &sp, INT64_MAX, &t, &s), MLAV_OK);
+    check_cover(&info, &sp, &s, 0);
+    const int32_t want[5][4] = {{0, 0, 64, -1}, {2, 512, 1024, 1}, {1, 0, 64, -1},
+                                {2, 0, 512, 0}, {3, 0, 128, -1}}; /* b, kv_begin, kv_end, slot */
+    assert_int_equal(s.n_items, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(s.items[i].b, want[i][0]);
+        assert_int_equal(s.items[i].kv_begin, want[i][1]);
+        assert_int_equal(s.items[i].kv_end, want[i][2]);
+        assert_int_equal(s.items[i].slot, want[i][3]);
+    }
+    assert_int_equal(t, 1600 + 2);
+    assert_int_equal(mlav_schedule_tile_time(&s, &sp), t);
+    mlav_schedule_free(&s);
+    mlav_problem_info_free(&info);
+}
+
+/* A step's schedule, built by the step rule for limits that just hold the batch, into `s` (its
+ * items and combine items in caller arrays; splits[b] from the combine items: the counts of
+ * check_cover). */
+typedef struct {
+    mlav_split_item items[8192];
+    mlav_combine_item combine[2048];
+    int32_t splits[64];
+    mlav_step_header h;
+} step_out;
+
+static void step_build(const mlav_problem_info *p, const mlav_schedule_params *base, step_out *o,
+                       mlav_schedule *s)
+{
+    int32_t max_q = 1, max_kv = 16;
+    for (int32_t b = 0; b < p->B; b++) {
+        max_q = mlav_info_q_len(p, b) > max_q ? mlav_info_q_len(p, b) : max_q;
+        max_kv = p->kv_lens[b] > max_kv ? p->kv_lens[b] : max_kv;
+    }
+    const mlav_limits lim = {p->B, p->T > 0 ? p->T : 1, max_q, max_kv};
+    const mlav_schedule_params sp = mlav_step_params(p->H, &lim, *base);
+    const mlav_step_bounds bd = mlav_step_bounds_of(p->H, &lim, &sp);
+    assert_true(bd.max_items <= 8192 && bd.max_combine <= 2048 && p->B <= 64);
+    mlav_step_scratch *scratch = malloc(mlav_step_scratch_bytes());
+    assert_non_null(scratch);
+    mlav_step_schedule_build(p->B, p->q_indptr, p->kv_lens, (mlav_shard){1, 0, 1}, p->H, &lim,
+                             &sp, &bd, &o->h, o->items, o->combine, scratch);
+    free(scratch);
+    for (int32_t i = o->h.n_items; i < bd.max_items; i++)
+        assert_int_equal(o->items[i].b, -1);
+    for (int32_t b = 0; b < p->B; b++)
+        o->splits[b] = mlav_info_q_len(p, b) > 0;
+    for (int32_t c = 0; c < o->h.n_combine; c++)
+        o->splits[o->combine[c].b] = o->combine[c].nsplit;
+    *s = (mlav_schedule){.n_items = o->h.n_items, .n_combine = o->h.n_combine,
+                         .n_slots = o->h.n_slots, .chunk_keys = o->h.chunk_keys,
+                         .items = o->items, .combine = o->combine, .splits = o->splits};
+}
+
+/* Whether a step schedule is the shares' (its blocks not request-major), and if so the closed
+ * form's time, derived here from the batch alone: P = target_blocks / mt parts of the requests'
+ * tiles end to end, each part's tiles and a block's cost for every request it touches, the
+ * longest; plus the split cost for the most parts one request touches. */
+static int step_took_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                            const mlav_schedule *s, int64_t *closed)
+{
+    int took = 0;
+    for (int32_t i = 1; i < s->n_items; i++)
+        took |= s->items[i].b < s->items[i - 1].b;
+    if (!took)
+        return 0;
+    int64_t first[65] = {0}, N = 0;
+    int32_t mt = 0, n = 0;
+    for (int32_t b = 0; b < p->B; b++)
+        if (mlav_info_q_len(p, b) > 0) {
+            mt = (int32_t)((mlav_info_q_len(p, b) * (int64_t)p->H + 63) / 64);
+            N += (p->kv_lens[b] + sp->key_align - 1) / sp->key_align;
+            first[++n] = N;
+        }
+    const int64_t P = sp->target_blocks / mt < N ? sp->target_blocks / mt : N;
+    int64_t t = 0, most = 0;
+    for (int64_t j = 0; j < P; j++) {
+        const int64_t a = N * j / P, e = N * (j + 1) / P;
+        int64_t pieces = 0;
+        for (int32_t i = 0; i < n; i++)
+            pieces += first[i] < e && first[i + 1] > a;
+        const int64_t tj = (e - a) * sp->key_align + pieces * sp->block_cost_keys;
+        t = tj > t ? tj : t;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int64_t parts = 0;
+        for (int64_t j = 0; j < P; j++)
+            parts += first[i] < N * (j + 1) / P && first[i + 1] > N * j / P;
+        most = parts > 1 && parts > most ? parts : most;
+    }
+    *closed = t + sp->split_cost_keys * most;
+    return 1;
+}
+
+/* Random engine-like steps on the H200's sm_90a parameters (2-64 requests, mostly of one
+ * q_len, prefixes spread around 1k-128k): every step schedule holds the invariants; where it is
+ * the shares', the dispatch model gives at most the closed form's time (its longest part: the
+ * SMs no part's first blocks take only end parts sooner), which the test derives itself. */
+static void test_step_shares_random(void **state)
+{
+    (void)state;
+    const uint64_t seed = tu_seeded("test_step_shares_random");
+    uint64_t rng = seed;
+    int took = 0, kept = 0;
+    double lg = 0.0;
+    static step_out o;
+    for (int it = 0; it < 600; it++) {
+        const int32_t B = 2 + (int32_t)(tu_next(&rng) % 63), H = 8 << (tu_next(&rng) % 5);
+        const int32_t q0 = 1 + (int32_t)(tu_next(&rng) % 16), ragged = tu_next(&rng) % 6 == 0;
+        const int32_t prefix = 1024 << (tu_next(&rng) % 8);
+        const double spread = (double)(tu_next(&rng) % 90) / 100.0;
+        int32_t q_indptr[65], kv_lens[64];
+        q_indptr[0] = 0;
+        for (int32_t b = 0; b < B; b++) {
+            const int32_t q = tu_next(&rng) % 25 == 0 ? 0
+                              : ragged                ? 1 + (int32_t)(tu_next(&rng) % 16)
+                                                      : q0;
+            q_indptr[b + 1] = q_indptr[b] + q;
+            kv_lens[b] = q + 1 + (int32_t)(prefix * (1.0 + spread * tu_uniform(&rng)));
+        }
+        mlav_problem prob = {.num_heads = H, .d_latent = 512, .d_rope = 64,
+                             .softmax_scale = 0.1f, .dtype = MLAV_DTYPE_BF16, .page_size = 1,
+                             .batch = B, .q_indptr = q_indptr, .kv_lens = kv_lens,
+                             .max_pages = 1 << 24};
+        mlav_problem_info info;
+        assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+        mlav_schedule_params sp = sm90_params(), up = sm90_params();
+        up.shares = 0;
+        mlav_schedule s, u;
+        step_build(&info, &sp, &o, &s);
+        check_cover(&info, &sp, &s, seed);
+        int64_t closed;
+        if (step_took_shares(&info, &sp, &s, &closed)) {
+            const int64_t t = mlav_schedule_tile_time(&s, &sp);
+            if (t > closed)
+                fail_msg("seed 0x%llx, step %d: shares modelled %lld, past their closed form %lld",
+                         (unsigned long long)seed, it, (long long)t, (long long)closed);
+            static step_out uo;
+            step_build(&info, &up, &uo, &u);
+            lg += log((double)t / (double)mlav_schedule_tile_time(&u, &sp));
+            took++;
+        } else {
+            kept++;
+        }
+        mlav_problem_info_free(&info);
+    }
+    printf("  shares taken in %d of 600 steps (modelled %.3f of the uniform schedule's time, "
+           "geomean), the uniform schedule in %d\n",
+           took, took ? exp(lg / took) : 1.0, kept);
+    assert_true(took > 0 && kept > 0);
+}
+
+/* Three requests of 2, 2 and 10 tiles (128, 128, 640 keys), one row tile each, a device of 3
+ * blocks: 3 parts of tiles [0, 4), [4, 9), [9, 14). Part 0 is requests 0 and 1 (the second
+ * starts 2 tiles and a block into the part: 2 x 64 + 320), parts 1 and 2 request 2's tiles 0-4
+ * and 5-9. The closed form: part 0 4 x 64 + 2 x 320 = 896 (the others 640), + 2 for request 2's
+ * two splits: 898, against the uniform schedule's 960 (a block each: 320 + 640), 0.935 of it.
+ * In the dispatch model (3 slots): part 0's first block ends at 448, parts 1 and 2 at 640,
+ * request 1's block then on the first slot at 896. */
+static void test_step_shares_by_hand(void **state)
+{
+    (void)state;
+    int32_t q_indptr[4] = {0, 1, 2, 3}, kv_lens[3] = {128, 128, 640};
+    mlav_problem prob = {.num_heads = 64, .d_latent = 512, .d_rope = 64, .softmax_scale = 0.1f,
+                         .dtype = MLAV_DTYPE_BF16, .page_size = 1, .batch = 3,
+                         .q_indptr = q_indptr, .kv_lens = kv_lens, .max_pages = 1 << 10};
+    mlav_problem_info info;
+    assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+    mlav_schedule_params sp = sm90_params();
+    sp.target_blocks = 3;
+    static step_out o;
+    mlav_schedule s;
+    step_build(&info, &sp, &o, &s);
+    check_cover(&info, &sp, &s, 0);
+    assert_int_equal(o.h.n_items, 4);
+    assert_int_equal(o.h.n_combine, 1);
+    assert_int_equal(o.h.n_slots, 2);
+    assert_int_equal(o.h.chunk_keys, 5 * 64);
+    const int32_t want[4][4] = {{0, 0, 128, -1}, {2, 0, 320, 0}, {2, 320, 640, 1},
+                                {1, 0, 128, -1}}; /* b, kv_begin, kv_end, slot */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(o.items[i].b, want[i][0]);
+        assert_int_equal(o.items[i].mtile, 0);
+        assert_int_equal(o.items[i].kv_begin, want[i][1]);
+        assert_int_equal(o.items[i].kv_end, want[i][2]);
+        assert_int_equal(o.items[i].slot, want[i][3]);
+        assert_int_equal(o.items[i].q_start, want[i][0]);
+        assert_int_equal(o.items[i].q_len, 1);
+        assert_int_equal(o.items[i].prefix, kv_lens[want[i][0]] - 1);
+    }
+    const mlav_combine_item c = o.combine[0];
+    assert_true(c.b == 2 && c.mtile == 0 && c.nsplit == 2 && c.slot0 == 0 && c.slot_stride == 1 &&
+                c.q_start == 2 && c.rows == 64);
+    int64_t closed;
+    assert_true(step_took_shares(&info, &sp, &s, &closed));
+    assert_int_equal(closed, 898);
+    assert_int_equal(mlav_schedule_tile_time(&s, &sp), 898);
+    /* without shares weighed: the uniform schedule, a block a request */
+    sp.shares = 0;
+    step_build(&info, &sp, &o, &s);
+    assert_int_equal(o.h.n_items, 3);
+    for (int i = 0; i < 3; i++)
+        assert_true(o.items[i].b == i && o.items[i].kv_begin == 0 &&
+                    o.items[i].kv_end == kv_lens[i]);
+    mlav_problem_info_free(&info);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shares_random_batches),
         cmocka_unit_test(test_shares_harness_points),
         cmocka_unit_test(test_shares_by_hand),
+        cmocka_unit_test(test_shares_by_start),
+        cmocka_unit_test(test_step_shares_random),
+        cmocka_unit_test(test_step_shares_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

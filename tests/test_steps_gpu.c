@@ -754,8 +754,9 @@ static void test_steps_padding_garbage_gpu(void **state)
 }
 
 /* The device scheduler against the host rule, byte for byte: random steps, from one request to
- * 2,048, single tokens to long drafts, short and long KV, with refused requests and broken
- * q_indptr among them; each step's update from device lengths and from host lengths into two
+ * 2,048, single tokens to long drafts, short and long KV, a third of them of one draft length
+ * (equal shares' steps, schedule_step_shares.h), with refused requests and broken q_indptr among
+ * them; each step's update from device lengths and from host lengths into two
  * workspaces poisoned alike must leave the same bytes (the step region, zero-padded to its
  * alignment, and the poison after it). No attention runs: the schedules alone. */
 static uint32_t below(uint64_t *rng, uint32_t n)
@@ -784,7 +785,7 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
     unsigned char *ha = tu_xcalloc(cmp, 1), *hb = tu_xcalloc(cmp, 1);
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    int refused = 0, broken = 0, compared = 0;
+    int refused = 0, broken = 0, compared = 0, shares = 0;
     for (int s = 0; s < steps; s++) {
         /* batch sizes spread over the scales, lengths within the limits but for a few */
         const int32_t scale = 1 << below(rng, 12);
@@ -792,16 +793,24 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
                                                                          : lim->max_batch));
         const int32_t per_q = lim->max_tokens / batch;
         const int short_kv = below(rng, 3) == 0;
+        const int32_t top_q = per_q < lim->max_q_len ? per_q : lim->max_q_len;
+        /* a third of the steps as engines run them: one draft length, prefixes around one
+         * length (where the sm_90a family's plans may take equal shares) */
+        const int engine = below(rng, 3) == 0;
+        const int32_t q_all = 1 + (int32_t)below(rng, (uint32_t)(top_q > 0 ? top_q : 1));
+        const int32_t around = 1 + (int32_t)below(rng, (uint32_t)lim->max_kv_len / 2);
         qi[0] = 0;
         for (int32_t b = 0; b < batch; b++) {
-            const int32_t top_q = per_q < lim->max_q_len ? per_q : lim->max_q_len;
             int32_t q = (int32_t)below(rng, (uint32_t)top_q + 1);
             if (below(rng, 4) == 0)
                 q = q > 0 ? 1 : 0; /* single tokens */
+            if (engine)
+                q = top_q > 0 && below(rng, 20) ? q_all : 0;
             const int32_t top = short_kv ? (lim->max_kv_len < 700 ? lim->max_kv_len : 700)
                                          : lim->max_kv_len;
             qi[b + 1] = qi[b] + q;
-            kvl[b] = q + (int32_t)below(rng, (uint32_t)(top - q) + 1);
+            kvl[b] = engine ? q + around / 2 + (int32_t)below(rng, (uint32_t)around)
+                            : q + (int32_t)below(rng, (uint32_t)(top - q) + 1);
         }
         if (below(rng, 10) == 0) { /* one request past the limits */
             kvl[below(rng, (uint32_t)batch)] = lim->max_kv_len + 1 + (int32_t)below(rng, 100);
@@ -831,6 +840,16 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
         CK(cudaMemcpyAsync(hb, wb, cmp, cudaMemcpyDeviceToHost, st));
         CK(cudaStreamSynchronize(st));
         compared++;
+        { /* the blocks of equal shares are not request-major (schedule_step_shares.h) */
+            const mlav_step_header *hh = (const mlav_step_header *)hb;
+            const mlav_split_item *it = (const mlav_split_item *)(hb + sizeof *hh);
+            const int32_t n = hh->n_items;
+            for (int32_t i = 1; i < n && (sizeof *hh + (size_t)(i + 1) * sizeof *it) <= cmp; i++)
+                if (it[i].b < it[i - 1].b) {
+                    shares++;
+                    break;
+                }
+        }
         if (memcmp(ha, hb, cmp) != 0) {
             size_t at = 0;
             while (ha[at] == hb[at])
@@ -841,11 +860,11 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
                      at, (unsigned long long)seed);
         }
     }
-    print_message("H=%d limits (%d, %d, %d, %d): %d of %d steps compared, alike (the others "
-                  "refused by the host: %d with a request past the limits, %d with a broken "
-                  "q_indptr), seed 0x%llx\n",
+    print_message("H=%d limits (%d, %d, %d, %d): %d of %d steps compared, alike, %d of them "
+                  "equal shares (the others refused by the host: %d with a request past the "
+                  "limits, %d with a broken q_indptr), seed 0x%llx\n",
                   H, lim->max_batch, lim->max_tokens, lim->max_q_len, lim->max_kv_len, compared,
-                  steps, refused, broken, (unsigned long long)seed);
+                  steps, shares, refused, broken, (unsigned long long)seed);
     assert_true(compared > steps / 2); /* the comparison is the test: most steps must reach it */
     CK(cudaStreamDestroy(st));
     free(qi);

@@ -411,7 +411,7 @@ static void steps_sm90(void)
         }
         const int64_t t_exact = mlav_schedule_model_time(&s, &sp);
         const mlav_limits lim = {B, q_indptr[B], q, max_kv};
-        const mlav_schedule_params ssp = mlav_step_params(H, &lim, sm90_params(0));
+        const mlav_schedule_params ssp = mlav_step_params(H, &lim, sm90_params(1));
         const mlav_step_bounds bd = mlav_step_bounds_of(H, &lim, &ssp);
         if (bd.max_items > (int32_t)(sizeof items / sizeof items[0]) ||
             bd.max_combine > (int32_t)(sizeof combine / sizeof combine[0])) {

@@ -9,9 +9,21 @@
  * into P equal parts; a part is a block per request it touches, for every m. So the blocks of
  * part j read the same KV rows for every m at once (their L2 reuse, as the uniform schedule's
  * split-major order gives), and a request spans a few parts instead of one fixed chunk each.
- * Blocks go out in rounds: each part's first block (part-major, m fastest), then the parts'
- * second blocks longest first, then the third: the GPU hands the next block to the SM that
- * comes free first, and a part whose first block was short is the one whose second is long.
+ * Blocks go out each part's first (part-major, m fastest), then the later pieces in one of two
+ * orders, both weighed:
+ * - by start: when each would start if every part had an SM of its own for each m (its pieces
+ *   back to back, each with its fixed cost), then by part. The GPU hands the next block to the
+ *   SM that comes free first, which at a piece's start is the one that ran its part's pieces
+ *   before it, so the schedule ends with its longest part (the step rule's closed form,
+ *   schedule_step_shares.h). Where parts have three pieces, rounds modelled 1.13x and 1.24x it
+ *   (32 x (H 16, q_len 16) and 64 x (H 8, q_len 16) at 32k, prefixes spread 50%);
+ * - in rounds: the parts' second pieces longest first, then the third: where some SMs take no
+ *   part's first block, or the first blocks fill more than a wave, the free SMs take the longest
+ *   and this can model shorter (27 x (H 16, q_len 12) at 2,048: 0.968 of by start).
+ * On 3,000 random batches of 2-64 requests (H 8-128, q_len 1-16, prefixes 1k-128k spread 0-100%)
+ * weighing both modelled 0.988 of rounds alone (geomean), never longer, in no more host time
+ * (a lower bound skips the part counts that cannot win: 25-171 us a plan on the 2-core VM at
+ * bench/diag/schedule_choices --shares' batches, where rounds alone took 75-168).
  * The plan weighs a handful of part counts around whole waves with the dispatch model in whole
  * tiles (mlav_schedule_tile_time) and keeps this schedule only where it models clearly faster than
  * the uniform one. Only for batches whose requests with rows have the same row tiles, unsharded
@@ -25,10 +37,11 @@
 #include <string.h>
 
 /* A part's piece of one request: KV tiles [t0, t1) of request b, its k-th piece (in KV order),
- * in the part's r-th place. */
+ * in the part's r-th place; `start`, when it would start on its part's own SM: the part's tiles
+ * before it in KV rows and a block's fixed cost for each piece before it. */
 typedef struct {
     int32_t b, k, r, part;
-    int64_t t0, t1;
+    int64_t t0, t1, start;
 } piece;
 
 /* The batch as this rule sees it: the requests with rows, each's KV tiles and first tile in the
@@ -43,7 +56,7 @@ typedef struct {
 /* The pieces of P parts in dispatch order (rounds, as above); *n_pieces their count, *most the
  * most pieces of one request (0 when none is split). 0 when a request would take more than
  * max_splits pieces. `pc` holds at least P + n pieces. */
-static int cut(const share_batch *sb, int64_t P, int32_t max_splits, piece *pc,
+static int cut(const share_batch *sb, const mlav_schedule_params *sp, int64_t P, piece *pc,
                int64_t *n_pieces, int32_t *most, int32_t *count)
 {
     const int64_t N = sb->first[sb->n];
@@ -51,16 +64,18 @@ static int cut(const share_batch *sb, int64_t P, int32_t max_splits, piece *pc,
     int32_t i = 0;
     memset(count, 0, (size_t)sb->n * sizeof(int32_t));
     for (int64_t j = 0; j < P; j++) {
-        int64_t a = N * j / P;
-        const int64_t e = N * (j + 1) / P;
+        const int64_t a0 = N * j / P, e = N * (j + 1) / P;
+        int64_t a = a0;
         for (int32_t r = 0; a < e; r++) {
             while (sb->first[i + 1] <= a)
                 i++;
             const int64_t end = sb->first[i + 1] < e ? sb->first[i + 1] : e;
-            if (count[i] == max_splits)
+            if (count[i] == sp->max_splits)
                 return 0;
             pc[n++] = (piece){.b = i, .k = count[i]++, .r = r, .part = (int32_t)j, .t0 = a,
-                              .t1 = end};
+                              .t1 = end,
+                              .start = (a - a0) * sp->key_align +
+                                       (int64_t)r * sp->block_cost_keys};
             a = end;
         }
     }
@@ -72,21 +87,39 @@ static int cut(const share_batch *sb, int64_t P, int32_t max_splits, piece *pc,
     return 1;
 }
 
-/* Dispatch order: rounds; round 0 by part, later rounds longest first, then by part. */
+/* Dispatch order: by start, then by part. */
 static int piece_order(const void *x, const void *y)
+{
+    const piece *a = x, *b = y;
+    if (a->start != b->start)
+        return a->start < b->start ? -1 : 1;
+    return a->part < b->part ? -1 : a->part > b->part;
+}
+
+/* Rounds: the parts' second pieces longest first, then the third. */
+static int round_order(const void *x, const void *y)
 {
     const piece *a = x, *b = y;
     if (a->r != b->r)
         return a->r < b->r ? -1 : 1;
-    if (a->r > 0 && a->t1 - a->t0 != b->t1 - b->t0)
+    if (a->t1 - a->t0 != b->t1 - b->t0)
         return a->t1 - a->t0 > b->t1 - b->t0 ? -1 : 1;
     return a->part < b->part ? -1 : a->part > b->part;
 }
 
-/* `pc` (cut's, by part) into dispatch order (piece_order): round 0's pieces keep their order at
- * the front and only the later rounds' (a few per request) are sorted, behind them; `tmp` holds
- * n pieces. */
-static void order_pieces(piece *pc, int64_t n, piece *tmp)
+/* Whether pc[0..n) is sorted by `order`. */
+static int in_order(const piece *pc, int64_t n, int (*order)(const void *, const void *))
+{
+    for (int64_t k = 1; k < n; k++)
+        if (order(&pc[k - 1], &pc[k]) > 0)
+            return 0;
+    return 1;
+}
+
+/* `pc` (cut's, by part) into dispatch order, by start (piece_order) or in rounds (round_order):
+ * each part's first piece keeps its order at the front and only the later ones (a few per
+ * request) are sorted, behind them; `tmp` holds n pieces. */
+static void order_pieces(piece *pc, int64_t n, piece *tmp, int rounds)
 {
     int64_t front = 0, back = 0;
     for (int64_t k = 0; k < n; k++)
@@ -95,7 +128,7 @@ static void order_pieces(piece *pc, int64_t n, piece *tmp)
         else
             tmp[back++] = pc[k];
     memcpy(pc + front, tmp, (size_t)back * sizeof(piece));
-    qsort(pc + front, (size_t)back, sizeof(piece), piece_order);
+    qsort(pc + front, (size_t)back, sizeof(piece), rounds ? round_order : piece_order);
 }
 
 /* The schedule of P parts: its items (for every piece, m fastest), combine items and splits. */
@@ -241,10 +274,11 @@ mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule
         goto oom;
     piece *tmp = pc + cand[nc - 1] + sb.n;
     int64_t best_p = 0;
+    int best_r = 0;
     for (int64_t c = 0; c < nc; c++) {
         int64_t n_pieces;
         int32_t most;
-        if (!cut(&sb, cand[c], sp->max_splits, pc, &n_pieces, &most, count))
+        if (!cut(&sb, sp, cand[c], pc, &n_pieces, &most, count))
             continue;
         /* no order ends before its blocks' tiles and fixed costs spread evenly over the slots:
          * past the best so far, it would not be taken */
@@ -253,20 +287,25 @@ mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule
             (N * sp->key_align + n_pieces * sp->block_cost_keys) * sb.mt, slots);
         if (*model >= 0 && even + (int64_t)sp->split_cost_keys * most >= *model)
             continue;
-        order_pieces(pc, n_pieces, tmp);
-        const int64_t t = model_pieces(&sb, sp, pc, n_pieces, most, it);
-        if (t < 0)
-            goto oom;
-        if (*model < 0 || t < *model) {
-            *model = t;
-            best_p = cand[c];
+        for (int rounds = 0; rounds < 2; rounds++) {
+            order_pieces(pc, n_pieces, tmp, rounds);
+            if (rounds && in_order(pc, n_pieces, piece_order))
+                break; /* the same order as by start, weighed already */
+            const int64_t t = model_pieces(&sb, sp, pc, n_pieces, most, it);
+            if (t < 0)
+                goto oom;
+            if (*model < 0 || t < *model) {
+                *model = t;
+                best_p = cand[c];
+                best_r = rounds;
+            }
         }
     }
     if (best_p > 0) {
         int64_t n_pieces;
         int32_t most;
-        cut(&sb, best_p, sp->max_splits, pc, &n_pieces, &most, count);
-        order_pieces(pc, n_pieces, tmp);
+        cut(&sb, sp, best_p, pc, &n_pieces, &most, count);
+        order_pieces(pc, n_pieces, tmp, best_r);
         st = write_shares(p, sp, &sb, pc, n_pieces, count, best_p, out);
     }
     goto done;

@@ -1,0 +1,85 @@
+/* Equal shares in the step rule (schedule_step.h): the arithmetic that the host update
+ * (schedule_step.c) and the device scheduler (src/cuda/schedule_step.cu) share, so that both
+ * write the same bytes.
+ *
+ * The exact plan's second candidate (schedule_shares.c) cuts the batch's KV tiles, the requests'
+ * end to end, into P equal parts, a block for each request a part touches and row tile, and
+ * weighs part counts with the block-by-block dispatch model. A step has no room for that model
+ * (one thread block, a few microseconds), so it takes one part count and a closed form that is
+ * the dispatch model's time for it:
+ * - P = target_blocks / mt parts (at most the batch's tiles): each part's first pieces, one per
+ *   row tile, fill one wave;
+ * - the pieces go out by when each would start if its part had an SM of its own for each row
+ *   tile (the part's KV rows before it, and a block's fixed cost for each piece before it), then
+ *   by part. The GPU hands a block to the SM that comes free first, which at a piece's start is
+ *   the one that ran its part's pieces before it; so the schedule ends with its longest part,
+ *   max_j (tiles_j ka + pieces_j block_cost), plus the combine's split cost for its most split
+ *   request. The SMs no part's first pieces take only end some parts sooner.
+ * It applies where every request with rows has the same row tiles (as the exact plan's rule),
+ * to an unsharded step of 2 to P requests with rows (so that the pieces' order is a sort of at
+ * most P - 1 later pieces), and is taken where it models at most 0.97 of the uniform
+ * schedule's closed form (mlav_step_model), the margin the exact plan keeps. */
+#ifndef MLAV_COMMON_SCHEDULE_STEP_SHARES_H
+#define MLAV_COMMON_SCHEDULE_STEP_SHARES_H
+
+#include <stdint.h>
+
+#include "hd.h"
+#include "schedule_step.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most parts of a step's shares: the device scheduler's arrays (requests, parts and pieces)
+ * are sized by it; a device of more blocks a wave per row tile keeps the uniform schedule. */
+#define MLAV_STEP_SHARES_MAX_PARTS 256
+
+/* The parts of a step of mt row tiles a request and N KV tiles in all, or 0 where shares do
+ * not apply to `n` requests with rows. */
+static MLAV_HD int64_t mlav_step_shares_parts(int64_t n, int64_t mt, int64_t N,
+                                              int32_t target_blocks)
+{
+    int64_t P = mt > 0 ? target_blocks / mt : 0;
+    P = P < N ? P : N;
+    return n >= 2 && n <= P && P <= MLAV_STEP_SHARES_MAX_PARTS ? P : 0;
+}
+
+/* Part j's first tile: floor(N j / P) (N j < 2^52: exact through mlav_step_div). */
+static MLAV_HD int64_t mlav_step_part_begin(int64_t N, int64_t P, int64_t j)
+{
+    return mlav_step_div(N * j, P);
+}
+
+/* The part of tile t: the largest j with part_begin(j) <= t, ceil((t + 1) P / N) - 1. */
+static MLAV_HD int64_t mlav_step_part_of(int64_t N, int64_t P, int64_t t)
+{
+    return mlav_step_div((t + 1) * P - 1, N);
+}
+
+/* When a part's r-th piece, `into` tiles into the part, would start on the part's own SM. */
+static MLAV_HD int64_t mlav_step_piece_start(int64_t into, int32_t r,
+                                             const mlav_schedule_params *sp)
+{
+    return into * sp->key_align + (int64_t)r * sp->block_cost_keys;
+}
+
+/* Part j's time in the closed form: its tiles and a fixed cost for each of its pieces. */
+static MLAV_HD int64_t mlav_step_part_time(int64_t tiles, int64_t pieces,
+                                           const mlav_schedule_params *sp)
+{
+    return tiles * sp->key_align + pieces * sp->block_cost_keys;
+}
+
+/* Whether the shares' time `t` (the longest part's, with the split cost) is taken over the
+ * uniform schedule's modelled `uniform`: at most 0.97 of it. */
+static MLAV_HD int mlav_step_shares_win(int64_t t, int64_t uniform)
+{
+    return t * 100 <= uniform * 97;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
