@@ -145,6 +145,8 @@ static void fill_step(sf_engine *e, int32_t live, int pad)
         if (b < live) {
             const int32_t left = L->max_tokens - t - (live - 1 - b); /* one each for the rest */
             q = draw(e, 1, left < L->max_q_len ? left : L->max_q_len);
+            if (e->q_all > 0)
+                q = e->q_all < left ? e->q_all : left;
             if (q < 1)
                 q = 1;
         }

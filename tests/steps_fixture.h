@@ -34,6 +34,7 @@ typedef struct sf_engine {
     int32_t *q_indptr, *kv_lens, *prefix; /* [max_batch + 1], [max_batch], [max_batch] */
     int32_t *parents;                     /* [max_tokens] */
     int32_t *page_owner;                  /* [num_pages]: slot using the page, or -1 */
+    int32_t q_all; /* > 0: every live request's draft length (within max_tokens), else drawn */
     uint64_t rng;
 } sf_engine;
 

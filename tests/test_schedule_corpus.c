@@ -20,8 +20,8 @@
  * q_len, on 114 or 132 SMs, some sharded, some with few splits allowed.
  *
  * `test_schedule_corpus --write FILE [N [N_WIDE [N_SHARES]]]` writes a new corpus from the
- * current code (3,000, 1,000 and 1,000 problems by default): only when a schedule change is meant, and then
- * measured. */
+ * current code (3,000, 1,000 and 1,000 problems by default): only when a schedule change is
+ * meant, and then measured. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

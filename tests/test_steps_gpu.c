@@ -94,7 +94,7 @@ static int steps_wanted(void)
     return s && atoi(s) > 0 ? atoi(s) : 200;
 }
 
-/* Steps that graph_loop takes for certain when asked (force_kinds): one at a time, between
+/* Steps that graph_loop takes for certain when asked (FORCE_KINDS): one at a time, between
  * random ones, each meant for one kind of the step's combine (combine_shape.h) with H = 8 and
  * draft lengths up to 2 on 129 SMs or more (132: the H200, 188: sm_120); on such a device each
  * kind must occur. A lone request past 16k keys takes 129 or more splits (the wide block
@@ -104,14 +104,41 @@ static const struct {
 } forced_steps[] = {{1, 16390}, {1, 3000}, {3, 600}};
 enum { FORCED = sizeof forced_steps / sizeof forced_steps[0] };
 
+/* What graph_loop forces: nothing, the combine kinds (forced_steps, between random steps), or
+ * every step a full batch of one draft length with prefixes within 50% of two thirds of the
+ * limit (the steps on which the sm_90a family's plans may take equal shares,
+ * src/common/schedule_step_shares.h). */
+enum { FORCE_NONE, FORCE_KINDS, FORCE_SHARES };
+
+/* Whether the step the workspace holds (the header copied out as `hdr`) is equal shares': its
+ * blocks not request-major. */
+static int step_is_shares(const void *ws, const mlav_step_header *hdr, cudaStream_t st)
+{
+    if (hdr->n_items < 2)
+        return 0;
+    mlav_split_item *it = malloc(sizeof *it * (size_t)hdr->n_items);
+    assert_non_null(it);
+    CK(cudaMemcpyAsync(it, (const char *)ws + sizeof *hdr, sizeof *it * (size_t)hdr->n_items,
+                       cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    int shares = 0;
+    for (int32_t i = 1; i < hdr->n_items && !shares; i++)
+        shares = it[i].b < it[i - 1].b;
+    free(it);
+    return shares;
+}
+
 static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype dtype,
-                       mlav_dtype kv_dtype, const mlav_limits *lim, int force_kinds)
+                       mlav_dtype kv_dtype, const mlav_limits *lim, int force)
 {
     need_device();
     const uint64_t seed = tu_seed();
     const int layers = 2;
-    /* a forced step's fp64 check over 16k keys is the cost: fewer steps */
-    const int steps = force_kinds && steps_wanted() > 60 ? 60 : steps_wanted();
+    /* a forced step's fp64 check over 16k keys, or a full batch's, is the cost: fewer steps */
+    const int cap = force == FORCE_KINDS ? 60 : force == FORCE_SHARES ? 8 : INT32_MAX;
+    const int steps = steps_wanted() > cap ? cap : steps_wanted();
+    int shares = 0;
+    uint64_t prng = seed ^ 0x5a5a5a5aull;
     int kinds[3] = {0, 0, 0};
     sf_engine *e = sf_make(lim, H, 512, 64, page_size, dtype, kv_dtype, layers, seed);
     const char *kv = e->kv_dtype == dtype ? "" : ",kv=fp8_e4m3";
@@ -170,8 +197,19 @@ static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype
     const double loop_t0 = tu_now_s();
     for (int s = 0; s < steps; s++) {
         /* the graph's batch is max_batch: slots past the live requests padded */
-        const int forced = force_kinds && s % (FORCED + 1) < FORCED;
-        if (forced) {
+        const int forced =
+            force == FORCE_SHARES || (force == FORCE_KINDS && s % (FORCED + 1) < FORCED);
+        if (force == FORCE_SHARES) {
+            int32_t *prefix = malloc(sizeof(int32_t) * (size_t)lim->max_batch);
+            assert_non_null(prefix);
+            const int32_t mid = (lim->max_kv_len - lim->max_q_len) / 3;
+            for (int32_t b = 0; b < lim->max_batch; b++)
+                prefix[b] = mid + (int32_t)(tu_next(&prng) % (uint64_t)(2 * mid));
+            e->q_all = lim->max_q_len;
+            sf_step_prefixes(e, lim->max_batch, prefix, 1);
+            e->q_all = 0;
+            free(prefix);
+        } else if (forced) {
             const int f = s % (FORCED + 1);
             int32_t prefix[3];
             for (int32_t b = 0; b < forced_steps[f].live; b++)
@@ -205,6 +243,8 @@ static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype
         const mlav_status ss = mlav_plan_step_status(plan, ws, bytes, st, &bad);
         if (hdr.n_combine > 0 && hdr.combine_kind >= 0 && hdr.combine_kind < 3)
             kinds[hdr.combine_kind]++;
+        if (force == FORCE_SHARES)
+            shares += step_is_shares(ws, &hdr, st);
         if (skip == -1) {
             OK(ss);
             assert_int_equal(bad, -1);
@@ -263,12 +303,23 @@ static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype
                      "(seed 0x%llx)",
                      s, (unsigned long long)seed);
     }
-    print_message("%s h=%d page=%d %s%s: %d steps, %d with refused lengths; combine kinds rows "
-                  "%d, blocks %d, wide %d; %.1f s, the oracle %.1f s of it; seed 0x%llx\n",
+    print_message("%s h=%d page=%d %s%s: %d steps, %d with refused lengths, %d in equal "
+                  "shares; combine kinds rows %d, blocks %d, wide %d; %.1f s, the oracle %.1f s "
+                  "of it; seed 0x%llx\n",
                   mlav_backend_name(be), H, page_size, mlav_dtype_name(dtype), kv, steps,
-                  refused_steps, kinds[0], kinds[1], kinds[2], tu_now_s() - loop_t0, oracle_s,
-                  (unsigned long long)seed);
-    if (force_kinds) {
+                  refused_steps, shares, kinds[0], kinds[1], kinds[2], tu_now_s() - loop_t0,
+                  oracle_s, (unsigned long long)seed);
+    if (force == FORCE_SHARES) {
+        /* the sm_90a family on its device takes shares at most of these steps (37 of 50 such
+         * steps by the host rule on 132 SMs) */
+        int dev = 0, major = 0;
+        CK(cudaGetDevice(&dev));
+        CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        const char *family = getenv("MLAV_FLASH_FAMILY");
+        if (be == MLAV_BACKEND_CUDA && major == 9 && family && strcmp(family, "sm90") == 0)
+            assert_true(shares > 0);
+    }
+    if (force == FORCE_KINDS) {
         int dev = 0, sms = 0;
         CK(cudaGetDevice(&dev));
         CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -308,7 +359,7 @@ static void test_steps_graph_h16_page1_bf16(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 16,
                              .max_kv_len = 1000};
-    graph_loop(MLAV_BACKEND_CUDA, 16, 1, MLAV_DTYPE_BF16, 0, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA, 16, 1, MLAV_DTYPE_BF16, 0, &lim, FORCE_NONE);
 }
 
 static void test_steps_graph_h8_page64_f16(void **state)
@@ -316,14 +367,14 @@ static void test_steps_graph_h8_page64_f16(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 80, .max_q_len = 40,
                              .max_kv_len = 2500};
-    graph_loop(MLAV_BACKEND_CUDA, 8, 64, MLAV_DTYPE_F16, 0, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA, 8, 64, MLAV_DTYPE_F16, 0, &lim, FORCE_NONE);
 }
 
 static void test_steps_graph_h64_page16_f32(void **state)
 {
     (void)state;
     const mlav_limits lim = {.max_batch = 3, .max_tokens = 12, .max_q_len = 9, .max_kv_len = 600};
-    graph_loop(MLAV_BACKEND_CUDA, 64, 16, MLAV_DTYPE_F32, 0, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA, 64, 16, MLAV_DTYPE_F32, 0, &lim, FORCE_NONE);
 }
 
 /* The production mix: BF16 q, an FP8 cache (one layer's scale a captured host value, the
@@ -335,7 +386,8 @@ static void test_steps_graph_h16_page64_bf16_fp8(void **state)
      * 102 s together on the H200 host (2e230bd) */
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 40, .max_q_len = 16,
                              .max_kv_len = 1500};
-    graph_loop(MLAV_BACKEND_CUDA, 16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA, 16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim,
+               FORCE_NONE);
 }
 
 /* The step combine's three kinds (combine.cu's combine_step_kernel) under one graph: steps
@@ -345,7 +397,19 @@ static void test_steps_graph_h8_page1_bf16_kinds(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 3, .max_tokens = 6, .max_q_len = 2,
                              .max_kv_len = 16400};
-    graph_loop(MLAV_BACKEND_CUDA, 8, 1, MLAV_DTYPE_BF16, 0, &lim, 1);
+    graph_loop(MLAV_BACKEND_CUDA, 8, 1, MLAV_DTYPE_BF16, 0, &lim, FORCE_KINDS);
+}
+
+/* Full batches of one draft length (FORCE_SHARES): where the plan is the sm_90a family's, most
+ * of these steps' schedules are equal shares (schedule_step_shares.h), checked against the
+ * oracle like any other, and through the host update for the same bits. 32 x (H 16, q_len 8)
+ * at prefixes 1.5k-4.5k: ~28 GFLOP a layer of fp64 work. */
+static void test_steps_graph_h16_page64_bf16_shares(void **state)
+{
+    (void)state;
+    const mlav_limits lim = {.max_batch = 32, .max_tokens = 256, .max_q_len = 8,
+                             .max_kv_len = 4600};
+    graph_loop(MLAV_BACKEND_CUDA, 16, 64, MLAV_DTYPE_BF16, 0, &lim, FORCE_SHARES);
 }
 
 /* cuda-naive's plans for limits under the same graphs: the fixed grid of max_tokens x H blocks,
@@ -357,14 +421,14 @@ static void test_steps_graph_naive_h16_page1_bf16(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 8, .max_tokens = 64, .max_q_len = 16,
                              .max_kv_len = 1000};
-    graph_loop(MLAV_BACKEND_CUDA_NAIVE, 16, 1, MLAV_DTYPE_BF16, 0, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA_NAIVE, 16, 1, MLAV_DTYPE_BF16, 0, &lim, FORCE_NONE);
 }
 
 static void test_steps_graph_naive_h64_page16_f32(void **state)
 {
     (void)state;
     const mlav_limits lim = {.max_batch = 3, .max_tokens = 12, .max_q_len = 9, .max_kv_len = 600};
-    graph_loop(MLAV_BACKEND_CUDA_NAIVE, 64, 16, MLAV_DTYPE_F32, 0, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA_NAIVE, 64, 16, MLAV_DTYPE_F32, 0, &lim, FORCE_NONE);
 }
 
 static void test_steps_graph_naive_h16_page64_bf16_fp8(void **state)
@@ -372,7 +436,8 @@ static void test_steps_graph_naive_h16_page64_bf16_fp8(void **state)
     (void)state;
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 40, .max_q_len = 16,
                              .max_kv_len = 1500};
-    graph_loop(MLAV_BACKEND_CUDA_NAIVE, 16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim, 0);
+    graph_loop(MLAV_BACKEND_CUDA_NAIVE, 16, 64, MLAV_DTYPE_BF16, MLAV_DTYPE_FP8_E4M3, &lim,
+               FORCE_NONE);
 }
 
 /* A run on a workspace that no update has written, of 0xff bytes (counts of -1, an unknown
@@ -962,6 +1027,7 @@ int main(void)
         cmocka_unit_test(test_steps_graph_h64_page16_f32),
         cmocka_unit_test(test_steps_graph_h16_page64_bf16_fp8),
         cmocka_unit_test(test_steps_graph_h8_page1_bf16_kinds),
+        cmocka_unit_test(test_steps_graph_h16_page64_bf16_shares),
         cmocka_unit_test(test_steps_graph_naive_h16_page1_bf16),
         cmocka_unit_test(test_steps_graph_naive_h64_page16_f32),
         cmocka_unit_test(test_steps_graph_naive_h16_page64_bf16_fp8),

@@ -292,7 +292,8 @@ __device__ void finish_region(const mlav_step_sched_params &p, int32_t bad, int3
 {
     const int tid = threadIdx.x;
     char *const region = reinterpret_cast<char *>(p.hdr);
-    const size_t used = sizeof(mlav_step_header) + sizeof(mlav_split_item) * (size_t)p.bd.max_items +
+    const size_t used = sizeof(mlav_step_header) +
+                        sizeof(mlav_split_item) * (size_t)p.bd.max_items +
                         sizeof(mlav_combine_item) * (size_t)p.bd.max_combine;
 #pragma unroll 1
     for (size_t i = used + tid; i < p.region_bytes; i += NTH)
