@@ -355,20 +355,6 @@ static step_counts write_items(const step_reqs *r, const int32_t *q_indptr,
     return c;
 }
 
-/* The packed request whose tiles hold tile t: the last i < n with first[i] <= t. */
-static int32_t shares_owner(const int64_t *first, int32_t n, int64_t t)
-{
-    int32_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        const int32_t mid = (lo + hi + 1) >> 1;
-        if (first[mid] <= t)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
 /* By start, then part (schedule_step_shares.h); no two pieces of one part start together. */
 static int later_order(const void *x, const void *y)
 {
@@ -441,7 +427,7 @@ static int step_shares(const step_reqs *r, const int32_t *q_indptr, const int32_
      * part, by start, then part */
     for (int64_t j = 0; j < P; j++) {
         const int64_t a = mlav_step_part_begin(N, P, j), e = mlav_step_part_begin(N, P, j + 1);
-        const int32_t i = shares_owner(first, r->n, a);
+        const int32_t i = mlav_step_shares_owner(first, r->n, a);
         sc->piece_req[j] = i;
         sc->piece_k[j] = (int32_t)(j - mlav_step_part_of(N, P, first[i]));
         sc->piece_t0[j] = a;
@@ -452,7 +438,8 @@ static int step_shares(const step_reqs *r, const int32_t *q_indptr, const int32_
         const int64_t j = mlav_step_part_of(N, P, first[i]), a = mlav_step_part_begin(N, P, j);
         if (a != first[i])
             sc->later[nl++] = (shares_later){
-                mlav_step_piece_start(first[i] - a, i - shares_owner(first, r->n, a), sp),
+                mlav_step_piece_start(first[i] - a,
+                                      i - mlav_step_shares_owner(first, r->n, a), sp),
                 (int32_t)j, i};
     }
     qsort(sc->later, (size_t)nl, sizeof(shares_later), later_order);

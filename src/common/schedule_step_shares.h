@@ -57,6 +57,21 @@ static MLAV_HD int64_t mlav_step_part_of(int64_t N, int64_t P, int64_t t)
     return mlav_step_div((t + 1) * P - 1, N);
 }
 
+/* The packed request whose tiles hold tile t: the last i < n with first[i] <= t (first: the
+ * requests' first tiles in the sequence, increasing). */
+static MLAV_HD int32_t mlav_step_shares_owner(const int64_t *first, int32_t n, int64_t t)
+{
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) >> 1;
+        if (first[mid] <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
 /* When a part's r-th piece, `into` tiles into the part, would start on the part's own SM. */
 static MLAV_HD int64_t mlav_step_piece_start(int64_t into, int32_t r,
                                              const mlav_schedule_params *sp)

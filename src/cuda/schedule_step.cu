@@ -151,20 +151,6 @@ __device__ int32_t owner(const int32_t *pre, int32_t batch, int32_t i)
     return lo;
 }
 
-/* The last packed request i in [0, n) with first[i] <= t. */
-__device__ int32_t owner64(const int64_t *first, int32_t n, int64_t t)
-{
-    int32_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        const int32_t mid = (lo + hi + 1) >> 1;
-        if (first[mid] <= t)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
 /* ---- the chunk searches ---------------------------------------------------------------------
  * Search j wants the smallest k in [lo, hi) with blocks(k) <= cap0 + j S, else hi: one answer,
  * however it is searched for (schedule_step.h). Each search runs in its own warp by the host
@@ -449,7 +435,8 @@ __device__ bool step_shares(sched_smem &s, const mlav_step_sched_params &p, int3
         if (h.part[i] >= 0) {
             const int64_t a = mlav_step_part_begin(N, P, h.part[i]);
             h.start[i] =
-                mlav_step_piece_start(h.first[i] - a, i - owner64(h.first, taken, a), &sp);
+                mlav_step_piece_start(h.first[i] - a,
+                                      i - mlav_step_shares_owner(h.first, taken, a), &sp);
         }
     __syncthreads();
 
@@ -471,7 +458,7 @@ __device__ bool step_shares(sched_smem &s, const mlav_step_sched_params &p, int3
 #pragma unroll 1
     for (int64_t j = tid; j < P; j += NTH) {
         const int64_t a = mlav_step_part_begin(N, P, j), e = mlav_step_part_begin(N, P, j + 1);
-        const int32_t i = owner64(h.first, taken, a);
+        const int32_t i = mlav_step_shares_owner(h.first, taken, a);
         h.piece[j] = piece_of(i, j - mlav_step_part_of(N, P, h.first[i]), a,
                               h.first[i + 1] < e ? h.first[i + 1] : e);
     }
