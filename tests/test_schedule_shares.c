@@ -96,6 +96,17 @@ static void check_cover(const mlav_problem_info *p, const mlav_schedule_params *
     free(seen);
 }
 
+/* The first n items are want's rows: request, kv_begin, kv_end, slot. */
+static void expect_items(const mlav_split_item *items, int n, const int32_t (*want)[4])
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(items[i].b, want[i][0]);
+        assert_int_equal(items[i].kv_begin, want[i][1]);
+        assert_int_equal(items[i].kv_end, want[i][2]);
+        assert_int_equal(items[i].slot, want[i][3]);
+    }
+}
+
 /* B requests of q_len q at prefix `prefix` each, H heads. */
 static mlav_problem_info uniform_batch(int32_t B, int32_t H, int32_t q, int32_t prefix,
                                        int32_t *q_indptr, int32_t *kv_lens)
@@ -253,12 +264,7 @@ static void test_shares_by_hand(void **state)
     const int32_t want[5][4] = {{0, 0, 128, 0}, {0, 128, 192, 1}, {1, 64, 128, 3},
                                 {1, 0, 64, 2}, {2, 0, 64, -1}}; /* b, kv_begin, kv_end, slot */
     assert_int_equal(s.n_items, 5);
-    for (int i = 0; i < 5; i++) {
-        assert_int_equal(s.items[i].b, want[i][0]);
-        assert_int_equal(s.items[i].kv_begin, want[i][1]);
-        assert_int_equal(s.items[i].kv_end, want[i][2]);
-        assert_int_equal(s.items[i].slot, want[i][3]);
-    }
+    expect_items(s.items, 5, want);
     /* each block costs its keys; slots free at 128, 64, 64: (1, [0, 64)) and (2, [0, 64)) end
      * at 128; the combine 1 x 2 splits */
     assert_int_equal(t, 128 + 2);
@@ -293,12 +299,7 @@ static void test_shares_by_start(void **state)
     const int32_t want[5][4] = {{0, 0, 64, -1}, {2, 512, 1024, 1}, {1, 0, 64, -1},
                                 {2, 0, 512, 0}, {3, 0, 128, -1}}; /* b, kv_begin, kv_end, slot */
     assert_int_equal(s.n_items, 5);
-    for (int i = 0; i < 5; i++) {
-        assert_int_equal(s.items[i].b, want[i][0]);
-        assert_int_equal(s.items[i].kv_begin, want[i][1]);
-        assert_int_equal(s.items[i].kv_end, want[i][2]);
-        assert_int_equal(s.items[i].slot, want[i][3]);
-    }
+    expect_items(s.items, 5, want);
     assert_int_equal(t, 1600 + 2);
     assert_int_equal(mlav_schedule_tile_time(&s, &sp), t);
     mlav_schedule_free(&s);
@@ -469,12 +470,9 @@ static void test_step_shares_by_hand(void **state)
     assert_int_equal(o.h.chunk_keys, 5 * 64);
     const int32_t want[4][4] = {{0, 0, 128, -1}, {2, 0, 320, 0}, {2, 320, 640, 1},
                                 {1, 0, 128, -1}}; /* b, kv_begin, kv_end, slot */
+    expect_items(o.items, 4, want);
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(o.items[i].b, want[i][0]);
         assert_int_equal(o.items[i].mtile, 0);
-        assert_int_equal(o.items[i].kv_begin, want[i][1]);
-        assert_int_equal(o.items[i].kv_end, want[i][2]);
-        assert_int_equal(o.items[i].slot, want[i][3]);
         assert_int_equal(o.items[i].q_start, want[i][0]);
         assert_int_equal(o.items[i].q_len, 1);
         assert_int_equal(o.items[i].prefix, kv_lens[want[i][0]] - 1);

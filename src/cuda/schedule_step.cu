@@ -299,6 +299,15 @@ __device__ void finish_region(const mlav_step_sched_params &p, int32_t bad, int3
     }
 }
 
+/* Item (or combine item) i of an array of 32-byte items: two 16-byte stores, not eight of 4 (the
+ * region is 256-byte aligned). */
+__device__ __forceinline__ void put_item(void *items, int32_t i, int4 lo, int4 hi)
+{
+    int4 *const dst = reinterpret_cast<int4 *>(items) + 2 * (size_t)i;
+    dst[0] = lo;
+    dst[1] = hi;
+}
+
 /* k / mt for 0 <= k < 2^31: by the table where it has 1 / mt (schedule_step.h: exact for any
  * such k), a division past it. */
 __device__ __forceinline__ int32_t div_mt(const sched_smem &s, int32_t k, int32_t mt)
@@ -490,9 +499,7 @@ __device__ bool step_shares(sched_smem &s, const mlav_step_sched_params &p, int3
             lo = make_int4(pc.x, m, pc.y, pc.z);
             hi = make_int4(pc.w < 0 ? -1 : pc.w + m, q0, qb, (int32_t)s.kv[pc.x] - qb);
         }
-        int4 *const dst = reinterpret_cast<int4 *>(p.items + i);
-        dst[0] = lo;
-        dst[1] = hi;
+        put_item(p.items, i, lo, hi);
     }
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_combine; i += NTH) {
@@ -503,9 +510,7 @@ __device__ bool step_shares(sched_smem &s, const mlav_step_sched_params &p, int3
             lo = make_int4(b, m, h.count[pi], h.slot0[pi] + m);
             hi = make_int4(mt, q0, qb * p.H, 0);
         }
-        int4 *const dst = reinterpret_cast<int4 *>(p.combine + i);
-        dst[0] = lo;
-        dst[1] = hi;
+        put_item(p.combine, i, lo, hi);
     }
     const int64_t share = mlav_step_ceil_div(N, P) * ka;
     finish_region(p, bad, (int32_t)n_items, n_comb, s.sh_slots,
@@ -760,10 +765,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             lo = make_int4(b, m, (int32_t)begin, (int32_t)end);
             hi = make_int4(ns > 1 ? s.slot[b] + k * mt + m : -1, q0, qb, gkv - qb);
         }
-        /* two 16-byte stores, not eight of 4 (the region is 256-byte aligned, items 32) */
-        int4 *const dst = reinterpret_cast<int4 *>(p.items + i);
-        dst[0] = lo;
-        dst[1] = hi;
+        put_item(p.items, i, lo, hi);
     }
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_combine; i += NTH) {
@@ -774,9 +776,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             lo = make_int4(b, m, (int32_t)s.splits[b] + 1, s.slot[b] + m);
             hi = make_int4(s.tiles[b], q0, qb * p.H, 0);
         }
-        int4 *const dst = reinterpret_cast<int4 *>(p.combine + i);
-        dst[0] = lo;
-        dst[1] = hi;
+        put_item(p.combine, i, lo, hi);
     }
     finish_region(p, bad, n_items, n_comb, tot.v[2], chunk, most_all);
 }
