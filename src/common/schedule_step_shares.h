@@ -93,6 +93,50 @@ static MLAV_HD int mlav_step_shares_win(int64_t t, int64_t uniform)
     return t * 100 <= uniform * 97;
 }
 
+/* ---- the host's build (schedule_step_shares.c) ------------------------------------------- */
+
+/* A piece that starts inside its part (a request's first): its start (mlav_step_piece_start),
+ * part and request. */
+typedef struct mlav_step_shares_later {
+    int64_t start;
+    int32_t part, req;
+} mlav_step_shares_later;
+
+/* The build's arrays, in the caller's step scratch (schedule_step.c): each packed request's
+ * first tile in the batch's sequence, pieces and first slot; each part's pieces past its first;
+ * the later pieces; the pieces in dispatch order. */
+typedef struct mlav_step_shares_scratch {
+    int64_t first[MLAV_STEP_SHARES_MAX_PARTS + 1];
+    int32_t count[MLAV_STEP_SHARES_MAX_PARTS], slot0[MLAV_STEP_SHARES_MAX_PARTS];
+    int32_t inside[MLAV_STEP_SHARES_MAX_PARTS];
+    mlav_step_shares_later later[MLAV_STEP_SHARES_MAX_PARTS];
+    int32_t piece_req[2 * MLAV_STEP_SHARES_MAX_PARTS], piece_k[2 * MLAV_STEP_SHARES_MAX_PARTS];
+    int64_t piece_t0[2 * MLAV_STEP_SHARES_MAX_PARTS], piece_t1[2 * MLAV_STEP_SHARES_MAX_PARTS];
+} mlav_step_shares_scratch;
+
+/* An unsharded step's requests with rows, packed in request order (the step rule's: KV rows at
+ * least 1, row tiles, the request), with the step's lengths and heads. */
+typedef struct mlav_step_shares_batch {
+    int32_t n;
+    const uint32_t *kv;
+    const int32_t *tiles, *b;
+    const int32_t *q_indptr, *kv_lens;
+    int32_t H;
+} mlav_step_shares_batch;
+
+/* What a build wrote: its counts, the most splits of a request, the parts' longest in keys. */
+typedef struct mlav_step_shares_made {
+    int32_t items, combine, slots, most, chunk_keys;
+} mlav_step_shares_made;
+
+/* Equal shares in place of the uniform schedule, whose closed form (mlav_step_model) is
+ * `uniform`, where they apply and win: items and combine items as mlav_step_schedule_build
+ * writes them (past the counts untouched), *made, and 1; else 0, nothing written. */
+int mlav_step_shares_build(const mlav_step_shares_batch *r, const mlav_schedule_params *sp,
+                           const mlav_step_bounds *bd, int64_t uniform, mlav_split_item *items,
+                           mlav_combine_item *combine, mlav_step_shares_scratch *sc,
+                           mlav_step_shares_made *made);
+
 #ifdef __cplusplus
 }
 #endif
