@@ -1,6 +1,6 @@
-/* Equal shares in the step rule (schedule_step.h): the arithmetic that the host update
- * (schedule_step.c) and the device scheduler (src/cuda/schedule_step.cu) share, so that both
- * write the same bytes.
+/* Equal shares in the step rule (schedule_step.h): the arithmetic that the host's build
+ * (schedule_step_shares.c, for mlav_step_schedule_build) and the device scheduler's
+ * (src/cuda/schedule_step_shares.cuh) share, so that both write the same bytes.
  *
  * The exact plan's second candidate (schedule_shares.c) cuts the batch's KV tiles, the requests'
  * end to end, into P equal parts, a block for each request a part touches and row tile, and

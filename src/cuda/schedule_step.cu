@@ -9,9 +9,9 @@
  * the requests, warp reductions only) which then weighs its search's candidates, one barrier,
  * one prefix sum (one barrier), the items; or, where equal shares apply, their phases
  * (schedule_step_shares.cuh) in place of the prefix sum and items. The searches' probes learn
- * only their plateau, and
- * the items divide by the table of 1 / d: docs/PERFORMANCE.md#engine-steps gives each phase's
- * cycles and what paid. Code size is not what costs, nor a cold start (same anchor). */
+ * only their plateau, and the items divide by the table of 1 / d: docs/PERFORMANCE.md#engine-steps
+ * gives each phase's cycles and what paid. Code size is not what costs, nor a cold start (same
+ * anchor). */
 #include "schedule_step_shares.cuh"
 
 namespace {
