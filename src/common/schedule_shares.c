@@ -21,9 +21,9 @@
  *   part's first block, or the first blocks fill more than a wave, the free SMs take the longest
  *   and this can model shorter (27 x (H 16, q_len 12) at 2,048: 0.968 of by start).
  * On 3,000 random batches of 2-64 requests (H 8-128, q_len 1-16, prefixes 1k-128k spread 0-100%)
- * weighing both modelled 0.988 of rounds alone (geomean), never longer, in no more host time
- * (a lower bound skips the part counts that cannot win: 25-171 us a plan on the 2-core VM at
- * bench/diag/schedule_choices --shares' batches, where rounds alone took 75-168).
+ * weighing both modelled 0.988 of rounds alone (geomean), never longer, at 25-173 us a plan on
+ * the 2-core VM at bench/diag/schedule_choices --shares' batches, where rounds alone took 23-170
+ * (both past the lower bound that skips the part counts that cannot win).
  * The plan weighs a handful of part counts around whole waves with the dispatch model in whole
  * tiles (mlav_schedule_tile_time) and keeps this schedule only where it models clearly faster than
  * the uniform one. Only for batches whose requests with rows have the same row tiles, unsharded
