@@ -387,7 +387,9 @@ static int step_took_shares(const mlav_problem_info *p, const mlav_schedule_para
 /* Random engine-like steps on the H200's sm_90a parameters (2-64 requests, mostly of one
  * q_len, prefixes spread around 1k-128k): every step schedule holds the invariants; where it is
  * the shares', the dispatch model gives at most the closed form's time (its longest part: the
- * SMs no part's first blocks take only end parts sooner), which the test derives itself. */
+ * SMs no part's first blocks take only end parts sooner), which the test derives itself, and
+ * the exact plan's cut at the same part count, by start (mlav_schedule_shares_at), writes the
+ * same schedule. */
 static void test_step_shares_random(void **state)
 {
     (void)state;
@@ -427,6 +429,26 @@ static void test_step_shares_random(void **state)
             if (t > closed)
                 fail_msg("seed 0x%llx, step %d: shares modelled %lld, past their closed form %lld",
                          (unsigned long long)seed, it, (long long)t, (long long)closed);
+            /* the exact plan's cut at the step's part count, later pieces by start: the same
+             * schedule, byte for byte, from the other implementation */
+            int32_t mt = 0;
+            for (int32_t b = 0; b < B && !mt; b++)
+                mt = q_indptr[b + 1] > q_indptr[b]
+                         ? (int32_t)(((int64_t)(q_indptr[b + 1] - q_indptr[b]) * H + 63) / 64)
+                         : 0;
+            int64_t xt;
+            mlav_schedule x;
+            assert_int_equal(mlav_schedule_shares_at(&info, &sp, sp.target_blocks / mt, 0, &xt, &x),
+                             MLAV_OK);
+            if (x.n_items != s.n_items || x.n_combine != s.n_combine || x.n_slots != s.n_slots ||
+                x.chunk_keys != s.chunk_keys ||
+                memcmp(x.items, s.items, sizeof *x.items * (size_t)s.n_items) != 0 ||
+                memcmp(x.combine, s.combine, sizeof *x.combine * (size_t)s.n_combine) != 0)
+                fail_msg("seed 0x%llx, step %d: the step's shares differ from the exact plan's cut "
+                         "at %d parts by start",
+                         (unsigned long long)seed, it, sp.target_blocks / mt);
+            assert_int_equal(xt, t);
+            mlav_schedule_free(&x);
             static step_out uo;
             step_build(&info, &up, &uo, &u);
             lg += log((double)t / (double)mlav_schedule_tile_time(&u, &sp));

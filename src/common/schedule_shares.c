@@ -214,8 +214,11 @@ static int64_t model_pieces(const share_batch *sb, const mlav_schedule_params *s
     return t < 0 ? -1 : t + (int64_t)sp->split_cost_keys * most;
 }
 
-mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
-                                 int64_t beat, int64_t *model, mlav_schedule *out)
+/* mlav_schedule_shares, or with P > 0 mlav_schedule_shares_at: that part count alone, in the
+ * order `rounds` says, neither bound nor beat weighed. */
+static mlav_status shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                          int64_t beat, int64_t fixed_p, int fixed_rounds, int64_t *model,
+                          mlav_schedule *out)
 {
     memset(out, 0, sizeof *out);
     *model = -1;
@@ -254,20 +257,22 @@ mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule
         keys += sb.kv[i];
     const int64_t bound =
         mlav_step_ceil_div((keys + (int64_t)sb.n * sp->block_cost_keys) * sb.mt, sp->target_blocks);
-    if (beat < INT64_MAX / 100 && bound * 100 > beat * 97)
+    if (fixed_p <= 0 && beat < INT64_MAX / 100 && bound * 100 > beat * 97)
         goto done;
 
     /* the part counts weighed: those whose first round fills one to four waves, and one part
      * fewer and more (a round of P x mt blocks just over a wave doubles it) */
     const int64_t N = sb.first[sb.n], G = sp->target_blocks;
     int64_t cand[12], nc = 0;
-    for (int64_t w = 1; w <= 4; w++)
+    for (int64_t w = 1; w <= 4 && fixed_p <= 0; w++)
         for (int64_t d = -1; d <= 1; d++) {
             int64_t P = w * G / sb.mt + d;
             P = P < 1 ? 1 : P > N ? N : P; /* at least a part, at most a tile each */
             if (nc == 0 || cand[nc - 1] < P)
                 cand[nc++] = P;
         }
+    if (fixed_p > 0)
+        cand[nc++] = fixed_p < N ? fixed_p : N;
     pc = malloc(2 * (size_t)(cand[nc - 1] + sb.n) * sizeof(piece));
     it = malloc((size_t)(cand[nc - 1] + sb.n) * (size_t)sb.mt * sizeof(mlav_split_item));
     if (!pc || !it)
@@ -288,8 +293,10 @@ mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule
         if (*model >= 0 && even + (int64_t)sp->split_cost_keys * most >= *model)
             continue;
         for (int rounds = 0; rounds < 2; rounds++) {
+            if (fixed_p > 0 && rounds != fixed_rounds)
+                continue;
             order_pieces(pc, n_pieces, tmp, rounds);
-            if (rounds && in_order(pc, n_pieces, piece_order))
+            if (rounds && fixed_p <= 0 && in_order(pc, n_pieces, piece_order))
                 break; /* the same order as by start, weighed already */
             const int64_t t = model_pieces(&sb, sp, pc, n_pieces, most, it);
             if (t < 0)
@@ -321,4 +328,16 @@ done:
     free(sb.kv);
     free(sb.first);
     return st;
+}
+
+mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                                 int64_t beat, int64_t *model, mlav_schedule *out)
+{
+    return shares(p, sp, beat, 0, 0, model, out);
+}
+
+mlav_status mlav_schedule_shares_at(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                                    int64_t parts, int rounds, int64_t *model, mlav_schedule *out)
+{
+    return shares(p, sp, INT64_MAX, parts > 0 ? parts : 1, rounds != 0, model, out);
 }

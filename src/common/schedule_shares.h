@@ -18,6 +18,14 @@ extern "C" {
 mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                  int64_t beat, int64_t *model, mlav_schedule *out);
 
+/* The same cut at `parts` parts (at most the batch's tiles), its later pieces by start (rounds
+ * 0) or in rounds (1): the schedule the plan would write for that choice, and its model; where
+ * the rule does not apply, as above. For the tests, which hold a step's shares
+ * (schedule_step_shares.h) to it. */
+mlav_status mlav_schedule_shares_at(const mlav_problem_info *p, const mlav_schedule_params *sp,
+                                    int64_t parts, int rounds, int64_t *model,
+                                    mlav_schedule *out);
+
 #ifdef __cplusplus
 }
 #endif
