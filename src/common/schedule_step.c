@@ -191,7 +191,8 @@ static int pack_request(step_reqs *r, step_sums *m, int32_t b, int64_t q, int32_
 /* The rule's chunk for the accepted requests (0 when none has rows): the smallest chunk fitting
  * the fewest whole waves, and, unless `fewest_only`, that chunk doubled and quadrupled and the
  * smallest fitting each of up to more_waves (at most 64) more waves, weighed by `w` (NULL: the
- * closed form, mlav_step_model), the first of the shortest kept. */
+ * closed form, mlav_step_model), the first of the shortest kept; *model its weight (-1 with
+ * no rows or `fewest_only`). */
 static int64_t choose_chunk(const step_reqs *r, const step_sums *m,
                             const mlav_schedule_params *sp, const mlav_step_weight *w,
                             int fewest_only, int64_t *model)

@@ -14,7 +14,9 @@
  * equal ones), and keeps the tail of a batch of mixed lengths in view (on the production
  * preset's batches of 16 and 32 requests, prefixes spread 0.5, the schedules it picks model
  * within 1.3% of the exact plan's; weighing the waves at the mean alone, 4-24% over). It needs
- * sums and maxima over the requests only, so one thread block evaluates it in parallel. */
+ * sums and maxima over the requests only, so one thread block evaluates it in parallel. Where
+ * the parameters weigh equal shares (the sm_90a family's), a step may take them in place of the
+ * chosen chunk: schedule_step_shares.h. */
 #ifndef MLAV_COMMON_SCHEDULE_STEP_H
 #define MLAV_COMMON_SCHEDULE_STEP_H
 
@@ -442,8 +444,8 @@ size_t mlav_step_scratch_bytes(void);
 mlav_step_bounds mlav_step_bounds_of(int32_t H, const mlav_limits *lim,
                                      const mlav_schedule_params *sp);
 
-/* Build one step's schedule on the host by the rule above into fixed arrays sized by the bounds
- * (no allocation): header, items [max_items] (past n_items: b = -1, which the split kernel skips)
+/* Build one step's schedule on the host by the rule above (equal shares included) into fixed
+ * arrays sized by the bounds (no allocation): header, items [max_items] (past n_items: b = -1, which the split kernel skips)
  * and combine [max_combine] (past n_combine: nsplit = 0, which the combine skips). Requests whose
  * lengths break the limits are skipped and the first is recorded in header->bad; a q_indptr not
  * starting at 0, decreasing or past max_tokens leaves the schedule empty. The device scheduler
