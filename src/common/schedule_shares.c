@@ -53,8 +53,8 @@ typedef struct {
     int64_t *first;  /* [n + 1] each's first tile in the sequence; first[n]: all tiles */
 } share_batch;
 
-/* The pieces of P parts in dispatch order (rounds, as above); *n_pieces their count, *most the
- * most pieces of one request (0 when none is split). 0 when a request would take more than
+/* The pieces of P parts, part by part (order_pieces puts them in dispatch order); *n_pieces
+ * their count, *most the most pieces of one request (0 when none is split). 0 when a request would take more than
  * max_splits pieces. `pc` holds at least P + n pieces. */
 static int cut(const share_batch *sb, const mlav_schedule_params *sp, int64_t P, piece *pc,
                int64_t *n_pieces, int32_t *most, int32_t *count)
