@@ -4,15 +4,16 @@
  * the host's C++ compiler with the CUDA operations it uses given host meanings: its 512 threads
  * are std::threads, __syncthreads a barrier of all of them, a warp shuffle or reduction a write
  * and a read through a per-warp buffer between two barriers of its 32 threads (every one there
- * runs on all 32 lanes of a warp), __drcp_rn a division (correctly rounded, as it is). The
- * helpers it shares with the host (MLAV_HD) take their host forms here: the device forms of the
- * few that differ (a table-only 1 / d, a double-based division, an approximate guess) are the
- * GPU test's. 70 random steps as test_steps_gpu draws
- * them (1 to 2,048 requests, single tokens to long drafts, refused requests and a broken
- * q_indptr among them), on the H200's sm_90a parameters and the legal family's: every step's
- * region (header, items, combine items, the zeroed tail) must be the host's. The emulation's
- * barriers cost a few tenths of a second a step on 2 cores, hence the count. Seeded
- * (MLAV_TEST_SEED reruns a seed). */
+ * runs on all 32 lanes of a warp), the shared-memory atomics GCC's, __drcp_rn a division
+ * (correctly rounded, as it is). The helpers it shares with the host (MLAV_HD) take their host
+ * forms here: the device forms of the few that differ (a table-only 1 / d, a double-based
+ * division, an approximate guess) are the GPU test's. 70 random steps as test_steps_gpu draws
+ * them (1 to 2,048 requests, single tokens to long drafts, a third of one draft length, refused
+ * requests and a broken q_indptr among them), on the H200's sm_90a parameters (equal shares
+ * weighed) and the legal family's; then engine batches (2-64 requests of mostly one draft
+ * length), those the host puts in equal shares: every step's region (header, items, combine
+ * items, the zeroed tail) must be the host's. The emulation's barriers cost a few tenths of a
+ * second a step on 2 cores, hence the counts. Seeded (MLAV_TEST_SEED reruns a seed). */
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -104,16 +105,34 @@ static double __drcp_rn(double x)
 }
 #define __launch_bounds__(...)
 
+template <typename T> static T atomicAdd(T *p, T v)
+{
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+template <typename T> static T atomicOr(T *p, T v)
+{
+    return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
+}
+template <typename T> static T atomicMax(T *p, T v)
+{
+    T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (old < v &&
+           !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    return old;
+}
+
 namespace {
 alignas(16) unsigned char smem_raw[1 << 17]; /* the block's dynamic shared memory */
 }
 #include "../src/cuda/schedule_step_kernel.cuh"
 static_assert(sizeof(sched_smem) <= sizeof(smem_raw), "the block's shared memory");
 
-/* The kernel's threads, kept for the whole test: each step, the main thread sets `job` and all
+/* The phase's threads, kept for the whole test: each step, the main thread sets `job` and all
  * meet at `go`; the 512 run it and meet the main thread at `done`. */
 struct emu_pool {
     std::barrier<> go{NTH + 1}, done{NTH + 1}, block{NTH};
+    std::vector<std::barrier<> *> warps;
     std::vector<std::thread> threads;
     std::function<void()> job;
     bool stop = false;
@@ -158,11 +177,12 @@ static uint32_t below(uint64_t *rng, uint32_t n)
 }
 
 /* One step (batch requests of q_indptr `qi`, kv_lens `kvl`) within `lim` for H heads on `sp`
- * (mlav_step_params'): the emulated kernel's region against the host's update's. 1 if they
- * match. */
+ * (mlav_step_params'): the emulated kernel's region against the host's update's. *shares: whether
+ * the host took equal shares; `only_shares`: emulate only such steps. 1 if they match (or the
+ * step was left out). */
 static int compare_step(emu_pool &pool, int32_t H, const mlav_limits *lim,
                         const mlav_schedule_params *sp, const int32_t *qi, const int32_t *kvl,
-                        int32_t batch, uint64_t seed, int st)
+                        int32_t batch, int only_shares, int *shares, uint64_t seed, int st)
 {
     mlav_step_bounds bd = mlav_step_bounds_of(H, lim, sp);
     bd.combine_wave[0] = bd.combine_wave[1] = bd.combine_wave[2] = sp->target_blocks;
@@ -179,6 +199,11 @@ static int compare_step(emu_pool &pool, int32_t H, const mlav_limits *lim,
                              (mlav_combine_item *)(hi + bd.max_items), scratch);
     hh->owner = 0x1234;
     hh->limits = *lim;
+    *shares = 0;
+    for (int32_t i = 1; i < hh->n_items; i++)
+        *shares |= hi[i].b < hi[i - 1].b;
+    if (only_shares && !*shares)
+        return 1;
     /* the kernel's, into a region and a shared memory poisoned */
     memset(dev.data(), 0xa5, region);
     mlav_step_sched_params p = {};
@@ -202,20 +227,21 @@ static int compare_step(emu_pool &pool, int32_t H, const mlav_limits *lim,
         size_t at = 0;
         while (dev[at] == host[at])
             at++;
-        fprintf(stderr, "seed 0x%llx: H %d, limits (%d, %d, %d, %d), step %d (batch %d): the "
+        fprintf(stderr, "seed 0x%llx: H %d, limits (%d, %d, %d, %d), step %d (batch %d%s): the "
                         "kernel's region differs from the host's at byte %zu\n",
                 (unsigned long long)seed, H, lim->max_batch, lim->max_tokens, lim->max_q_len,
-                lim->max_kv_len, st, batch, at);
+                lim->max_kv_len, st, batch, *shares ? ", equal shares" : "", at);
         return 0;
     }
     return 1;
 }
 
 /* `steps` random steps within `lim` for H heads on `base` (the plan's parameters before
- * mlav_step_params), drawn as test_steps_gpu draws them (schedule_bytes). 1 if every one
- * matched. */
+ * mlav_step_params), drawn as test_steps_gpu draws them (schedule_bytes); *shares counts those
+ * in equal shares. 1 if every one matched. */
 static int random_steps(emu_pool &pool, int32_t H, const mlav_limits *lim,
-                        mlav_schedule_params base, int steps, uint64_t *rng, uint64_t seed)
+                        mlav_schedule_params base, int steps, uint64_t *rng, uint64_t seed,
+                        int *shares)
 {
     const mlav_schedule_params sp = mlav_step_params(H, lim, base);
     std::vector<int32_t> qi((size_t)lim->max_batch + 1), kvl((size_t)lim->max_batch);
@@ -226,22 +252,61 @@ static int random_steps(emu_pool &pool, int32_t H, const mlav_limits *lim,
         const int32_t per_q = lim->max_tokens / batch;
         const int short_kv = below(rng, 3) == 0;
         const int32_t top_q = per_q < lim->max_q_len ? per_q : lim->max_q_len;
+        const int engine = below(rng, 3) == 0;
+        const int32_t q_all = 1 + (int32_t)below(rng, (uint32_t)(top_q > 0 ? top_q : 1));
+        const int32_t around = 1 + (int32_t)below(rng, (uint32_t)lim->max_kv_len / 2);
         qi[0] = 0;
         for (int32_t b = 0; b < batch; b++) {
             int32_t q = (int32_t)below(rng, (uint32_t)top_q + 1);
             if (below(rng, 4) == 0)
                 q = q > 0 ? 1 : 0;
+            if (engine)
+                q = top_q > 0 && below(rng, 20) ? q_all : 0;
             const int32_t top = short_kv ? (lim->max_kv_len < 700 ? lim->max_kv_len : 700)
                                          : lim->max_kv_len;
             qi[b + 1] = qi[b] + q;
-            kvl[b] = q + (int32_t)below(rng, (uint32_t)(top - q) + 1);
+            kvl[b] = engine ? q + around / 2 + (int32_t)below(rng, (uint32_t)around)
+                            : q + (int32_t)below(rng, (uint32_t)(top - q) + 1);
         }
         if (below(rng, 10) == 0) /* one request past the limits */
             kvl[below(rng, (uint32_t)batch)] = lim->max_kv_len + 1 + (int32_t)below(rng, 100);
         if (below(rng, 50) == 0) /* q_indptr refused as a whole */
             qi[1 + below(rng, (uint32_t)batch)] -= 1 + (int32_t)below(rng, 5);
-        if (!compare_step(pool, H, lim, &sp, qi.data(), kvl.data(), batch, seed, st))
+        int sh = 0;
+        if (!compare_step(pool, H, lim, &sp, qi.data(), kvl.data(), batch, 0, &sh, seed, st))
             return 0;
+        *shares += sh;
+    }
+    return 1;
+}
+
+/* Engine batches of 2-64 requests of mostly one draft length, prefixes within 50% of 1k-128k,
+ * on `base`, each with limits that just hold it: of `steps`, those the host puts in equal shares
+ * emulated; their count into *shares. 1 if every one matched. */
+static int shares_steps(emu_pool &pool, mlav_schedule_params base, int steps, uint64_t *rng,
+                        uint64_t seed, int *shares)
+{
+    for (int st = 0; st < steps; st++) {
+        const int32_t H = 8 << below(rng, 5), batch = 2 + (int32_t)below(rng, 63);
+        const int32_t q_all = 1 + (int32_t)below(rng, 16), prefix = 1000 << below(rng, 8);
+        std::vector<int32_t> qi((size_t)batch + 1), kvl((size_t)batch);
+        qi[0] = 0;
+        int32_t max_kv = 16, max_q = 1;
+        for (int32_t b = 0; b < batch; b++) {
+            const int32_t q = below(rng, 15) == 0   ? 0
+                              : below(rng, 40) == 0 ? 1 + (int32_t)below(rng, 16)
+                                                    : q_all;
+            qi[b + 1] = qi[b] + q;
+            kvl[b] = q + 1 + prefix / 2 + (int32_t)below(rng, (uint32_t)prefix);
+            max_kv = kvl[b] > max_kv ? kvl[b] : max_kv;
+            max_q = q > max_q ? q : max_q;
+        }
+        const mlav_limits lim = {batch, qi[batch] > 0 ? qi[batch] : 1, max_q, max_kv};
+        const mlav_schedule_params sp = mlav_step_params(H, &lim, base);
+        int sh = 0;
+        if (!compare_step(pool, H, &lim, &sp, qi.data(), kvl.data(), batch, 1, &sh, seed, st))
+            return 0;
+        *shares += sh;
     }
     return 1;
 }
@@ -253,11 +318,12 @@ int main()
     emu_pool pool;
     /* the legal family's parameters (src/cuda/flash.h) on a device of 188 SMs at two blocks
      * each; the H200's sm_90a ones (mlav_flash_sm90_schedule_params: 64-key splits, a block's
-     * cost of 320 keys) */
+     * cost of 320 keys, shares weighed) */
     const mlav_schedule_params legal = mlav_flash_schedule_params(188, 2);
     mlav_schedule_params sm90 = mlav_flash_schedule_params(132, 1);
     sm90.key_align = sm90.min_chunk = 64;
     sm90.block_cost_keys = 320;
+    sm90.shares = 1;
     const struct {
         int32_t H;
         mlav_limits lim;
@@ -268,12 +334,17 @@ int main()
                 {64, {32, 512, 16, 50000}, sm90, 20},
                 {128, {1, 64, 64, 1 << 21}, sm90, 10},
                 {16, {64, 1024, 16, 100000}, legal, 10}};
-    int steps = 0;
+    int shares = 0, steps = 0;
     for (const auto &r : runs) {
-        if (!random_steps(pool, r.H, &r.lim, r.sp, r.steps, &rng, seed))
+        if (!random_steps(pool, r.H, &r.lim, r.sp, r.steps, &rng, seed, &shares))
             return 1;
         steps += r.steps;
     }
-    printf("  the emulated kernel wrote the host's region at %d random steps\n", steps);
-    return 0;
+    int engine = 0;
+    if (!shares_steps(pool, sm90, 300, &rng, seed, &engine))
+        return 1;
+    printf("  the emulated kernel wrote the host's region at %d random steps (%d of them equal "
+           "shares) and at %d engine steps in equal shares\n",
+           steps, shares, engine);
+    return engine > 0 ? 0 : 1; /* equal shares' phase must have run */
 }

@@ -1,5 +1,5 @@
 /* Equal shares in a step (schedule_step_shares.h): the host's build, which the device scheduler
- * (src/cuda/schedule_step.cu, step_shares) writes byte for byte. */
+ * (src/cuda/schedule_step_shares.cuh, step_shares) writes byte for byte. */
 #include "schedule_step_shares.h"
 
 #include <stdlib.h>

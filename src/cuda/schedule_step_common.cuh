@@ -1,6 +1,6 @@
-/* The device scheduler's common ground (schedule_step.cu): its block shape, shared memory and
- * the writers' shared pieces (the region's tail and header, an item's store, division by row
- * tiles), which the uniform writer (schedule_step.cu) and equal shares'
+/* The device scheduler's common ground (schedule_step_kernel.cuh): its block shape, shared
+ * memory and the writers' shared pieces (the region's tail and header, an item's store,
+ * division by row tiles), which the uniform writer (schedule_step_kernel.cuh) and equal shares'
  * (schedule_step_shares.cuh) both use. */
 #ifndef MLAV_CUDA_SCHEDULE_STEP_COMMON_CUH
 #define MLAV_CUDA_SCHEDULE_STEP_COMMON_CUH

@@ -8,52 +8,17 @@
  * Its time is a dependent chain through the phases: the lengths in
  * one coalesced load, one barrier for the sums, each chunk search in its own warp (lanes over
  * the requests, warp reductions only) which then weighs its search's candidates, one barrier,
- * one prefix sum (one barrier), the items. The searches' probes learn only their plateau, and
- * the items divide by the table of 1 / d: docs/PERFORMANCE.md#engine-steps gives each phase's
- * cycles and what paid. Code size is not what costs, nor a cold start (same anchor). */
+ * one prefix sum (one barrier), the items; or, where equal shares apply, their phases
+ * (schedule_step_shares.cuh) in place of the prefix sum and items. The searches' probes learn
+ * only their plateau, and the items divide by the table of 1 / d: docs/PERFORMANCE.md#engine-steps
+ * gives each phase's cycles and what paid. Code size is not what costs, nor a cold start (same
+ * anchor). */
 #ifndef MLAV_CUDA_SCHEDULE_STEP_KERNEL_CUH
 #define MLAV_CUDA_SCHEDULE_STEP_KERNEL_CUH
 
-#include "../common/fastdiv.h"
-#include "../common/schedule_step.h"
-#include "../common/shard.h"
-#include "flash.h"
+#include "schedule_step_shares.cuh"
 
 namespace {
-
-constexpr int NTH = 512, NWARPS = NTH / 32;
-constexpr int MAXB = MLAV_STEP_MAX_BATCH;
-constexpr int MAX_SEARCHES = 1 + MLAV_STEP_MORE_WAVES, MAX_CANDS = 3 + MLAV_STEP_MORE_WAVES;
-static_assert(MLAV_FLASH_MAX_SPLITS <= MLAV_STEP_INV_MAX, "1 / splits from the table alone");
-static_assert(MAX_SEARCHES <= NWARPS, "a warp per search");
-static_assert(sizeof(mlav_split_item) == 32 && sizeof(mlav_combine_item) == 32,
-              "items stored as two int4");
-
-/* The step's sums over its requests. */
-struct sums {
-    int64_t work;
-    uint32_t tiles; /* below 2^31 when q_indptr is taken (max_tiles); else unused */
-    int32_t max_kv, first_bad, flag;
-};
-
-/* In dynamic shared memory (63 KB at MLAV_STEP_MAX_BATCH, past the 48 KB of static), so that
- * the items read every per-request value from it: mlav_step_schedule_prepare raises the
- * kernel's limit. */
-struct sched_smem {
-    int32_t tiles[MAXB]; /* row tiles of each accepted request, 0 when skipped */
-    uint32_t kv[MAXB];
-    int32_t q0[MAXB + 1]; /* q_indptr, for the items */
-    int32_t blk[MAXB + 1], comb[MAXB + 1], slot[MAXB + 1]; /* exclusive prefix sums */
-    uint32_t per[MAXB];    /* at the chosen chunk: the split length in ka units */
-    uint16_t splits[MAXB]; /* at the chosen chunk: splits - 1 (after the recount) */
-    double inv[MLAV_STEP_INV_MAX + 1];                      /* fl(1 / d), schedule_step.h */
-    int64_t cost[MAX_CANDS];     /* the candidates' models: c0, 2 c0, 4 c0, then c_j of search j */
-    int64_t found[MAX_SEARCHES]; /* each search's chunk c_j */
-    sums warp_sums[NWARPS];
-    int4 warp_tot[NWARPS]; /* a warp's blocks, combine items, slots, most splits */
-};
-
-constexpr unsigned FULL = 0xffffffffu;
 
 /* The sum of a warp's 64-bit x by 32-bit reductions (redux) of its 21-bit parts, the last part
  * the bits above: each part's sum over 32 lanes fits 32 bits when that part is below 2^27, so
@@ -79,7 +44,11 @@ __device__ sums warp_sums(sums x)
     x.max_kv = __reduce_max_sync(FULL, x.max_kv);
     x.first_bad = __reduce_min_sync(FULL, x.first_bad);
     x.flag = (int32_t)__reduce_or_sync(FULL, (unsigned)x.flag);
+    x.taken = __reduce_add_sync(FULL, x.taken);
+    x.min_mt = __reduce_min_sync(FULL, x.min_mt);
+    x.max_mt = __reduce_max_sync(FULL, x.max_mt);
     x.work = (int64_t)warp_sum_parts<3>((uint64_t)x.work);
+    x.kv_tiles = (int64_t)warp_sum_parts<2>((uint64_t)x.kv_tiles); /* below 2^37 */
     return x;
 }
 
@@ -263,8 +232,8 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     for (int i = tid; i <= MLAV_STEP_INV_MAX; i += NTH)
         s.inv[i] = i ? __drcp_rn((double)i) : 0.0; /* correctly rounded */
     int flag = 0; /* q_indptr refused as a whole: not from 0, decreasing or past max_tokens */
-    int64_t work = 0, all = 0;
-    int32_t max_kv = 1, first_bad = INT32_MAX;
+    int64_t work = 0, all = 0, kv_tiles = 0;
+    int32_t max_kv = 1, first_bad = INT32_MAX, taken = 0, min_mt = INT32_MAX, max_mt = 0;
     const uint32_t rows = (uint32_t)sp.rows_per_tile;
 #pragma unroll 1
     for (int32_t b = tid; b < batch; b += NTH) {
@@ -296,10 +265,14 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             max_kv = kv_split > max_kv ? kv_split : max_kv;
             work += (int64_t)t * rows_read;
             all += t;
+            kv_tiles += mlav_fastdiv_div((uint32_t)kv_split - 1, p.ka_div) + 1;
+            taken++;
+            min_mt = t < min_mt ? t : min_mt;
+            max_mt = t > max_mt ? t : max_mt;
         }
     }
     /* block sums: a warp's, then every thread over the warps' (one barrier) */
-    sums x = {work, (uint32_t)all, max_kv, first_bad, flag};
+    sums x = {work, kv_tiles, (uint32_t)all, max_kv, first_bad, flag, taken, min_mt, max_mt};
     x = warp_sums(x);
     if (lane == 0)
         s.warp_sums[warp] = x;
@@ -307,7 +280,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     if (lane < NWARPS)
         x = s.warp_sums[lane];
     else
-        x = sums{0, 0u, 1, INT32_MAX, 0};
+        x = sums{0, 0, 0u, 1, INT32_MAX, 0, 0, INT32_MAX, 0};
     x = warp_sums(x);
     work = x.work;
     all = x.tiles;
@@ -321,7 +294,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
     const mlav_fastdiv fka = p.ka_div;
     const int64_t S = sp.target_blocks, ka = sp.key_align;
     const int searches = sp.more_waves + 1;
-    int64_t chunk = 0;
+    int64_t chunk = 0, best = -1; /* the uniform schedule's chunk and modelled time */
     if (all_tiles > 0) {
         /* the searches' caps, cap0 + j S; hi < 2^26 (kv_len < 2^31, ka = MLAV_FLASH_SPLIT_ALIGN) */
         const int64_t cap0 = (int64_t)(((uint32_t)all_tiles + (uint32_t)S - 1) / (uint32_t)S) * S;
@@ -365,7 +338,8 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         __syncthreads();
         /* every thread: the first best of the list, in the host's order */
         const int64_t c0 = s.found[0];
-        int64_t best = s.cost[0], last = c0;
+        int64_t last = c0;
+        best = s.cost[0];
         chunk = c0;
 #pragma unroll 1
         for (int i = 1; i < 3; i++)
@@ -385,6 +359,12 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             last = c;
         }
     }
+
+    /* equal shares where they apply and win (the same decision and bytes as the host's) */
+    if (sp.shares && sp.block_cost_keys > 0 && p.shard.ranks <= 1 && !flag &&
+        x.min_mt == x.max_mt &&
+        step_shares(s, p, x.taken, x.max_mt, x.kv_tiles, best, bad))
+        return;
 
     /* each request's blocks, combine items and slots at the chosen chunk, and their offsets: a
      * run of consecutive requests per thread, a warp scan of the runs' sums, the warps' totals
@@ -464,11 +444,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
         int4 lo = make_int4(-1, 0, 0, 0), hi = make_int4(0, 0, 0, 0); /* mlav_split_item */
         if (i < n_items) {
             const int32_t b = owner(s.blk, batch, i), mt = s.tiles[b], local = i - s.blk[b];
-            /* local / mt by the table where it has 1 / mt (schedule_step.h: exact for any
-             * local < 2^31), a division past it */
-            const int32_t k = mt <= MLAV_STEP_INV_MAX
-                                  ? (int32_t)mlav_step_floor_div((double)local + 0.5, s.inv[mt])
-                                  : local / mt;
+            const int32_t k = div_mt(s, local, mt);
             const int32_t m = local - k * mt;
             const uint32_t ns = (uint32_t)s.splits[b] + 1;
             /* the request's global kv_len, and the rank's rows of it (may be none), read again
@@ -483,10 +459,7 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             lo = make_int4(b, m, (int32_t)begin, (int32_t)end);
             hi = make_int4(ns > 1 ? s.slot[b] + k * mt + m : -1, q0, qb, gkv - qb);
         }
-        /* two 16-byte stores, not eight of 4 (the region is 256-byte aligned, items 32) */
-        int4 *const dst = reinterpret_cast<int4 *>(p.items + i);
-        dst[0] = lo;
-        dst[1] = hi;
+        put_item(p.items, i, lo, hi);
     }
 #pragma unroll 1
     for (int32_t i = tid; i < p.bd.max_combine; i += NTH) {
@@ -497,34 +470,9 @@ __global__ void __launch_bounds__(NTH) step_schedule_kernel(const mlav_step_sche
             lo = make_int4(b, m, (int32_t)s.splits[b] + 1, s.slot[b] + m);
             hi = make_int4(s.tiles[b], q0, qb * p.H, 0);
         }
-        int4 *const dst = reinterpret_cast<int4 *>(p.combine + i);
-        dst[0] = lo;
-        dst[1] = hi;
+        put_item(p.combine, i, lo, hi);
     }
-    /* the region's tail past the combine items, zero as in the host's staging slots, so that
-     * both updates write the same region_bytes */
-    {
-        char *const region = reinterpret_cast<char *>(p.hdr);
-        const size_t used = sizeof(mlav_step_header) +
-                            sizeof(mlav_split_item) * (size_t)p.bd.max_items +
-                            sizeof(mlav_combine_item) * (size_t)p.bd.max_combine;
-#pragma unroll 1
-        for (size_t i = used + tid; i < p.region_bytes; i += NTH)
-            region[i] = 0;
-    }
-    if (tid == 0) {
-        mlav_step_header h = {};
-        h.bad = bad;
-        h.batch = batch;
-        h.n_items = n_items;
-        h.n_combine = n_comb;
-        h.n_slots = tot.v[2];
-        h.chunk_keys = (int32_t)chunk;
-        mlav_step_combine_shape(n_comb, most_all, sp.rows_per_tile, &p.bd, &h);
-        h.owner = p.owner;
-        h.limits = p.lim;
-        *p.hdr = h;
-    }
+    finish_region(p, bad, n_items, n_comb, tot.v[2], chunk, most_all);
 }
 
 } // namespace
