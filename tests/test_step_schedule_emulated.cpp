@@ -128,11 +128,10 @@ alignas(16) unsigned char smem_raw[1 << 17]; /* the block's dynamic shared memor
 #include "../src/cuda/schedule_step_kernel.cuh"
 static_assert(sizeof(sched_smem) <= sizeof(smem_raw), "the block's shared memory");
 
-/* The phase's threads, kept for the whole test: each step, the main thread sets `job` and all
+/* The kernel's threads, kept for the whole test: each step, the main thread sets `job` and all
  * meet at `go`; the 512 run it and meet the main thread at `done`. */
 struct emu_pool {
     std::barrier<> go{NTH + 1}, done{NTH + 1}, block{NTH};
-    std::vector<std::barrier<> *> warps;
     std::vector<std::thread> threads;
     std::function<void()> job;
     bool stop = false;

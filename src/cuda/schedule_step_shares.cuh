@@ -9,7 +9,7 @@ namespace {
 
 /* Equal shares (schedule_step_shares.h) for `taken` requests with rows, each of mt row tiles,
  * N KV tiles in all, where they apply and model at most 0.97 of the uniform schedule's
- * `uniform`: the whole step region, as the host's step_shares writes it, and true; else false,
+ * `uniform`: the whole step region, as mlav_step_shares_build writes it, and true; else false,
  * nothing written. Every thread calls it alike (its barriers). Phases: the requests packed with
  * their first tiles (a block scan, one barrier); each one's pieces and the part it starts
  * inside (one barrier); the parts' times, the slots, each later piece's start (one barrier);
