@@ -377,9 +377,9 @@ static void shares_points(void)
 /* --steps-sm90: the production preset's points (B 1: H 8, 16, 64 x q_len 1, 9, 16, 64 x prefix
  * 4096, 32768, 131072; B 16 and 32: H 8 and 16, q_len 16, prefixes drawn within 50% of 4096 and
  * 32768) through a plan for limits 1.0 on the sm_90a parameters: the step rule's schedule
- * (mlav_step_schedule_build, no equal shares) against the exact plan's (shares weighed), each
- * timed by the exact plan's dispatch model (mlav_schedule_model_time): what the engine path's
- * run / exact owes to the schedule (docs/PERFORMANCE.md#hopper, "Engine path"). */
+ * (mlav_step_schedule_build, its equal shares weighed) against the exact plan's, each timed by
+ * the exact plan's dispatch model (mlav_schedule_model_time): what the engine path's run / exact
+ * owes to the schedule (docs/PERFORMANCE.md#hopper, "Engine path"). */
 static void steps_sm90(void)
 {
     static mlav_split_item items[1 << 14];
