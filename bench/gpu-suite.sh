@@ -19,10 +19,11 @@
 #                                     SUITE_PART=tests|families|steps|sanitizers|bench
 #                                     (one of five call-sized parts: the rest skipped),
 #                                     CTEST_REGEX (ctest -R: only the tests it matches)
-# The whole suite does not fit one device call of 600 s (at 5b09779 and 80a933f: build 73 s, the
-# SASS check 53 s, ctest's 71 tests past 420 s, graph-steps past 240 s, the sanitizers past 320 s;
-# bench/results/2026-12-04-h200-s44/): SUITE_PART runs a part of it, each part building first;
-# calls made back to back, while the machine is warm, find the build there.
+# The whole suite does not fit one device call of 600 s (on the H200 at f52bebb, about 1,050 s:
+# build 63 s, the SASS check 45 s, ctest 141 s, the family tests 121 s, graph-steps 131 s,
+# python-cuda 125 s, the sanitizers 367 s; bench/results/2026-12-05-h200-s46/): SUITE_PART runs a
+# part of it, each part building first; calls made back to back, while the machine is warm, find
+# the build there.
 # Files under $OUT (at most 8 come back from the device tool, and these are 8): suite.log
 # (everything, with the machine and build), ctest.log, sass-check.log, check.log, bench.txt (the
 # bench table, then bench-fp8's), bench.csv, bench-fp8.csv, sanitizer.log.
@@ -169,11 +170,10 @@ fi
 # ---- engine steps: one CUDA graph replayed for 200 steps of changing lengths (test_steps_gpu) -----
 steps_test=$build/tests/test_steps_gpu
 if ok build && [ -x "$steps_test" ]; then
-  # eight graph configurations of 200 steps (one of 60), each step checked against the fp64
-  # oracle on the host: 165 s at 6de13a3, past 240 s at 80a933f (7 of the 8 done), before the
-  # oracle took keys four at a time (4f09b90: BF16 1.5x, F16 1.2x, F32 1.7x, FP8 5.5x, 2 cores)
-  # and ran once a step and layer for both graphs (5b04779); its share of the step's time on the
-  # GPU host not measured
+  # nine graph configurations of 200 steps (one of 60, one of 8 full batches), each step
+  # checked against the fp64 oracle on the host: 131 s at f52bebb (the oracle 15-73% of each
+  # configuration's time), past 240 s at 80a933f (7 of 8 done) before the oracle took keys four
+  # at a time (4f09b90) and ran once a step and layer for both graphs (5b04779)
   step graph-steps 300 "$OUT/ctest.log" "'$steps_test'"
 else
   skip graph-steps "no $steps_test"
