@@ -124,6 +124,19 @@ static mlav_problem_info uniform_batch(int32_t B, int32_t H, int32_t q, int32_t 
     return info;
 }
 
+/* B requests of one token each at KV lengths kv_lens, 64 heads (the hand-made cases). */
+static mlav_problem_info token_batch(int32_t B, int32_t *q_indptr, int32_t *kv_lens)
+{
+    for (int32_t b = 0; b <= B; b++)
+        q_indptr[b] = b;
+    mlav_problem prob = {.num_heads = 64, .d_latent = 512, .d_rope = 64, .softmax_scale = 0.1f,
+                         .dtype = MLAV_DTYPE_BF16, .page_size = 1, .batch = B,
+                         .q_indptr = q_indptr, .kv_lens = kv_lens, .max_pages = 1 << 24};
+    mlav_problem_info info;
+    assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+    return info;
+}
+
 /* Random batches of one q_len (so the rule applies) and of mixed ones: every schedule the plan
  * builds with shares weighed holds the invariants, is the uniform one or models at most 0.97 of
  * its time, and where the rule does not apply is the uniform one. */
@@ -248,12 +261,8 @@ static void test_shares_harness_points(void **state)
 static void test_shares_by_hand(void **state)
 {
     (void)state;
-    int32_t q_indptr[4] = {0, 1, 2, 3}, kv_lens[3] = {192, 128, 64};
-    mlav_problem prob = {.num_heads = 64, .d_latent = 512, .d_rope = 64, .softmax_scale = 0.1f,
-                         .dtype = MLAV_DTYPE_BF16, .page_size = 1, .batch = 3,
-                         .q_indptr = q_indptr, .kv_lens = kv_lens, .max_pages = 1 << 10};
-    mlav_problem_info info;
-    assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+    int32_t q_indptr[4], kv_lens[3] = {192, 128, 64};
+    mlav_problem_info info = token_batch(3, q_indptr, kv_lens);
     mlav_schedule_params sp = sm90_params();
     sp.target_blocks = 3; /* weighs 2 to 6 parts: 3 and 4 model least, the first is kept */
     sp.block_cost_keys = 0;
@@ -284,12 +293,8 @@ static void test_shares_by_hand(void **state)
 static void test_shares_by_start(void **state)
 {
     (void)state;
-    int32_t q_indptr[5] = {0, 1, 2, 3, 4}, kv_lens[4] = {64, 64, 1024, 128};
-    mlav_problem prob = {.num_heads = 64, .d_latent = 512, .d_rope = 64, .softmax_scale = 0.1f,
-                         .dtype = MLAV_DTYPE_BF16, .page_size = 1, .batch = 4,
-                         .q_indptr = q_indptr, .kv_lens = kv_lens, .max_pages = 1 << 11};
-    mlav_problem_info info;
-    assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+    int32_t q_indptr[5], kv_lens[4] = {64, 64, 1024, 128};
+    mlav_problem_info info = token_batch(4, q_indptr, kv_lens);
     mlav_schedule_params sp = sm90_params();
     sp.target_blocks = 2;
     int64_t t;
@@ -474,12 +479,8 @@ static void test_step_shares_random(void **state)
 static void test_step_shares_by_hand(void **state)
 {
     (void)state;
-    int32_t q_indptr[4] = {0, 1, 2, 3}, kv_lens[3] = {128, 128, 640};
-    mlav_problem prob = {.num_heads = 64, .d_latent = 512, .d_rope = 64, .softmax_scale = 0.1f,
-                         .dtype = MLAV_DTYPE_BF16, .page_size = 1, .batch = 3,
-                         .q_indptr = q_indptr, .kv_lens = kv_lens, .max_pages = 1 << 10};
-    mlav_problem_info info;
-    assert_int_equal(mlav_problem_validate(&prob, &info), MLAV_OK);
+    int32_t q_indptr[4], kv_lens[3] = {128, 128, 640};
+    mlav_problem_info info = token_batch(3, q_indptr, kv_lens);
     mlav_schedule_params sp = sm90_params();
     sp.target_blocks = 3;
     static step_out o;
