@@ -15,6 +15,9 @@
  *   build/bench/diag/schedule_choices --shares      (the sm_90a plan with and without equal
  *                                                    shares: the harness's 120 shapes, the
  *                                                    production preset's batches)
+ *   build/bench/diag/schedule_choices --persist     (the sm_90a plan's B 16 harness shapes with
+ *                                                    an SM's items in one block, FlashMLA's
+ *                                                    persistent form, by the model)
  *   build/bench/diag/schedule_choices --steps-sm90  (the step rule against the sm_90a exact
  *                                                    plan at the production preset's points,
  *                                                    limits 1.0) */
@@ -321,6 +324,73 @@ static double shares_point(int32_t B, int32_t H, int32_t q, int32_t prefix,
     return r;
 }
 
+/* Blocks that run several items back to back, as FlashMLA's decode kernel runs its partition's
+ * requests: the sm_90a exact plan's items at the harness's 60 B 16 shapes, dealt in the plan's
+ * order to the first free of the SMs, each item a block (its whole tiles and the block cost) or
+ * each SM one block (the block cost once, then a tile, 64 keys, for each further item); the
+ * modelled time of the second over the first. */
+static int64_t dealt_time(const mlav_schedule *s, const mlav_schedule_params *sp, int persist,
+                          int32_t *most)
+{
+    int64_t end[SMS] = {0};
+    int32_t count[SMS] = {0};
+    for (int32_t k = 0; k < s->n_items; k++) {
+        int m = 0;
+        for (int j = 1; j < SMS; j++)
+            m = end[j] < end[m] ? j : m;
+        const int64_t tiles =
+            (s->items[k].kv_end - s->items[k].kv_begin + sp->key_align - 1) / sp->key_align;
+        end[m] += tiles * sp->key_align +
+                  (persist && count[m] > 0 ? sp->key_align : sp->block_cost_keys);
+        count[m]++;
+    }
+    int64_t t = 0;
+    *most = 0;
+    for (int j = 0; j < SMS; j++) {
+        t = end[j] > t ? end[j] : t;
+        *most = count[j] > *most ? count[j] : *most;
+    }
+    return t;
+}
+
+static void persist_points(void)
+{
+    const mlav_schedule_params sp = sm90_params(1);
+    static const int32_t Hs[] = {8, 16, 64, 128}, Qs[] = {1, 2, 4, 9, 16},
+                         Ps[] = {4096, 32768, 131072};
+    printf("sm_90a exact plan, B 16 (132 SMs): shapes where an SM takes more than one item\n"
+           "%4s %5s %7s | %6s %5s | %9s\n", "H", "q_len", "prefix", "items", "most",
+           "persist");
+    double lg = 0.0;
+    int changed = 0;
+    for (int pi = 0; pi < 3; pi++)
+        for (int hi = 0; hi < 4; hi++)
+            for (int qi = 0; qi < 5; qi++) {
+                int32_t q_indptr[17] = {0}, kv_lens[16];
+                for (int32_t b = 0; b < 16; b++) {
+                    q_indptr[b + 1] = q_indptr[b] + Qs[qi];
+                    kv_lens[b] = Ps[pi] + Qs[qi];
+                }
+                const mlav_problem_info p = batch(16, Hs[hi], q_indptr, kv_lens);
+                mlav_schedule s;
+                if (mlav_schedule_build(&p, &sp, &s) != MLAV_OK) {
+                    fprintf(stderr, "schedule_choices: mlav_schedule_build failed\n");
+                    exit(1);
+                }
+                int32_t most;
+                const int64_t one = dealt_time(&s, &sp, 0, &most);
+                const double r = (double)dealt_time(&s, &sp, 1, &most) / (double)one;
+                lg += log(r);
+                if (most > 1) {
+                    changed++;
+                    printf("%4d %5d %7d | %6d %5d | %9.4f\n", Hs[hi], Qs[qi], Ps[pi], s.n_items,
+                           most, r);
+                }
+                mlav_schedule_free(&s);
+            }
+    printf("%d of 60 shapes change; geomean over the 60: %.4f\n", changed, exp(lg / 60));
+}
+
 /* --shares: the harness's 120 shapes (B {1, 16} x H {8, 16, 64, 128} x q_len {1, 2, 4, 9, 16} x
  * prefix {4096, 32768, 131072}), those whose pick changes and the geomean; single requests over
  * a wider grid (how many pick shares); then the production
@@ -444,6 +514,10 @@ int main(int argc, char **argv)
     }
     if (argc == 2 && strcmp(argv[1], "--shares") == 0) {
         shares_points();
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--persist") == 0) {
+        persist_points();
         return 0;
     }
     if (argc == 2 && strcmp(argv[1], "--steps-sm90") == 0) {
