@@ -19,7 +19,7 @@
 #ifdef MLAV_WITH_CUDA
 #include <math.h>
 
-#include <cuda_runtime_api.h>
+#include "test_cuda_util.h"
 
 #define SM120_SMEM_LIMIT 101376 /* = MLAV_SM120_SMEM_LIMIT, the per-block limit every plan obeys */
 
@@ -133,13 +133,6 @@ typedef struct dbuf {
     size_t q_bytes, kv_bytes, pt_bytes, mask_bytes, out_bytes, lse_bytes;
 } dbuf;
 
-static void *dmalloc(size_t bytes)
-{
-    void *p = NULL;
-    CK(cudaMalloc(&p, bytes ? bytes : 256));
-    return p;
-}
-
 static void dbuf_alloc(dbuf *d, const tu_problem *p)
 {
     const size_t esz = mlav_dtype_size(p->c.dtype);
@@ -153,12 +146,12 @@ static void dbuf_alloc(dbuf *d, const tu_problem *p)
                                  : 0;
     d->out_bytes = p->out_elems * esz;
     d->lse_bytes = p->lse_elems * sizeof(float);
-    d->q = dmalloc(d->q_bytes);
-    d->kv = dmalloc(d->kv_bytes);
-    d->pt = dmalloc(d->pt_bytes);
-    d->mask = p->tree_mask ? dmalloc(d->mask_bytes) : NULL;
-    d->out = dmalloc(d->out_bytes);
-    d->lse = dmalloc(d->lse_bytes);
+    d->q = tu_dmalloc(d->q_bytes);
+    d->kv = tu_dmalloc(d->kv_bytes);
+    d->pt = tu_dmalloc(d->pt_bytes);
+    d->mask = p->tree_mask ? tu_dmalloc(d->mask_bytes) : NULL;
+    d->out = tu_dmalloc(d->out_bytes);
+    d->lse = tu_dmalloc(d->lse_bytes);
 }
 
 /* Copy the inputs in (same pointers each time: what a graph replay needs). */
@@ -255,7 +248,7 @@ static void check_run(const mlav_plan *plan, mlav_backend b, tu_problem *p, enum
     snprintf(what, sizeof what, "%s%s", mode == MODE_HOST ? "host" : "device",
              lse_null ? ",lse=NULL" : "");
     const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
-    void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
+    void *ws = ws_bytes ? tu_dmalloc(ws_bytes) : NULL;
     if (ws) {
         /* NaN partial states (0xff.. in fp16, fp32 and the lse): a combine that read a slot
          * before its split block wrote it, or the previous run's, fails */
@@ -385,7 +378,7 @@ static void test_cuda_graph(void **state)
             continue;
         }
         const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
-        void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
+        void *ws = ws_bytes ? tu_dmalloc(ws_bytes) : NULL;
         dbuf d;
         dbuf_alloc(&d, p0);
         dbuf_upload(&d, p0);
@@ -540,7 +533,7 @@ static void test_cuda_bad_inputs(void **state)
         if (!open_and_plan(b, p, &ctx, &plan))
             continue;
         const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
-        void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
+        void *ws = ws_bytes ? tu_dmalloc(ws_bytes) : NULL;
         dbuf d;
         dbuf_alloc(&d, p);
         dbuf_upload(&d, p);
@@ -663,7 +656,7 @@ static void bad_device_page_id(mlav_dtype dtype, mlav_dtype kv_dtype)
         if (!open_and_plan(b, p, &ctx, &plan))
             continue;
         const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
-        void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
+        void *ws = ws_bytes ? tu_dmalloc(ws_bytes) : NULL;
         dbuf d;
         dbuf_alloc(&d, p);
         dbuf_upload(&d, p);
@@ -960,7 +953,7 @@ static void test_cuda_plan_other_device(void **state)
         dbuf_upload(&d, p);
         const mlav_tensors dt = dbuf_tensors(&d, p), ht = tu_tensors(p);
         const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
-        void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
+        void *ws = ws_bytes ? tu_dmalloc(ws_bytes) : NULL;
         CK(cudaSetDevice(1));
         const mlav_tensors *ts[2] = {&ht, &dt};
         for (int m = 0; m < 2; m++) {

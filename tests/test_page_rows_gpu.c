@@ -26,38 +26,10 @@
 #ifdef MLAV_WITH_CUDA
 #include <math.h>
 
-#include <cuda_runtime_api.h>
+#include "test_cuda_util.h"
 
 #define CK TU_CK
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        mlav_status ok_s_ = (call);                                                          \
-        if (ok_s_ != MLAV_OK)                                                                \
-            fail_msg("%s: %s: %s (%s:%d)", #call, mlav_status_string(ok_s_),                 \
-                     mlav_last_error(NULL), __FILE__, __LINE__);                             \
-    } while (0)
-
-static void need_device(void)
-{
-    if (mlav_cuda_device_count() == 0) {
-        print_message("no CUDA device of compute capability >= 8.0: skipped\n");
-        skip();
-    }
-}
-
-static void *dmalloc(size_t bytes)
-{
-    void *p = NULL;
-    CK(cudaMalloc(&p, bytes ? bytes : 256));
-    return p;
-}
-
-static void *dcopy(const void *h, size_t bytes)
-{
-    void *d = dmalloc(bytes);
-    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
+#define OK TU_OK /* test_util.h */
 
 /* A shuffled placement of `n` rows among `rows` (n <= rows). */
 static void shuffle_rows(int32_t *place, int32_t n, int32_t rows, uint64_t *rng)
@@ -119,13 +91,13 @@ static void exact_case(const tu_case *base, uint64_t seed)
     const size_t mbytes =
         p->tree_mask ? (size_t)p->q_indptr[B] * (size_t)mlav_tree_mask_words(max_q) * 4 : 0;
 
-    void *dq = dcopy(p->q, p->q_elems * esz), *dkv = dcopy(p->kv, p->kv_elems * p->kv_esz);
-    int32_t *dpt = dcopy(p->page_table, (size_t)B * (size_t)mp * sizeof(int32_t));
-    int32_t *dshared = dcopy(shared, (size_t)rows * (size_t)mp * sizeof(int32_t));
-    int32_t *dplace = dcopy(place, (size_t)B * sizeof(int32_t));
-    uint32_t *dmask = p->tree_mask ? dcopy(p->tree_mask, mbytes) : NULL;
-    void *dout = dmalloc(out_bytes);
-    float *dlse = dmalloc(lse_bytes);
+    void *dq = tu_dcopy(p->q, p->q_elems * esz), *dkv = tu_dcopy(p->kv, p->kv_elems * p->kv_esz);
+    int32_t *dpt = tu_dcopy(p->page_table, (size_t)B * (size_t)mp * sizeof(int32_t));
+    int32_t *dshared = tu_dcopy(shared, (size_t)rows * (size_t)mp * sizeof(int32_t));
+    int32_t *dplace = tu_dcopy(place, (size_t)B * sizeof(int32_t));
+    uint32_t *dmask = p->tree_mask ? tu_dcopy(p->tree_mask, mbytes) : NULL;
+    void *dout = tu_dmalloc(out_bytes);
+    float *dlse = tu_dmalloc(lse_bytes);
     unsigned char *own_out = tu_xcalloc(out_bytes, 1);
     float *own_lse = tu_xcalloc(p->lse_elems, sizeof(float));
     double *ref_out = tu_xcalloc(p->out_elems, sizeof(double));
@@ -146,7 +118,7 @@ static void exact_case(const tu_case *base, uint64_t seed)
         OK(s);
         const char *bn = mlav_backend_name(backends[k]);
         const size_t ws_bytes = mlav_plan_workspace_bytes(plan);
-        void *ws = dmalloc(ws_bytes);
+        void *ws = tu_dmalloc(ws_bytes);
         mlav_tensors t = {.memory = MLAV_MEM_DEVICE, .q = dq, .kv_cache = dkv,
                           .num_pages = p->num_pages, .page_table = dpt, .tree_mask = dmask,
                           .out = dout, .lse = dlse, .kv_scale = p->kv_scale};
@@ -210,7 +182,7 @@ static void exact_case(const tu_case *base, uint64_t seed)
 static void test_page_rows_exact(void **state)
 {
     (void)state;
-    need_device();
+    tu_require_device();
     const uint64_t seed = tu_seed();
     printf("test_page_rows_gpu: seed base 0x%llx\n", (unsigned long long)seed);
     for (size_t k = 0; k < sizeof exact_cases / sizeof exact_cases[0]; k++)
@@ -220,7 +192,7 @@ static void test_page_rows_exact(void **state)
 static void test_page_rows_graph(void **state)
 {
     const mlav_backend be = *(const mlav_backend *)*state;
-    need_device();
+    tu_require_device();
     const uint64_t seed = tu_seed();
     printf("test_page_rows_gpu graph, %s: seed 0x%llx\n", mlav_backend_name(be),
            (unsigned long long)seed);
@@ -235,20 +207,20 @@ static void test_page_rows_graph(void **state)
     mlav_plan *plan;
     OK(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan));
     const size_t bytes = mlav_plan_workspace_bytes(plan);
-    void *ws = dmalloc(bytes);
+    void *ws = tu_dmalloc(bytes);
     void *dq[2], *dkv[2], *dout[2];
     float *dlse[2];
     for (int l = 0; l < layers; l++) {
-        dq[l] = dmalloc(e->q_bytes);
-        dkv[l] = dmalloc(e->kv_bytes);
-        dout[l] = dmalloc(e->out_bytes);
-        dlse[l] = dmalloc(e->lse_bytes);
+        dq[l] = tu_dmalloc(e->q_bytes);
+        dkv[l] = tu_dmalloc(e->kv_bytes);
+        dout[l] = tu_dmalloc(e->out_bytes);
+        dlse[l] = tu_dmalloc(e->lse_bytes);
     }
-    int32_t *dshared = dmalloc((size_t)rows * (size_t)mp * sizeof(int32_t));
-    int32_t *dplace = dmalloc((size_t)lim.max_batch * sizeof(int32_t));
-    uint32_t *dmask = dmalloc(e->mask_bytes);
-    int32_t *dqi = dmalloc(sizeof(int32_t) * (size_t)(lim.max_batch + 1));
-    int32_t *dkvl = dmalloc(sizeof(int32_t) * (size_t)lim.max_batch);
+    int32_t *dshared = tu_dmalloc((size_t)rows * (size_t)mp * sizeof(int32_t));
+    int32_t *dplace = tu_dmalloc((size_t)lim.max_batch * sizeof(int32_t));
+    uint32_t *dmask = tu_dmalloc(e->mask_bytes);
+    int32_t *dqi = tu_dmalloc(sizeof(int32_t) * (size_t)(lim.max_batch + 1));
+    int32_t *dkvl = tu_dmalloc(sizeof(int32_t) * (size_t)lim.max_batch);
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 

@@ -27,7 +27,7 @@
 #ifdef MLAV_WITH_CUDA
 #include <math.h>
 
-#include <cuda_runtime_api.h>
+#include "test_cuda_util.h"
 
 #define CK TU_CK
 
@@ -57,13 +57,6 @@ static void test_shard_gpu_cuda_naive(void **state)
     shard_grid(MLAV_BACKEND_CUDA_NAIVE);
 }
 
-static void *dmalloc(size_t bytes)
-{
-    void *p = NULL;
-    CK(cudaMalloc(&p, bytes ? bytes : 1));
-    return p;
-}
-
 #define MAXR 4
 
 /* Plans for limits with device lengths under one captured graph: per rank the update and the
@@ -89,15 +82,16 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
     const size_t lse_rank = (size_t)lim.max_tokens * H * sizeof(float);
     const float kv_scale = 0.5f; /* captured as a value: the same every step */
 
-    void *dq = dmalloc((size_t)lim.max_tokens * H * W * esz);
-    uint32_t *dmask = dmalloc((size_t)lim.max_tokens * sizeof(uint32_t)); /* max_q_len 6: 1 word */
-    int32_t *dqi = dmalloc(sizeof(int32_t) * (lim.max_batch + 1));
-    int32_t *dkvl = dmalloc(sizeof(int32_t) * lim.max_batch);
-    void *douts = dmalloc(out_rank * (size_t)ranks), *dout = dmalloc(out_rank);
-    float *dlses = dmalloc(lse_rank * (size_t)ranks), *dlse = dmalloc(lse_rank);
+    void *dq = tu_dmalloc((size_t)lim.max_tokens * H * W * esz);
+    /* max_q_len 6: one mask word a token */
+    uint32_t *dmask = tu_dmalloc((size_t)lim.max_tokens * sizeof(uint32_t));
+    int32_t *dqi = tu_dmalloc(sizeof(int32_t) * (lim.max_batch + 1));
+    int32_t *dkvl = tu_dmalloc(sizeof(int32_t) * lim.max_batch);
+    void *douts = tu_dmalloc(out_rank * (size_t)ranks), *dout = tu_dmalloc(out_rank);
+    float *dlses = tu_dmalloc(lse_rank * (size_t)ranks), *dlse = tu_dmalloc(lse_rank);
     void *dkv[MAXR], *dws[MAXR], *dws2[MAXR];
-    void *dout2 = dmalloc(out_rank);
-    float *dlse2 = dmalloc(lse_rank);
+    void *dout2 = tu_dmalloc(out_rank);
+    float *dlse2 = tu_dmalloc(lse_rank);
     unsigned char *h1 = tu_xcalloc(out_rank + lse_rank, 1);
     unsigned char *h2 = tu_xcalloc(out_rank + lse_rank, 1);
     int32_t *dpt[MAXR];
@@ -116,10 +110,10 @@ static void graph_steps(int32_t ranks, int32_t page_size, int stripe_kind, mlav_
                                     .shard_stripe = stripe};
         assert_int_equal(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan[r]), MLAV_OK);
         ws_bytes[r] = mlav_plan_workspace_bytes(plan[r]);
-        dws[r] = dmalloc(ws_bytes[r]);
-        dws2[r] = dmalloc(ws_bytes[r]);
-        dkv[r] = dmalloc((size_t)pool_pages * page_size * kv_row);
-        dpt[r] = dmalloc(sizeof(int32_t) * lim.max_batch * mp);
+        dws[r] = tu_dmalloc(ws_bytes[r]);
+        dws2[r] = tu_dmalloc(ws_bytes[r]);
+        dkv[r] = tu_dmalloc((size_t)pool_pages * page_size * kv_row);
+        dpt[r] = tu_dmalloc(sizeof(int32_t) * lim.max_batch * mp);
     }
     cudaGraph_t graph;
     cudaGraphExec_t exec;

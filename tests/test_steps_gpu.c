@@ -25,31 +25,10 @@
 #include "test_util.h"
 
 #ifdef MLAV_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "test_cuda_util.h"
 
 #define CK TU_CK /* test_util.h */
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        mlav_status ok_s_ = (call);                                                          \
-        if (ok_s_ != MLAV_OK)                                                                \
-            fail_msg("%s: %s: %s (%s:%d)", #call, mlav_status_string(ok_s_),                 \
-                     mlav_last_error(NULL), __FILE__, __LINE__);                             \
-    } while (0)
-
-static void need_device(void)
-{
-    if (mlav_cuda_device_count() == 0) {
-        print_message("no CUDA device of compute capability >= 8.0: skipped\n");
-        skip();
-    }
-}
-
-static void *dmalloc(size_t bytes)
-{
-    void *p = NULL;
-    CK(cudaMalloc(&p, bytes ? bytes : 256));
-    return p;
-}
+#define OK TU_OK /* test_util.h */
 
 typedef struct dev_engine {
     void *q[SF_MAX_LAYERS], *kv[SF_MAX_LAYERS], *out[SF_MAX_LAYERS];
@@ -131,7 +110,7 @@ static int step_is_shares(const void *ws, const mlav_step_header *hdr, cudaStrea
 static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype dtype,
                        mlav_dtype kv_dtype, const mlav_limits *lim, int force)
 {
-    need_device();
+    tu_require_device();
     const uint64_t seed = tu_seed();
     const int layers = 2;
     /* a forced step's fp64 check over 16k keys, or a full batch's, is the cost: fewer steps */
@@ -148,19 +127,19 @@ static void graph_loop(mlav_backend be, int32_t H, int32_t page_size, mlav_dtype
     mlav_plan *plan;
     OK(mlav_plan_create_for_limits(ctx, &shape, lim, &plan));
     const size_t bytes = mlav_plan_workspace_bytes(plan);
-    void *ws = dmalloc(bytes), *ws2 = dmalloc(bytes);
+    void *ws = tu_dmalloc(bytes), *ws2 = tu_dmalloc(bytes);
     dev_engine d;
     for (int l = 0; l < layers; l++) {
-        d.q[l] = dmalloc(e->q_bytes);
-        d.kv[l] = dmalloc(e->kv_bytes);
-        d.out[l] = dmalloc(e->out_bytes);
-        d.lse[l] = dmalloc(e->lse_bytes);
+        d.q[l] = tu_dmalloc(e->q_bytes);
+        d.kv[l] = tu_dmalloc(e->kv_bytes);
+        d.out[l] = tu_dmalloc(e->out_bytes);
+        d.lse[l] = tu_dmalloc(e->lse_bytes);
     }
-    d.pt = dmalloc(e->pt_bytes);
-    d.mask = dmalloc(e->mask_bytes);
-    d.qi = dmalloc(sizeof(int32_t) * (lim->max_batch + 1));
-    d.kvl = dmalloc(sizeof(int32_t) * lim->max_batch);
-    d.kv_scale = dmalloc(sizeof(float) * layers);
+    d.pt = tu_dmalloc(e->pt_bytes);
+    d.mask = tu_dmalloc(e->mask_bytes);
+    d.qi = tu_dmalloc(sizeof(int32_t) * (lim->max_batch + 1));
+    d.kvl = tu_dmalloc(sizeof(int32_t) * lim->max_batch);
+    d.kv_scale = tu_dmalloc(sizeof(float) * layers);
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
@@ -451,7 +430,7 @@ static void test_steps_graph_naive_h16_page64_bf16_fp8(void **state)
 static void test_steps_run_before_update(void **state)
 {
     const mlav_backend be = *(const mlav_backend *)*state;
-    need_device();
+    tu_require_device();
     mlav_context *ctx;
     OK(mlav_context_create(&ctx, be));
     const mlav_limits lim = {.max_batch = 4, .max_tokens = 32, .max_q_len = 16,
@@ -467,9 +446,9 @@ static void test_steps_run_before_update(void **state)
     const size_t rows = (size_t)lim.max_tokens * H; /* BF16 q and out, fp32 lse */
     const size_t q_bytes = rows * W * 2, kv_bytes = (size_t)pages * page * W * 2;
     const size_t out_bytes = rows * 512 * 2, lse_bytes = rows * 4;
-    void *ws = dmalloc(bytes), *q = dmalloc(q_bytes), *kv = dmalloc(kv_bytes);
-    void *out = dmalloc(out_bytes), *lse = dmalloc(lse_bytes);
-    int32_t *pt = dmalloc(sizeof(int32_t) * (size_t)lim.max_batch * max_pages);
+    void *ws = tu_dmalloc(bytes), *q = tu_dmalloc(q_bytes), *kv = tu_dmalloc(kv_bytes);
+    void *out = tu_dmalloc(out_bytes), *lse = tu_dmalloc(lse_bytes);
+    int32_t *pt = tu_dmalloc(sizeof(int32_t) * (size_t)lim.max_batch * max_pages);
     CK(cudaMemset(q, 0, q_bytes));
     CK(cudaMemset(kv, 0, kv_bytes));
     CK(cudaMemset(pt, 0, sizeof(int32_t) * (size_t)lim.max_batch * max_pages));
@@ -543,11 +522,11 @@ static void hostile_make(hostile_dev *d, const mlav_limits *lim, int32_t max_pag
     const size_t q_bytes = rows * HD_W * 2, kv_bytes = (size_t)d->pages * HD_PAGE * HD_W * 2;
     d->out_bytes = rows * HD_DL * 2;
     d->lse_bytes = rows * 4;
-    d->q = dmalloc(q_bytes);
-    d->kv = dmalloc(kv_bytes);
-    d->out = dmalloc(d->out_bytes);
-    d->lse = dmalloc(d->lse_bytes);
-    d->pt = dmalloc(sizeof(int32_t) * (size_t)d->pages);
+    d->q = tu_dmalloc(q_bytes);
+    d->kv = tu_dmalloc(kv_bytes);
+    d->out = tu_dmalloc(d->out_bytes);
+    d->lse = tu_dmalloc(d->lse_bytes);
+    d->pt = tu_dmalloc(sizeof(int32_t) * (size_t)d->pages);
     /* BF16 values in [-1, 1): random upper halves of small floats */
     uint16_t *h = tu_xcalloc(kv_bytes / 2, 2);
     for (size_t i = 0; i < kv_bytes / 2; i++)
@@ -610,7 +589,7 @@ static void hostile_poison(const hostile_dev *o, int fill)
 static void test_steps_foreign_workspace_gpu(void **state)
 {
     const mlav_backend be = *(const mlav_backend *)*state;
-    need_device();
+    tu_require_device();
     const uint64_t seed = tu_seed();
     uint64_t rng = seed;
     mlav_context *ctx;
@@ -629,7 +608,7 @@ static void test_steps_foreign_workspace_gpu(void **state)
     OK(mlav_plan_create_for_limits(ctx, &shape, &lb, &pb));
     const size_t ba = mlav_plan_workspace_bytes(pa), bb = mlav_plan_workspace_bytes(pb);
     const size_t bytes = ba > bb ? ba : bb;
-    void *ws = dmalloc(bytes);
+    void *ws = tu_dmalloc(bytes);
     /* A's step: eight requests of 8 tokens, long prefixes (splits, combines) */
     int32_t qa[9], ka[8];
     qa[0] = 0;
@@ -638,8 +617,8 @@ static void test_steps_foreign_workspace_gpu(void **state)
         ka[b] = 8 + (int32_t)(tu_next(&rng) % (uint64_t)(la.max_kv_len - 8));
     }
     const int32_t qb[3] = {0, 4, 7}, kb[2] = {250, 3};
-    int32_t *dqa = dmalloc(sizeof qa), *dka = dmalloc(sizeof ka);
-    int32_t *dqb = dmalloc(sizeof qb), *dkb = dmalloc(sizeof kb);
+    int32_t *dqa = tu_dmalloc(sizeof qa), *dka = tu_dmalloc(sizeof ka);
+    int32_t *dqb = tu_dmalloc(sizeof qb), *dkb = tu_dmalloc(sizeof kb);
     CK(cudaMemcpy(dqa, qa, sizeof qa, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dka, ka, sizeof ka, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dqb, qb, sizeof qb, cudaMemcpyHostToDevice));
@@ -757,7 +736,7 @@ static void test_steps_foreign_workspace_gpu(void **state)
 static void test_steps_padding_garbage_gpu(void **state)
 {
     const mlav_backend be = *(const mlav_backend *)*state;
-    need_device();
+    tu_require_device();
     const uint64_t seed = tu_seed();
     uint64_t rng = seed;
     mlav_context *ctx;
@@ -771,7 +750,7 @@ static void test_steps_padding_garbage_gpu(void **state)
     mlav_plan *plan;
     OK(mlav_plan_create_for_limits(ctx, &shape, &lim, &plan));
     const size_t bytes = mlav_plan_workspace_bytes(plan);
-    void *ws = dmalloc(bytes);
+    void *ws = tu_dmalloc(bytes);
     const mlav_tensors t = hostile_tensors(&D, &D);
     /* three live requests, then five padding slots */
     int32_t qi[9] = {0, 4, 5, 8, 8, 8, 8, 8, 8};
@@ -794,7 +773,7 @@ static void test_steps_padding_garbage_gpu(void **state)
             pt[(size_t)b * max_pages + j] = j % 2 ? -1 : (int32_t)D.pages + j;
     CK(cudaMemcpy(D.pt, pt, sizeof(int32_t) * (size_t)D.pages, cudaMemcpyHostToDevice));
     free(pt);
-    int32_t *dqi = dmalloc(sizeof qi), *dkv = dmalloc(sizeof kv);
+    int32_t *dqi = tu_dmalloc(sizeof qi), *dkv = tu_dmalloc(sizeof kv);
     CK(cudaMemcpy(dqi, qi, sizeof qi, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dkv, kv, sizeof kv, cudaMemcpyHostToDevice));
     for (int dev = 0; dev < 2; dev++) {
@@ -847,11 +826,11 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
     const size_t bytes = mlav_plan_workspace_bytes(plan);
     /* the region is a few hundred KB at most here: compare the first MiB (or all of it) */
     const size_t cmp = bytes < ((size_t)1 << 20) ? bytes : ((size_t)1 << 20);
-    void *wa = dmalloc(bytes), *wb = dmalloc(bytes);
+    void *wa = tu_dmalloc(bytes), *wb = tu_dmalloc(bytes);
     int32_t *qi = tu_xcalloc((size_t)lim->max_batch + 1, sizeof(int32_t));
     int32_t *kvl = tu_xcalloc((size_t)lim->max_batch, sizeof(int32_t));
-    int32_t *dqi = dmalloc(sizeof(int32_t) * ((size_t)lim->max_batch + 1));
-    int32_t *dkv = dmalloc(sizeof(int32_t) * (size_t)lim->max_batch);
+    int32_t *dqi = tu_dmalloc(sizeof(int32_t) * ((size_t)lim->max_batch + 1));
+    int32_t *dkv = tu_dmalloc(sizeof(int32_t) * (size_t)lim->max_batch);
     unsigned char *ha = tu_xcalloc(cmp, 1), *hb = tu_xcalloc(cmp, 1);
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -952,7 +931,7 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
 static void test_step_schedule_device_matches_host(void **state)
 {
     (void)state;
-    need_device();
+    tu_require_device();
     const uint64_t seed = tu_seed();
     uint64_t rng = seed;
     const mlav_limits l1 = {.max_batch = 64, .max_tokens = 1024, .max_q_len = 64,
@@ -976,7 +955,7 @@ static void test_step_schedule_device_matches_host(void **state)
 static void test_steps_auto_fallback(void **state)
 {
     (void)state;
-    need_device();
+    tu_require_device();
     const char *env = getenv("MLAV_BACKEND");
     char *saved = env ? strdup(env) : NULL;
     unsetenv("MLAV_BACKEND");

@@ -134,6 +134,16 @@ int tu_no_device_skip(int rc);
                      __LINE__);                                                              \
     } while (0)
 
+/* A checked library call in a test: a status other than MLAV_OK fails the test with the call,
+ * the status, the library's sentence and file:line. */
+#define TU_OK(call)                                                                          \
+    do {                                                                                     \
+        mlav_status ok_s_ = (call);                                                          \
+        if (ok_s_ != MLAV_OK)                                                                \
+            fail_msg("%s: %s: %s (%s:%d)", #call, mlav_status_string(ok_s_),                 \
+                     mlav_last_error(NULL), __FILE__, __LINE__);                             \
+    } while (0)
+
 /* calloc that aborts the test program when the host is out of memory (fixtures only). */
 void *tu_xcalloc(size_t n, size_t size);
 
