@@ -382,3 +382,40 @@ int sf_check_ref(const sf_engine *e, const sf_ref *ref, const void *out, const f
     }
     return ok;
 }
+
+static uint32_t below(uint64_t *rng, uint32_t n)
+{
+    return n ? (uint32_t)(tu_next(rng) % n) : 0;
+}
+
+sf_drawn sf_random_lengths(const mlav_limits *lim, uint64_t *rng, int32_t *qi, int32_t *kvl)
+{
+    sf_drawn d = {0, 0, 0, 0};
+    const int32_t scale = 1 << below(rng, 12);
+    d.batch =
+        1 + (int32_t)below(rng, (uint32_t)(scale < lim->max_batch ? scale : lim->max_batch));
+    const int32_t per_q = lim->max_tokens / d.batch;
+    const int short_kv = below(rng, 3) == 0;
+    const int32_t top_q = per_q < lim->max_q_len ? per_q : lim->max_q_len;
+    d.engine = below(rng, 3) == 0;
+    const int32_t q_all = 1 + (int32_t)below(rng, (uint32_t)(top_q > 0 ? top_q : 1));
+    const int32_t around = 1 + (int32_t)below(rng, (uint32_t)lim->max_kv_len / 2);
+    qi[0] = 0;
+    for (int32_t b = 0; b < d.batch; b++) {
+        int32_t q = (int32_t)below(rng, (uint32_t)top_q + 1);
+        if (below(rng, 4) == 0)
+            q = q > 0 ? 1 : 0; /* single tokens */
+        if (d.engine)
+            q = top_q > 0 && below(rng, 20) ? q_all : 0;
+        const int32_t top =
+            short_kv ? (lim->max_kv_len < 700 ? lim->max_kv_len : 700) : lim->max_kv_len;
+        qi[b + 1] = qi[b] + q;
+        kvl[b] = d.engine ? q + around / 2 + (int32_t)below(rng, (uint32_t)around)
+                          : q + (int32_t)below(rng, (uint32_t)(top - q) + 1);
+    }
+    if ((d.past = below(rng, 10) == 0))
+        kvl[below(rng, (uint32_t)d.batch)] = lim->max_kv_len + 1 + (int32_t)below(rng, 100);
+    if ((d.broken = below(rng, 50) == 0))
+        qi[1 + below(rng, (uint32_t)d.batch)] -= 1 + (int32_t)below(rng, 5);
+    return d;
+}

@@ -83,6 +83,21 @@ void sf_ref_free(sf_ref *ref);
 int sf_check_ref(const sf_engine *e, const sf_ref *ref, const void *out, const float *lse,
                  int32_t skip, char *msg, size_t n);
 
+/* What sf_random_lengths drew: the batch, and whether the step is an engine's (one draft
+ * length, prefixes around one length), has a request past the limits, or a broken q_indptr. */
+typedef struct sf_drawn {
+    int32_t batch;
+    int engine, past, broken;
+} sf_drawn;
+/* One step's random lengths within `lim`, as the device scheduler's tests draw them
+ * (test_steps_gpu's schedule_bytes, test_step_schedule_emulated): batch sizes spread over the
+ * scales, lengths within the limits but for a few; a third of the steps as engines run them
+ * (where the sm_90a family's plans may take equal shares); one in 10 with a request past the
+ * limits, one in 50 with q_indptr refused as a whole. q_indptr: max_batch + 1, kv_lens:
+ * max_batch. */
+sf_drawn sf_random_lengths(const mlav_limits *lim, uint64_t *rng, int32_t *q_indptr,
+                           int32_t *kv_lens);
+
 /* The step's lengths in host memory. */
 mlav_lengths sf_lengths(const sf_engine *e);
 /* The shape of the engine's plan for limits. */

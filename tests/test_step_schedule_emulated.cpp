@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
+#include "steps_fixture.h"
 #include "test_util.h"
 }
 
@@ -236,7 +237,7 @@ static int compare_step(emu_pool &pool, int32_t H, const mlav_limits *lim,
 }
 
 /* `steps` random steps within `lim` for H heads on `base` (the plan's parameters before
- * mlav_step_params), drawn as test_steps_gpu draws them (schedule_bytes); *shares counts those
+ * mlav_step_params), drawn as test_steps_gpu draws them (sf_random_lengths); *shares counts those
  * in equal shares. 1 if every one matched. */
 static int random_steps(emu_pool &pool, int32_t H, const mlav_limits *lim,
                         mlav_schedule_params base, int steps, uint64_t *rng, uint64_t seed,
@@ -245,32 +246,7 @@ static int random_steps(emu_pool &pool, int32_t H, const mlav_limits *lim,
     const mlav_schedule_params sp = mlav_step_params(H, lim, base);
     std::vector<int32_t> qi((size_t)lim->max_batch + 1), kvl((size_t)lim->max_batch);
     for (int st = 0; st < steps; st++) {
-        const int32_t scale = 1 << below(rng, 12);
-        const int32_t batch =
-            1 + (int32_t)below(rng, (uint32_t)(scale < lim->max_batch ? scale : lim->max_batch));
-        const int32_t per_q = lim->max_tokens / batch;
-        const int short_kv = below(rng, 3) == 0;
-        const int32_t top_q = per_q < lim->max_q_len ? per_q : lim->max_q_len;
-        const int engine = below(rng, 3) == 0;
-        const int32_t q_all = 1 + (int32_t)below(rng, (uint32_t)(top_q > 0 ? top_q : 1));
-        const int32_t around = 1 + (int32_t)below(rng, (uint32_t)lim->max_kv_len / 2);
-        qi[0] = 0;
-        for (int32_t b = 0; b < batch; b++) {
-            int32_t q = (int32_t)below(rng, (uint32_t)top_q + 1);
-            if (below(rng, 4) == 0)
-                q = q > 0 ? 1 : 0;
-            if (engine)
-                q = top_q > 0 && below(rng, 20) ? q_all : 0;
-            const int32_t top = short_kv ? (lim->max_kv_len < 700 ? lim->max_kv_len : 700)
-                                         : lim->max_kv_len;
-            qi[b + 1] = qi[b] + q;
-            kvl[b] = engine ? q + around / 2 + (int32_t)below(rng, (uint32_t)around)
-                            : q + (int32_t)below(rng, (uint32_t)(top - q) + 1);
-        }
-        if (below(rng, 10) == 0) /* one request past the limits */
-            kvl[below(rng, (uint32_t)batch)] = lim->max_kv_len + 1 + (int32_t)below(rng, 100);
-        if (below(rng, 50) == 0) /* q_indptr refused as a whole */
-            qi[1 + below(rng, (uint32_t)batch)] -= 1 + (int32_t)below(rng, 5);
+        const int32_t batch = sf_random_lengths(lim, rng, qi.data(), kvl.data()).batch;
         int sh = 0;
         if (!compare_step(pool, H, lim, &sp, qi.data(), kvl.data(), batch, 0, &sh, seed, st))
             return 0;

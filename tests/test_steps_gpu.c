@@ -807,12 +807,8 @@ static void test_steps_padding_garbage_gpu(void **state)
  * (equal shares' steps, schedule_step_shares.h), with refused requests and broken q_indptr among
  * them; each step's update from device lengths and from host lengths into two
  * workspaces poisoned alike must leave the same bytes (the step region, zero-padded to its
- * alignment, and the poison after it). No attention runs: the schedules alone. */
-static uint32_t below(uint64_t *rng, uint32_t n)
-{
-    return n ? (uint32_t)(tu_next(rng) % n) : 0;
-}
-
+ * alignment, and the poison after it). No attention runs: the schedules alone. The steps:
+ * steps_fixture.h's sf_random_lengths. */
 static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_t *rng,
                            uint64_t seed)
 {
@@ -836,39 +832,10 @@ static void schedule_bytes(int32_t H, const mlav_limits *lim, int steps, uint64_
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     int refused = 0, broken = 0, compared = 0, shares = 0;
     for (int s = 0; s < steps; s++) {
-        /* batch sizes spread over the scales, lengths within the limits but for a few */
-        const int32_t scale = 1 << below(rng, 12);
-        const int32_t batch = 1 + (int32_t)below(rng, (uint32_t)(scale < lim->max_batch ? scale
-                                                                         : lim->max_batch));
-        const int32_t per_q = lim->max_tokens / batch;
-        const int short_kv = below(rng, 3) == 0;
-        const int32_t top_q = per_q < lim->max_q_len ? per_q : lim->max_q_len;
-        /* a third of the steps as engines run them: one draft length, prefixes around one
-         * length (where the sm_90a family's plans may take equal shares) */
-        const int engine = below(rng, 3) == 0;
-        const int32_t q_all = 1 + (int32_t)below(rng, (uint32_t)(top_q > 0 ? top_q : 1));
-        const int32_t around = 1 + (int32_t)below(rng, (uint32_t)lim->max_kv_len / 2);
-        qi[0] = 0;
-        for (int32_t b = 0; b < batch; b++) {
-            int32_t q = (int32_t)below(rng, (uint32_t)top_q + 1);
-            if (below(rng, 4) == 0)
-                q = q > 0 ? 1 : 0; /* single tokens */
-            if (engine)
-                q = top_q > 0 && below(rng, 20) ? q_all : 0;
-            const int32_t top = short_kv ? (lim->max_kv_len < 700 ? lim->max_kv_len : 700)
-                                         : lim->max_kv_len;
-            qi[b + 1] = qi[b] + q;
-            kvl[b] = engine ? q + around / 2 + (int32_t)below(rng, (uint32_t)around)
-                            : q + (int32_t)below(rng, (uint32_t)(top - q) + 1);
-        }
-        if (below(rng, 10) == 0) { /* one request past the limits */
-            kvl[below(rng, (uint32_t)batch)] = lim->max_kv_len + 1 + (int32_t)below(rng, 100);
-            refused++;
-        }
-        if (below(rng, 50) == 0) { /* q_indptr refused as a whole */
-            qi[1 + below(rng, (uint32_t)batch)] -= 1 + (int32_t)below(rng, 5);
-            broken++;
-        }
+        const sf_drawn dr = sf_random_lengths(lim, rng, qi, kvl);
+        const int32_t batch = dr.batch;
+        refused += dr.past;
+        broken += dr.broken;
         CK(cudaMemcpyAsync(dqi, qi, sizeof(int32_t) * ((size_t)batch + 1),
                            cudaMemcpyHostToDevice, st));
         CK(cudaMemcpyAsync(dkv, kvl, sizeof(int32_t) * (size_t)batch, cudaMemcpyHostToDevice, st));
