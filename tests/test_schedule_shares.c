@@ -252,6 +252,24 @@ static void test_shares_harness_points(void **state)
     }
 }
 
+/* The exact plan's equal shares of a hand-made batch on `sp`: its items (b, kv_begin, kv_end,
+ * slot), each block covering its KV rows once, and its model `t`, which mlav_schedule_tile_time
+ * gives too. */
+static void expect_shares(mlav_problem_info *info, const mlav_schedule_params *sp,
+                          const int32_t (*want)[4], int n, int64_t t_want)
+{
+    int64_t t;
+    mlav_schedule s;
+    assert_int_equal(mlav_schedule_shares(info, sp, INT64_MAX, &t, &s), MLAV_OK);
+    check_cover(info, sp, &s, 0);
+    assert_int_equal(s.n_items, n);
+    expect_items(s.items, n, want);
+    assert_int_equal(t, t_want);
+    assert_int_equal(mlav_schedule_tile_time(&s, sp), t);
+    mlav_schedule_free(&s);
+    mlav_problem_info_free(info);
+}
+
 /* Three requests of 3, 2 and 1 tiles (64 keys each), one row tile, 3 parts of 2 tiles on a
  * device of 3 blocks: part 0 is request 0's tiles 0-1, part 1 its tile 2 and request 1's tile 0,
  * part 2 request 1's tile 1 and request 2's tile 0. First each part's first piece, by part:
@@ -266,20 +284,11 @@ static void test_shares_by_hand(void **state)
     mlav_schedule_params sp = sm90_params();
     sp.target_blocks = 3; /* weighs 2 to 6 parts: 3 and 4 model least, the first is kept */
     sp.block_cost_keys = 0;
-    int64_t t;
-    mlav_schedule s;
-    assert_int_equal(mlav_schedule_shares(&info, &sp, INT64_MAX, &t, &s), MLAV_OK);
-    check_cover(&info, &sp, &s, 0);
     const int32_t want[5][4] = {{0, 0, 128, 0}, {0, 128, 192, 1}, {1, 64, 128, 3},
                                 {1, 0, 64, 2}, {2, 0, 64, -1}}; /* b, kv_begin, kv_end, slot */
-    assert_int_equal(s.n_items, 5);
-    expect_items(s.items, 5, want);
     /* each block costs its keys; slots free at 128, 64, 64: (1, [0, 64)) and (2, [0, 64)) end
      * at 128; the combine 1 x 2 splits */
-    assert_int_equal(t, 128 + 2);
-    assert_int_equal(mlav_schedule_tile_time(&s, &sp), t);
-    mlav_schedule_free(&s);
-    mlav_problem_info_free(&info);
+    expect_shares(&info, &sp, want, 5, 128 + 2);
 }
 
 /* Four requests of 1, 1, 16 and 2 tiles, one row tile, a device of 2 blocks, a block's fixed
@@ -297,18 +306,9 @@ static void test_shares_by_start(void **state)
     mlav_problem_info info = token_batch(4, q_indptr, kv_lens);
     mlav_schedule_params sp = sm90_params();
     sp.target_blocks = 2;
-    int64_t t;
-    mlav_schedule s;
-    assert_int_equal(mlav_schedule_shares(&info, &sp, INT64_MAX, &t, &s), MLAV_OK);
-    check_cover(&info, &sp, &s, 0);
     const int32_t want[5][4] = {{0, 0, 64, -1}, {2, 512, 1024, 1}, {1, 0, 64, -1},
                                 {2, 0, 512, 0}, {3, 0, 128, -1}}; /* b, kv_begin, kv_end, slot */
-    assert_int_equal(s.n_items, 5);
-    expect_items(s.items, 5, want);
-    assert_int_equal(t, 1600 + 2);
-    assert_int_equal(mlav_schedule_tile_time(&s, &sp), t);
-    mlav_schedule_free(&s);
-    mlav_problem_info_free(&info);
+    expect_shares(&info, &sp, want, 5, 1600 + 2);
 }
 
 /* A step's schedule, built by the step rule for limits that just hold the batch, into `s` (its

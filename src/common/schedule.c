@@ -4,6 +4,7 @@
 
 #include "schedule_shares.h"
 #include "schedule_step.h"
+#include "schedule_step_shares.h"
 #include "shard.h"
 
 #include <stdlib.h>
@@ -217,7 +218,7 @@ static mlav_status keep_shares(const mlav_problem_info *p, const mlav_schedule_p
                             : mlav_set_error(MLAV_ERR_OUT_OF_MEMORY,
                                              "out of host memory scheduling splits");
     }
-    if (t >= 0 && t * 100 <= uniform * 97) {
+    if (t >= 0 && mlav_shares_win(t, uniform)) {
         mlav_schedule_free(out);
         *out = sh;
     } else {

@@ -31,6 +31,7 @@
 #include "schedule_shares.h"
 
 #include "schedule_step.h"
+#include "schedule_step_shares.h"
 #include "shard.h"
 
 #include <stdlib.h>
@@ -54,8 +55,8 @@ typedef struct {
 } share_batch;
 
 /* The pieces of P parts, part by part (order_pieces puts them in dispatch order); *n_pieces
- * their count, *most the most pieces of one request (0 when none is split). 0 when a request would take more than
- * max_splits pieces. `pc` holds at least P + n pieces. */
+ * their count, *most the most pieces of one request (0 when none is split). 0 when a request
+ * would take more than max_splits pieces. `pc` holds at least P + n pieces. */
 static int cut(const share_batch *sb, const mlav_schedule_params *sp, int64_t P, piece *pc,
                int64_t *n_pieces, int32_t *most, int32_t *count)
 {
@@ -73,9 +74,7 @@ static int cut(const share_batch *sb, const mlav_schedule_params *sp, int64_t P,
             if (count[i] == sp->max_splits)
                 return 0;
             pc[n++] = (piece){.b = i, .k = count[i]++, .r = r, .part = (int32_t)j, .t0 = a,
-                              .t1 = end,
-                              .start = (a - a0) * sp->key_align +
-                                       (int64_t)r * sp->block_cost_keys};
+                              .t1 = end, .start = mlav_step_piece_start(a - a0, r, sp)};
             a = end;
         }
     }
@@ -257,7 +256,7 @@ static mlav_status shares(const mlav_problem_info *p, const mlav_schedule_params
         keys += sb.kv[i];
     const int64_t bound =
         mlav_step_ceil_div((keys + (int64_t)sb.n * sp->block_cost_keys) * sb.mt, sp->target_blocks);
-    if (fixed_p <= 0 && beat < INT64_MAX / 100 && bound * 100 > beat * 97)
+    if (fixed_p <= 0 && beat < INT64_MAX / 100 && !mlav_shares_win(bound, beat))
         goto done;
 
     /* the part counts weighed: those whose first round fills one to four waves, and one part

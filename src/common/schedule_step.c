@@ -191,13 +191,14 @@ static int pack_request(step_reqs *r, step_sums *m, int32_t b, int64_t q, int32_
 /* The rule's chunk for the accepted requests (0 when none has rows): the smallest chunk fitting
  * the fewest whole waves, and, unless `fewest_only`, that chunk doubled and quadrupled and the
  * smallest fitting each of up to more_waves (at most 64) more waves, weighed by `w` (NULL: the
- * closed form, mlav_step_model), the first of the shortest kept; *model its weight (-1 with
- * no rows or `fewest_only`). */
+ * closed form, mlav_step_model), the first of the shortest kept; *model, where given, its
+ * weight (-1 with no rows or `fewest_only`). */
 static int64_t choose_chunk(const step_reqs *r, const step_sums *m,
                             const mlav_schedule_params *sp, const mlav_step_weight *w,
                             int fewest_only, int64_t *model)
 {
-    *model = -1;
+    if (model)
+        *model = -1;
     if (m->all_tiles == 0)
         return 0;
     const int64_t max_kv = m->max_kv, work = m->work, all_tiles = m->all_tiles;
@@ -270,7 +271,8 @@ static int64_t choose_chunk(const step_reqs *r, const step_sums *m,
             best_chunk = cands[i];
         }
     }
-    *model = best;
+    if (model)
+        *model = best;
     return best_chunk;
 }
 
@@ -374,22 +376,20 @@ void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int3
     const int64_t best_chunk = choose_chunk(&r, &m, sp, NULL, 0, &uniform);
     const mlav_step_shares_batch sb = {r.n, r.kv, r.tiles, r.b, q_indptr, kv_lens, H};
     mlav_step_shares_made made;
+    step_counts c;
+    int64_t chunk = best_chunk;
     if (shard.ranks <= 1 &&
         mlav_step_shares_build(&sb, sp, bd, uniform, items, combine, &scratch->shares, &made)) {
-        hdr->n_items = made.items;
-        hdr->n_combine = made.combine;
-        hdr->n_slots = made.slots;
-        hdr->chunk_keys = made.chunk_keys;
-        mlav_step_combine_shape(hdr->n_combine, made.most, sp->rows_per_tile, bd, hdr);
+        c = (step_counts){made.items, made.combine, made.slots, made.most};
+        chunk = made.chunk_keys;
     } else {
-        const step_counts c =
-            write_items(&r, q_indptr, kv_lens, shard, H, sp, best_chunk, items, combine, NULL);
-        hdr->n_items = (int32_t)c.items;
-        hdr->n_combine = (int32_t)c.combine;
-        hdr->n_slots = (int32_t)c.slots;
-        hdr->chunk_keys = (int32_t)best_chunk;
-        mlav_step_combine_shape(hdr->n_combine, c.most, sp->rows_per_tile, bd, hdr);
+        c = write_items(&r, q_indptr, kv_lens, shard, H, sp, best_chunk, items, combine, NULL);
     }
+    hdr->n_items = (int32_t)c.items;
+    hdr->n_combine = (int32_t)c.combine;
+    hdr->n_slots = (int32_t)c.slots;
+    hdr->chunk_keys = (int32_t)chunk;
+    mlav_step_combine_shape(hdr->n_combine, c.most, sp->rows_per_tile, bd, hdr);
     for (int32_t i = hdr->n_items; i < bd->max_items; i++)
         items[i] = (mlav_split_item){.b = -1};
     for (int32_t i = hdr->n_combine; i < bd->max_combine; i++)
@@ -416,8 +416,7 @@ mlav_status mlav_step_schedule_exact(const mlav_problem_info *p, const mlav_sche
                           fka))
             goto too_many;
 
-    int64_t model;
-    int64_t chunk = choose_chunk(&r, &m, sp, w, w == NULL, &model);
+    int64_t chunk = choose_chunk(&r, &m, sp, w, w == NULL, NULL);
     if (chunk == 0) /* no request has rows: the shortest chunk, which schedules nothing */
         chunk = mlav_step_ceil_div(sp->min_chunk, sp->key_align) * sp->key_align;
     out->chunk_keys = (int32_t)chunk;

@@ -447,13 +447,12 @@ mlav_step_bounds mlav_step_bounds_of(int32_t H, const mlav_limits *lim,
 /* Build one step's schedule on the host by the rule above (equal shares included) into fixed
  * arrays sized by the bounds (no allocation): header, items [max_items] (past n_items: b = -1,
  * which the split kernel skips) and combine [max_combine] (past n_combine: nsplit = 0, which the
- * combine skips). Requests whose
- * lengths break the limits are skipped and the first is recorded in header->bad; a q_indptr not
- * starting at 0, decreasing or past max_tokens leaves the schedule empty. The device scheduler
- * writes the same bytes. `scratch` (mlav_step_scratch_bytes, any alignment malloc gives) is the
- * caller's, used by one build at a time. kv_lens are global; with a KV shard
- * (`shard`, src/common/shard.h; {1, 0, 1} or zeroes: none) the splits are over the rank's rows
- * of each request, as mlav_schedule_build's are. */
+ * combine skips). Requests whose lengths break the limits are skipped and the first is recorded
+ * in header->bad; a q_indptr not starting at 0, decreasing or past max_tokens leaves the
+ * schedule empty. The device scheduler writes the same bytes. `scratch` (mlav_step_scratch_bytes,
+ * any alignment malloc gives) is the caller's, used by one build at a time. kv_lens are global;
+ * with a KV shard (`shard`, src/common/shard.h; {1, 0, 1} or zeroes: none) the splits are over
+ * the rank's rows of each request, as mlav_schedule_build's are. */
 void mlav_step_schedule_build(int32_t batch, const int32_t *q_indptr, const int32_t *kv_lens,
                               mlav_shard shard, int32_t H, const mlav_limits *lim,
                               const mlav_schedule_params *sp,

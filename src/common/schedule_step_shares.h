@@ -86,9 +86,12 @@ static MLAV_HD int64_t mlav_step_part_time(int64_t tiles, int64_t pieces,
     return tiles * sp->key_align + pieces * sp->block_cost_keys;
 }
 
-/* Whether the shares' time `t` (the longest part's, with the split cost) is taken over the
- * uniform schedule's modelled `uniform`: at most 0.97 of it. */
-static MLAV_HD int mlav_step_shares_win(int64_t t, int64_t uniform)
+/* Whether equal shares of modelled time `t` are taken over the uniform schedule's `uniform`: at
+ * most 0.97 of it, the margin past the model's error at the points measured
+ * (docs/PERFORMANCE.md#schedule). The one rule of the exact plan (schedule.c, keep_shares;
+ * schedule_shares.c's bound) and of a step (here, and the device's step_shares); uniform below
+ * INT64_MAX / 100. */
+static MLAV_HD int mlav_shares_win(int64_t t, int64_t uniform)
 {
     return t * 100 <= uniform * 97;
 }
