@@ -66,7 +66,7 @@ typedef struct bench_opts {
     const char *csv;
     const char *plot;       /* --plot FILE.png (gnuplot; bench_plot.c) */
     int tree;               /* 1: random draft tree mask; 0: causal chain (tree_mask = NULL) */
-    int warm_l2;            /* 1: no L2 flush before GPU replays (diagnostic, --l2 warm) */
+    int l2;                 /* bench_l2 (bench_cuda.h): the L2 before each GPU replay (--l2) */
     double spread;          /* --prefix-spread: request b's prefix is prefix * (1 + spread * u_b),
                                u_b uniform in [-1, 1] (0: every request the same) */
     uint64_t seed;

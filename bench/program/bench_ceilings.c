@@ -129,13 +129,16 @@ void bench_measure_ceilings(const bench_opts *o, bench_ceilings *c)
         c->copy_gbps = bench_gpu_copy_gbps();
         printf("# ceilings (measured now): mma.sync m16n8k16 bf16 %.1f TFLOP/s (register-only); "
                "device copy %.0f GB/s (read + write, 1 GiB)\n", c->mma_tflops, c->copy_gbps);
-        if (o->warm_l2)
+        if (o->l2 == BENCH_L2_WARM)
             printf("# GPU times: CUDA-graph replay of mlav_run, L2 NOT flushed (--l2 warm: a "
                    "diagnostic, not the protocol), CUDA events, median\n");
         else
             printf("# GPU times: CUDA-graph replay of mlav_run, L2 (%.0f MiB) flushed by a %.0f "
-                   "MiB read before each, CUDA events, median\n", gi.l2_bytes / 1048576.0,
-                   2.0 * gi.l2_bytes / 1048576.0);
+                   "MiB %s before each, CUDA events, median\n", gi.l2_bytes / 1048576.0,
+                   2.0 * gi.l2_bytes / 1048576.0,
+                   o->l2 == BENCH_L2_DIRTY ? "write (--l2 dirty: its lines left dirty, as "
+                                             "triton's do_bench leaves them)"
+                                           : "read");
     }
 #endif
     int any_cpu = 0;

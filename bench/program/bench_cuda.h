@@ -25,12 +25,18 @@ typedef struct bench_gpu_info {
     size_t mem_bytes;
 } bench_gpu_info;
 
+/* The L2 before each timed replay (--l2). FLUSH, the protocol: 2x the L2 read, so it holds clean
+ * lines of another buffer. DIRTY: 2x the L2 written (a memset, as triton's do_bench zeroes its
+ * 256 MB and so the FlashMLA harness), so it holds dirty lines that the timed kernel's misses
+ * write back. WARM: left as the previous replay left it (a diagnostic of cold misses). */
+typedef enum bench_l2 { BENCH_L2_FLUSH = 0, BENCH_L2_WARM = 1, BENCH_L2_DIRTY = 2 } bench_l2;
+
 /* How many replays to time: stop at max_reps, or once max_seconds of timing have passed, but
  * never before min_reps. */
 typedef struct bench_reps {
     int min_reps, max_reps;
     double max_seconds;
-    int warm_l2;            /* 1: skip the L2 flush before each replay (diagnostic) */
+    int l2;                 /* bench_l2: the L2 before each replay */
 } bench_reps;
 
 typedef struct bench_timing {

@@ -90,7 +90,7 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
         t.tree_mask = dmask;
         t.kv_scale_ptr = dscale;
         const mlav_lengths len = {MLAV_MEM_DEVICE, c->B, dqi, dkv};
-        bench_reps rp = {o->min_reps, o->reps, o->max_seconds, o->warm_l2};
+        bench_reps rp = {o->min_reps, o->reps, o->max_seconds, o->l2};
         bench_timing step, run, upd;
         r->engine_status = bench_gpu_time_steps(plan, &len, &t, ws, wsb, &rp, &step, &run, &upd);
         bench_gpu_free(ws);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_cuda.h" /* bench_l2 */
 #include "mlaverify.h"
 
 int bench_usage_error(const char *fmt, ...)
@@ -29,7 +30,7 @@ void bench_usage(FILE *f)
         "                       [--page-size N] [--dtype bf16|f16|f32] [--kv-dtype LIST]\n"
         "                       [--tree tree|chain] [--reps N] [--min-reps N]\n"
         "                       [--max-seconds S] [--csv FILE] [--plot FILE.png]\n"
-        "                       [--l2 flush|warm] [--prefix-spread F] [--list]\n"
+        "                       [--l2 flush|dirty|warm] [--prefix-spread F] [--list]\n"
         "                       [--engine C] [--engine-csv FILE]\n"
         "  --backend LIST    comma-separated: cuda, cuda-naive, cpu, reference\n"
         "                    (default: cuda,cuda-naive with a CUDA device, else cpu)\n"
@@ -68,8 +69,11 @@ void bench_usage(FILE *f)
         "                    [-1, 1] (seeded: the same batch every run), 0 <= F < 1: an engine's\n"
         "                    batch of mixed lengths; the prefix column is the nominal (mean)\n"
         "                    prefix, FLOPs and bytes count the drawn lengths\n"
-        "  --l2 warm         do not flush the L2 before each GPU replay (a diagnostic: shows how\n"
-        "                    much of a short point is cold misses; default flush)\n"
+        "  --l2 MODE         the L2 before each GPU replay: flush (default) reads twice its size,\n"
+        "                    leaving clean lines; dirty writes twice its size, leaving dirty\n"
+        "                    lines the kernel's misses write back (as triton's do_bench and the\n"
+        "                    FlashMLA harness flush); warm leaves it as the last replay left it\n"
+        "                    (a diagnostic: shows how much of a short point is cold misses)\n"
         "  --engine C        also time every cuda point as an engine runs it: a plan for limits\n"
         "                    of C >= 1 times the point's lengths (tokens, longest draft, longest\n"
         "                    kv_len), device lengths, CUDA graphs of update+run, the run alone\n"
@@ -264,11 +268,16 @@ int bench_parse_args(int argc, char **argv, bench_args *a)
                 return 2;
             }
         } else if (!strcmp(arg, "--l2")) {
-            if (strcmp(v, "flush") && strcmp(v, "warm")) {
-                bench_usage_error("--l2 takes flush or warm");
+            if (!strcmp(v, "flush")) {
+                o->l2 = BENCH_L2_FLUSH;
+            } else if (!strcmp(v, "warm")) {
+                o->l2 = BENCH_L2_WARM;
+            } else if (!strcmp(v, "dirty")) {
+                o->l2 = BENCH_L2_DIRTY;
+            } else {
+                bench_usage_error("--l2 takes flush, dirty or warm");
                 return 2;
             }
-            o->warm_l2 = !strcmp(v, "warm");
         } else if (!strcmp(arg, "--prefix-spread")) {
             char *end;
             o->spread = strtod(v, &end);

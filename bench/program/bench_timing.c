@@ -181,7 +181,7 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
 #ifdef MLAV_WITH_CUDA
                 size_t wsb = mlav_plan_workspace_bytes(plan);
                 void *ws = bench_gpu_alloc(wsb);
-                bench_reps rp = {o->min_reps, o->reps, o->max_seconds, o->warm_l2};
+                bench_reps rp = {o->min_reps, o->reps, o->max_seconds, o->l2};
                 bench_timing tm;
                 r->status = bench_gpu_time(plan, &dt, ws, wsb, &rp, &tm);
                 bench_gpu_free(ws);
