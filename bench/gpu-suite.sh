@@ -145,8 +145,8 @@ fi
 
 # ---- tests ---------------------------------------------------------------------------------------
 # Two steps, one call each (SUITE_PART tests and families): `ctest`, every test but those below,
-# and `ctest-families`, the tests run again with a kernel family forced (_legal, _sm90, _seesaw)
-# and the sm_90a kernels' own (test_sm90*). test_steps_gpu runs in its own step (graph-steps);
+# and `ctest-families`, the tests run again with a kernel family forced (_legal, _sm90, _seesaw,
+# _keys) and the sm_90a kernels' own (test_sm90*). test_steps_gpu runs in its own step (graph-steps);
 # test_python in python-cuda, which runs the same tests with SGLang's files, wherever torch has
 # CUDA. Serially (CTEST_JOBS, 1): the CPU tests' OpenMP threads spin on every core, so tests at
 # once starve each other (8 at once: 157 s against 111 s alone, e87c298; 4 at once at 5b09779:
@@ -154,7 +154,7 @@ fi
 # a run a call's cap cut short).
 torch_cuda=0
 python3 -c "import torch, numpy; assert torch.cuda.is_available()" 2>/dev/null && torch_cuda=1
-families='(_legal|_sm90|_seesaw)$|^test_sm90'
+families='(_legal|_sm90|_seesaw|_keys)$|^test_sm90'
 not_here="test_steps_gpu|$families"
 [ "$torch_cuda" = 1 ] && not_here="$not_here|^test_python\$"
 if ok build; then
@@ -255,8 +255,8 @@ else
   # test_cuda_rising_scores (the rescale vote and row-max exchange after a split's first tile),
   # test_cuda_many_splits (the combine's 16- and 4-column-block shapes), the FP8 cache's GPU
   # cases of test_fp8 (NaN bytes in draft and prefix rows, a bad device scale, misaligned caches:
-  # the flash kernel's FP8 instances and the naive one), and the multi-stream test (4 threads x
-  # streams sharing a plan)
+  # the flash kernel's FP8 instances and the naive one), the sm_90a keys kernel's own test (a few
+  # cases of each group), and the multi-stream test (4 threads x streams sharing a plan)
   streams_test=$build/tests/test_cuda_streams_gpu
   san() { # san TOOL [streams]: the kernel tests under compute-sanitizer TOOL, then (with
           # "streams") the multi-stream test, stopping at the first failure
@@ -270,6 +270,11 @@ else
       echo "--- $1 test_fp8 (GPU cases)"
       MLAV_TEST_FILTER='*cuda*' compute-sanitizer --tool "$1" --error-exitcode 99 "$fp8_test" \
         || return $?
+    fi
+    if [ -x "$sm90_test" ]; then
+      echo "--- $1 test_sm90_keys (the keys kernel, 3 cases of each group)"
+      MLAV_TEST_FILTER=test_sm90_keys MLAV_SM90_CASES=3 compute-sanitizer --tool "$1" \
+        --error-exitcode 99 "$sm90_test" || return $?
     fi
     if [ "${2:-}" = streams ]; then san_streams "$1"; fi
   }
@@ -297,7 +302,8 @@ else
   }
   export -f san san_streams san_streams_retry
   fp8_test=$build/tests/test_fp8
-  export gpu_test streams_test fp8_test
+  sm90_test=$build/tests/test_sm90_gpu
+  export gpu_test streams_test fp8_test sm90_test
   step memcheck 180 "$OUT/sanitizer.log" \
     "compute-sanitizer --tool memcheck --error-exitcode 99 '$gpu_test'"
   # the cross-backend grid (test_backends: every case on cuda and cuda-naive, device and host

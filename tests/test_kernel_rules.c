@@ -35,6 +35,28 @@ static void test_seesaw_env(void **state)
     unsetenv("MLAV_SM90_KERNEL");
 }
 
+/* The keys kernel: only under MLAV_SM90_KERNEL=keys, an FP8 cache, requests of 1..16 rows and a
+ * positive scale; the instance of 8 rows up to 8, else of 16. */
+static void test_keys_rule(void **state)
+{
+    (void)state;
+    unsetenv("MLAV_SM90_KERNEL");
+    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, SCALE), 0); /* opt-in */
+    setenv("MLAV_SM90_KERNEL", "keys", 1);
+    assert_int_equal(mlav_flash_sm90_keys_rule(1, 1, SCALE), 8);
+    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, SCALE), 8);   /* H 8, q_len 1 */
+    assert_int_equal(mlav_flash_sm90_keys_rule(9, 1, SCALE), 16);
+    assert_int_equal(mlav_flash_sm90_keys_rule(16, 1, SCALE), 16); /* H 16, q_len 1 */
+    assert_int_equal(mlav_flash_sm90_keys_rule(17, 1, SCALE), 0);  /* the seesaw's */
+    assert_int_equal(mlav_flash_sm90_keys_rule(0, 1, SCALE), 0);
+    assert_int_equal(mlav_flash_sm90_keys_rule(8, 0, SCALE), 0);   /* a 16-bit cache */
+    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, 0.0f), 0);
+    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, -SCALE), 0);
+    setenv("MLAV_SM90_KERNEL", "Keys", 1); /* not a value */
+    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, SCALE), 0);
+    unsetenv("MLAV_SM90_KERNEL");
+}
+
 /* The rule: at least MLAV_SM90_MIN_TILES (6) tiles a block on average, whatever the rows; an FP8
  * cache always (unless MLAV_SM90_KERNEL=producer). */
 static void test_seesaw_rule_boundaries(void **state)
@@ -180,6 +202,7 @@ int main(void)
 #ifdef MLAV_WITH_CUDA
         cmocka_unit_test(test_seesaw_env),
         cmocka_unit_test(test_seesaw_rule_boundaries),
+        cmocka_unit_test(test_keys_rule),
         cmocka_unit_test(test_seesaw_limits),
         cmocka_unit_test(test_seesaw_scale_sign),
         cmocka_unit_test(test_family_rule),

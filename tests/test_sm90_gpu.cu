@@ -93,16 +93,18 @@ size_t align256(size_t n)
 enum run_flags { ROWS_NONE = 0, ROWS_SHARED = 1, STEP_LAUNCH = 2, SCALE_DEVICE = 4, SCALE_NAN = 8 };
 typedef int rows_mode;
 
-/* Which kernel run_family launches: the legal family's, or the sm_90a family's producer kernel
- * or its seesaw kernel (mlav_flash_launch_opts.sm90_seesaw). */
-enum run_kind { KIND_LEGAL, KIND_SM90, KIND_SEESAW };
+/* Which kernel run_family launches: the legal family's, or the sm_90a family's producer kernel,
+ * its seesaw kernel (mlav_flash_launch_opts.sm90_seesaw) or its keys kernel (sm90_keys: an FP8
+ * cache, requests of at most 16 rows, plans for one problem). */
+enum run_kind { KIND_LEGAL, KIND_SM90, KIND_SEESAW, KIND_KEYS };
 
 /* Run one kernel (run_kind) on problem `p` with schedule `sch` and compare. */
 void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedule *sch,
                 const mlav_cuda_device *dev, int kind, const char *name, rows_mode rows)
 {
     const int sm90 = kind != KIND_LEGAL;
-    const char *label = kind == KIND_SEESAW ? "ss" : sm90 ? "sm90" : "legal";
+    const char *label =
+        kind == KIND_KEYS ? "keys" : kind == KIND_SEESAW ? "ss" : sm90 ? "sm90" : "legal";
     const size_t esz = 2;
     const int W = MLAV_FLASH_W;
     const int fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
@@ -229,6 +231,7 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     lo.combine_kind = combine_kind;
     lo.kv_fp8 = fp8;
     lo.sm90_seesaw = kind == KIND_SEESAW;
+    lo.sm90_keys = kind == KIND_KEYS ? (info->max_q_len * info->H <= 8 ? 8 : 16) : 0;
     if (step) {
         fp.step_owner = owner;
         fp.step_lim.max_batch = info->B;
@@ -303,6 +306,10 @@ void run_problem(tu_problem *p, const mlav_cuda_device *dev, rows_mode rows)
     /* the seesaw kernel on every case: TMA tiles under the pool's tensor map, gathered ones
      * (any page size, bad pages, partial tiles) and an FP8 cache's raw tiles */
     run_family(p, &info, &sch, dev, KIND_SEESAW, name, rows);
+    /* the keys kernel wherever it runs: an FP8 cache's plan for one problem of few rows */
+    if (info.kv_dtype == MLAV_DTYPE_FP8_E4M3 && !(rows & STEP_LAUNCH) &&
+        (int64_t)info.max_q_len * info.H <= 16)
+        run_family(p, &info, &sch, dev, KIND_KEYS, name, rows);
     mlav_schedule_free(&sch);
     mlav_problem_info_free(&info);
 }
@@ -729,6 +736,79 @@ void test_sm90_fp8_nan_scale(void **state)
         }
 }
 
+/* The keys kernel (sm90/keys.cuh), which run_problem adds for an FP8 cache's plans for one problem
+ * of at most 16 rows a request (and which random_cases reaches rarely): random cases of H 1..16
+ * with q_len up to 16 / H (chains and trees, page_size 1 and 64, one long request of split items
+ * or a few short unsplit ones, shared page tables, the scale as a host value or through
+ * kv_scale_ptr); the scale's extremes with q scaled the other way (test_sm90_fp8_scale_extremes'
+ * pairs); and a NaN in a draft row's values that some rows do not see (its V zeroed in
+ * registers: only the rows whose mask sees that row are NaN). MLAV_SM90_CASES=n (under
+ * compute-sanitizer) runs the first n of each group. */
+void test_sm90_keys(void **state)
+{
+    (void)state;
+    if (!g_have_device)
+        skip();
+    const mlav_cuda_device dev = device_or_fail();
+    const uint64_t seed = tu_seed();
+    printf("test_sm90_keys: seed 0x%llx (MLAV_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    const int limit = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 1 << 30;
+    uint64_t st = seed;
+    const int heads[5] = {1, 2, 4, 8, 16};
+    for (int k = 0; k < 20 && k < limit; k++) {
+        tu_case c;
+        memset(&c, 0, sizeof c);
+        c.H = heads[k % 5];
+        c.Dl = MLAV_FLASH_DL;
+        c.Dr = MLAV_FLASH_DR;
+        c.page_size = (k / 5) % 2 ? 64 : 1;
+        c.dtype = (k / 10) % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+        c.tree = (tu_tree)(tu_next(&st) % 4);
+        c.seed = tu_next(&st);
+        const int long_one = k % 2 == 0;
+        c.B = long_one ? 1 : 1 + (int)(tu_next(&st) % 4);
+        for (int b = 0; b < c.B; b++) {
+            c.q_lens[b] = 1 + (int)(tu_next(&st) % (uint64_t)(16 / c.H));
+            c.prefixes[b] = long_one ? 1024 + (int)(tu_next(&st) % 31744)
+                                     : (int)(tu_next(&st) % 700);
+        }
+        run_case(&c, &dev, (k % 3 == 2 ? ROWS_SHARED : ROWS_NONE) | (k % 2 ? SCALE_DEVICE : 0));
+    }
+    const int qs[2] = {2, 1}, ps[2] = {300, 40}, ql[1] = {2}, pl[1] = {5000};
+    for (int d = 0; d < 2; d++)
+        for (int e = 1; e < 3; e++)
+            for (int shape = 0; shape < 2 && d * 4 + (e - 1) * 2 + shape < limit; shape++) {
+                const mlav_dtype dt = d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+                const int ex = d ? (e == 1 ? -8 : 8) : (e == 1 ? -120 : 100);
+                const uint64_t cs = seed + 40 + (uint64_t)(d * 4 + e * 2 + shape);
+                tu_case c = shape ? make_case(8, 64, dt, TU_CHAIN, 1, ql, pl, cs)
+                                  : make_case(8, 1, dt, TU_BUSHY, 2, qs, ps, cs);
+                c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+                c.kv_scale = 1.0f;
+                tu_problem *p = tu_make(&c);
+                tu_scale_magnitudes(p, ex);
+                tu_reference(p);
+                printf(" kv_scale 2^%d\n", ex);
+                run_problem(p, &dev, shape ? SCALE_DEVICE : ROWS_NONE);
+                tu_free(p);
+            }
+    for (int d = 0; d < 2 && d < limit; d++) {
+        const int q1[1] = {4}, p1[1] = {300};
+        tu_case c = make_case(4, 1, d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16, TU_BUSHY, 1, q1, p1,
+                              seed + 60 + (uint64_t)d);
+        c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+        tu_problem *p = tu_make(&c);
+        /* draft node 2's row (e4m3fn NaN at column 7) */
+        const int32_t j = c.prefixes[0] + 2;
+        const size_t row = (size_t)p->page_table[(size_t)j]; /* page_size 1 */
+        mlav_store_from_f32(p->kv, (int)p->kv_dtype, row * (size_t)(c.Dl + c.Dr) + 7, NAN);
+        tu_reference(p);
+        run_problem(p, &dev, ROWS_NONE);
+        tu_free(p);
+    }
+}
+
 } // namespace
 
 int main(void)
@@ -756,6 +836,7 @@ int main(void)
         cmocka_unit_test(test_sm90_fp8_random),
         cmocka_unit_test(test_sm90_fp8_scale_extremes),
         cmocka_unit_test(test_sm90_fp8_nan_scale),
+        cmocka_unit_test(test_sm90_keys),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     return rc == 0 && !g_have_device ? 77 : rc;

@@ -43,6 +43,7 @@ struct flash_config {
     int kv_fp8;                   /* the cache is FP8 E4M3 (the split kernel's FP8 instances) */
     int combine_grid;             /* plans for limits: the combine launch's blocks */
     int sm90_seesaw;              /* the sm_90a family's seesaw kernel (flash_family.h) */
+    int sm90_keys;                /* the sm_90a family's keys kernel: its rows, or 0 */
     int combine_step;             /* plans for limits: the step combine's instance
                                    * (MLAV_COMBINE_STEP_DENSE or _ROOMY, flash.h) */
     mlav_flash_family family;     /* the split kernel's family (flash_family.h) */
@@ -226,6 +227,7 @@ mlav_flash_launch_opts launch_opts(const flash_config *c)
     lo.kv_fp8 = c->kv_fp8;
     lo.combine_grid = c->combine_grid;
     lo.sm90_seesaw = c->sm90_seesaw;
+    lo.sm90_keys = c->sm90_keys;
     return lo;
 }
 
@@ -293,6 +295,10 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
 #ifdef MLAV_WITH_SM90
     st->cfg.sm90_seesaw = mlav_flash_sm90_seesaw_of(sc->items, sc->n_items, st->cfg.kv_fp8,
                                                     p->scale);
+    st->cfg.sm90_keys =
+        st->cfg.family == MLAV_FLASH_FAMILY_SM90
+            ? mlav_flash_sm90_keys_rule((int64_t)p->max_q_len * p->H, st->cfg.kv_fp8, p->scale)
+            : 0;
 #endif
     /* the combine's items: their most splits, and their rows that do work (a row tile's rows
      * past its request return at once) */

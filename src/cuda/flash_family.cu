@@ -27,7 +27,9 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
          "requests of at most 32 rows that read fewer than 6 KV tiles of 64 keys an SM, and FP8 "
          "caches read as fewer than 8 tiles an SM run the legal family (MLAV_FLASH_FAMILY=sm90 "
          "forces it); its seesaw kernel for an FP8 cache and where blocks have at least 6 "
-         "tiles, else its producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one)";
+         "tiles, else its producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one; "
+         "MLAV_SM90_KERNEL=keys takes its keys kernel for FP8 caches whose requests have at "
+         "most 16 rows, not yet measured)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
@@ -84,6 +86,15 @@ int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t
                         : max_items;
     items = items < max_items ? items : max_items;
     return mlav_flash_sm90_seesaw_rule(row_tiles * kv_tiles, items, kv_fp8, scale);
+}
+
+int mlav_flash_sm90_keys_rule(int64_t max_rows, int kv_fp8, float scale)
+{
+    const char *env = getenv("MLAV_SM90_KERNEL");
+    if (!env || strcmp(env, "keys") != 0 || !kv_fp8 || !(scale > 0.0f) || max_rows < 1 ||
+        max_rows > 16)
+        return 0;
+    return max_rows <= 8 ? 8 : 16;
 }
 
 const char *mlav_flash_family_name(mlav_flash_family f)

@@ -98,6 +98,18 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
             &n, f, mlav90::seesaw::THREADS, mlav90::seesaw::smem_ss::BYTES));
         *blocks_per_sm = n < *blocks_per_sm ? n : *blocks_per_sm;
     }
+    /* the keys kernel's instances (an FP8 cache's plans for one problem of few rows) */
+    if (kv_dtype == MLAV_DTYPE_FP8_E4M3) {
+        for (int rows = 8; rows <= 16; rows += 8) {
+            const mlav_sm90_keys_shape k = mlav_flash_sm90_keys(dtype, rows);
+            MLAV_CUDA_TRY(cudaFuncSetAttribute(
+                k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem));
+            int n = 0;
+            MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.kernel,
+                                                                        (int)k.threads, k.smem));
+            *blocks_per_sm = n < *blocks_per_sm ? n : *blocks_per_sm;
+        }
+    }
     if (*blocks_per_sm < 1)
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "flash_sm90 cannot be resident on this device (0 blocks per SM)");
@@ -132,7 +144,13 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
         if (ms != MLAV_OK)
             return ms;
         void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
-        if (lo->sm90_seesaw)
+        const mlav_sm90_keys_shape keys =
+            lo->sm90_keys && lo->kv_fp8 && !step ? mlav_flash_sm90_keys(dtype, lo->sm90_keys)
+                                                 : mlav_sm90_keys_shape{NULL, 0, 0};
+        if (keys.kernel)
+            MLAV_CUDA_TRY(cudaLaunchKernel(keys.kernel, dim3((unsigned)fp->n_items),
+                                           dim3(keys.threads), args, keys.smem, stream));
+        else if (lo->sm90_seesaw)
             MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, lo->kv_fp8 != 0, step != 0,
                                                       kv_tma == 0),
                                            dim3((unsigned)fp->n_items),
