@@ -95,7 +95,7 @@ typedef int rows_mode;
 
 /* Which kernel run_family launches: the legal family's, or the sm_90a family's producer kernel,
  * its seesaw kernel (mlav_flash_launch_opts.sm90_seesaw) or its keys kernel (sm90_keys: an FP8
- * cache, requests of at most 16 rows, plans for one problem). */
+ * cache, requests of at most 16 rows). */
 enum run_kind { KIND_LEGAL, KIND_SM90, KIND_SEESAW, KIND_KEYS };
 
 /* Run one kernel (run_kind) on problem `p` with schedule `sch` and compare. */
@@ -306,9 +306,8 @@ void run_problem(tu_problem *p, const mlav_cuda_device *dev, rows_mode rows)
     /* the seesaw kernel on every case: TMA tiles under the pool's tensor map, gathered ones
      * (any page size, bad pages, partial tiles) and an FP8 cache's raw tiles */
     run_family(p, &info, &sch, dev, KIND_SEESAW, name, rows);
-    /* the keys kernel wherever it runs: an FP8 cache's plan for one problem of few rows */
-    if (info.kv_dtype == MLAV_DTYPE_FP8_E4M3 && !(rows & STEP_LAUNCH) &&
-        (int64_t)info.max_q_len * info.H <= 16)
+    /* the keys kernel wherever it runs: an FP8 cache's plans whose requests have few rows */
+    if (info.kv_dtype == MLAV_DTYPE_FP8_E4M3 && (int64_t)info.max_q_len * info.H <= 16)
         run_family(p, &info, &sch, dev, KIND_KEYS, name, rows);
     mlav_schedule_free(&sch);
     mlav_problem_info_free(&info);
@@ -330,34 +329,35 @@ mlav_cuda_device device_or_fail(void)
     return dev;
 }
 
-/* Random problems (H 8..128, q_len 1..16, chains and trees, page_size 1 and 64, one long
- * request with split items or a few short ones, shared page tables, plans for limits), BF16 and
- * F16 q over a cache of their dtype or (kv_dtype FP8 E4M3) an FP8 one, whose kv_scale tu_make
- * draws from the seed and every other case reads through kv_scale_ptr. */
-void random_cases(const char *name, mlav_dtype kv_dtype)
+/* `cases` random problems (H from `heads`, q_len 1..16, or up to max_rows / H where max_rows > 0;
+ * chains and trees, page_size 1 and 64, one long request with split items or a few short ones,
+ * shared page tables, plans for limits), BF16 and F16 q over a cache of their dtype or (kv_dtype
+ * FP8 E4M3) an FP8 one, whose kv_scale tu_make draws from the seed and every other case reads
+ * through kv_scale_ptr. */
+void random_cases(const char *name, mlav_dtype kv_dtype, const int *heads, int n_heads,
+                  int max_rows, int cases)
 {
     const mlav_cuda_device dev = device_or_fail();
     uint64_t seed = tu_seed();
     printf("%s: seed 0x%llx (MLAV_TEST_SEED to repeat)\n", name, (unsigned long long)seed);
     uint64_t st = seed;
-    const int heads[4] = {8, 16, 64, 128};
-    const int cases = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 24;
     for (int k = 0; k < cases; k++) {
         tu_case c;
         memset(&c, 0, sizeof c);
-        c.H = heads[k % 4];
+        c.H = heads[k % n_heads];
         c.Dl = MLAV_FLASH_DL;
         c.Dr = MLAV_FLASH_DR;
-        c.page_size = (k / 4) % 2 ? 64 : 1;
-        c.dtype = (k / 8) % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+        c.page_size = (k / n_heads) % 2 ? 64 : 1;
+        c.dtype = (k / (2 * n_heads)) % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
         c.kv_dtype = kv_dtype;
         c.tree = (tu_tree)(tu_next(&st) % 4);
         c.seed = tu_next(&st);
         /* alternate one long request (split items) with a few short ones (mostly unsplit) */
-        const int long_one = (k + k / 4) % 2 == 0; /* every H long and short over 8 cases */
+        const int long_one = (k + k / n_heads) % 2 == 0; /* every H long and short */
         c.B = long_one ? 1 : 1 + (int)(tu_next(&st) % 4);
+        const int max_q = max_rows > 0 ? max_rows / c.H : 16;
         for (int b = 0; b < c.B; b++) {
-            c.q_lens[b] = 1 + (int)(tu_next(&st) % 16);
+            c.q_lens[b] = 1 + (int)(tu_next(&st) % (uint64_t)max_q);
             c.prefixes[b] = long_one ? 1024 + (int)(tu_next(&st) % 31744)
                                      : (int)(tu_next(&st) % 700);
         }
@@ -370,12 +370,20 @@ void random_cases(const char *name, mlav_dtype kv_dtype)
     }
 }
 
+/* random_cases' problems: H 8..128, q_len 1..16, 24 cases (MLAV_SM90_CASES: another count). */
+void wide_cases(const char *name, mlav_dtype kv_dtype)
+{
+    const int heads[4] = {8, 16, 64, 128};
+    random_cases(name, kv_dtype, heads, 4, 0,
+                 getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 24);
+}
+
 void test_sm90_random(void **state)
 {
     (void)state;
     if (!g_have_device)
         skip();
-    random_cases("test_sm90_random", (mlav_dtype)0);
+    wide_cases("test_sm90_random", (mlav_dtype)0);
 }
 
 /* A case of H heads, page size ps, dtype dt, tree tr and n requests of the given draft
@@ -658,13 +666,43 @@ void test_sm90_tma_tiles(void **state)
     }
 }
 
-/* random_cases over an FP8 E4M3 cache. */
+/* wide_cases over an FP8 E4M3 cache. */
 void test_sm90_fp8_random(void **state)
 {
     (void)state;
     if (!g_have_device)
         skip();
-    random_cases("test_sm90_fp8_random", MLAV_DTYPE_FP8_E4M3);
+    wide_cases("test_sm90_fp8_random", MLAV_DTYPE_FP8_E4M3);
+}
+
+/* test_sm90_fp8_scale_extremes' problems: for BF16 and F16 q, kv_scale 1 and the ends of its
+ * range with q scaled the other way (tu_scale_magnitudes), a short problem (H h_short, q_lens qs,
+ * page_size 1, unsplit items) and a long one (H h_long, q_len ql, page_size 64, split items),
+ * each through a plan for one problem and the step of a plan for limits, with the scale as a host
+ * value and through kv_scale_ptr; the first `limit` problems. */
+void scale_extremes(const mlav_cuda_device &dev, uint64_t seed, int h_short, const int (&qs)[2],
+                    int h_long, int ql, int limit)
+{
+    const int ps[2] = {300, 40}, q1[1] = {ql}, pl[1] = {5000};
+    int k = 0;
+    for (int d = 0; d < 2; d++)
+        for (int e = 0; e < 3; e++)
+            for (int shape = 0; shape < 2 && k < limit; shape++, k++) {
+                const mlav_dtype dt = d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
+                const int ex = e == 0 ? 0 : d ? (e == 1 ? -8 : 8) : (e == 1 ? -120 : 100);
+                const uint64_t cs = seed + (uint64_t)(d * 8 + e * 2 + shape);
+                tu_case c = shape ? make_case(h_long, 64, dt, TU_CHAIN, 1, q1, pl, cs)
+                                  : make_case(h_short, 1, dt, TU_BUSHY, 2, qs, ps, cs);
+                c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+                c.kv_scale = 1.0f;
+                tu_problem *p = tu_make(&c);
+                tu_scale_magnitudes(p, ex);
+                tu_reference(p);
+                printf(" kv_scale 2^%d\n", ex);
+                run_problem(p, &dev, (e + shape) % 2 ? STEP_LAUNCH : ROWS_NONE);
+                run_problem(p, &dev, SCALE_DEVICE | ((e + shape) % 2 ? ROWS_NONE : STEP_LAUNCH));
+                tu_free(p);
+            }
 }
 
 /* An FP8 cache's scale at 1 and at the ends of its range, each with q scaled the other way
@@ -684,25 +722,8 @@ void test_sm90_fp8_scale_extremes(void **state)
     const mlav_cuda_device dev = device_or_fail();
     const uint64_t seed = tu_seed();
     printf("test_sm90_fp8_scale_extremes: seed 0x%llx\n", (unsigned long long)seed);
-    const int qs[2] = {9, 4}, ps[2] = {300, 40}, ql[1] = {9}, pl[1] = {5000};
-    for (int d = 0; d < 2; d++)
-        for (int e = 0; e < 3; e++)
-            for (int shape = 0; shape < 2; shape++) {
-                const mlav_dtype dt = d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
-                const int ex = e == 0 ? 0 : d ? (e == 1 ? -8 : 8) : (e == 1 ? -120 : 100);
-                const uint64_t cs = seed + (uint64_t)(d * 8 + e * 2 + shape);
-                tu_case c = shape ? make_case(64, 64, dt, TU_CHAIN, 1, ql, pl, cs)
-                                  : make_case(16, 1, dt, TU_BUSHY, 2, qs, ps, cs);
-                c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
-                c.kv_scale = 1.0f;
-                tu_problem *p = tu_make(&c);
-                tu_scale_magnitudes(p, ex);
-                tu_reference(p);
-                printf(" kv_scale 2^%d\n", ex);
-                run_problem(p, &dev, (e + shape) % 2 ? STEP_LAUNCH : ROWS_NONE);
-                run_problem(p, &dev, SCALE_DEVICE | ((e + shape) % 2 ? ROWS_NONE : STEP_LAUNCH));
-                tu_free(p);
-            }
+    const int qs[2] = {9, 4};
+    scale_extremes(dev, seed, 16, qs, 64, 9, 1 << 30);
 }
 
 /* A device kv_scale that is not finite and > 0 (NaN here; kv_scale_read makes every bad one
@@ -736,63 +757,25 @@ void test_sm90_fp8_nan_scale(void **state)
         }
 }
 
-/* The keys kernel (sm90/keys.cuh), which run_problem adds for an FP8 cache's plans for one problem
- * of at most 16 rows a request (and which random_cases reaches rarely): random cases of H 1..16
- * with q_len up to 16 / H (chains and trees, page_size 1 and 64, one long request of split items
- * or a few short unsplit ones, shared page tables, the scale as a host value or through
- * kv_scale_ptr); the scale's extremes with q scaled the other way (test_sm90_fp8_scale_extremes'
- * pairs); and a NaN in a draft row's values that some rows do not see (its V zeroed in
- * registers: only the rows whose mask sees that row are NaN). MLAV_SM90_CASES=n (under
- * compute-sanitizer) runs the first n of each group. */
+/* The keys kernel (sm90/keys.cuh), which run_problem adds for an FP8 cache's plans of at most 16
+ * rows a request (and which wide_cases reaches rarely): 20 random cases of H 1..16 with q_len up
+ * to 16 / H (random_cases); the scale's extremes with q scaled the other way
+ * (test_sm90_fp8_scale_extremes' pairs), plans for one problem and the step of a plan for limits;
+ * and a NaN in a draft row's values that some rows do not see (its V zeroed in registers: only
+ * the rows whose mask sees that row are NaN). MLAV_SM90_CASES=n (under compute-sanitizer) runs
+ * the first n of each group. */
 void test_sm90_keys(void **state)
 {
     (void)state;
     if (!g_have_device)
         skip();
+    const int limit = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 1 << 30;
+    const int heads[5] = {1, 2, 4, 8, 16};
+    random_cases("test_sm90_keys", MLAV_DTYPE_FP8_E4M3, heads, 5, 16, limit < 20 ? limit : 20);
     const mlav_cuda_device dev = device_or_fail();
     const uint64_t seed = tu_seed();
-    printf("test_sm90_keys: seed 0x%llx (MLAV_TEST_SEED to repeat)\n", (unsigned long long)seed);
-    const int limit = getenv("MLAV_SM90_CASES") ? atoi(getenv("MLAV_SM90_CASES")) : 1 << 30;
-    uint64_t st = seed;
-    const int heads[5] = {1, 2, 4, 8, 16};
-    for (int k = 0; k < 20 && k < limit; k++) {
-        tu_case c;
-        memset(&c, 0, sizeof c);
-        c.H = heads[k % 5];
-        c.Dl = MLAV_FLASH_DL;
-        c.Dr = MLAV_FLASH_DR;
-        c.page_size = (k / 5) % 2 ? 64 : 1;
-        c.dtype = (k / 10) % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
-        c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
-        c.tree = (tu_tree)(tu_next(&st) % 4);
-        c.seed = tu_next(&st);
-        const int long_one = k % 2 == 0;
-        c.B = long_one ? 1 : 1 + (int)(tu_next(&st) % 4);
-        for (int b = 0; b < c.B; b++) {
-            c.q_lens[b] = 1 + (int)(tu_next(&st) % (uint64_t)(16 / c.H));
-            c.prefixes[b] = long_one ? 1024 + (int)(tu_next(&st) % 31744)
-                                     : (int)(tu_next(&st) % 700);
-        }
-        run_case(&c, &dev, (k % 3 == 2 ? ROWS_SHARED : ROWS_NONE) | (k % 2 ? SCALE_DEVICE : 0));
-    }
-    const int qs[2] = {2, 1}, ps[2] = {300, 40}, ql[1] = {2}, pl[1] = {5000};
-    for (int d = 0; d < 2; d++)
-        for (int e = 1; e < 3; e++)
-            for (int shape = 0; shape < 2 && d * 4 + (e - 1) * 2 + shape < limit; shape++) {
-                const mlav_dtype dt = d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16;
-                const int ex = d ? (e == 1 ? -8 : 8) : (e == 1 ? -120 : 100);
-                const uint64_t cs = seed + 40 + (uint64_t)(d * 4 + e * 2 + shape);
-                tu_case c = shape ? make_case(8, 64, dt, TU_CHAIN, 1, ql, pl, cs)
-                                  : make_case(8, 1, dt, TU_BUSHY, 2, qs, ps, cs);
-                c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
-                c.kv_scale = 1.0f;
-                tu_problem *p = tu_make(&c);
-                tu_scale_magnitudes(p, ex);
-                tu_reference(p);
-                printf(" kv_scale 2^%d\n", ex);
-                run_problem(p, &dev, shape ? SCALE_DEVICE : ROWS_NONE);
-                tu_free(p);
-            }
+    const int qs[2] = {2, 1};
+    scale_extremes(dev, seed + 40, 8, qs, 8, 2, limit);
     for (int d = 0; d < 2 && d < limit; d++) {
         const int q1[1] = {4}, p1[1] = {300};
         tu_case c = make_case(4, 1, d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16, TU_BUSHY, 1, q1, p1,

@@ -389,6 +389,10 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
         mlav_step_ceil_div((int64_t)lim->max_tokens * shape->H, MLAV_FLASH_BLOCK_M),
         lim->max_kv_len, st->bd.max_tiles, st->cfg.sp.target_blocks, st->bd.max_items,
         st->cfg.kv_fp8, shape->scale);
+    st->cfg.sm90_keys = st->cfg.family == MLAV_FLASH_FAMILY_SM90
+                            ? mlav_flash_sm90_keys_rule((int64_t)lim->max_q_len * shape->H,
+                                                        st->cfg.kv_fp8, shape->scale)
+                            : 0;
 #endif
     /* the most splits a request within the limits can take */
     int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);

@@ -84,12 +84,12 @@ const void *mlav_flash_sm90_e4m3_kernel(mlav_dtype dtype, int step);
 const void *mlav_flash_sm90_e4m3_seesaw(mlav_dtype dtype, int step);
 
 /* The keys kernel (sm90/keys.cuh) over an FP8 E4M3 cache for q's dtype, whose blocks hold at most
- * `rows` (8 or 16) rows: its address, threads a block and dynamic shared memory
- * (instances_keys.cu). */
+ * `rows` (8 or 16) rows, and plan kind (step != 0: a plan for limits): its address, threads a
+ * block and dynamic shared memory (instances_keys.cu). */
 typedef struct mlav_sm90_keys_shape {
     const void *kernel;
     unsigned threads, smem;
 } mlav_sm90_keys_shape;
-mlav_sm90_keys_shape mlav_flash_sm90_keys(mlav_dtype dtype, int rows);
+mlav_sm90_keys_shape mlav_flash_sm90_keys(mlav_dtype dtype, int rows, int step);
 
 #endif

@@ -192,7 +192,9 @@ __device__ __forceinline__ void s_step(float (&sacc)[NTN][4], uint32_t (&a)[4], 
     }
 }
 
-template <typename T, int NR>
+/* The kernel. NR: the most rows of any block (8 or 16); STEP as kernel.cuh's flash_sm90_kernel
+ * (a plan for limits: the block's item from the step's schedule, step_item_index). */
+template <typename T, int NR, bool STEP>
 __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_keys_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
                            const int kv_tma)
@@ -202,11 +204,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     constexpr bool Q_TO_F16 = !std::is_same<T, __half>::value;
     (void)kv_map;
     (void)kv_tma;
+    const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
+    if (STEP && step_ix < 0)
+        return; /* past the step's schedule, or an item past the plan's limits */
     extern __shared__ __align__(16) unsigned char keys_smem[];
     unsigned char *smem = keys_smem;
     const uint32_t base = smem_u32(smem), ring = base + SL::KV;
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
-    const block_ctx c = block_ctx_of(p.items[blockIdx.x], p);
+    const block_ctx c = block_ctx_of(p.items[STEP ? (uint32_t)step_ix : blockIdx.x], p);
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const int sl = warp & 3, hf = warp >> 2; /* key slice, feature half */

@@ -98,10 +98,10 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
             &n, f, mlav90::seesaw::THREADS, mlav90::seesaw::smem_ss::BYTES));
         *blocks_per_sm = n < *blocks_per_sm ? n : *blocks_per_sm;
     }
-    /* the keys kernel's instances (an FP8 cache's plans for one problem of few rows) */
+    /* the keys kernel's instances (an FP8 cache's plans whose requests have few rows) */
     if (kv_dtype == MLAV_DTYPE_FP8_E4M3) {
-        for (int rows = 8; rows <= 16; rows += 8) {
-            const mlav_sm90_keys_shape k = mlav_flash_sm90_keys(dtype, rows);
+        for (int k4 = 0; k4 < 4; k4++) {
+            const mlav_sm90_keys_shape k = mlav_flash_sm90_keys(dtype, k4 & 1 ? 16 : 8, k4 >> 1);
             MLAV_CUDA_TRY(cudaFuncSetAttribute(
                 k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem));
             int n = 0;
@@ -144,9 +144,9 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
         if (ms != MLAV_OK)
             return ms;
         void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
-        const mlav_sm90_keys_shape keys =
-            lo->sm90_keys && lo->kv_fp8 && !step ? mlav_flash_sm90_keys(dtype, lo->sm90_keys)
-                                                 : mlav_sm90_keys_shape{NULL, 0, 0};
+        const mlav_sm90_keys_shape keys = lo->sm90_keys && lo->kv_fp8
+                                              ? mlav_flash_sm90_keys(dtype, lo->sm90_keys, step)
+                                              : mlav_sm90_keys_shape{NULL, 0, 0};
         if (keys.kernel)
             MLAV_CUDA_TRY(cudaLaunchKernel(keys.kernel, dim3((unsigned)fp->n_items),
                                            dim3(keys.threads), args, keys.smem, stream));
