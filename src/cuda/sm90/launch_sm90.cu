@@ -144,6 +144,10 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
         if (ms != MLAV_OK)
             return ms;
         void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
+        if (lo->sm90_keys != 0 && lo->sm90_keys != 8 && lo->sm90_keys != 16)
+            return mlav_set_error(MLAV_ERR_INTERNAL,
+                                  "the keys kernel has instances of 8 and 16 rows, not %d",
+                                  (int)lo->sm90_keys);
         const mlav_sm90_keys_shape keys = lo->sm90_keys && lo->kv_fp8
                                               ? mlav_flash_sm90_keys(dtype, lo->sm90_keys, step)
                                               : mlav_sm90_keys_shape{NULL, 0, 0};
