@@ -33,7 +33,8 @@
  *
  * Pipeline: 4 stages of raw 64-key tiles (576 bytes a row, contiguous: the 16-byte loads of a
  * quarter warp, rows g and g + 1 at 16 t, fall on distinct banks), 3 ahead, cp.async by all
- * threads (a row to 4 threads, one page id each), one block barrier a tile.
+ * threads (a row to 4 threads, one page id each, looked up a tile ahead), one block barrier a
+ * tile.
  * Hidden keys: scores -inf (mask as mlav_kv_visible), and draft keys' non-finite V values zeroed
  * in registers (the seesaw's sanitize_v rule). Epilogue: each slice's O^T rescaled to the rows'
  * common reference, summed through shared memory in slice order, written as write_output does
@@ -62,7 +63,8 @@ template <int NR> struct smem_k {
     static constexpr uint32_t X = Q + ((NR * QS * 2 + 15) / 16) * 16; /* [8][32][NR / 2] fp32 */
     static constexpr uint32_t ML = X + WARPS * 32 * (NR / 2) * 4;    /* [2][SLICES][NR] fp32 */
     static constexpr uint32_t RED = ML + 2 * SLICES * NR * 4;        /* [16] u32: Q's maximum */
-    static constexpr uint32_t BYTES = RED + 16 * 4;
+    static constexpr uint32_t PAGE = RED + 16 * 4; /* [THREADS] int32: each row's next page id */
+    static constexpr uint32_t BYTES = PAGE + THREADS * 4;
     static_assert(SLICES * NR * OSTR * 4 <= Q, "the epilogue's O in the ring");
     static_assert(BYTES <= 232448, "the sm_90 opt-in limit per block");
 };
@@ -95,17 +97,26 @@ __device__ __forceinline__ uint32_t finite_or_zero(uint32_t w)
     return w & lo & hi;
 }
 
-/* Tile t's 64 raw rows into its stage: row tid / 4 by threads 4 r .. 4 r + 3, each the 16-byte
- * chunks 4 k + tid % 4 (64 contiguous bytes a row a step), zero-filled past kv_end. */
+/* The page id of this thread's row of tile t (row tid / 4; 0 past kv_end): looked up a tile before
+ * its gather, so that the copies issue without waiting for the page table (each row's own entry
+ * at page_size 1). */
+__device__ __forceinline__ int32_t tile_row_page(const mlav_flash_params &p, const block_ctx &c,
+                                                 const int32_t *ptab, int t, int tid)
+{
+    return kv_page_of(ptab, c.kv_begin + t * KT + (tid >> 2), c.kv_end, p);
+}
+
+/* Tile t's 64 raw rows into its stage: row tid / 4 (page id `page`: tile_row_page) by threads
+ * 4 r .. 4 r + 3, each the 16-byte chunks 4 k + tid % 4 (64 contiguous bytes a row a step),
+ * zero-filled past kv_end. */
 __device__ __forceinline__ void gather_tile(const mlav_flash_params &p, const block_ctx &c,
-                                            const int32_t *ptab, uint32_t ring, int t, int tid)
+                                            int32_t page, uint32_t ring, int t, int tid)
 {
     const int r = tid >> 2, part = tid & 3;
     const int j = c.kv_begin + t * KT + r;
     const bool live = j < c.kv_end;
-    const uint8_t *src = kv_row_src(static_cast<const uint8_t *>(p.kv),
-                                    kv_page_of(ptab, j, c.kv_end, p), j, live, p) +
-                         part * 16;
+    const uint8_t *src =
+        kv_row_src(static_cast<const uint8_t *>(p.kv), page, j, live, p) + part * 16;
     const uint32_t dst = ring + (uint32_t)(t % KSTAGES) * TILE_BYTES + (uint32_t)r * W +
                          (uint32_t)part * 16;
 #pragma unroll
@@ -221,9 +232,13 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int t = 0; t < AHEAD; t++) {
         if (t < c.n_tiles)
-            gather_tile(p, c, ptab, ring, t, tid);
+            gather_tile(p, c, tile_row_page(p, c, ptab, t, tid), ring, t, tid);
         cp_async_commit();
     }
+    /* tile AHEAD's page ids, then each next tile's, kept in shared memory (each thread its own
+     * slot): in a register the 16-row instances spilled */
+    int32_t *const page_ahead = reinterpret_cast<int32_t *>(smem + SL::PAGE);
+    page_ahead[threadIdx.x] = tile_row_page(p, c, ptab, AHEAD, tid);
     uint32_t *red = reinterpret_cast<uint32_t *>(smem + SL::RED);
     const float unshift = load_q_f16<T, NR>(p, c, smem, red, tid);
 
@@ -252,15 +267,16 @@ __global__ void __launch_bounds__(THREADS, 1)
     const uint32_t q_rope = base + SL::Q + (uint32_t)(g * QS + DL + 32 * hf + 8 * t4) * 2u;
     float *xs = reinterpret_cast<float *>(smem + SL::X);
     float4 *x_mine = reinterpret_cast<float4 *>(xs + (warp * 32 + lane) * (NR / 2));
-    const float4 *x_theirs =
-        reinterpret_cast<const float4 *>(xs + ((warp ^ 4) * 32 + lane) * (NR / 2));
+    /* the other half's warp of the slice (warp ^ 4): 4 warps of float4s away, either way */
+    const int x_other = (hf ? -4 : 4) * 32 * NTN;
 
     for (int t = 0; t < c.n_tiles; t++) {
         cp_async_wait<AHEAD - 1>(); /* this thread's copies of tile t landed */
         __syncthreads();            /* everyone's; and tile t - 1's reads are done */
         if (t + AHEAD < c.n_tiles)
-            gather_tile(p, c, ptab, ring, t + AHEAD, tid);
+            gather_tile(p, c, page_ahead[threadIdx.x], ring, t + AHEAD, tid);
         cp_async_commit();
+        page_ahead[threadIdx.x] = tile_row_page(p, c, ptab, t + AHEAD + 1, tid);
 
         const uint32_t kg = ring + (uint32_t)(t % KSTAGES) * TILE_BYTES +
                             (uint32_t)(16 * sl + g) * W;
@@ -293,7 +309,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         named_barrier(1 + sl, 64);
 #pragma unroll
         for (int n = 0; n < NTN; n++) {
-            const float4 v = x_theirs[n];
+            const float4 v = x_mine[x_other + n];
             sacc[n][0] += v.x, sacc[n][1] += v.y, sacc[n][2] += v.z, sacc[n][3] += v.w;
         }
 
