@@ -180,12 +180,41 @@ __device__ __forceinline__ float load_q_f16(const mlav_flash_params &p, const bl
                                mlav::q_bf16x2_to_f16x2(v[i].z, down),
                                mlav::q_bf16x2_to_f16x2(v[i].w, down));
             /* rows QS halves apart (8 mod 16 bytes): two 8-byte stores */
-            uint2 *d = reinterpret_cast<uint2 *>(smem + smem_k<NR>::Q + ((size_t)r * QS + 8 * k) * 2);
+            uint2 *d =
+                reinterpret_cast<uint2 *>(smem + smem_k<NR>::Q + ((size_t)r * QS + 8 * k) * 2);
             d[0] = make_uint2(h.x, h.y);
             d[1] = make_uint2(h.z, h.w);
         }
     }
     return unshift;
+}
+
+/* A thread's place in the block: its warp's key slice and feature half, its fragment row g and
+ * column pair t4, and the shared addresses it reads a tile through. */
+struct lane_ctx {
+    int tid, warp, lane, sl, hf, g, t4;
+    uint32_t q_lat, q_rope; /* Q's row g at this half's first latent (rope) feature, t4's bytes */
+    float4 *x_mine;         /* this lane's slot of the slices' exchange */
+    int x_other;            /* the slice's other warp (warp ^ 4), in float4s from x_mine */
+};
+
+template <int NR>
+__device__ __forceinline__ lane_ctx lane_ctx_of(unsigned char *smem, uint32_t base)
+{
+    constexpr int NTN = NR / 8;
+    lane_ctx l;
+    l.tid = threadIdx.x;
+    l.lane = l.tid & 31;
+    l.warp = __shfl_sync(0xffffffffu, l.tid >> 5, 0); /* warp-uniform */
+    l.sl = l.warp & 3;
+    l.hf = l.warp >> 2;
+    l.g = l.lane >> 2;
+    l.t4 = l.lane & 3;
+    l.q_lat = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + 256 * l.hf + 16 * l.t4) * 2u;
+    l.q_rope = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + DL + 32 * l.hf + 8 * l.t4) * 2u;
+    l.x_mine = reinterpret_cast<float4 *>(smem + smem_k<NR>::X) + (l.warp * 32 + l.lane) * NTN;
+    l.x_other = (l.hf ? -4 : 4) * 32 * NTN;
+    return l;
 }
 
 /* One k16 step of S^T: the A fragment from two e4m3 words (keys g and g + 8, bytes e = 0..3 of
@@ -203,8 +232,276 @@ __device__ __forceinline__ void s_step(float (&sacc)[NTN][4], uint32_t (&a)[4], 
     }
 }
 
+/* S^T of the warp's 16 keys of the tile at `stage` over its half of the features (keys g, g + 8
+ * at rows kg, kg + 8 of the tile), then the slice's two halves added (the pair's 64-thread
+ * barrier, id 1 + slice): the scores of keys g, g + 8 for rows 8 n + 2 t4 (+ 1). K's latent A
+ * fragments stay in kf for O^T (o_tile). */
+template <int NTN>
+__device__ __forceinline__ void s_tile(float (&sacc)[NTN][4], uint32_t (&kf)[GROUPS][4][4],
+                                       uint32_t stage, const lane_ctx &l)
+{
+    const uint32_t kg = stage + (uint32_t)(16 * l.sl + l.g) * W, kg8 = kg + 8u * W;
+#pragma unroll
+    for (int n = 0; n < NTN; n++)
+        sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
+#pragma unroll
+    for (int u = 0; u < GROUPS; u++) {
+        const uint32_t off = (uint32_t)(256 * l.hf + 64 * u + 16 * l.t4);
+        const uint4 wa = lds16(kg + off), wb = lds16(kg8 + off);
+        const uint32_t ra[4] = {wa.x, wa.y, wa.z, wa.w}, rb[4] = {wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            s_step<NTN>(sacc, kf[u][s], ra[s], rb[s], l.q_lat + (uint32_t)(64 * u + 4 * s) * 2u);
+    }
+    const uint32_t off = (uint32_t)(DL + 32 * l.hf + 8 * l.t4);
+    const uint2 wa = lds8(kg + off), wb = lds8(kg8 + off);
+    uint32_t a[4];
+    s_step<NTN>(sacc, a, wa.x, wb.x, l.q_rope);
+    s_step<NTN>(sacc, a, wa.y, wb.y, l.q_rope + 8u);
+#pragma unroll
+    for (int n = 0; n < NTN; n++)
+        l.x_mine[n] = make_float4(sacc[n][0], sacc[n][1], sacc[n][2], sacc[n][3]);
+    named_barrier(1 + l.sl, 64);
+#pragma unroll
+    for (int n = 0; n < NTN; n++) {
+        const float4 v = l.x_mine[l.x_other + n];
+        sacc[n][0] += v.x, sacc[n][1] += v.y, sacc[n][2] += v.z, sacc[n][3] += v.w;
+    }
+}
+
+/* The slice's scores in place (keys j_s + g (+ 8), rows 8 n + 2 t4 (+ 1)): `score` of each key
+ * its row sees, -inf for the others (keys past kv_end; draft keys the row's mask hides, by
+ * mlav_kv_visible; rows past M see every key before kv_end: Q = 0 there, never written). */
+template <int NTN, typename Score>
+__device__ __forceinline__ void mask_tile(float (&sacc)[NTN][4], const mlav_flash_params &p,
+                                          const block_ctx &c, int j_s, const lane_ctx &l,
+                                          const Score &score)
+{
+    if (j_s + 16 <= c.prefix && j_s + 16 <= c.kv_end) {
+#pragma unroll
+        for (int n = 0; n < NTN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                sacc[n][e] = score(sacc[n][e]);
+        return;
+    }
+#pragma unroll
+    for (int n = 0; n < NTN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = j_s + l.g + 8 * (e >> 1), m = c.m0 + 8 * n + 2 * l.t4 + (e & 1);
+            bool vis = j < c.kv_end;
+            if (vis && m < c.M && j >= c.prefix) {
+                const int i = m / p.H;
+                vis = mlav_kv_visible(p.tree_mask, p.mask_words, c.q_start + i, i, c.prefix, j);
+            }
+            sacc[n][e] = vis ? score(sacc[n][e]) : -INFINITY;
+        }
+}
+
+/* The online softmax of each row over the slice's 16 keys (the maxima over lanes g: xor 4, 8,
+ * 16), seesaw.cuh's reference rule: O and the sums rescaled where a reference moves, the scores
+ * made P (k: the factor of raw scores, 1 for scaled ones) and added to the sums, and P^T's B
+ * fragments of each n-tile (keys 0-7, 8-15) by movmatrix. */
+template <int NTN>
+__device__ __forceinline__ void softmax_tile(float (&sacc)[NTN][4], float (&o)[GROUPS * 4][NTN][4],
+                                             float (&m_run)[NTN][2], float (&l_run)[NTN][2],
+                                             float k, uint32_t (&pb)[NTN][2])
+{
+    float f[NTN][2];
+    bool moved = false;
+#pragma unroll
+    for (int n = 0; n < NTN; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float tm = fmaxf(sacc[n][e], sacc[n][e + 2]);
+            tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 4));
+            tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 8));
+            tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 16));
+            tm *= k;
+            const float mr = seesaw::next_ref(m_run[n][e], tm);
+            f[n][e] = seesaw::ref_factor(m_run[n][e], mr);
+            moved |= f[n][e] != 1.0f;
+            l_run[n][e] *= f[n][e];
+            m_run[n][e] = mr;
+        }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int i = 0; i < GROUPS * 4; i++)
+#pragma unroll
+            for (int n = 0; n < NTN; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    o[i][n][e] *= f[n][e & 1];
+    }
+#pragma unroll
+    for (int n = 0; n < NTN; n++) {
+        float neg[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            neg[e] = m_run[n][e] == -INFINITY ? 0.0f : -m_run[n][e];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            sacc[n][e] = mlav::exp2_fast(fmaf(sacc[n][e], k, neg[e & 1]));
+        l_run[n][0] += sacc[n][0] + sacc[n][2];
+        l_run[n][1] += sacc[n][1] + sacc[n][3];
+        pb[n][0] = movtrans(mlav::mma_type<__half>::pack(sacc[n][0], sacc[n][1]));
+        pb[n][1] = movtrans(mlav::mma_type<__half>::pack(sacc[n][2], sacc[n][3]));
+    }
+}
+
+/* O^T += V^T P^T over the slice's keys: V^T's A fragments are K's latent ones (kf), each 8x8
+ * register transposed; a draft key's non-finite values zeroed first (a row that sees it has a
+ * non-finite score; one that does not gives it weight 0, which would turn them into NaN). */
+template <int NTN>
+__device__ __forceinline__ void o_tile(float (&o)[GROUPS * 4][NTN][4],
+                                       uint32_t (&kf)[GROUPS][4][4], const uint32_t (&pb)[NTN][2],
+                                       int j_s, int prefix, const lane_ctx &l)
+{
+    if (j_s + 16 > prefix) {
+        const bool dg = j_s + l.g >= prefix, dg8 = j_s + l.g + 8 >= prefix;
+#pragma unroll
+        for (int u = 0; u < GROUPS; u++)
+#pragma unroll
+            for (int s = 0; s < 4; s++) { /* selects: movmatrix and mma follow, .aligned */
+                kf[u][s][0] = dg ? finite_or_zero(kf[u][s][0]) : kf[u][s][0];
+                kf[u][s][2] = dg ? finite_or_zero(kf[u][s][2]) : kf[u][s][2];
+                kf[u][s][1] = dg8 ? finite_or_zero(kf[u][s][1]) : kf[u][s][1];
+                kf[u][s][3] = dg8 ? finite_or_zero(kf[u][s][3]) : kf[u][s][3];
+            }
+    }
+#pragma unroll
+    for (int u = 0; u < GROUPS; u++)
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const uint32_t a[4] = {movtrans(kf[u][s][0]), movtrans(kf[u][s][2]),
+                                   movtrans(kf[u][s][1]), movtrans(kf[u][s][3])};
+#pragma unroll
+            for (int n = 0; n < NTN; n++)
+                mlav::mma_type<__half>::mma(o[4 * u + s][n], a, pb[n][0], pb[n][1]);
+        }
+}
+
+/* The epilogue, after every copy landed and every warp's loop ended (the ring free): each row's
+ * sum over its slice's keys, the slices' references and sums through shared memory, each slice's
+ * O^T at the rows' common reference into [slice][row][dim] in the ring, then per row (warps
+ * warp, warp + 8) the slices summed in slice order and written as write_output does: the final
+ * output and lse, or the split's fp16 partial with part_scale (a warp a row, a lane 4 dims of
+ * each 128-column block) and part_lse. */
+template <typename T, int NR>
+__device__ __forceinline__ void epilogue(const mlav_flash_params &p, const block_ctx &c,
+                                         unsigned char *smem, float (&o)[GROUPS * 4][NR / 8][4],
+                                         const float (&m_run)[NR / 8][2],
+                                         float (&l_run)[NR / 8][2], const mlav::out_scale &osc,
+                                         const lane_ctx &l)
+{
+    using SL = smem_k<NR>;
+    constexpr int NTN = NR / 8;
+#pragma unroll
+    for (int n = 0; n < NTN; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float s = l_run[n][e];
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            s += __shfl_xor_sync(0xffffffffu, s, 8);
+            s += __shfl_xor_sync(0xffffffffu, s, 16);
+            l_run[n][e] = s;
+        }
+    float *sm_m = reinterpret_cast<float *>(smem + SL::ML), *sm_l = sm_m + SLICES * NR;
+    if (l.hf == 0 && l.g == 0) { /* both halves of a slice hold the same values */
+#pragma unroll
+        for (int n = 0; n < NTN; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                sm_m[l.sl * NR + 8 * n + 2 * l.t4 + e] = m_run[n][e];
+                sm_l[l.sl * NR + 8 * n + 2 * l.t4 + e] = l_run[n][e];
+            }
+    }
+    __syncthreads();
+    float *os = reinterpret_cast<float *>(smem + SL::KV);
+    const auto row_max = [&](int r) {
+        float mx = sm_m[r];
+#pragma unroll
+        for (int s = 1; s < SLICES; s++)
+            mx = fmaxf(mx, sm_m[s * NR + r]);
+        return mx;
+    };
+#pragma unroll
+    for (int n = 0; n < NTN; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int r = 8 * n + 2 * l.t4 + e;
+            const float fs = seesaw::ref_factor(m_run[n][e], row_max(r));
+            float *row = os + (l.sl * NR + r) * OSTR;
+#pragma unroll
+            for (int u = 0; u < GROUPS; u++)
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    row[keys_dim(l.hf, u, s, l.g)] = o[4 * u + s][n][e] * fs;
+                    row[keys_dim(l.hf, u, s, l.g + 8)] = o[4 * u + s][n][e + 2] * fs;
+                }
+        }
+    __syncthreads();
+    using OTY = mlav::mma_type<T>;
+    const bool final_out = c.slot < 0;
+#pragma unroll
+    for (int r = l.warp; r < NR; r += WARPS) {
+        const int m = c.m0 + r;
+        if (m >= c.M)
+            continue; /* warp-uniform */
+        const float mx = row_max(r);
+        float sum = 0.0f;
+#pragma unroll
+        for (int s = 0; s < SLICES; s++)
+            sum += sm_l[s * NR + r] * seesaw::ref_factor(sm_m[s * NR + r], mx);
+        float inv = sum > 0.0f ? 1.0f / sum : (sum == 0.0f ? 0.0f : sum); /* NaN stays NaN */
+        inv = sum == 0.0f ? 0.0f : inv * osc.mant; /* the scale's power of two: osc.pw */
+        if (l.lane == 0) {
+            const float lse = mlav_finish_lse(mx * LN2F, sum);
+            if (!final_out)
+                p.part_lse[(size_t)c.slot * BM + r] = lse;
+            else if (p.lse)
+                p.lse[(size_t)c.q_start * p.H + m] = lse;
+        }
+#pragma unroll
+        for (int cb = 0; cb < DL / MLAV_FLASH_SCALE_COLS; cb++) {
+            const int d = MLAV_FLASH_SCALE_COLS * cb + 4 * l.lane;
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int s = 0; s < SLICES; s++) {
+                const float4 x = *reinterpret_cast<const float4 *>(os + (s * NR + r) * OSTR + d);
+                v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+            }
+            if (final_out) {
+                T *out = static_cast<T *>(p.out) + ((size_t)c.q_start * p.H + m) * DL + d;
+                *reinterpret_cast<uint2 *>(out) =
+                    make_uint2(OTY::pack(v[0] * inv * osc.pw, v[1] * inv * osc.pw),
+                               OTY::pack(v[2] * inv * osc.pw, v[3] * inv * osc.pw));
+            } else {
+                uint32_t mb = 0;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    mb = max(mb, __float_as_uint(v[i]) & 0x7fffffffu);
+                mb = __reduce_max_sync(0xffffffffu, mb);
+                float sc, ps;
+                partial_scale<true>(mb, inv, osc.pexp, sc, ps);
+                if (l.lane == 0)
+                    p.part_scale[((size_t)c.slot * BM + r) * (DL / MLAV_FLASH_SCALE_COLS) + cb] =
+                        ps;
+                __half *po =
+                    static_cast<__half *>(p.part_o) + ((size_t)c.slot * BM + r) * DL + d;
+                *reinterpret_cast<uint2 *>(po) =
+                    make_uint2(mlav::mma_type<__half>::pack(v[0] * sc, v[1] * sc),
+                               mlav::mma_type<__half>::pack(v[2] * sc, v[3] * sc));
+            }
+        }
+    }
+}
+
 /* The kernel. NR: the most rows of any block (8 or 16); STEP as kernel.cuh's flash_sm90_kernel
- * (a plan for limits: the block's item from the step's schedule, step_item_index). */
+ * (a plan for limits: the block's item from the step's schedule, step_item_index). The sequence:
+ * tiles 0..2's gathers, Q (load_q_f16), the scores' factors; per tile its landing, the gather
+ * of tile t + 3, s_tile, mask_tile, softmax_tile, o_tile; the epilogue. */
 template <typename T, int NR, bool STEP>
 __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_keys_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
@@ -223,25 +520,23 @@ __global__ void __launch_bounds__(THREADS, 1)
     const uint32_t base = smem_u32(smem), ring = base + SL::KV;
     mlav::launch_dependents(); /* the combine may launch now; it waits for this grid's end */
     const block_ctx c = block_ctx_of(p.items[STEP ? (uint32_t)step_ix : blockIdx.x], p);
-    const int tid = threadIdx.x, lane = tid & 31;
-    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
-    const int sl = warp & 3, hf = warp >> 2; /* key slice, feature half */
-    const int g = lane >> 2, t4 = lane & 3;
+    const lane_ctx l = lane_ctx_of<NR>(smem, base);
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
 #pragma unroll
     for (int t = 0; t < AHEAD; t++) {
         if (t < c.n_tiles)
-            gather_tile(p, c, tile_row_page(p, c, ptab, t, tid), ring, t, tid);
+            gather_tile(p, c, tile_row_page(p, c, ptab, t, l.tid), ring, t, l.tid);
         cp_async_commit();
     }
     /* tile AHEAD's page ids, then each next tile's, kept in shared memory (each thread its own
      * slot): in a register the 16-row instances spilled */
     int32_t *const page_ahead = reinterpret_cast<int32_t *>(smem + SL::PAGE);
-    page_ahead[threadIdx.x] = tile_row_page(p, c, ptab, AHEAD, tid);
-    uint32_t *red = reinterpret_cast<uint32_t *>(smem + SL::RED);
-    const float unshift = load_q_f16<T, NR>(p, c, smem, red, tid);
+    page_ahead[threadIdx.x] = tile_row_page(p, c, ptab, AHEAD, l.tid);
+    const float unshift =
+        load_q_f16<T, NR>(p, c, smem, reinterpret_cast<uint32_t *>(smem + SL::RED), l.tid);
 
+    /* the scores' factors and the output's (seesaw.cuh's score_ctx, over an FP8 cache) */
     seesaw::score_ctx<Q_TO_F16> score = {1.0f, p.scale_log2};
     const float ks = mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale);
     const mlav::out_scale osc = mlav::out_scale_of(ks);
@@ -262,252 +557,25 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int n = 0; n < NTN; n++)
         m_run[n][0] = m_run[n][1] = -INFINITY, l_run[n][0] = l_run[n][1] = 0.0f;
 
-    /* this thread's Q fragment base: row g, the half's first feature, t4's 16 (rope: 8) */
-    const uint32_t q_lat = base + SL::Q + (uint32_t)(g * QS + 256 * hf + 16 * t4) * 2u;
-    const uint32_t q_rope = base + SL::Q + (uint32_t)(g * QS + DL + 32 * hf + 8 * t4) * 2u;
-    float *xs = reinterpret_cast<float *>(smem + SL::X);
-    float4 *x_mine = reinterpret_cast<float4 *>(xs + (warp * 32 + lane) * (NR / 2));
-    /* the other half's warp of the slice (warp ^ 4): 4 warps of float4s away, either way */
-    const int x_other = (hf ? -4 : 4) * 32 * NTN;
-
     for (int t = 0; t < c.n_tiles; t++) {
         cp_async_wait<AHEAD - 1>(); /* this thread's copies of tile t landed */
         __syncthreads();            /* everyone's; and tile t - 1's reads are done */
         if (t + AHEAD < c.n_tiles)
-            gather_tile(p, c, page_ahead[threadIdx.x], ring, t + AHEAD, tid);
+            gather_tile(p, c, page_ahead[threadIdx.x], ring, t + AHEAD, l.tid);
         cp_async_commit();
-        page_ahead[threadIdx.x] = tile_row_page(p, c, ptab, t + AHEAD + 1, tid);
+        page_ahead[threadIdx.x] = tile_row_page(p, c, ptab, t + AHEAD + 1, l.tid);
 
-        const uint32_t kg = ring + (uint32_t)(t % KSTAGES) * TILE_BYTES +
-                            (uint32_t)(16 * sl + g) * W;
-        const uint32_t kg8 = kg + 8u * W;
+        const int j_s = c.kv_begin + t * KT + 16 * l.sl; /* the slice's first key */
         float sacc[NTN][4];
-#pragma unroll
-        for (int n = 0; n < NTN; n++)
-            sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
-        uint32_t kf[GROUPS][4][4]; /* K's latent A fragments, V^T's after movmatrix */
-#pragma unroll
-        for (int u = 0; u < GROUPS; u++) {
-            const uint32_t off = (uint32_t)(256 * hf + 64 * u + 16 * t4);
-            const uint4 wa = lds16(kg + off), wb = lds16(kg8 + off);
-            const uint32_t ra[4] = {wa.x, wa.y, wa.z, wa.w}, rb[4] = {wb.x, wb.y, wb.z, wb.w};
-#pragma unroll
-            for (int s = 0; s < 4; s++)
-                s_step<NTN>(sacc, kf[u][s], ra[s], rb[s], q_lat + (uint32_t)(64 * u + 4 * s) * 2u);
-        }
-        {
-            const uint32_t off = (uint32_t)(DL + 32 * hf + 8 * t4);
-            const uint2 wa = lds8(kg + off), wb = lds8(kg8 + off);
-            uint32_t a[4];
-            s_step<NTN>(sacc, a, wa.x, wb.x, q_rope);
-            s_step<NTN>(sacc, a, wa.y, wb.y, q_rope + 8u);
-        }
-        /* the slice's two halves of the depth meet */
-#pragma unroll
-        for (int n = 0; n < NTN; n++)
-            x_mine[n] = make_float4(sacc[n][0], sacc[n][1], sacc[n][2], sacc[n][3]);
-        named_barrier(1 + sl, 64);
-#pragma unroll
-        for (int n = 0; n < NTN; n++) {
-            const float4 v = x_mine[x_other + n];
-            sacc[n][0] += v.x, sacc[n][1] += v.y, sacc[n][2] += v.z, sacc[n][3] += v.w;
-        }
-
-        /* scores: keys j_s + g (+ 8), rows 8 n + 2 t4 (+ 1) */
-        const int j_s = c.kv_begin + t * KT + 16 * sl;
-        const bool clean = j_s + 16 <= c.prefix && j_s + 16 <= c.kv_end;
-        if (clean) {
-#pragma unroll
-            for (int n = 0; n < NTN; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    sacc[n][e] = score(sacc[n][e]);
-        } else {
-#pragma unroll
-            for (int n = 0; n < NTN; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = j_s + g + 8 * (e >> 1), m = c.m0 + 8 * n + 2 * t4 + (e & 1);
-                    bool vis = j < c.kv_end;
-                    if (vis && m < c.M && j >= c.prefix) {
-                        const int i = m / p.H;
-                        vis = mlav_kv_visible(p.tree_mask, p.mask_words, c.q_start + i, i,
-                                              c.prefix, j);
-                    }
-                    sacc[n][e] = vis ? score(sacc[n][e]) : -INFINITY;
-                }
-        }
-        /* the online softmax of each row over the slice's 16 keys (lanes g: xor 4, 8, 16) */
-        float f[NTN][2];
-        bool moved = false;
-#pragma unroll
-        for (int n = 0; n < NTN; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float tm = fmaxf(sacc[n][e], sacc[n][e + 2]);
-                tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 4));
-                tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 8));
-                tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 16));
-                tm *= score.k;
-                const float mr = seesaw::next_ref(m_run[n][e], tm);
-                f[n][e] = seesaw::ref_factor(m_run[n][e], mr);
-                moved |= f[n][e] != 1.0f;
-                l_run[n][e] *= f[n][e];
-                m_run[n][e] = mr;
-            }
-        if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-            for (int i = 0; i < GROUPS * 4; i++)
-#pragma unroll
-                for (int n = 0; n < NTN; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        o[i][n][e] *= f[n][e & 1];
-        }
+        uint32_t kf[GROUPS][4][4]; /* K's latent A fragments: V^T's after movmatrix */
+        s_tile<NTN>(sacc, kf, ring + (uint32_t)(t % KSTAGES) * TILE_BYTES, l);
+        mask_tile<NTN>(sacc, p, c, j_s, l, score);
         uint32_t pb[NTN][2];
-#pragma unroll
-        for (int n = 0; n < NTN; n++) {
-            float neg[2];
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                neg[e] = m_run[n][e] == -INFINITY ? 0.0f : -m_run[n][e];
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                sacc[n][e] = mlav::exp2_fast(fmaf(sacc[n][e], score.k, neg[e & 1]));
-            l_run[n][0] += sacc[n][0] + sacc[n][2];
-            l_run[n][1] += sacc[n][1] + sacc[n][3];
-            pb[n][0] = movtrans(mlav::mma_type<__half>::pack(sacc[n][0], sacc[n][1]));
-            pb[n][1] = movtrans(mlav::mma_type<__half>::pack(sacc[n][2], sacc[n][3]));
-        }
-        /* V of a draft key: its non-finite values zeroed (a row that sees it has a non-finite
-         * score; one that does not gives it weight 0, which would turn them into NaN) */
-        if (j_s + 16 > c.prefix) {
-            const bool dg = j_s + g >= c.prefix, dg8 = j_s + g + 8 >= c.prefix;
-#pragma unroll
-            for (int u = 0; u < GROUPS; u++)
-#pragma unroll
-                for (int s = 0; s < 4; s++) { /* selects: movmatrix and mma follow, .aligned */
-                    kf[u][s][0] = dg ? finite_or_zero(kf[u][s][0]) : kf[u][s][0];
-                    kf[u][s][2] = dg ? finite_or_zero(kf[u][s][2]) : kf[u][s][2];
-                    kf[u][s][1] = dg8 ? finite_or_zero(kf[u][s][1]) : kf[u][s][1];
-                    kf[u][s][3] = dg8 ? finite_or_zero(kf[u][s][3]) : kf[u][s][3];
-                }
-        }
-        /* O^T += V^T P^T */
-#pragma unroll
-        for (int u = 0; u < GROUPS; u++)
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const uint32_t a[4] = {movtrans(kf[u][s][0]), movtrans(kf[u][s][2]),
-                                       movtrans(kf[u][s][1]), movtrans(kf[u][s][3])};
-#pragma unroll
-                for (int n = 0; n < NTN; n++)
-                    mlav::mma_type<__half>::mma(o[4 * u + s][n], a, pb[n][0], pb[n][1]);
-            }
+        softmax_tile<NTN>(sacc, o, m_run, l_run, score.k, pb);
+        o_tile<NTN>(o, kf, pb, j_s, c.prefix, l);
     }
     cp_async_wait<0>();
-
-    /* Epilogue. Each row's sum over the slice's keys (lanes g), each slice's reference and sum. */
-#pragma unroll
-    for (int n = 0; n < NTN; n++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            float l = l_run[n][e];
-            l += __shfl_xor_sync(0xffffffffu, l, 4);
-            l += __shfl_xor_sync(0xffffffffu, l, 8);
-            l += __shfl_xor_sync(0xffffffffu, l, 16);
-            l_run[n][e] = l;
-        }
-    float *sm_m = reinterpret_cast<float *>(smem + SL::ML), *sm_l = sm_m + SLICES * NR;
-    if (hf == 0 && g == 0) {
-#pragma unroll
-        for (int n = 0; n < NTN; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                sm_m[sl * NR + 8 * n + 2 * t4 + e] = m_run[n][e];
-                sm_l[sl * NR + 8 * n + 2 * t4 + e] = l_run[n][e];
-            }
-    }
-    __syncthreads(); /* the ring is free: every slice's loop is done */
-    /* each slice's O^T at the rows' common reference into [slice][row][dim] */
-    float *os = reinterpret_cast<float *>(smem + SL::KV);
-#pragma unroll
-    for (int n = 0; n < NTN; n++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int r = 8 * n + 2 * t4 + e;
-            float mx = sm_m[r];
-#pragma unroll
-            for (int s = 1; s < SLICES; s++)
-                mx = fmaxf(mx, sm_m[s * NR + r]);
-            const float fs = seesaw::ref_factor(m_run[n][e], mx);
-            float *row = os + (sl * NR + r) * OSTR;
-#pragma unroll
-            for (int u = 0; u < GROUPS; u++)
-#pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    row[keys_dim(hf, u, s, g)] = o[4 * u + s][n][e] * fs;
-                    row[keys_dim(hf, u, s, g + 8)] = o[4 * u + s][n][e + 2] * fs;
-                }
-        }
-    __syncthreads();
-    /* rows warp, warp + 8: lane's 4 dims of each 128-column block */
-    using OTY = mlav::mma_type<T>;
-    const bool final_out = c.slot < 0;
-#pragma unroll
-    for (int r = warp; r < NR; r += WARPS) {
-        const int m = c.m0 + r;
-        if (m >= c.M)
-            continue; /* warp-uniform */
-        float mx = sm_m[r];
-#pragma unroll
-        for (int s = 1; s < SLICES; s++)
-            mx = fmaxf(mx, sm_m[s * NR + r]);
-        float l = 0.0f;
-#pragma unroll
-        for (int s = 0; s < SLICES; s++)
-            l += sm_l[s * NR + r] * seesaw::ref_factor(sm_m[s * NR + r], mx);
-        float inv = l > 0.0f ? 1.0f / l : (l == 0.0f ? 0.0f : l); /* NaN stays NaN */
-        inv = l == 0.0f ? 0.0f : inv * osc.mant;
-        if (lane == 0) {
-            const float lse = mlav_finish_lse(mx * LN2F, l);
-            if (!final_out)
-                p.part_lse[(size_t)c.slot * BM + r] = lse;
-            else if (p.lse)
-                p.lse[(size_t)c.q_start * p.H + m] = lse;
-        }
-#pragma unroll
-        for (int cb = 0; cb < DL / MLAV_FLASH_SCALE_COLS; cb++) {
-            const int d = MLAV_FLASH_SCALE_COLS * cb + 4 * lane;
-            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int s = 0; s < SLICES; s++) {
-                const float4 x = *reinterpret_cast<const float4 *>(os + (s * NR + r) * OSTR + d);
-                v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
-            }
-            if (final_out) {
-                T *out = static_cast<T *>(p.out) + ((size_t)c.q_start * p.H + m) * DL + d;
-                *reinterpret_cast<uint2 *>(out) =
-                    make_uint2(OTY::pack(v[0] * inv * osc.pw, v[1] * inv * osc.pw),
-                               OTY::pack(v[2] * inv * osc.pw, v[3] * inv * osc.pw));
-            } else {
-                uint32_t mb = 0;
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    mb = max(mb, __float_as_uint(v[i]) & 0x7fffffffu);
-                mb = __reduce_max_sync(0xffffffffu, mb);
-                float sc, ps;
-                partial_scale<true>(mb, inv, osc.pexp, sc, ps);
-                if (lane == 0)
-                    p.part_scale[((size_t)c.slot * BM + r) * (DL / MLAV_FLASH_SCALE_COLS) + cb] =
-                        ps;
-                __half *po = static_cast<__half *>(p.part_o) + ((size_t)c.slot * BM + r) * DL + d;
-                *reinterpret_cast<uint2 *>(po) =
-                    make_uint2(mlav::mma_type<__half>::pack(v[0] * sc, v[1] * sc),
-                               mlav::mma_type<__half>::pack(v[2] * sc, v[3] * sc));
-            }
-        }
-    }
+    epilogue<T, NR>(p, c, smem, o, m_run, l_run, osc, l);
 }
 
 } // namespace keys
