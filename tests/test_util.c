@@ -353,41 +353,70 @@ double tu_lse_tol(mlav_dtype d)
     return d == MLAV_DTYPE_F32 ? 1e-5 : 1e-3;
 }
 
+/* The largest |lse - the oracle's| over the finite ones, and where (*at); -1 and the index of the
+ * first row whose NaN or Inf differs from the oracle's, if one does. */
+static double lse_worst(const tu_problem *p, size_t *at)
+{
+    double worst = 0.0;
+    *at = 0;
+    for (size_t k = 0; k < p->lse_elems; k++) {
+        double got = p->lse[k], ref = p->ref_lse[k];
+        if (isnan(got) != isnan(ref) || (isinf(ref) && got != ref) || (isinf(got) && got != ref)) {
+            *at = k;
+            return -1.0;
+        }
+        if (isnan(ref) || isinf(ref))
+            continue;
+        if (fabs(got - ref) > worst) {
+            worst = fabs(got - ref);
+            *at = k;
+        }
+    }
+    return worst;
+}
+
 int tu_compare(const tu_problem *p, double out_tol, double lse_tol, char *msg, size_t msg_len)
 {
     const int dt = (int)p->c.dtype;
-    double num = 0.0, den = 0.0;
+    const size_t dl = (size_t)p->c.Dl;
+    double num = 0.0, den = 0.0, far = -1.0;
+    size_t far_k = 0;
     for (size_t k = 0; k < p->out_elems; k++) {
         double got = mlav_load_as_f32(p->out, dt, k), ref = p->ref_out[k];
         if (isnan(got) != isnan(ref)) {
             snprintf(msg, msg_len, "out[%zu] (row %zu, col %zu) = %g but the oracle says %g", k,
-                     k / (size_t)p->c.Dl, k % (size_t)p->c.Dl, got, ref);
+                     k / dl, k % dl, got, ref);
             return 0;
         }
         if (isnan(ref))
             continue;
         num += (got - ref) * (got - ref);
         den += ref * ref;
+        if (!(fabs(got - ref) <= far)) {
+            far = fabs(got - ref);
+            far_k = k;
+        }
     }
     double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
+    size_t lk;
+    double worst = lse_worst(p, &lk);
     if (!(rel <= out_tol)) {
-        snprintf(msg, msg_len, "out rel-L2 error %.3g exceeds %.3g", rel, out_tol);
+        /* where, and whether lse agrees: which of the scores and the values went wrong */
+        snprintf(msg, msg_len,
+                 "out rel-L2 error %.3g exceeds %.3g (largest at row %zu, col %zu: %g, the "
+                 "oracle %g; lse max abs error %.3g at row %zu%s)",
+                 rel, out_tol, far_k / dl, far_k % dl, mlav_load_as_f32(p->out, dt, far_k),
+                 p->ref_out[far_k], worst, lk, worst < 0.0 ? ": a NaN or Inf differs" : "");
         return 0;
     }
-    double worst = 0.0;
-    for (size_t k = 0; k < p->lse_elems; k++) {
-        double got = p->lse[k], ref = p->ref_lse[k];
-        if (isnan(got) != isnan(ref) || (isinf(ref) && got != ref) || (isinf(got) && got != ref)) {
-            snprintf(msg, msg_len, "lse[%zu] = %g but the oracle says %g", k, got, ref);
-            return 0;
-        }
-        if (isnan(ref) || isinf(ref))
-            continue;
-        if (fabs(got - ref) > worst)
-            worst = fabs(got - ref);
+    if (worst < 0.0) {
+        snprintf(msg, msg_len, "lse[%zu] = %g but the oracle says %g", lk, p->lse[lk],
+                 p->ref_lse[lk]);
+        return 0;
     }
     if (!(worst <= lse_tol)) {
-        snprintf(msg, msg_len, "lse max abs error %.3g exceeds %.3g", worst, lse_tol);
+        snprintf(msg, msg_len, "lse max abs error %.3g exceeds %.3g (row %zu: %g, the oracle %g)",
+                 worst, lse_tol, lk, p->lse[lk], p->ref_lse[lk]);
         return 0;
     }
     if (!tu_guards_ok(p)) {
