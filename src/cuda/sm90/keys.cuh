@@ -6,7 +6,8 @@
  * and reads it back through wgmma: 372,736 bytes of shared-memory traffic a 64-key tile, which at
  * 128 bytes a cycle bounds it at 1.56x the BF16 cache where the BF16 cache is DRAM-bound
  * (docs/PERFORMANCE.md#hopper, "FP8 cache"); here a tile costs its landing (36,864), its one
- * read as K (36,864) and Q's fragments (36,864 at NR 16), and the partial scores' exchange.
+ * read as K (36,864), Q's fragments (36,864 at 8 rows, 73,728 at 16) and the partial scores'
+ * exchange.
  *
  * Block: 256 threads, 8 warps. Warp w takes the keys of slice s = w % 4 (keys 16 s .. 16 s + 15
  * of each 64-key tile) and half h = w / 4 of the features: latent 256 h .. 256 h + 255 and rope
@@ -54,7 +55,7 @@ constexpr uint32_t TILE_BYTES = KT * W;      /* 36,864 */
 constexpr int GROUPS = DL / 2 / 64;          /* a warp's latent groups of 64 features: 4 */
 constexpr int QS = W + 4;                    /* Q's row stride in halves: 1,160 bytes, 8 mod 128 */
 constexpr int OSTR = DL + 4;                 /* the epilogue's O rows, floats */
-static_assert(KSTAGES >= AHEAD + 1, "a gather writes the stage the tile before last read");
+static_assert(KSTAGES >= AHEAD + 1, "tile t's gather writes the stage of tile t - 1 at the latest");
 
 template <int NR> struct smem_k {
     static_assert(NR == 8 || NR == 16, "8 or 16 rows");
