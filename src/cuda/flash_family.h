@@ -69,7 +69,7 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
  * launch, "producer" never. Either way a plan whose softmax_scale is <= 0 takes the producer
  * kernel: the seesaw kernel keeps one-factor scores raw through their rows' maxima, which are
  * the maxima of the scaled scores only for a factor > 0, and 0 x a masked key's -inf is NaN
- * (sm90/seesaw.cuh, score_ctx). */
+ * (sm90/score.cuh, score_ctx). */
 int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8, float scale);
 
 /* The same rule for a plan for limits, which knows its limits rather than its items: row_tiles

@@ -10,14 +10,11 @@
 #include "../../common/shard.h"
 #include "../../common/visibility.h"
 #include "../mma.cuh"
+#include "../reference_max.cuh"
 #include "traits.cuh"
 
 namespace mlav {
 namespace flash {
-
-/* log2 units a score may exceed the reference max before O is rescaled: P stays <= 256, far
- * inside BF16/F16 range, and the row sum (at most 256 per key) inside fp32 */
-constexpr float RESCALE_SLACK = 8.0f;
 
 /* The exchange of the group's partial S, a reduce-scatter through shared memory (`xg`, the
  * group's area) around a group barrier that the kernel holds: block x = 2 i + j (x = 1..3)
@@ -160,9 +157,8 @@ __device__ __forceinline__ void online_softmax(const float (&sv)[4], float (&ref
         for (int k = 0; k < 4; k++) {
             const int owner = 2 * ((k >> 1) ^ own_m), r16 = g + 8 * (k & 1);
             const float tile_max = fmaxf(mx[owner * 16 + r16], mx[(owner + 1) * 16 + r16]);
-            const float new_max =
-                tile_max > ref_max[k] + RESCALE_SLACK ? fmaxf(ref_max[k], tile_max) : ref_max[k];
-            alpha[k] = ref_max[k] == -INFINITY ? 0.0f : mlav::exp2_fast(ref_max[k] - new_max);
+            const float new_max = mlav::next_ref(ref_max[k], tile_max);
+            alpha[k] = mlav::ref_factor(ref_max[k], new_max);
             ref_max[k] = new_max;
         }
 #pragma unroll

@@ -10,7 +10,7 @@
  *        the shared P tile (named barrier 2), then O += P V for output columns [256 w, +256).
  *        The next tile's S is issued during this tile's softmax when that tile has landed, so
  *        the tensor cores run it under the softmax (consume).
- * The running reference maximum moves only on a rise of more than RESCALE_SLACK, the same in
+ * The running reference maximum moves by reference_max.cuh's rule, the same in
  * both warpgroups (both decide from the same two shared values); each keeps the row sums of its
  * own keys, met in the epilogue. The epilogue writes what the legal kernel writes
  * (flash/epilogue.cuh): out and lse for an unsplit item, else the fp16 partial scaled per 128
@@ -34,6 +34,7 @@
 #include "../kv_scale.cuh"
 #include "../mma.cuh"
 #include "../page_row.cuh"
+#include "../reference_max.cuh"
 #include "gather.cuh"
 #include "stages.cuh"
 
@@ -56,12 +57,6 @@ constexpr uint32_t STAGE_WG_BYTES = BM * STAGE_STRIDE;
 static_assert(MATH_WGS * STAGE_WG_BYTES <= OPERAND_BYTES && STAGE_STRIDE % 16 == 0,
               "both warpgroups' staging fits in Q's region");
 constexpr float LN2F = 0.6931471805599453f;
-/* log2 units a score may pass the running reference before it moves (the legal kernel's rule):
- * P stays <= 256, inside BF16 and F16, and the reference moves, O is rescaled and the row sum
- * takes a rounded factor only on a rise of more than this. With the exact maximum, rising scores
- * (tests/test_sm90_gpu) moved it nearly every tile, and lse was 2-4x further from the oracle
- * than the legal kernel's. */
-constexpr float RESCALE_SLACK = 8.0f;
 static_assert(PRODUCER_THREADS * PRODUCER_REGS + MATH_THREADS * MATH_REGS <= 65536,
               "the register file");
 
@@ -558,9 +553,8 @@ __device__ __forceinline__ void consume(const mlav_flash_params &p, const block_
         for (int h = 0; h < 2; h++) {
             const int r = r0 + 8 * h;
             const float tile_max = fmaxf(smax[r], smax[BM + r]);
-            const float new_max =
-                tile_max > m_run[h] + RESCALE_SLACK ? fmaxf(m_run[h], tile_max) : m_run[h];
-            alpha[h] = m_run[h] == -INFINITY ? 0.0f : mlav::exp2_fast(m_run[h] - new_max);
+            const float new_max = mlav::next_ref(m_run[h], tile_max);
+            alpha[h] = mlav::ref_factor(m_run[h], new_max);
             m_run[h] = new_max;
             ref[h] = new_max == -INFINITY ? 0.0f : new_max; /* no -inf - -inf */
             l_run[h] *= alpha[h];

@@ -43,7 +43,8 @@
 #ifndef MLAV_CUDA_SM90_KEYS_CUH
 #define MLAV_CUDA_SM90_KEYS_CUH
 
-#include "seesaw.cuh"
+#include "kernel.cuh"
+#include "score.cuh"
 
 namespace mlav90 {
 namespace keys {
@@ -301,7 +302,7 @@ __device__ __forceinline__ void mask_tile(float (&sacc)[NTN][4], const mlav_flas
 }
 
 /* The online softmax of each row over the slice's 16 keys (the maxima over lanes g: xor 4, 8,
- * 16), seesaw.cuh's reference rule: O and the sums rescaled where a reference moves, the scores
+ * 16), reference_max.cuh's rule: O and the sums rescaled where a reference moves, the scores
  * made P (k: the factor of raw scores, 1 for scaled ones) and added to the sums, and P^T's B
  * fragments of each n-tile (keys 0-7, 8-15) by movmatrix. */
 template <int NTN>
@@ -320,8 +321,8 @@ __device__ __forceinline__ void softmax_tile(float (&sacc)[NTN][4], float (&o)[G
             tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 8));
             tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 16));
             tm *= k;
-            const float mr = seesaw::next_ref(m_run[n][e], tm);
-            f[n][e] = seesaw::ref_factor(m_run[n][e], mr);
+            const float mr = mlav::next_ref(m_run[n][e], tm);
+            f[n][e] = mlav::ref_factor(m_run[n][e], mr);
             moved |= f[n][e] != 1.0f;
             l_run[n][e] *= f[n][e];
             m_run[n][e] = mr;
@@ -432,7 +433,7 @@ __device__ __forceinline__ void epilogue(const mlav_flash_params &p, const block
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int r = 8 * n + 2 * l.t4 + e;
-            const float fs = seesaw::ref_factor(m_run[n][e], row_max(r));
+            const float fs = mlav::ref_factor(m_run[n][e], row_max(r));
             float *row = os + (l.sl * NR + r) * OSTR;
 #pragma unroll
             for (int u = 0; u < GROUPS; u++)
@@ -454,7 +455,7 @@ __device__ __forceinline__ void epilogue(const mlav_flash_params &p, const block
         float sum = 0.0f;
 #pragma unroll
         for (int s = 0; s < SLICES; s++)
-            sum += sm_l[s * NR + r] * seesaw::ref_factor(sm_m[s * NR + r], mx);
+            sum += sm_l[s * NR + r] * mlav::ref_factor(sm_m[s * NR + r], mx);
         float inv = sum > 0.0f ? 1.0f / sum : (sum == 0.0f ? 0.0f : sum); /* NaN stays NaN */
         inv = sum == 0.0f ? 0.0f : inv * osc.mant; /* the scale's power of two: osc.pw */
         if (l.lane == 0) {
@@ -537,8 +538,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     const float unshift =
         load_q_f16<T, NR>(p, c, smem, reinterpret_cast<uint32_t *>(smem + SL::RED), l.tid);
 
-    /* the scores' factors and the output's (seesaw.cuh's score_ctx, over an FP8 cache) */
-    seesaw::score_ctx<Q_TO_F16> score = {1.0f, p.scale_log2};
+    /* the scores' factors and the output's (score.cuh's score_ctx, over an FP8 cache) */
+    score_ctx<Q_TO_F16> score = {1.0f, p.scale_log2};
     const float ks = mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale);
     const mlav::out_scale osc = mlav::out_scale_of(ks);
     if constexpr (Q_TO_F16)

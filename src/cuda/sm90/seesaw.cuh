@@ -126,6 +126,7 @@
 #define MLAV_CUDA_SM90_SEESAW_CUH
 
 #include "kernel.cuh"
+#include "score.cuh"
 
 namespace mlav90 {
 namespace seesaw {
@@ -184,18 +185,6 @@ template <handover H> __device__ __forceinline__ void handover_arrive(uint64_t *
 template <handover H> __device__ __forceinline__ void handover_wait(uint64_t *hand, int t)
 {
     mbar_wait_flat(&hand[H], (uint32_t)((t / 2) & 1));
-}
-
-/* The reference after a tile whose row maximum is `tile_max`, from `m` (kernel.cuh's rule). */
-__device__ __forceinline__ float next_ref(float m, float tile_max)
-{
-    return tile_max > m + RESCALE_SLACK ? fmaxf(m, tile_max) : m;
-}
-
-/* The factor that takes values of reference `from` to reference `to` (0 from no reference). */
-__device__ __forceinline__ float ref_factor(float from, float to)
-{
-    return from == -INFINITY ? 0.0f : mlav::exp2_fast(from - to);
 }
 
 /* S = Q K^T over the whole 64-key tile at `stage` (fragments of m64n64: x[4 j + e] is row
@@ -284,40 +273,6 @@ __device__ __forceinline__ bool scores(float (&x)[X_REGS], float (&tm)[2],
         tm[h] *= score.k;
     return hidden;
 }
-
-/* The factors a raw score is multiplied by (kernel.cuh's consume): scale_log2, or over an FP8
- * cache scale_log2 x kv_scale, with BF16 q as fp8_score_factors' two (qa: Q's power of two
- * back). Where one factor, sf, scales the scores (RAW) they stay raw through the mask and the
- * rows' maxima, which are then scaled (the same values: rounding is monotone), and exponentiate
- * applies sf in its one FFMA a score; sf is then > 0 (the plan's kernel rule) or NaN (an FP8
- * scale that is not finite and > 0 reads as NaN), or 0 where an FP8 scale underflowed it. BF16
- * q's two factors scale each score before the maxima, and exponentiate's factor is 1. */
-template <bool Q_TO_F16> struct score_ctx {
-    static constexpr bool RAW = !Q_TO_F16;
-    float qa, sf;
-    float k; /* the factor exponentiate applies: sf where RAW, else 1 */
-    /* what a score is multiplied by before the mask and the maxima */
-    __device__ __forceinline__ float operator()(float v) const
-    {
-        if constexpr (RAW)
-            return v;
-        else
-            return v * qa * sf;
-    }
-    /* k, once qa and sf are set. Over an FP8 cache, a factor that underflowed to 0 becomes
-     * the least subnormal: k x score then rounds every score to 0 or within an ulp of it, exp2
-     * of which is 1, as the scaled path's zeros give, where 0 x a masked key's -inf would be
-     * NaN. (A 16-bit cache's factor is the plan's scale_log2, > 0: the plan's rule.) */
-    template <bool FP8> __device__ __forceinline__ void set_factor()
-    {
-        if constexpr (!RAW)
-            k = 1.0f;
-        else if constexpr (FP8)
-            k = sf == 0.0f ? 0x1p-149f : sf;
-        else
-            k = sf;
-    }
-};
 
 /* Scores to P (in place) against reference `m` per row: exp2 of k x score - m (scores: k the
  * factor of raw scores, 1 for scaled ones). Their row sums are add_row_sums', after P V's issue. */
@@ -614,10 +569,10 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         float ref0[2], f0[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            ref0[h] = next_ref(m_run[h], tm[h]);
+            ref0[h] = mlav::next_ref(m_run[h], tm[h]);
             if (t4 == 0)
                 sref[r0 + 8 * h] = ref0[h];
-            f0[h] = ref_factor(m_run[h], ref0[h]);
+            f0[h] = mlav::ref_factor(m_run[h], ref0[h]);
             l_run[h] *= f0[h];
         }
         handover_arrive<HAND_REF>(hand);
@@ -645,7 +600,7 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             m[h] = smax_m[r0 + 8 * h];
-            f1[h] = ref_factor(ref0[h], m[h]);
+            f1[h] = mlav::ref_factor(ref0[h], m[h]);
             l_run[h] *= f1[h];
             m_run[h] = m[h];
         }
@@ -713,10 +668,10 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         float m[2], f1[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            m[h] = next_ref(sref[r0 + 8 * h], tm[h]);
+            m[h] = mlav::next_ref(sref[r0 + 8 * h], tm[h]);
             if (t4 == 0)
                 smax_m[r0 + 8 * h] = m[h];
-            f1[h] = ref_factor(m_run[h], m[h]);
+            f1[h] = mlav::ref_factor(m_run[h], m[h]);
             l_run[h] *= f1[h];
             m_run[h] = m[h];
         }
