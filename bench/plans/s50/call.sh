@@ -4,11 +4,11 @@
 # harness round of the BF16 cache, the FP8 cache by the rules and the FP8 cache with the keys
 # kernel (B {1,16} x H {8,16} x q_len {1,2} x {4k,32k,131k}); memcheck on its cases; the FP8 tests
 # that add it; the golden bundles and test_fp8 with it opted in; racecheck; the CLI's engine path
-# with and without it. Each step capped by what is left of 570 s. Logs tarred into $OUT/o.tgz.
+# with and without it. Each step capped by what is left of CAP (570) s. Logs tarred into $OUT/o.tgz.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
-lim() { local l=$(( 570 - ($(date +%s) - t0) )); [ $l -lt $1 ] || l=$1; [ $l -gt 5 ] || l=5; echo $l; }
+lim() { local l=$(( ${CAP:-570} - ($(date +%s) - t0) )); [ $l -lt $1 ] || l=$1; [ $l -gt 5 ] || l=5; echo $l; }
 O=/tmp/o; mkdir -p $O
 trap 'tar -czf $OUT/o.tgz -C /tmp o' EXIT
 bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
