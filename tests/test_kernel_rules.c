@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <math.h>
 #include <cmocka.h>
 
 #include "test_util.h"
@@ -35,25 +36,33 @@ static void test_seesaw_env(void **state)
     unsetenv("MLAV_SM90_KERNEL");
 }
 
-/* The keys kernel: only under MLAV_SM90_KERNEL=keys, an FP8 cache, requests of 1..16 rows and a
- * positive scale; the instance of 8 rows up to 8, else of 16. */
+/* The keys kernel: an FP8 cache, requests of 1..16 rows and a positive scale, unless
+ * MLAV_SM90_KERNEL forces the seesaw or producer kernel; the instance of 8 rows up to 8, else of
+ * 16. */
 static void test_keys_rule(void **state)
 {
     (void)state;
-    unsetenv("MLAV_SM90_KERNEL");
-    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, SCALE), 0); /* opt-in */
-    setenv("MLAV_SM90_KERNEL", "keys", 1);
-    assert_int_equal(mlav_flash_sm90_keys_rule(1, 1, SCALE), 8);
-    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, SCALE), 8);   /* H 8, q_len 1 */
-    assert_int_equal(mlav_flash_sm90_keys_rule(9, 1, SCALE), 16);
-    assert_int_equal(mlav_flash_sm90_keys_rule(16, 1, SCALE), 16); /* H 16, q_len 1 */
-    assert_int_equal(mlav_flash_sm90_keys_rule(17, 1, SCALE), 0);  /* the seesaw's */
-    assert_int_equal(mlav_flash_sm90_keys_rule(0, 1, SCALE), 0);
-    assert_int_equal(mlav_flash_sm90_keys_rule(8, 0, SCALE), 0);   /* a 16-bit cache */
-    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, 0.0f), 0);
-    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, -SCALE), 0);
-    setenv("MLAV_SM90_KERNEL", "Keys", 1); /* not a value */
+    const char *unset_or_keys[] = {NULL, "keys", "Keys"};
+    for (int e = 0; e < 3; e++) {
+        if (unset_or_keys[e])
+            setenv("MLAV_SM90_KERNEL", unset_or_keys[e], 1);
+        else
+            unsetenv("MLAV_SM90_KERNEL");
+        assert_int_equal(mlav_flash_sm90_keys_rule(1, 1, SCALE), 8);
+        assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, SCALE), 8);   /* H 8, q_len 1 */
+        assert_int_equal(mlav_flash_sm90_keys_rule(9, 1, SCALE), 16);
+        assert_int_equal(mlav_flash_sm90_keys_rule(16, 1, SCALE), 16); /* H 16, q_len 1 */
+        assert_int_equal(mlav_flash_sm90_keys_rule(17, 1, SCALE), 0);  /* the seesaw's */
+        assert_int_equal(mlav_flash_sm90_keys_rule(0, 1, SCALE), 0);
+        assert_int_equal(mlav_flash_sm90_keys_rule(8, 0, SCALE), 0);   /* a 16-bit cache */
+        assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, 0.0f), 0);
+        assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, -SCALE), 0);
+        assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, NAN), 0);
+    }
+    setenv("MLAV_SM90_KERNEL", "seesaw", 1); /* the A/B switches turn it off */
     assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, SCALE), 0);
+    setenv("MLAV_SM90_KERNEL", "producer", 1);
+    assert_int_equal(mlav_flash_sm90_keys_rule(16, 1, SCALE), 0);
     unsetenv("MLAV_SM90_KERNEL");
 }
 

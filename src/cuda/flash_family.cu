@@ -26,10 +26,9 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
     *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype or FP8 E4M3); F32, batches of "
          "requests of at most 32 rows that read fewer than 6 KV tiles of 64 keys an SM, and FP8 "
          "caches read as fewer than 8 tiles an SM run the legal family (MLAV_FLASH_FAMILY=sm90 "
-         "forces it); its seesaw kernel for an FP8 cache and where blocks have at least 6 "
-         "tiles, else its producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one; "
-         "MLAV_SM90_KERNEL=keys takes its keys kernel for FP8 caches whose requests have at "
-         "most 16 rows, not yet measured)";
+         "forces it); its keys kernel for an FP8 cache whose requests have at most 16 rows, its "
+         "seesaw kernel for other FP8 caches and where blocks have at least 6 tiles, else its "
+         "producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
@@ -91,8 +90,9 @@ int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t
 int mlav_flash_sm90_keys_rule(int64_t max_rows, int kv_fp8, float scale)
 {
     const char *env = getenv("MLAV_SM90_KERNEL");
-    if (!env || strcmp(env, "keys") != 0 || !kv_fp8 || !(scale > 0.0f) || max_rows < 1 ||
-        max_rows > 16)
+    if (env && (strcmp(env, "seesaw") == 0 || strcmp(env, "producer") == 0))
+        return 0;
+    if (!kv_fp8 || !(scale > 0.0f) || max_rows < 1 || max_rows > 16)
         return 0;
     return max_rows <= 8 ? 8 : 16;
 }

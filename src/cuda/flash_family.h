@@ -86,10 +86,12 @@ int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t
 /* Within the sm_90a family, the keys kernel's instance for a plan over an FP8 E4M3 cache
  * (sm90/keys.cuh: the keys on the MMA's M side, K and V converted in registers, for blocks of at
  * most 16 rows): 8 or 16, the fewest rows that hold every request's max_rows (max_q_len x H: the
- * problem's, or a plan for limits' own), or 0 for the seesaw's or producer's rule. Opt-in while
- * it has no measurement: only where MLAV_SM90_KERNEL=keys (read at plan time), a cache that is
- * FP8 (kv_fp8), requests of at most 16 rows and a softmax_scale > 0 (its scores stay raw through
- * the maxima, as the seesaw's: mlav_flash_sm90_seesaw_rule). */
+ * problem's, or a plan for limits' own), or 0 for the seesaw's or producer's rule. Taken for a
+ * cache that is FP8 (kv_fp8), requests of at most 16 rows and a softmax_scale > 0 (its scores
+ * stay raw through the maxima, as the seesaw's: mlav_flash_sm90_seesaw_rule): on an H100 it took
+ * 0.56-0.73x the seesaw's time at every such point the family rule gives the sm_90a family (B 1,
+ * 131k; B 16, 32k and 131k; docs/PERFORMANCE.md#hopper). MLAV_SM90_KERNEL=seesaw or producer
+ * (read at plan time) turns it off, for A/B runs and tests. */
 int mlav_flash_sm90_keys_rule(int64_t max_rows, int kv_fp8, float scale);
 
 /* The family's name, as `mlaverify info` prints it. */
