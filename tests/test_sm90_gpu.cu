@@ -757,7 +757,7 @@ void test_sm90_fp8_nan_scale(void **state)
         }
 }
 
-/* The keys kernel (sm90/keys.cuh), which run_problem adds for an FP8 cache's plans of at most 16
+/* The keys kernel (sm90/keys/), which run_problem adds for an FP8 cache's plans of at most 16
  * rows a request (and which wide_cases reaches rarely): 20 random cases of H 1..16 with q_len up
  * to 16 / H (random_cases); the scale's extremes with q scaled the other way
  * (test_sm90_fp8_scale_extremes' pairs), plans for one problem and the step of a plan for limits;

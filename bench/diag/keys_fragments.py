@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The register layouts of the sm_90a keys kernel (src/cuda/sm90/keys.cuh), checked on the host:
+"""The register layouts of the sm_90a keys kernel (src/cuda/sm90/keys/), checked on the host:
 numpy models of mma.m16n8k16's fragments (fp8_fragments.py's, PTX ISA "Matrix Fragments for
 mma.m16n8k16") and of movmatrix.m8n8.trans.b16, then one warp's S^T = K Q^T over its half of the
 features and O^T = V^T P^T over its 16 keys, lane by lane from those fragments, against numpy's
@@ -35,7 +35,8 @@ def movtrans(pairs):
 
 
 def keys_dim(h, u, s, k):
-    """keys.cuh's keys_dim: the physical dim of row k of the O^T m-tile (group u, step s, half h)."""
+    """keys/traits.cuh's keys_dim: the physical dim of row k of the O^T m-tile (group u, step s,
+    half h)."""
     return 256 * h + 64 * u + 16 * ((k & 7) >> 1) + 4 * s + ((k & 1) | ((k >> 3) << 1))
 
 

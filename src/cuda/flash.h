@@ -192,7 +192,7 @@ typedef struct mlav_flash_launch_opts {
                            * mlav_flash_sm90_seesaw_rule), 0 = its producer kernel
                            * (sm90/kernel.cuh) */
     int32_t sm90_keys;    /* the sm_90a family over an FP8 cache: 8 or 16 = its keys kernel
-                           * (sm90/keys.cuh) for blocks of at most that many rows, 0 = not */
+                           * (sm90/keys/) for blocks of at most that many rows, 0 = not */
 } mlav_flash_launch_opts;
 
 /* Whether the split kernel should run every warp group, also those whose 32 rows lie past their

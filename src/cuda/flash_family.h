@@ -84,7 +84,7 @@ int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t
                                   float scale);
 
 /* Within the sm_90a family, the keys kernel's instance for a plan over an FP8 E4M3 cache
- * (sm90/keys.cuh: the keys on the MMA's M side, K and V converted in registers, for blocks of at
+ * (sm90/keys/: the keys on the MMA's M side, K and V converted in registers, for blocks of at
  * most 16 rows): 8 or 16, the fewest rows that hold every request's max_rows (max_q_len x H: the
  * problem's, or a plan for limits' own), or 0 for the seesaw's or producer's rule. Taken for a
  * cache that is FP8 (kv_fp8), requests of at most 16 rows and a softmax_scale > 0 (its scores

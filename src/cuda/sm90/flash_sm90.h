@@ -3,7 +3,7 @@
  * combine.cu unchanged) on wgmma, in two kernels: one with a producer warpgroup (kernel.cuh) and
  * the seesaw kernel of two math warpgroups that refill their own stages (seesaw.cuh), which a
  * launch takes by mlav_flash_launch_opts.sm90_seesaw; and for an FP8 cache's blocks of at most 16
- * rows the keys kernel (keys.cuh, mma.sync with the keys on M: mlav_flash_launch_opts.sm90_keys).
+ * rows the keys kernel (keys/, mma.sync with the keys on M: mlav_flash_launch_opts.sm90_keys).
  * Built only with MLAV_WITH_SM90.
  * Runs: BF16 and F16 q with a cache of the same dtype or FP8 E4M3 (kv_scale a host value or
  * kv_scale_ptr; its tiles converted to F16 in shared memory, as wgmma takes no MN-major 8-bit B
@@ -83,7 +83,7 @@ const void *mlav_flash_sm90_e4m3_kernel(mlav_dtype dtype, int step);
 /* The same for the FP8 E4M3 cache's seesaw kernel (sm90/seesaw.cuh). */
 const void *mlav_flash_sm90_e4m3_seesaw(mlav_dtype dtype, int step);
 
-/* The keys kernel (sm90/keys.cuh) over an FP8 E4M3 cache for q's dtype, whose blocks hold at most
+/* The keys kernel (sm90/keys/) over an FP8 E4M3 cache for q's dtype, whose blocks hold at most
  * `rows` (8 or 16) rows, and plan kind (step != 0: a plan for limits): its address, threads a
  * block and dynamic shared memory (instances_keys.cu). */
 typedef struct mlav_sm90_keys_shape {

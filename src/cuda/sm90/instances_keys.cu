@@ -1,8 +1,8 @@
-/* The keys kernel's instances (keys.cuh: an FP8 E4M3 cache, blocks of at most 8 or 16 rows,
+/* The keys kernel's instances (keys/kernel.cuh: an FP8 E4M3 cache, blocks of at most 8 or 16 rows,
  * BF16 and F16 q, plans for one problem and plans for limits), in their own translation unit;
  * launch_sm90.cu launches them through mlav_flash_sm90_keys. */
 #include "flash_sm90.h"
-#include "keys.cuh"
+#include "keys/kernel.cuh"
 
 namespace {
 

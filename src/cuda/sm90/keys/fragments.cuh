@@ -1,0 +1,36 @@
+/* Register-level helpers of the keys kernel: movmatrix's 8x8 transpose, shared loads by
+ * address, and the zeroing of non-finite F16 halves. */
+#ifndef MLAV_CUDA_SM90_KEYS_FRAGMENTS_CUH
+#define MLAV_CUDA_SM90_KEYS_FRAGMENTS_CUH
+
+#include "traits.cuh"
+
+namespace mlav90 {
+namespace keys {
+
+__device__ __forceinline__ uint32_t movtrans(uint32_t a)
+{
+    uint32_t d;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+    return d;
+}
+
+__device__ __forceinline__ uint2 lds8(uint32_t a)
+{
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
+    return v;
+}
+
+/* Zero the Inf and NaN halves of an F16 pair (exponent all ones). */
+__device__ __forceinline__ uint32_t finite_or_zero(uint32_t w)
+{
+    const uint32_t lo = (w & 0x7c00u) == 0x7c00u ? 0xffff0000u : 0xffffffffu;
+    const uint32_t hi = (w & 0x7c000000u) == 0x7c000000u ? 0x0000ffffu : 0xffffffffu;
+    return w & lo & hi;
+}
+
+} // namespace keys
+} // namespace mlav90
+
+#endif

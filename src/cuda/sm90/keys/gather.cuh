@@ -1,0 +1,41 @@
+/* The keys kernel's gather: each tile's page ids and its 64 raw rows into the ring by
+ * cp.async. */
+#ifndef MLAV_CUDA_SM90_KEYS_GATHER_CUH
+#define MLAV_CUDA_SM90_KEYS_GATHER_CUH
+
+#include "traits.cuh"
+
+namespace mlav90 {
+namespace keys {
+
+/* The page id of this thread's row of tile t (row tid / 4; 0 past kv_end): looked up a tile before
+ * its gather, so that the copies issue without waiting for the page table (each row's own entry
+ * at page_size 1). */
+__device__ __forceinline__ int32_t tile_row_page(const mlav_flash_params &p, const block_ctx &c,
+                                                 const int32_t *ptab, int t, int tid)
+{
+    return kv_page_of(ptab, c.kv_begin + t * KT + (tid >> 2), c.kv_end, p);
+}
+
+/* Tile t's 64 raw rows into its stage: row tid / 4 (page id `page`: tile_row_page) by threads
+ * 4 r .. 4 r + 3, each the 16-byte chunks 4 k + tid % 4 (64 contiguous bytes a row a step),
+ * zero-filled past kv_end. */
+__device__ __forceinline__ void gather_tile(const mlav_flash_params &p, const block_ctx &c,
+                                            int32_t page, uint32_t ring, int t, int tid)
+{
+    const int r = tid >> 2, part = tid & 3;
+    const int j = c.kv_begin + t * KT + r;
+    const bool live = j < c.kv_end;
+    const uint8_t *src =
+        kv_row_src(static_cast<const uint8_t *>(p.kv), page, j, live, p) + part * 16;
+    const uint32_t dst = ring + (uint32_t)(t % KSTAGES) * TILE_BYTES + (uint32_t)r * W +
+                         (uint32_t)part * 16;
+#pragma unroll
+    for (int k = 0; k < W / 64; k++)
+        cp_async16(dst + 64u * k, src + 64 * k, live ? 16 : 0);
+}
+
+} // namespace keys
+} // namespace mlav90
+
+#endif
