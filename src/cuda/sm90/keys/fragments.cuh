@@ -8,6 +8,8 @@
 namespace mlav90 {
 namespace keys {
 
+/* The transpose of an 8x8 matrix of halves held in the C-pair layout (lane g, t: row g, cols
+ * 2 t, 2 t + 1), in the same layout: how K's fragments become V^T's and S^T's become P^T's. */
 __device__ __forceinline__ uint32_t movtrans(uint32_t a)
 {
     uint32_t d;
@@ -15,6 +17,7 @@ __device__ __forceinline__ uint32_t movtrans(uint32_t a)
     return d;
 }
 
+/* 8 bytes of shared memory at a shared-space address (Q's B fragments of a k16 step). */
 __device__ __forceinline__ uint2 lds8(uint32_t a)
 {
     uint2 v;
