@@ -23,6 +23,30 @@ __device__ __forceinline__ uint32_t q_bf16_absmax_fold(uint32_t m, uint32_t w, b
     return __vmaxu2(m, w);
 }
 
+/* The block's largest |x| as BF16 bits, for q_f16_shift: `fold(finite)` gives this thread's two
+ * running maxima (q_bf16_absmax_fold over its words), met over the warp and then over the block's
+ * WARPS warps through `red` (2 x WARPS words: red[WARPS x round + warp]) around `meet()`, the
+ * block's barrier. A block whose q holds Inf or NaN (the first round's maximum, block-uniform)
+ * takes a second round over its finite values only. */
+template <int WARPS, typename Fold, typename Meet>
+__device__ __forceinline__ uint32_t q_block_absmax(const Fold &fold, const Meet &meet,
+                                                   uint32_t *red, int warp, int lane)
+{
+    const auto round_max = [&](bool finite, int round) {
+        const uint32_t m2 = fold(finite);
+        uint32_t m = __reduce_max_sync(0xffffffffu, max(m2 & 0xffffu, m2 >> 16));
+        if (lane == 0)
+            red[WARPS * round + warp] = m;
+        meet();
+#pragma unroll
+        for (int w = 0; w < WARPS; w++)
+            m = max(m, red[WARPS * round + w]);
+        return m;
+    };
+    const uint32_t mb = round_max(false, 0);
+    return mb >= 0x7f80u ? round_max(true, 1) : mb;
+}
+
 /* The shift for a block whose largest |x| has the BF16 bits `mb` (Inf or NaN: the caller takes
  * the largest finite one instead): |x| < 2^(e - 126) for BF16 biased exponent e, so 2^-(e - 141)
  * puts the largest in [2^14, 2^15); at least -126 so that 2^shift and 2^-shift stay normal. */

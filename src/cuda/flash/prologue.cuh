@@ -106,10 +106,10 @@ __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[Tr::MT][Tr::KSTEPS][4],
 {
     constexpr int MT = Tr::MT, KSTEPS = Tr::KSTEPS, NT = Tr::NT, DR = Tr::DR;
     constexpr int QPS8 = Tr::QPS8, QPE_CHUNKS = Tr::QPE_CHUNKS;
-    /* the block's largest |x| as BF16 bits (|x| orders like its bits), per 16-bit half with one
-     * packed max per word, then over the block (red[8 k + warp] in round k); `finite`: only
-     * values below Inf count (the second round, taken only by a block whose Q has Inf or NaN) */
-    const auto block_max = [&](bool finite, int round) {
+    /* this thread's largest |x| as BF16 bits (|x| orders like its bits), per 16-bit half with
+     * one packed max per word; over the block by q_block_absmax (`finite`: only values below Inf
+     * count, its second round, taken only by a block whose Q has Inf or NaN) */
+    const auto block_fold = [&](bool finite) {
         const auto fold = [finite](uint32_t m, uint32_t w) {
             return mlav::q_bf16_absmax_fold(m, w, finite);
         };
@@ -127,18 +127,10 @@ __device__ __forceinline__ float q_to_f16(uint32_t (&qf)[Tr::MT][Tr::KSTEPS][4],
             const uint4 v = *reinterpret_cast<const uint4 *>(sQ + r * QPS8 + ch * 8);
             m2 = fold(fold(fold(fold(m2, v.x), v.y), v.z), v.w);
         }
-        uint32_t m = __reduce_max_sync(0xffffffffu, max(m2 & 0xffffu, m2 >> 16));
-        if (lane == 0)
-            red[8 * round + warp] = m;
-        __syncthreads();
-#pragma unroll
-        for (int w = 0; w < NT / 32; w++)
-            m = max(m, red[8 * round + w]);
-        return m;
+        return m2;
     };
-    uint32_t mb = block_max(false, 0);
-    if (mb >= 0x7f80u) /* block-uniform */
-        mb = block_max(true, 1);
+    const uint32_t mb = mlav::q_block_absmax<NT / 32>(
+        block_fold, [] { __syncthreads(); }, red, warp, lane);
     const int shift = mlav::q_f16_shift(mb); /* the rule: q_to_f16.cuh */
     const float down = mlav::q_f16_down(shift);
     const auto cvt = [down](uint32_t w) { return mlav::q_bf16x2_to_f16x2(w, down); };

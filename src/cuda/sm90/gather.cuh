@@ -357,8 +357,7 @@ template <int BAR>
 __device__ __forceinline__ float q_tile_to_f16(uint32_t sq, uint32_t *red, int pt)
 {
     const uint32_t d0 = gather_dst(sq, pt);
-    const int warp = pt >> 5, lane = pt & 31;
-    const auto block_max = [&](bool finite, int round) {
+    const auto fold = [&](bool finite) {
         uint32_t m2 = 0;
 #pragma unroll
         for (int i = 0; i < ROWS_PER_THREAD; i++)
@@ -371,18 +370,13 @@ __device__ __forceinline__ float q_tile_to_f16(uint32_t sq, uint32_t *red, int p
                 m2 = mlav::q_bf16_absmax_fold(m2, v.z, finite);
                 m2 = mlav::q_bf16_absmax_fold(m2, v.w, finite);
             }
-        uint32_t m = __reduce_max_sync(0xffffffffu, max(m2 & 0xffffu, m2 >> 16));
-        if (lane == 0)
-            red[4 * round + warp] = m;
-        asm volatile("bar.sync %0, %1;\n" ::"n"(BAR), "n"(PRODUCER_THREADS) : "memory");
-#pragma unroll
-        for (int w = 0; w < PRODUCER_THREADS / 32; w++)
-            m = max(m, red[4 * round + w]);
-        return m;
+        return m2;
     };
-    uint32_t mb = block_max(false, 0);
-    if (mb >= 0x7f80u) /* block-uniform */
-        mb = block_max(true, 1);
+    const auto meet = [] {
+        asm volatile("bar.sync %0, %1;\n" ::"n"(BAR), "n"(PRODUCER_THREADS) : "memory");
+    };
+    const uint32_t mb =
+        mlav::q_block_absmax<PRODUCER_THREADS / 32>(fold, meet, red, pt >> 5, pt & 31);
     const int shift = mlav::q_f16_shift(mb);
     const float down = mlav::q_f16_down(shift);
 #pragma unroll

@@ -26,8 +26,7 @@ __device__ __forceinline__ float load_q_f16(const mlav_flash_params &p, const bl
     }
     float down = 1.0f, unshift = 1.0f;
     if constexpr (CONV) {
-        const int warp = tid >> 5, lane = tid & 31;
-        const auto block_max = [&](bool finite, int round) {
+        const auto fold = [&](bool finite) {
             uint32_t m2 = 0;
 #pragma unroll
             for (int i = 0; i < PER; i++) {
@@ -36,18 +35,10 @@ __device__ __forceinline__ float load_q_f16(const mlav_flash_params &p, const bl
                 m2 = mlav::q_bf16_absmax_fold(m2, v[i].z, finite);
                 m2 = mlav::q_bf16_absmax_fold(m2, v[i].w, finite);
             }
-            uint32_t m = __reduce_max_sync(0xffffffffu, max(m2 & 0xffffu, m2 >> 16));
-            if (lane == 0)
-                red[8 * round + warp] = m;
-            __syncthreads();
-#pragma unroll
-            for (int w = 0; w < WARPS; w++)
-                m = max(m, red[8 * round + w]);
-            return m;
+            return m2;
         };
-        uint32_t mb = block_max(false, 0);
-        if (mb >= 0x7f80u) /* block-uniform */
-            mb = block_max(true, 1);
+        const uint32_t mb = mlav::q_block_absmax<WARPS>(
+            fold, [] { __syncthreads(); }, red, tid >> 5, tid & 31);
         const int shift = mlav::q_f16_shift(mb);
         down = mlav::q_f16_down(shift);
         unshift = mlav::q_f16_unshift(shift);
