@@ -120,6 +120,14 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
                  : "memory");
 }
 
+/* 4 bytes, zero-filled past src_bytes (0 or 4): .ca, the only form below 16 bytes. */
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
 /* Ask the L2 to fetch `bytes` (a multiple of 16) at global address `src` (16-byte aligned),
  * without waiting and without a destination in shared memory. */
 __device__ __forceinline__ void prefetch_l2(const void *src, uint32_t bytes)

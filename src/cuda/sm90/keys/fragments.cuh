@@ -25,6 +25,13 @@ __device__ __forceinline__ uint2 lds8(uint32_t a)
     return v;
 }
 
+__device__ __forceinline__ int32_t lds4(uint32_t a)
+{
+    int32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
+
 /* Zero the Inf and NaN halves of an F16 pair (exponent all ones). */
 __device__ __forceinline__ uint32_t finite_or_zero(uint32_t w)
 {

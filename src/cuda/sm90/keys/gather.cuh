@@ -8,13 +8,28 @@
 namespace mlav90 {
 namespace keys {
 
-/* The page id of this thread's row of tile t (row tid / 4; 0 past kv_end): looked up a tile before
- * its gather, so that the copies issue without waiting for the page table (each row's own entry
- * at page_size 1). */
+/* The page id of this thread's row of tile t (row tid / 4; 0 past kv_end). */
 __device__ __forceinline__ int32_t tile_row_page(const mlav_flash_params &p, const block_ctx &c,
                                                  const int32_t *ptab, int t, int tid)
 {
     return kv_page_of(ptab, c.kv_begin + t * KT + (tid >> 2), c.kv_end, p);
+}
+
+/* The same page id copied into this thread's slot of tile t (`pages`: the PAGE region), 0 past
+ * kv_end (`my_pages`: the thread's slot of tile 0), by cp.async in the group being filled: no
+ * register waits for the page table. A load
+ * into a register whose store into shared memory waited for it held the warp ~L2 latency a tile
+ * (Nsight Compute: 2.6-4.1 of 8.0-9.7 cycles between a warp's instructions on an H100,
+ * bench/results/2026-12-05-h100-s50). Issued with the gather of tile t - AHEAD, it is read by
+ * the gather of tile t, AHEAD tiles later: the same thread, after its wait for that group. */
+__device__ __forceinline__ void tile_row_page_async(const mlav_flash_params &p, const block_ctx &c,
+                                                    const int32_t *ptab, uint32_t my_pages, int t,
+                                                    int tid)
+{
+    const int j = c.kv_begin + t * KT + (tid >> 2);
+    const bool live = j < c.kv_end;
+    const uint32_t k = live ? mlav_fastdiv_div((uint32_t)j, p.page_div) : 0u;
+    cp_async4(my_pages + (uint32_t)(t % KSTAGES) * (THREADS * 4u), ptab + k, live ? 4 : 0);
 }
 
 /* Tile t's 64 raw rows into its stage: row tid / 4 (page id `page`: tile_row_page) by threads

@@ -56,8 +56,9 @@ namespace keys {
 
 /* The kernel. NR: the most rows of any block (8 or 16); STEP as sm90/kernel.cuh's flash_sm90_kernel
  * (a plan for limits: the block's item from the step's schedule, step_item_index). The sequence:
- * tiles 0..2's gathers, Q (load_q_f16), the scores' factors; per tile its landing, the gather
- * of tile t + 3, s_tile, mask_tile, softmax_tile, o_tile; the epilogue. */
+ * tiles 0..2's gathers and tiles 3..5's page ids, Q (load_q_f16), the scores' factors; per tile
+ * its landing, the gather of tile t + 3 and the page ids of tile t + 6, s_tile, mask_tile,
+ * softmax_tile, o_tile; the epilogue. */
 template <typename T, int NR, bool STEP>
 __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_keys_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
@@ -79,16 +80,17 @@ __global__ void __launch_bounds__(THREADS, 1)
     const lane_ctx l = lane_ctx_of<NR>(smem, base);
     const int32_t *ptab = mlav_page_row_dev(p.page_table, p.page_table_rows,
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
+    /* tiles 0..AHEAD - 1 gathered with their page ids read here; each later tile's page ids
+     * copied into shared memory with the gather AHEAD tiles before the one that reads them */
+    const uint32_t my_pages = base + SL::PAGE + (uint32_t)l.tid * 4u;
 #pragma unroll
     for (int t = 0; t < AHEAD; t++) {
         if (t < c.n_tiles)
             gather_tile(p, c, tile_row_page(p, c, ptab, t, l.tid), ring, t, l.tid);
+        if (t + AHEAD < c.n_tiles)
+            tile_row_page_async(p, c, ptab, my_pages, t + AHEAD, l.tid);
         cp_async_commit();
     }
-    /* tile AHEAD's page ids, then each next tile's, kept in shared memory (each thread its own
-     * slot): in a register the 16-row instances spilled */
-    int32_t *const page_ahead = reinterpret_cast<int32_t *>(smem + SL::PAGE);
-    page_ahead[threadIdx.x] = tile_row_page(p, c, ptab, AHEAD, l.tid);
     const float unshift =
         load_q_f16<T, NR>(p, c, smem, reinterpret_cast<uint32_t *>(smem + SL::RED), l.tid);
 
@@ -117,9 +119,11 @@ __global__ void __launch_bounds__(THREADS, 1)
         cp_async_wait<AHEAD - 1>(); /* this thread's copies of tile t landed */
         __syncthreads();            /* everyone's; and tile t - 1's reads are done */
         if (t + AHEAD < c.n_tiles)
-            gather_tile(p, c, page_ahead[threadIdx.x], ring, t + AHEAD, l.tid);
+            gather_tile(p, c, lds4(my_pages + (uint32_t)((t + AHEAD) % KSTAGES) * (THREADS * 4u)),
+                        ring, t + AHEAD, l.tid);
+        if (t + 2 * AHEAD < c.n_tiles)
+            tile_row_page_async(p, c, ptab, my_pages, t + 2 * AHEAD, l.tid);
         cp_async_commit();
-        page_ahead[threadIdx.x] = tile_row_page(p, c, ptab, t + AHEAD + 1, l.tid);
 
         const int j_s = c.kv_begin + t * KT + 16 * l.sl; /* the slice's first key */
         float sacc[NTN][4];

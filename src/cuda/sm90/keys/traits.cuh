@@ -25,8 +25,9 @@ template <int NR> struct smem_k {
     static constexpr uint32_t X = Q + ((NR * QS * 2 + 15) / 16) * 16; /* [8][32][NR / 2] fp32 */
     static constexpr uint32_t ML = X + WARPS * 32 * (NR / 2) * 4;    /* [2][SLICES][NR] fp32 */
     static constexpr uint32_t RED = ML + 2 * SLICES * NR * 4;        /* [16] u32: Q's maximum */
-    static constexpr uint32_t PAGE = RED + 16 * 4; /* [THREADS] int32: each row's next page id */
-    static constexpr uint32_t BYTES = PAGE + THREADS * 4;
+    /* [KSTAGES][THREADS] int32: the page id of each thread's row of tile t in slot t % KSTAGES */
+    static constexpr uint32_t PAGE = RED + 16 * 4;
+    static constexpr uint32_t BYTES = PAGE + KSTAGES * THREADS * 4;
     static_assert(SLICES * NR * OSTR * 4 <= Q, "the epilogue's O in the ring");
     static_assert(BYTES <= 232448, "the sm_90 opt-in limit per block");
 };
