@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (As run in session 51. The patch is at 039be07..de68416 in git: `git show de68416`.)
 # Session 51 call 1 (main, then main + page-async.patch): the keys kernel's page ids by cp.async
 # (the patch), first correct, then timed against main. main's tree is copied before the patch is
 # applied (the device copy's .git can be stale, so no git archive there). Each step capped by what
