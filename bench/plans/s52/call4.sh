@@ -13,7 +13,7 @@ rm -rf /tmp/peer && mkdir -p /tmp/peer
 COMMIT=${C:-main} FLASHMLA_PREBUILT_SPLITKV=1 PHASE=build OUT=/tmp/peer MAX_JOBS=16 \
   bash .peer/flashmla/run.sh /tmp/src-r > /tmp/peer/build.log 2>&1; echo "peer build rc=$?"
 left=$(( ${HB:-560} - ($(date +%s) - t0) ))
-COMMIT=${C:-main} PHASE=bench TOTAL_BUDGET=$left BENCH_ARGS="--variants=tree,page1,fp8 --order abba --warmup-ms 150" \
+COMMIT=${C:-main} PHASE=bench TOTAL_BUDGET=$left BENCH_ARGS="--variants=tree,page1,fp8,fp8keys --order abba --warmup-ms 150" \
   OUT=/tmp/peer bash .peer/flashmla/run.sh /tmp/src-r > /tmp/peer/run.log 2>&1 || echo "flashmla rc=$?"
 tail -4 /tmp/peer/summary.txt 2>/dev/null
 tar -czf $OUT/flashmla.tgz -C /tmp peer
