@@ -18,14 +18,14 @@ mk() {
   echo "build $1 rc=$?"
 }
 rm -rf /tmp/h3-* /tmp/o3 && mkdir -p /tmp/peer /tmp/o3
-[ -d /tmp/flashmla-build ] || ( COMMIT=head FLASHMLA_PREBUILT_SPLITKV=1 PHASE=build OUT=/tmp/peer MAX_JOBS=2 MLAV_BUILD=/tmp/b-peer bash .peer/flashmla/run.sh . > /tmp/peer/build.log 2>&1; echo "peer build rc=$?" ) &
+[ -d /tmp/flashmla-build ] || ( FLASHMLA_PREBUILT_SPLITKV=1 MAX_JOBS=4 bash .peer/flashmla/build.sh /tmp/flashmla-build > /tmp/peer/build.log 2>&1; echo "flashmla build rc=$?" ) &
 [ -x /tmp/b-ef/mlaverify ] || { mk base "" & mk ef l2-first.patch & }
 wait
 el built
 h() { # variant batch
   MLAVERIFY_LIBRARY=/tmp/b-$1/libmlaverify.so PYTHONPATH=/tmp/src-$1/python PYTHONDONTWRITEBYTECODE=1 MLAV_COMMIT=head+$1 \
-    timeout $(lim 128) python3 .peer/flashmla/bench_flashmla.py --out /tmp/h3-$1-$2 --batch $2 --variants=page1,fp8 --order abba \
-    --warmup-ms 100 --rep-ms 80 --copy-gib 4 --budget 118 --flashmla-build /tmp/flashmla-build > /tmp/h3-$1-$2.log 2>&1
+    timeout $(lim 115) python3 .peer/flashmla/bench_flashmla.py --out /tmp/h3-$1-$2 --batch $2 --variants=page1,fp8 --order abba \
+    --warmup-ms 100 --rep-ms 80 --copy-gib 4 --budget 105 --flashmla-build /tmp/flashmla-build > /tmp/h3-$1-$2.log 2>&1
   echo "harness $1 B $2 rc=$?"; tail -n 1 /tmp/h3-$1-$2/summary.txt
   cp /tmp/h3-$1-$2/results.jsonl /tmp/o3/$1-$2.results.jsonl; cp /tmp/h3-$1-$2/summary.txt /tmp/o3/$1-$2.summary.txt; cp /tmp/h3-$1-$2/variants.md /tmp/o3/$1-$2.variants.md
 }
