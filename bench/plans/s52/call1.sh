@@ -7,7 +7,8 @@
 #   3. Nsight Compute on main's keys kernel at page_size 64, B 16, q_len 1, 131k, H 16 and H 8:
 #      every stall reason per issued instruction, and the per-instruction SASS with its stall
 #      samples (the source page), which the checkout cannot disassemble without cuobjdump;
-#   4. `mlaverify bench --l2 dirty` against the default flush at B 16, 4096 (session 48's item 3).
+#   4. `mlaverify bench --l2 dirty` against the default flush at B 16, 4096 (session 48's item 3);
+#   5. the engine path (`--engine 1` and `1.5`) over an FP8 cache at q_len 1, 131k.
 # Each step capped by what is left of CAP (570) s; everything tarred into $OUT/o.tgz.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
@@ -55,4 +56,11 @@ for l2 in flush dirty; do
     --page-size 64 --l2 $l2 --reps 200 --max-seconds 1 --csv $O/cli-$l2.csv > $O/cli-$l2.log 2>&1
   echo "cli $l2 rc=$?"; tail -2 $O/cli-$l2.log
 done
+# the engine path over an FP8 cache since the page ids (session 50: H 8 at limits 1.5 took the
+# 16-row instance, 1.134 of the exact 8-row plan, at page_size 1)
+for c in 1 1.5; do for b in 1 16; do # --batch takes one value
+  timeout $(lim 30) $M bench --backend cuda --batch $b --heads 8,16 --qlen 1 --prefix 131072 \
+    --kv-dtype fp8 --engine $c --engine-csv $O/engine-$c-b$b.csv > $O/engine-$c-b$b.log 2>&1
+  echo "engine $c B $b rc=$?"; tail -4 $O/engine-$c-b$b.log
+done; done
 el done
