@@ -294,9 +294,8 @@ else
     local a rc log
     log=$(mktemp)
     for a in 1 2 3; do
-      timeout --kill-after=5 60 bash -c "san_streams racecheck" > "$log" 2>&1
-      rc=$?
-      cat "$log"
+      timeout --kill-after=5 60 bash -c "san_streams racecheck" 2>&1 | tee "$log"
+      rc=${PIPESTATUS[0]}
       case $rc in
         124|137) echo "--- racecheck test_cuda_streams_gpu: attempt $a STALLED (killed at 60 s)" ;;
         99)
