@@ -15,12 +15,14 @@ export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
 lim() { local l=$(( ${CAP:-570} - ($(date +%s) - t0) )); [ $l -lt $1 ] || l=$1; [ $l -gt 5 ] || l=5; echo $l; }
 O=/tmp/o; rm -rf $O; mkdir -p $O
-trap 'tar -czf $OUT/o.tgz -C /tmp o' EXIT
+# the patch comes off at the end, so that a later call on this machine starts from main
+trap 'tar -czf $OUT/o.tgz -C /tmp o; [ -f $O/patched ] && patch -R -p1 -s < bench/plans/s52/s-chains.patch' EXIT
 bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv > $O/machine.txt 2>&1
 rm -rf /tmp/base && mkdir /tmp/base
 tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/base
 patch -p1 -s < bench/plans/s52/s-chains.patch || { echo "patch failed"; exit 1; }
+touch $O/patched
 B=$PWD/build-s52
 cmake -S . -B $B -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF \
   -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_EXAMPLES=OFF > $O/build.log 2>&1 \
