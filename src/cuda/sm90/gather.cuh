@@ -221,6 +221,7 @@ static_assert(RAW_ROW_CHUNKS == RAW_LANE_CHUNKS * ROW_LANES + ROW_LANES / 2 &&
                   2 * RAW_LANE_CHUNKS == W_BLOCKS - 1,
               "raw chunk l + 8k of a row in column block 2k + 1, the fifth in the last");
 
+/* Shared memory at a shared-space address: 16, 8 and 4 bytes. */
 __device__ __forceinline__ uint4 lds16(uint32_t a)
 {
     uint4 v;
@@ -228,6 +229,20 @@ __device__ __forceinline__ uint4 lds16(uint32_t a)
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "r"(a)
                  : "memory");
+    return v;
+}
+
+__device__ __forceinline__ uint2 lds8(uint32_t a)
+{
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ int32_t lds4(uint32_t a)
+{
+    int32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
     return v;
 }
 

@@ -1,5 +1,5 @@
-/* Register-level helpers of the keys kernel: movmatrix's 8x8 transpose, shared loads by
- * address, and the zeroing of non-finite F16 halves. */
+/* Register-level helpers of the keys kernel: movmatrix's 8x8 transpose and the zeroing of
+ * non-finite F16 halves (its shared loads by address: lds16, lds8, lds4 in ../gather.cuh). */
 #ifndef MLAV_CUDA_SM90_KEYS_FRAGMENTS_CUH
 #define MLAV_CUDA_SM90_KEYS_FRAGMENTS_CUH
 
@@ -15,21 +15,6 @@ __device__ __forceinline__ uint32_t movtrans(uint32_t a)
     uint32_t d;
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
     return d;
-}
-
-/* 8 bytes of shared memory at a shared-space address (Q's B fragments of a k16 step). */
-__device__ __forceinline__ uint2 lds8(uint32_t a)
-{
-    uint2 v;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ int32_t lds4(uint32_t a)
-{
-    int32_t v;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
-    return v;
 }
 
 /* Zero the Inf and NaN halves of an F16 pair (exponent all ones). */

@@ -19,10 +19,10 @@ __device__ __forceinline__ int32_t tile_row_page(const mlav_flash_params &p, con
  * kv_end (`my_pages`: the thread's slot of tile 0), by cp.async in the group being filled: no
  * register waits for the page table. At page_size 1 each of a tile's rows has its own id, and a
  * load into a register whose store into shared memory waited for it held the warp ~L2 latency a
- * tile (Nsight Compute: 2.6-4.1 of 8.0-9.7 cycles between a warp's instructions on an H100,
- * bench/results/2026-12-05-h100-s50); by cp.async the FP8 cache took 0.67-0.73x the time at B 16,
- * 131k (bench/results/2026-12-05-h100-s51). Issued with the gather of tile t - AHEAD, it is read
- * by the gather of tile t, AHEAD tiles later: the same thread, after its wait for that group. */
+ * tile (Nsight Compute: 2.6-4.1 of 8.0-9.7 cycles between a warp's instructions on an H100); by
+ * cp.async the FP8 cache took 0.67-0.73x the time at B 16, 131k (docs/PERFORMANCE.md#hopper).
+ * Issued with the gather of tile t - AHEAD, it is read by the gather of tile t, AHEAD tiles
+ * later: the same thread, after its wait for that group. */
 __device__ __forceinline__ void tile_row_page_async(const mlav_flash_params &p, const block_ctx &c,
                                                     const int32_t *ptab, uint32_t my_pages, int t,
                                                     int tid)
