@@ -141,59 +141,88 @@ static void test_seesaw_limits(void **state)
     unsetenv("MLAV_SM90_KERNEL");
 }
 
-/* The family on cc 9.0 (where the library has the sm_90a family): the legal one for requests of
- * at most 32 rows whose batch reads fewer than 6 tiles an SM, FP8 caches read as fewer than 8
- * tiles of 64 rows an SM, and KV shards;
- * MLAV_FLASH_FAMILY overrides. Elsewhere, and without the sm_90a family, always the legal one. */
+/* The family on cc 9.0 (where the library has the sm_90a family): an FP8 cache the keys kernel
+ * takes keeps the sm_90a family at 8 rows at most, and at 9-16 rows from 6 tiles an SM; else the
+ * legal one for requests of at most 32 rows whose batch reads fewer than 6 tiles an SM, FP8
+ * caches read as fewer than 8 tiles of 64 rows an SM, and KV shards; MLAV_FLASH_FAMILY overrides.
+ * Elsewhere, and without the sm_90a family, always the legal one. */
 static void test_family_rule(void **state)
 {
     (void)state;
     unsetenv("MLAV_FLASH_FAMILY");
+    unsetenv("MLAV_SM90_KERNEL");
     const int sms = 132;
     const int64_t edge = (int64_t)MLAV_SM90_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sms; /* 50,688 */
-    assert_int_equal(mlav_flash_family_for_plan(8, 9, 2048, 1 << 24, sms, 0, 0),
+    assert_int_equal(mlav_flash_family_for_plan(8, 9, 2048, 1 << 24, sms, 0, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL); /* not cc 9.0 */
 #ifdef MLAV_WITH_SM90
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 32769, sms, 0, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 32769, sms, 0, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL); /* B 1, H 8, q 1, 32k */
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 16 * 4097, sms, 0, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 16 * 4097, sms, 0, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90); /* B 16, H 8, q 1, 4k */
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 32, edge - 1, sms, 0, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 32, edge - 1, sms, 0, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 32, edge, sms, 0, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 32, edge, sms, 0, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 33, 4097, sms, 0, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 33, 4097, sms, 0, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90); /* more rows: short batches too */
-    /* an FP8 cache: at least 8 tiles of 64 rows x 64 keys an SM */
+    /* an FP8 cache the keys kernel takes: at 8 rows any batch, at 9-16 from 6 tiles an SM */
+    const int64_t keys_edge =
+        (int64_t)MLAV_SM90_KEYS16_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sms; /* 50,688 */
+    assert_int_equal(MLAV_SM90_KEYS16_MIN_TILES, 6);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 4097, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_SM90); /* B 1, H 8, q 1, 4k: 0.5 tiles an SM */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 1, 1, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_SM90);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 16 * 4097, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_SM90); /* B 16, H 8, q 1, 4k: 7.8 */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 16, 16 * 4097, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_SM90); /* B 16, H 16, q 1, 4k */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 16, 32769, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_LEGAL); /* B 1, H 16, q 1, 32k: 3.9 */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 9, keys_edge - 1, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 9, keys_edge, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_SM90);
+    /* ... not where the keys kernel does not run: a scale <= 0, or MLAV_SM90_KERNEL's seesaw */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 4097, sms, 1, 0.0f, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
+    setenv("MLAV_SM90_KERNEL", "seesaw", 1);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 16 * 4097, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
+    unsetenv("MLAV_SM90_KERNEL");
+    /* other FP8 caches: at least 8 tiles of 64 rows x 64 keys an SM */
     const int64_t fp8_edge = (int64_t)MLAV_SM90_FP8_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sms;
     assert_int_equal(MLAV_SM90_FP8_MIN_TILES, 8);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 1, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 16 * 4097, sms, 1, 0),
-                     MLAV_FLASH_FAMILY_LEGAL); /* B 16, H 8, q 1, 4k: 7.8 tiles an SM */
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 128, 4097, sms, 1, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 128, 4097, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL); /* B 1, H 128, q 1, 4k: 2 row tiles */
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 4097, sms, 1, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 4097, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90); /* B 1, H 128, q 16, 4k: 15.5 */
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, fp8_edge - 1, sms, 1, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 64, fp8_edge - 1, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, fp8_edge, sms, 1, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 64, fp8_edge, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, fp8_edge / 2, sms, 1, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, fp8_edge / 2, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90); /* two row tiles a request */
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, fp8_edge / 2 - 1, sms, 1, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, fp8_edge / 2 - 1, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, 1),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, SCALE, 1),
                      MLAV_FLASH_FAMILY_LEGAL); /* KV shard */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 1 << 24, sms, 1, SCALE, 1),
+                     MLAV_FLASH_FAMILY_LEGAL); /* KV shard, FP8 */
     setenv("MLAV_FLASH_FAMILY", "sm90", 1);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 4097, sms, 1, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 16, 4097, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90);
     setenv("MLAV_FLASH_FAMILY", "legal", 1);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, SCALE, 0),
+                     MLAV_FLASH_FAMILY_LEGAL);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 1 << 24, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL);
     unsetenv("MLAV_FLASH_FAMILY");
 #else
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, 0),
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL);
     (void)edge;
 #endif

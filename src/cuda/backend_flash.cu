@@ -73,7 +73,7 @@ mlav_status config_device(const mlav_problem_info *p, int32_t max_q_len, int mor
 #ifdef MLAV_WITH_SM90
     if (mlav_flash_family_for_plan(c->dev.cc_major, c->dev.cc_minor,
                                    (int64_t)p->max_q_len * p->H, p->total_kv, c->dev.sm_count,
-                                   c->kv_fp8, p->shard.ranks > 1) ==
+                                   c->kv_fp8, p->scale, p->shard.ranks > 1) ==
             MLAV_FLASH_FAMILY_SM90 &&
         mlav_flash_sm90_supported(p->dtype, p->kv_dtype, &c->dev) == MLAV_OK) {
         s = mlav_flash_sm90_prepare(p->dtype, p->kv_dtype, &c->dev, &c->blocks_per_sm);

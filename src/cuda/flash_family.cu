@@ -23,12 +23,13 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
         *w = "MLAV_FLASH_FAMILY=sm90 (every BF16 or F16 plan, short requests included)";
         return MLAV_FLASH_FAMILY_SM90;
     }
-    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype or FP8 E4M3); F32, batches of "
-         "requests of at most 32 rows that read fewer than 6 KV tiles of 64 keys an SM, and FP8 "
-         "caches read as fewer than 8 tiles an SM run the legal family (MLAV_FLASH_FAMILY=sm90 "
-         "forces it); its keys kernel for an FP8 cache whose requests have at most 16 rows, its "
-         "seesaw kernel for other FP8 caches and where blocks have at least 6 tiles, else its "
-         "producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one)";
+    *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype or FP8 E4M3); its keys kernel for an "
+         "FP8 cache whose requests have at most 8 rows, and at most 16 from 6 KV tiles of 64 keys "
+         "an SM; F32, other batches of requests of at most 32 rows that read fewer than 6 tiles "
+         "an SM, and other FP8 caches read as fewer than 8 tiles of 64 rows an SM run the legal "
+         "family (MLAV_FLASH_FAMILY=sm90 forces it); its seesaw kernel for other FP8 caches and "
+         "where blocks have at least 6 tiles, else its producer kernel (MLAV_SM90_KERNEL=seesaw "
+         "or producer forces one)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
@@ -41,21 +42,32 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
                                              int64_t total_kv, int sm_count, int kv_fp8,
-                                             int sharded)
+                                             float scale, int sharded)
 {
     const mlav_flash_family f = mlav_flash_family_of(cc_major, cc_minor, NULL);
     if (sharded)
         return MLAV_FLASH_FAMILY_LEGAL; /* the sm_90a kernel takes no KV shard */
     const char *env = getenv("MLAV_FLASH_FAMILY");
-    const int forced = env && strcmp(env, "sm90") == 0;
-    if (f == MLAV_FLASH_FAMILY_SM90 && !forced && rows_per_request <= 32 &&
+    if (f != MLAV_FLASH_FAMILY_SM90 || (env && strcmp(env, "sm90") == 0))
+        return f;
+    /* an FP8 cache the keys kernel takes: its 8-row instance at any tile count, its 16-row one
+     * from MLAV_SM90_KEYS16_MIN_TILES 64-key tiles an SM */
+    const int keys = mlav_flash_sm90_keys_rule(rows_per_request, kv_fp8, scale);
+    if (keys == 8)
+        return f;
+    if (keys == 16)
+        return total_kv < (int64_t)MLAV_SM90_KEYS16_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count
+                   ? MLAV_FLASH_FAMILY_LEGAL
+                   : f;
+    if (rows_per_request <= 32 &&
         total_kv < (int64_t)MLAV_SM90_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count)
         return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile at most half full, a few tiles a split */
-    /* an FP8 cache: its 64-row tiles of KV (each request's row tiles times its tiles of keys,
-     * taken as the widest request's over the batch's keys) against MLAV_SM90_FP8_MIN_TILES an SM */
+    /* an FP8 cache the seesaw kernel takes: its 64-row tiles of KV (each request's row tiles
+     * times its tiles of keys, taken as the widest request's over the batch's keys) against
+     * MLAV_SM90_FP8_MIN_TILES an SM */
     const int64_t row_tiles =
         (rows_per_request + MLAV_FLASH_SM90_TILE_N - 1) / MLAV_FLASH_SM90_TILE_N;
-    if (f == MLAV_FLASH_FAMILY_SM90 && !forced && kv_fp8 &&
+    if (kv_fp8 &&
         row_tiles * total_kv < (int64_t)MLAV_SM90_FP8_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count)
         return MLAV_FLASH_FAMILY_LEGAL;
     return f;

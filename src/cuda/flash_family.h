@@ -39,25 +39,37 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
  * docs/PERFORMANCE.md#hopper. 6 splits the interval, in which nothing was measured. */
 #define MLAV_SM90_MIN_TILES 6
 
-/* The fewest 64-row x 64-key tiles an SM an FP8 cache's batch must read for the sm_90a family
- * (its seesaw kernel, which converts each tile on its reader's path): on the H200 it took
- * 1.12-1.57x the legal family's time at 1-7.8 tiles an SM (B 16, H 8 and 16, q_len 1, 4k; B 1,
- * H 128, q_len 1, 4k; B 1, H 8 and 16, q_len 16, 4k), 0.93x at 7.8 (B 1, H 8, q_len 16, 32k)
- * and 0.73-0.97x from 15.5 (`git show d89d2b7:bench/results/2026-12-02-h200-s30`, call 3). */
+/* The fewest 64-row x 64-key tiles an SM an FP8 cache's batch that the keys kernel does not take
+ * must read for the sm_90a family (its seesaw kernel, which converts each tile on its reader's
+ * path): on the H200 it took 1.12-1.57x the legal family's time at 1-7.8 tiles an SM (B 16, H 8
+ * and 16, q_len 1, 4k; B 1, H 128, q_len 1, 4k; B 1, H 8 and 16, q_len 16, 4k), 0.93x at 7.8
+ * (B 1, H 8, q_len 16, 32k) and 0.73-0.97x from 15.5
+ * (`git show d89d2b7:bench/results/2026-12-02-h200-s30`, call 3). */
 #define MLAV_SM90_FP8_MIN_TILES 8
 
+/* The fewest 64-key tiles an SM a batch of requests of 9 to 16 rows over an FP8 cache must read
+ * for the sm_90a family's keys kernel (its 8-row instance takes any batch): against the legal
+ * family's FP8 path the 16-row instance took 0.84-0.87x the time at 7.8 tiles an SM (B 16, H 16
+ * q_len 1 and H 8 q_len 2, 4k) but 1.02-1.04x at 3.9 (B 1, 32k) and 1.10-1.15x at 0.5 (B 1, 4k),
+ * the 8-row one 0.78-0.99x from 0.5 to 7.8 (an H100 at page_size 64, sessions 50 and 52;
+ * docs/PERFORMANCE.md#hopper). 6 splits 3.9-7.8, in which nothing was measured. */
+#define MLAV_SM90_KEYS16_MIN_TILES 6
+
 /* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
- * on the H200 (docs/PERFORMANCE.md#hopper), unless MLAV_FLASH_FAMILY is "sm90" (so that tests
- * reach the sm_90a family with them): requests of at most 32 folded rows (max_q_len x H) whose
- * batch reads fewer than MLAV_SM90_MIN_TILES 64-key tiles an SM (total_kv, the batch's KV rows,
- * or a plan for limits' max_batch x max_kv_len; sm_count SMs), and an FP8 E4M3 cache (kv_fp8)
- * whose batch reads fewer than MLAV_SM90_FP8_MIN_TILES tiles of 64 rows x 64 keys an SM
+ * (docs/PERFORMANCE.md#hopper), unless MLAV_FLASH_FAMILY is "sm90" (so that tests reach the
+ * sm_90a family with them). An FP8 E4M3 cache (kv_fp8) that the keys kernel takes
+ * (mlav_flash_sm90_keys_rule: requests of at most 16 folded rows, max_q_len x H, and a positive
+ * `scale`) keeps the sm_90a family at 8 rows at most, and from MLAV_SM90_KEYS16_MIN_TILES 64-key
+ * tiles an SM at 9-16 rows (total_kv, the batch's KV rows, or a plan for limits' max_batch x
+ * max_kv_len; sm_count SMs). Otherwise the legal family takes requests of at most 32 rows whose
+ * batch reads fewer than MLAV_SM90_MIN_TILES 64-key tiles an SM, and an FP8 cache whose batch
+ * reads fewer than MLAV_SM90_FP8_MIN_TILES tiles of 64 rows x 64 keys an SM
  * (ceil(rows_per_request / 64) x total_kv / 64, over sm_count). A KV shard (sharded nonzero)
  * always runs the legal family: the sm_90a kernel does not map a shard's rows (its mask loop
  * with the map ran unsharded plans up to 1.04x slower). */
 mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t rows_per_request,
                                              int64_t total_kv, int sm_count, int kv_fp8,
-                                             int sharded);
+                                             float scale, int sharded);
 
 /* Within the sm_90a family, whether a plan's launches take the seesaw kernel (sm90/seesaw.cuh:
  * two math warpgroups on alternate tiles, no producer) rather than the producer kernel
