@@ -142,7 +142,7 @@ static void test_seesaw_limits(void **state)
 }
 
 /* The family on cc 9.0 (where the library has the sm_90a family): an FP8 cache the keys kernel
- * takes keeps the sm_90a family at 8 rows at most, and at 9-16 rows from 6 tiles an SM; else the
+ * takes keeps the sm_90a family at 8 rows at most, and at 9-16 rows from 3 tiles an SM; else the
  * legal one for requests of at most 32 rows whose batch reads fewer than 6 tiles an SM, FP8
  * caches read as fewer than 8 tiles of 64 rows an SM, and KV shards; MLAV_FLASH_FAMILY overrides.
  * Elsewhere, and without the sm_90a family, always the legal one. */
@@ -166,10 +166,10 @@ static void test_family_rule(void **state)
                      MLAV_FLASH_FAMILY_SM90);
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 33, 4097, sms, 0, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90); /* more rows: short batches too */
-    /* an FP8 cache the keys kernel takes: at 8 rows any batch, at 9-16 from 6 tiles an SM */
+    /* an FP8 cache the keys kernel takes: at 8 rows any batch, at 9-16 from 3 tiles an SM */
     const int64_t keys_edge =
-        (int64_t)MLAV_SM90_KEYS16_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sms; /* 50,688 */
-    assert_int_equal(MLAV_SM90_KEYS16_MIN_TILES, 6);
+        (int64_t)MLAV_SM90_KEYS16_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sms; /* 25,344 */
+    assert_int_equal(MLAV_SM90_KEYS16_MIN_TILES, 3);
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 4097, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90); /* B 1, H 8, q 1, 4k: 0.5 tiles an SM */
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 1, 1, sms, 1, SCALE, 0),
@@ -179,7 +179,9 @@ static void test_family_rule(void **state)
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 16, 16 * 4097, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90); /* B 16, H 16, q 1, 4k */
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 16, 32769, sms, 1, SCALE, 0),
-                     MLAV_FLASH_FAMILY_LEGAL); /* B 1, H 16, q 1, 32k: 3.9 */
+                     MLAV_FLASH_FAMILY_SM90); /* B 1, H 16, q 1, 32k: 3.9 */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 16, 4097, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_LEGAL); /* B 1, H 16, q 1, 4k: 0.5 */
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 9, keys_edge - 1, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL);
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 9, keys_edge, sms, 1, SCALE, 0),

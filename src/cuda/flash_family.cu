@@ -24,7 +24,7 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
         return MLAV_FLASH_FAMILY_SM90;
     }
     *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype or FP8 E4M3); its keys kernel for an "
-         "FP8 cache whose requests have at most 8 rows, and at most 16 from 6 KV tiles of 64 keys "
+         "FP8 cache whose requests have at most 8 rows, and at most 16 from 3 KV tiles of 64 keys "
          "an SM; F32, other batches of requests of at most 32 rows that read fewer than 6 tiles "
          "an SM, and other FP8 caches read as fewer than 8 tiles of 64 rows an SM run the legal "
          "family (MLAV_FLASH_FAMILY=sm90 forces it); its seesaw kernel for other FP8 caches and "
