@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Session 52 call 4 (session 51's call 2; main, alone or after another call): FlashMLA side by side
+# on main at the issue's 120 shapes with the tree, page1 and fp8 variants (session 47's call 1
+# protocol: --order abba, 150 ms warm-up), the FP8 cache now taking the keys kernel wherever a
+# request has at most 16 rows. Its table replaces session 47's as the one README cites.
+set -uo pipefail
+export PATH=/usr/local/cuda/bin:$PATH
+t0=$(date +%s)
+bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
+rm -rf /tmp/src-r && mkdir /tmp/src-r
+tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/src-r
+rm -rf /tmp/peer && mkdir -p /tmp/peer
+COMMIT=${C:-main} FLASHMLA_PREBUILT_SPLITKV=1 PHASE=build OUT=/tmp/peer MAX_JOBS=16 \
+  bash .peer/flashmla/run.sh /tmp/src-r > /tmp/peer/build.log 2>&1; echo "peer build rc=$?"
+left=$(( ${HB:-560} - ($(date +%s) - t0) ))
+COMMIT=${C:-main} PHASE=bench TOTAL_BUDGET=$left BENCH_ARGS="--variants=tree,page1,fp8,fp8keys --order abba --warmup-ms 150" \
+  OUT=/tmp/peer bash .peer/flashmla/run.sh /tmp/src-r > /tmp/peer/run.log 2>&1 || echo "flashmla rc=$?"
+tail -4 /tmp/peer/summary.txt 2>/dev/null
+tar -czf $OUT/flashmla.tgz -C /tmp peer

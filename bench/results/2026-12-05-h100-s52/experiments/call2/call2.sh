@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Session 52 call 2, session 48's second prepared call with its patch rebased: l2-first.patch (the seesaw kernel's 16-bit KV copies with an L2 evict_first
+# policy where the plan reads at most 256 MB of KV, evict_normal elsewhere) against HEAD over the harness's 120 shapes
+# (triton do_bench, its zero_ flush, --order abba) with the page1 and fp8 variants, B 1 then B 16, in the order base,
+# ef, ef, base. Predicted (s47 call 3's unconditional policy, per shape): B 1 ~0.98x, B 16 4096 ~0.96x, elsewhere 1.00x.
+set -uo pipefail
+export PATH=/usr/local/cuda/bin:$PATH
+R=$PWD
+t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
+lim() { local l=$(( 585 - ($(date +%s) - t0) )); [ $l -lt $1 ] || l=$1; [ $l -gt 5 ] || l=5; echo $l; }
+bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
+mk() {
+  rm -rf /tmp/src-$1 && mkdir /tmp/src-$1 && tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/src-$1
+  [ -z "${2:-}" ] || (cd /tmp/src-$1 && patch -p1 -s < $R/bench/plans/s52/$2) || { echo "patch $2 failed"; return 1; }
+  cmake -S /tmp/src-$1 -B /tmp/b-$1 -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real \
+    -DMLAV_NCCL=OFF -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_EXAMPLES=OFF -DMLAV_BUILD_TESTS=OFF > /tmp/b-$1.log 2>&1 \
+    && cmake --build /tmp/b-$1 -j7 --target mlaverify mlaverify_cli >> /tmp/b-$1.log 2>&1
+  echo "build $1 rc=$?"
+}
+rm -rf /tmp/h3-* /tmp/o3 && mkdir -p /tmp/peer /tmp/o3
+[ -d /tmp/flashmla-build ] || ( FLASHMLA_PREBUILT_SPLITKV=1 MAX_JOBS=4 bash .peer/flashmla/build.sh /tmp/flashmla-build > /tmp/peer/build.log 2>&1; echo "flashmla build rc=$?" ) &
+[ -x /tmp/b-ef/mlaverify ] || { mk base "" & mk ef l2-first.patch & }
+wait
+el built
+h() { # variant batch
+  MLAVERIFY_LIBRARY=/tmp/b-$1/libmlaverify.so PYTHONPATH=/tmp/src-$1/python PYTHONDONTWRITEBYTECODE=1 MLAV_COMMIT=head+$1 \
+    timeout $(lim 115) python3 .peer/flashmla/bench_flashmla.py --out /tmp/h3-$1-$2 --batch $2 --variants=page1,fp8 --order abba \
+    --warmup-ms 100 --rep-ms 80 --copy-gib 4 --budget 105 --flashmla-build /tmp/flashmla-build > /tmp/h3-$1-$2.log 2>&1
+  echo "harness $1 B $2 rc=$?"; tail -n 1 /tmp/h3-$1-$2/summary.txt
+  cp /tmp/h3-$1-$2/results.jsonl /tmp/o3/$1-$2.results.jsonl; cp /tmp/h3-$1-$2/summary.txt /tmp/o3/$1-$2.summary.txt; cp /tmp/h3-$1-$2/variants.md /tmp/o3/$1-$2.variants.md
+}
+h base 1; h ef 1; h ef 16; h base 16
+el harness
+tar -czf $OUT/call3.tgz -C /tmp o3
+el done
