@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Session 52 call 4 (session 51's call 2; main, alone or after another call): FlashMLA side by side
-# on main at the issue's 120 shapes with the tree, page1 and fp8 variants (session 47's call 1
-# protocol: --order abba, 150 ms warm-up), the FP8 cache now taking the keys kernel wherever a
-# request has at most 16 rows. Its table replaces session 47's as the one README cites.
+# Session 53 call 3 (main, alone or after another call; on an H200 first): FlashMLA side by side
+# on main at the issue's 120 shapes with the tree, page1, fp8 and fp8keys variants (session 47's
+# call 1 protocol: --order abba, 150 ms warm-up), the FP8 cache taking the keys kernel at most 8
+# rows a request, and 9-16 from 3 tiles an SM (session 52's rule; fp8keys forces it at 9-16
+# below that too). On an H200 its table replaces session 47's as the one README cites.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s)
