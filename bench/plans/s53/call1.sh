@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Session 53 call 1 (main): the keys kernel's shared-memory wavefronts (session 52's profile at
 # page_size 64: 25.2 M of 68.0 M beyond the ideal at 16 rows; docs/PERFORMANCE.md#hopper).
-#   1. main + flat-tile.patch (row-page.patch's one page id a row, and whole tiles inside one page
-#      copied flat): build, test_sm90_keys, memcheck and racecheck on it (2 cases a group: the
-#      row's other threads now read the id its first thread copied, across the block barrier);
+#   1. main + wavefronts.patch (row-page.patch's one page id a row; whole tiles inside one page
+#      copied flat; the slices' exchange 16 bytes a lane apart): build, test_sm90_keys, memcheck
+#      and racecheck on it (2 cases a group: the row's other threads now read the id its first
+#      thread copied, across the block barrier);
 #   2. bench/ab.sh main against it, 3 rounds, FP8 cache, page_size 64 then 1, B 16, H {8, 16} x
 #      q_len {1, 2} x {32k, 131k} (H 16, q_len 2 is the seesaw's: the control);
-#   3. the same at page_size 64 with main + row-page.patch as the base (the flat tiles' share);
+#   3. the same at page_size 64 with main + row-page.patch as the base (the flat tiles' and the
+#      exchange's share);
 #   4. Nsight Compute on the patched keys kernel at page_size 64, B 16, H 16, q_len 1, 131k: its
 #      wavefronts and stalls against session 52's (68.0 M, 25.2 M excessive, 6.4 cycles an issue).
 # Each step capped by what is left of CAP (570) s; everything tarred into $OUT/o.tgz; the patch
@@ -16,7 +18,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
 lim() { local l=$(( ${CAP:-570} - ($(date +%s) - t0) )); [ $l -lt $1 ] || l=$1; [ $l -gt 5 ] || l=5; echo $l; }
 O=/tmp/o; rm -rf $O; mkdir -p $O
-trap 'tar -czf $OUT/o.tgz -C /tmp o; [ -f $O/patched ] && git apply -R bench/plans/s53/flat-tile.patch' EXIT
+trap 'tar -czf $OUT/o.tgz -C /tmp o; [ -f $O/patched ] && patch -R -p1 -s < bench/plans/s53/wavefronts.patch' EXIT
 bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv > $O/machine.txt 2>&1
 for t in base rowpage; do
@@ -24,7 +26,7 @@ for t in base rowpage; do
   tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/$t
 done
 (cd /tmp/rowpage && patch -p1 -s < bench/plans/s53/row-page.patch) || { echo "row-page failed"; exit 1; }
-git apply bench/plans/s53/flat-tile.patch || { echo "patch failed"; exit 1; }
+patch -p1 -s < bench/plans/s53/wavefronts.patch || { echo "patch failed"; exit 1; }
 touch $O/patched
 B=$PWD/build-s53
 cmake -S . -B $B -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF \
