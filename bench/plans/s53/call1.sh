@@ -11,8 +11,8 @@
 #      exchange's share);
 #   4. Nsight Compute on the patched keys kernel at page_size 64, B 16, H 16, q_len 1, 131k: its
 #      wavefronts and stalls against session 52's (68.0 M, 25.2 M excessive, 6.4 cycles an issue).
-# Each step capped by what is left of CAP (570) s; everything tarred into $OUT/o.tgz; the patch
-# comes off at the end.
+# Each step capped by what is left of CAP (570) s; a failed test stops the call; everything tarred
+# into $OUT/o.tgz; the patch comes off at the end.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
@@ -36,12 +36,7 @@ echo "build rc=$?"; grep -E "spill|error" $O/build.log | head -5; el built
 timeout --kill-after=5 $(lim 120) env MLAV_TEST_FILTER=test_sm90_keys $B/tests/test_sm90_gpu > $O/keys.log 2>&1
 echo "keys rc=$? runs ok: $(grep -c '^  keys .*: ok' $O/keys.log)"; grep -E "FAIL|PASSED" $O/keys.log | head -3
 el keys
-for tool in memcheck racecheck; do
-  timeout --kill-after=5 $(lim 60) env MLAV_TEST_FILTER=test_sm90_keys MLAV_SM90_CASES=2 \
-    compute-sanitizer --tool $tool --error-exitcode 99 $B/tests/test_sm90_gpu > $O/san-$tool.log 2>&1
-  echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $O/san-$tool.log | sort | uniq -c
-done
-el sanitizers
+grep -q "FAILED" $O/keys.log && { echo "keys failed: no A/B (the log says where)"; exit 1; }
 ab() { # $1 base tree, $2 page size, $3 name
   mkdir -p $O/ab-$3
   OUT=$O/ab-$3 ROUNDS=3 timeout $(lim 150) bash bench/ab.sh $1 --backend cuda --batch 16 \
@@ -49,11 +44,25 @@ ab() { # $1 base tree, $2 page size, $3 name
   echo "ab $3 rc=$?"; tail -14 $O/ab-$3/ab.txt 2>/dev/null || tail -20 $O/ab-$3.log
   el ab-$3
 }
-ab /tmp/base 64 p64; ab /tmp/base 1 p1; ab /tmp/rowpage 64 flat-p64
+ab /tmp/base 64 p64
 M=$(ls -d $PWD/build-ab-new*/mlaverify 2>/dev/null | head -1)
-[ -x "$M" ] && timeout $(lim 60) ncu --section SpeedOfLight --section WarpStateStats \
-  --section SourceCounters --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-  -k regex:keys -c 1 $M bench --backend cuda --batch 16 --heads 16 --qlen 1 --prefix 131072 \
-  --kv-dtype fp8 --page-size 64 --reps 3 > $O/ncu-h16.txt 2>&1
-echo "ncu rc=$?"; grep -E "Duration|Warp Cycles Per Issued|excessive wavefronts" $O/ncu-h16.txt | head -4
+if [ -x "$M" ]; then
+  timeout $(lim 60) ncu --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' --import-source no \
+    -k regex:keys -c 1 -f -o /tmp/keys16 $M bench --backend cuda --batch 16 --heads 16 --qlen 1 \
+    --prefix 131072 --kv-dtype fp8 --page-size 64 --reps 3 > $O/ncu-run-h16.log 2>&1
+  echo "ncu rc=$?"
+  ncu -i /tmp/keys16.ncu-rep --page details > $O/ncu-h16.txt 2>&1
+  ncu -i /tmp/keys16.ncu-rep --page source --csv --print-source sass 2>/dev/null | gzip > $O/ncu-sass-h16.csv.gz
+  grep -E "Duration|Warp Cycles Per Issued|excessive wavefronts" $O/ncu-h16.txt | head -4
+fi
+el ncu
+for tool in memcheck racecheck; do
+  timeout --kill-after=5 $(lim 45) env MLAV_TEST_FILTER=test_sm90_keys MLAV_SM90_CASES=2 \
+    compute-sanitizer --tool $tool --error-exitcode 99 $B/tests/test_sm90_gpu > $O/san-$tool.log 2>&1
+  echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $O/san-$tool.log | sort | uniq -c
+done
+el sanitizers
+ab /tmp/base 1 p1
+ab /tmp/rowpage 64 flat-p64 # last: the profile attributes the wavefronts too
 el done
