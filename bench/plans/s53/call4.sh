@@ -25,7 +25,7 @@ rm -rf /tmp/base && mkdir /tmp/base
 tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/base
 patch -p1 -s < bench/plans/s53/bulk.patch || { echo "patch failed"; exit 1; }
 touch $O/patched
-B=$PWD/build-s53-bulk
+B=$PWD/build-s53 # call 1's, if it ran: an incremental build
 cmake -S . -B $B -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF \
   -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_EXAMPLES=OFF > $O/build.log 2>&1 \
   && cmake --build $B -j16 --target test_sm90_gpu >> $O/build.log 2>&1
