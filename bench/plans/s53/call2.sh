@@ -3,7 +3,7 @@
 # evict_first policy where the plan reads at most 256 MB of KV; elsewhere the plain copies, not
 # session 52's evict_normal hint, which took 1.02-1.05x the time at B 16, 32k and 131k past 4
 # rows) against HEAD over the harness's 120 shapes (triton do_bench, its zero_ flush, --order
-# abba) with the page1 and fp8 variants, B 1 then B 16, in the order base, ef, ef, base.
+# abba) with the page1 and fp8 variants, B 1 then B 16, in the order base, ef2, ef2, base.
 # Predicted from session 52's call 2 (H100): B 16, 4096 0.92-0.97x up to 256 rows a request, B 1
 # 0.92-0.99x from 32k up to 256 rows (0.983 geomean over B 1), and 1.00x at B 16 from 32k.
 set -uo pipefail
@@ -22,7 +22,7 @@ mk() {
 }
 rm -rf /tmp/h3-* /tmp/o3 && mkdir -p /tmp/peer /tmp/o3
 [ -d /tmp/flashmla-build ] || ( FLASHMLA_PREBUILT_SPLITKV=1 MAX_JOBS=4 bash .peer/flashmla/build.sh /tmp/flashmla-build > /tmp/peer/build.log 2>&1; echo "flashmla build rc=$?" ) &
-[ -x /tmp/b-ef/mlaverify ] || { mk base "" & mk ef l2-first-v2.patch & }
+[ -x /tmp/b-ef2/mlaverify ] || { mk base "" & mk ef2 l2-first-v2.patch & }
 wait
 el built
 h() { # variant batch
@@ -32,7 +32,7 @@ h() { # variant batch
   echo "harness $1 B $2 rc=$?"; tail -n 1 /tmp/h3-$1-$2/summary.txt
   cp /tmp/h3-$1-$2/results.jsonl /tmp/o3/$1-$2.results.jsonl; cp /tmp/h3-$1-$2/summary.txt /tmp/o3/$1-$2.summary.txt; cp /tmp/h3-$1-$2/variants.md /tmp/o3/$1-$2.variants.md
 }
-h base 1; h ef 1; h ef 16; h base 16
+h base 1; h ef2 1; h ef2 16; h base 16
 el harness
 tar -czf $OUT/call2.tgz -C /tmp o3
 el done
