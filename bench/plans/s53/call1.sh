@@ -10,7 +10,9 @@
 #   3. the same at page_size 64 with main + row-page.patch as the base (the flat tiles' and the
 #      exchange's share);
 #   4. Nsight Compute on the patched keys kernel at page_size 64, B 16, H 16, q_len 1, 131k: its
-#      wavefronts and stalls against session 52's (68.0 M, 25.2 M excessive, 6.4 cycles an issue).
+#      wavefronts and stalls against session 52's (68.0 M, 25.2 M excessive, 6.4 cycles an issue);
+#   5. main's FP8 family rule at page_size 1 (B 1 and 16, H 8 and 16, q_len 1, 4k and 32k): the
+#      keys kernel against the legal family (session 52 timed the rule's points at page_size 64).
 # Each step capped by what is left of CAP (570) s; a failed test stops the call; everything tarred
 # into $OUT/o.tgz; the patch comes off at the end.
 set -uo pipefail
@@ -65,4 +67,15 @@ done
 el sanitizers
 ab /tmp/base 1 p1
 ab /tmp/rowpage 64 flat-p64 # last: the profile attributes the wavefronts too
+# the family rule at page_size 1 (its points were timed at page_size 64): main's keys kernel
+# against the legal family's FP8 path (MLAV_SM90_KERNEL=seesaw turns the keys kernel off)
+M0=$PWD/build-ab-base-base/mlaverify
+for e in rule seesaw; do
+  [ -x "$M0" ] && for b in 1 16; do
+    MLAV_SM90_KERNEL=$e timeout $(lim 30) $M0 bench --backend cuda --batch $b --heads 8,16 --qlen 1 \
+      --prefix 4096,32768 --page-size 1 --kv-dtype fp8 --reps 100 --max-seconds 1 2>&1 \
+      | grep -E '^ +[0-9]+ ' | sed "s/^/$e B$b /" | tee -a $O/rule-p1.txt
+  done
+done
+el rule-p1
 el done
