@@ -51,11 +51,11 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
  * for the sm_90a family's keys kernel (its 8-row instance takes any batch), at page_size 64
  * against the legal family's FP8 path: on the H200 the 16-row instance took 0.74x the time at
  * 7.8 tiles an SM (B 16, H 16 q_len 1 and H 8 q_len 2, 4k), 0.87x at 3.9 (B 1, H 16, 32k) and
- * 1.14x at 0.5 (B 1, 4k), the 8-row one 0.62x, 0.74x and 0.94x (session 52); on an H100 the
- * 16-row one 0.84-0.87x, 1.02-1.04x and 1.10-1.15x, the 8-row one 0.78-0.99x (sessions 50 and
- * 52; docs/PERFORMANCE.md#hopper). Where the H200's and the H100's lines cross 1 (~2.3 and ~4.3
- * tiles, straight between the points), nothing was measured; 3 takes the H200's gain at 3.9 for
- * the H100's loss of 2-4% there. */
+ * 1.14x at 0.5 (B 1, 4k), the 8-row one 0.62x, 0.74x and 0.94x; on an H100 the 16-row one
+ * 0.84-0.87x, 1.02-1.04x and 1.10-1.15x, the 8-row one 0.78-0.99x (docs/PERFORMANCE.md#hopper,
+ * "FP8 cache"). Where the H200's and the H100's lines cross 1 (~2.3 and ~4.3 tiles, straight
+ * between the points), nothing was measured; 3 takes the H200's gain at 3.9 for the H100's loss
+ * of 2-4% there. */
 #define MLAV_SM90_KEYS16_MIN_TILES 3
 
 /* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
