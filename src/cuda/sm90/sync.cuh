@@ -209,6 +209,26 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, int32
                  : "memory");
 }
 
+/* `bytes` (a multiple of 16) from global address `src` (16-byte aligned) to shared address `dst`
+ * (16-byte aligned) by one bulk copy of the tensor memory accelerator, its bytes reported on
+ * `bar` (complete_tx), which an arrive.expect_tx of them accounts for (before or after: the
+ * transaction count may run negative). Async-proxy writes, visible to a thread that sees the
+ * phase complete. */
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uint32_t bytes,
+                                              uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+/* 16 zero bytes at shared address `dst`. */
+__device__ __forceinline__ void sts16_zero(uint32_t dst)
+{
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0u) : "memory");
+}
+
 /* A producer thread's hand-over of shared memory it filled by cp.async to wgmma readers in other
  * threads: once its copies have landed (a cp_async_wait before), the proxy fence by the writer
  * itself, then its arrival (release) on the barrier the readers wait on (acquire). */

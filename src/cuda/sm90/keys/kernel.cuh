@@ -33,8 +33,9 @@
  *   V^T's A = (trans(K a0), trans(K a2), trans(K a1), trans(K a3)).
  *
  * Pipeline: 4 stages of raw 64-key tiles (576 bytes a row, contiguous: the 16-byte loads of a
- * quarter warp, rows g and g + 1 at 16 t, fall on distinct banks), 3 ahead, cp.async by all
- * threads (a row to 4 threads, one page id each, looked up a tile ahead), one block barrier a
+ * quarter warp, rows g and g + 1 at 16 t, fall on distinct banks), 3 ahead, by bulk copies (a
+ * tile inside one page by thread 0, else a row by its first thread, whose page id it copied by
+ * cp.async three tiles before), each stage's bytes awaited on its mbarrier, one block barrier a
  * tile.
  * Hidden keys: scores -inf (mask as mlav_kv_visible), and draft keys' non-finite V values zeroed
  * in registers (the seesaw's sanitize_v rule). Epilogue: each slice's O^T rescaled to the rows'
@@ -82,13 +83,21 @@ __global__ void __launch_bounds__(THREADS, 1)
                                             p.page_table_num_rows, p.max_pages, p.bad_pages, c.b);
     /* tiles 0..AHEAD - 1 gathered with their page ids read here; each later tile's page ids
      * copied into shared memory with the gather AHEAD tiles before the one that reads them */
-    const uint32_t my_pages = base + SL::PAGE + (uint32_t)l.tid * 4u;
+    const uint32_t row_slot = base + SL::PAGE + (uint32_t)(l.tid >> 2) * 4u; /* its row's */
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + SL::FULL);
+    if (l.tid == 0) {
+#pragma unroll
+        for (int s = 0; s < KSTAGES; s++)
+            mbar_init(full + s, 1); /* thread 0's arrive.expect_tx a tile */
+        fence_proxy_async();        /* the initialization visible to the copies' complete_tx */
+    }
+    __syncthreads();
 #pragma unroll
     for (int t = 0; t < AHEAD; t++) {
         if (t < c.n_tiles)
-            gather_tile(p, c, tile_row_page(p, c, ptab, t, l.tid), ring, t, l.tid);
+            gather_tile(p, c, tile_row_page(p, c, ptab, t, l.tid), ring, full, t, l.tid);
         if (t + AHEAD < c.n_tiles)
-            tile_row_page_async(p, c, ptab, my_pages, t + AHEAD, l.tid);
+            tile_row_page_async(p, c, ptab, row_slot, t + AHEAD, l.tid);
         cp_async_commit();
     }
     const float unshift =
@@ -116,13 +125,14 @@ __global__ void __launch_bounds__(THREADS, 1)
         m_run[n][0] = m_run[n][1] = -INFINITY, l_run[n][0] = l_run[n][1] = 0.0f;
 
     for (int t = 0; t < c.n_tiles; t++) {
-        cp_async_wait<AHEAD - 1>(); /* this thread's copies of tile t landed */
-        __syncthreads();            /* everyone's; and tile t - 1's reads are done */
+        cp_async_wait<AHEAD - 1>();                  /* this thread's page ids of tile t + AHEAD */
+        mbar_wait(full + t % KSTAGES, (uint32_t)(t / KSTAGES) & 1u); /* tile t's bytes */
+        __syncthreads(); /* everyone's ids and zeroed rows; and tile t - 1's reads are done */
         if (t + AHEAD < c.n_tiles)
-            gather_tile(p, c, lds4(my_pages + (uint32_t)((t + AHEAD) % KSTAGES) * (THREADS * 4u)),
-                        ring, t + AHEAD, l.tid);
+            gather_tile(p, c, lds4(row_slot + (uint32_t)((t + AHEAD) % KSTAGES) * (KT * 4u)),
+                        ring, full, t + AHEAD, l.tid);
         if (t + 2 * AHEAD < c.n_tiles)
-            tile_row_page_async(p, c, ptab, my_pages, t + 2 * AHEAD, l.tid);
+            tile_row_page_async(p, c, ptab, row_slot, t + 2 * AHEAD, l.tid);
         cp_async_commit();
 
         const int j_s = c.kv_begin + t * KT + 16 * l.sl; /* the slice's first key */

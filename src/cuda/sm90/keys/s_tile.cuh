@@ -51,11 +51,11 @@ __device__ __forceinline__ void s_tile(float (&sacc)[NTN][4], uint32_t (&kf)[GRO
     s_step<NTN>(sacc, a, wa.y, wb.y, l.q_rope + 8u);
 #pragma unroll
     for (int n = 0; n < NTN; n++)
-        l.x_mine[n] = make_float4(sacc[n][0], sacc[n][1], sacc[n][2], sacc[n][3]);
+        l.x_mine[n * WARPS * 32] = make_float4(sacc[n][0], sacc[n][1], sacc[n][2], sacc[n][3]);
     named_barrier(1 + l.sl, 64);
 #pragma unroll
     for (int n = 0; n < NTN; n++) {
-        const float4 v = l.x_mine[l.x_other + n];
+        const float4 v = l.x_mine[l.x_other + n * WARPS * 32];
         sacc[n][0] += v.x, sacc[n][1] += v.y, sacc[n][2] += v.z, sacc[n][3] += v.w;
     }
 }

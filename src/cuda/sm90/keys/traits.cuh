@@ -22,12 +22,18 @@ template <int NR> struct smem_k {
     static_assert(NR == 8 || NR == 16, "8 or 16 rows");
     static constexpr uint32_t KV = 0;                                /* [KSTAGES][64][576] e4m3 */
     static constexpr uint32_t Q = KV + KSTAGES * TILE_BYTES;         /* [NR][QS] F16 */
-    static constexpr uint32_t X = Q + ((NR * QS * 2 + 15) / 16) * 16; /* [8][32][NR / 2] fp32 */
+    /* [NR / 8][8][32] float4: n8 tile n of warp w's lane at [n][w][lane], 16 bytes a lane apart
+     * (as [w][lane][n] they were 32 at 16 rows, two lanes a bank group: 2 wavefronts a phase) */
+    static constexpr uint32_t X = Q + ((NR * QS * 2 + 15) / 16) * 16;
     static constexpr uint32_t ML = X + WARPS * 32 * (NR / 2) * 4;    /* [2][SLICES][NR] fp32 */
     static constexpr uint32_t RED = ML + 2 * SLICES * NR * 4;        /* [16] u32: Q's maximum */
-    /* [KSTAGES][THREADS] int32: the page id of each thread's row of tile t in slot t % KSTAGES */
+    /* [KSTAGES][KT] int32: the page id of row r of tile t in slot t % KSTAGES, r */
     static constexpr uint32_t PAGE = RED + 16 * 4;
-    static constexpr uint32_t BYTES = PAGE + KSTAGES * THREADS * 4;
+    /* [KSTAGES] u64: stage s's barrier, its phase complete when tile t's bytes (t % KSTAGES = s)
+     * have landed */
+    static constexpr uint32_t FULL = PAGE + KSTAGES * KT * 4;
+    static constexpr uint32_t BYTES = FULL + KSTAGES * 8;
+    static_assert(FULL % 8 == 0, "mbarriers are 8-byte aligned");
     static_assert(SLICES * NR * OSTR * 4 <= Q, "the epilogue's O in the ring");
     static_assert(BYTES <= 232448, "the sm_90 opt-in limit per block");
 };
@@ -43,14 +49,13 @@ __host__ __device__ constexpr int keys_dim(int h, int u, int s, int k)
 struct lane_ctx {
     int tid, warp, lane, sl, hf, g, t4;
     uint32_t q_lat, q_rope; /* Q's row g at this half's first latent (rope) feature, t4's bytes */
-    float4 *x_mine;         /* this lane's slot of the slices' exchange */
+    float4 *x_mine;         /* this lane's slot of the slices' exchange, its n8 tile 0's */
     int x_other;            /* the slice's other warp (warp ^ 4), in float4s from x_mine */
 };
 
 template <int NR>
 __device__ __forceinline__ lane_ctx lane_ctx_of(unsigned char *smem, uint32_t base)
 {
-    constexpr int NTN = NR / 8;
     lane_ctx l;
     l.tid = threadIdx.x;
     l.lane = l.tid & 31;
@@ -61,8 +66,8 @@ __device__ __forceinline__ lane_ctx lane_ctx_of(unsigned char *smem, uint32_t ba
     l.t4 = l.lane & 3;
     l.q_lat = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + 256 * l.hf + 16 * l.t4) * 2u;
     l.q_rope = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + DL + 32 * l.hf + 8 * l.t4) * 2u;
-    l.x_mine = reinterpret_cast<float4 *>(smem + smem_k<NR>::X) + (l.warp * 32 + l.lane) * NTN;
-    l.x_other = (l.hf ? -4 : 4) * 32 * NTN;
+    l.x_mine = reinterpret_cast<float4 *>(smem + smem_k<NR>::X) + (l.warp * 32 + l.lane);
+    l.x_other = (l.hf ? -4 : 4) * 32;
     return l;
 }
 
