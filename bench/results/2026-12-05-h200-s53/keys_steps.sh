@@ -22,7 +22,8 @@ B=$PWD/build-s53
 cmake -S . -B $B -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF \
   -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_EXAMPLES=OFF > $O/build.log 2>&1 \
   && cmake --build $B -j16 --target test_sm90_gpu >> $O/build.log 2>&1
-echo "build rc=$?"; grep -E "spill|error" $O/build.log | head -5; el built
+rc=$?; echo "build rc=$rc"; grep -E "spill|error" $O/build.log | head -5; el built
+[ $rc = 0 ] || exit 1
 
 keys_test() { # test_sm90_keys on the patched build; a failure ends the call
   timeout --kill-after=5 $(lim 120) env MLAV_TEST_FILTER=test_sm90_keys $B/tests/test_sm90_gpu > $O/keys.log 2>&1

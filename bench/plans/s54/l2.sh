@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 53 call 2: l2-first-v2.patch (the seesaw kernel's 16-bit KV copies with an L2
+# Session 54: l2-first-v2.patch (the seesaw kernel's 16-bit KV copies with an L2
 # evict_first policy where the plan reads at most 256 MB of KV; elsewhere the plain copies, not
 # session 52's evict_normal hint, which took 1.02-1.05x the time at B 16, 32k and 131k past 4
 # rows) against HEAD over the harness's 120 shapes (triton do_bench, its zero_ flush, --order
@@ -14,7 +14,7 @@ lim() { local l=$(( 585 - ($(date +%s) - t0) )); [ $l -lt $1 ] || l=$1; [ $l -gt
 bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
 mk() {
   rm -rf /tmp/src-$1 && mkdir /tmp/src-$1 && tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/src-$1
-  [ -z "${2:-}" ] || (cd /tmp/src-$1 && patch -p1 -s < $R/bench/plans/s53/$2) || { echo "patch $2 failed"; return 1; }
+  [ -z "${2:-}" ] || (cd /tmp/src-$1 && patch -p1 -s < $R/bench/plans/s54/$2) || { echo "patch $2 failed"; return 1; }
   cmake -S /tmp/src-$1 -B /tmp/b-$1 -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real \
     -DMLAV_NCCL=OFF -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_EXAMPLES=OFF -DMLAV_BUILD_TESTS=OFF > /tmp/b-$1.log 2>&1 \
     && cmake --build /tmp/b-$1 -j7 --target mlaverify mlaverify_cli >> /tmp/b-$1.log 2>&1

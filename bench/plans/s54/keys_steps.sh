@@ -1,0 +1,66 @@
+# The steps of the keys kernel's calls (gathered.sh), sourced by them: PATCH (a file in bench/plans/s54/) applied to
+# the checkout and taken off at the end, main copied to /tmp/base and to /tmp/NAME for each NAME
+# in EXTRA_TREES (before the patch), test_sm90_gpu built in
+# build-s54 (incremental where an earlier call built it), then the functions below. Each step is
+# capped by what is left of CAP (570) s; everything lands in $OUT/o.tgz.
+set -uo pipefail
+export PATH=/usr/local/cuda/bin:$PATH
+t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
+lim() { local l=$(( ${CAP:-570} - ($(date +%s) - t0) )); [ $l -lt $1 ] || l=$1; [ $l -gt 5 ] || l=5; echo $l; }
+O=/tmp/o; rm -rf $O; mkdir -p $O
+trap 'tar -czf $OUT/o.tgz -C /tmp o; [ -f $O/patched ] && patch -R -p1 -s < bench/plans/s54/$PATCH' EXIT
+bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv > $O/machine.txt 2>&1
+copy_tree() { # $1: /tmp/$1 gets the checkout as it is now
+  rm -rf /tmp/$1 && mkdir /tmp/$1
+  tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/$1
+}
+for t in base ${EXTRA_TREES:-}; do copy_tree $t; done
+patch -p1 -s < bench/plans/s54/$PATCH || { echo "patch $PATCH failed"; exit 1; }
+touch $O/patched
+B=$PWD/build-s54
+cmake -S . -B $B -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF \
+  -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_EXAMPLES=OFF > $O/build.log 2>&1 \
+  && cmake --build $B -j16 --target test_sm90_gpu >> $O/build.log 2>&1
+rc=$?; echo "build rc=$rc"; grep -E "spill|error" $O/build.log | head -5; el built
+[ $rc = 0 ] || exit 1
+
+keys_test() { # test_sm90_keys on the patched build; a failure ends the call
+  timeout --kill-after=5 $(lim 120) env MLAV_TEST_FILTER=test_sm90_keys $B/tests/test_sm90_gpu > $O/keys.log 2>&1
+  echo "keys rc=$? runs ok: $(grep -c '^  keys .*: ok' $O/keys.log)"; grep -E "FAIL|PASSED" $O/keys.log | head -3
+  el keys
+  grep -q "FAILED" $O/keys.log && { echo "keys failed: no A/B (the log says where)"; exit 1; }
+}
+ab() { # $1 base tree, $2 page size, $3 name, $4 batch (16): FP8, H {8, 16} x q_len {1, 2} x {32k,
+  # 131k} at B 16, x {4k, 32k} at B 1
+  mkdir -p $O/ab-$3
+  local b=${4:-16} pre=32768,131072
+  [ "$b" = 16 ] || pre=4096,32768
+  OUT=$O/ab-$3 ROUNDS=3 timeout $(lim 150) bash bench/ab.sh $1 --backend cuda --batch $b \
+    --heads 8,16 --qlen 1,2 --prefix $pre --kv-dtype fp8 --page-size $2 > $O/ab-$3.log 2>&1
+  echo "ab $3 rc=$?"; tail -14 $O/ab-$3/ab.txt 2>/dev/null || tail -20 $O/ab-$3.log
+  el ab-$3
+}
+ncu_h16() { # the patched keys kernel at page_size 64, B 16, H 16, q_len 1, 131k
+  local M; M=$(ls -d $PWD/build-ab-new*/mlaverify 2>/dev/null | head -1)
+  if [ -x "$M" ]; then
+    timeout $(lim 60) ncu --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' --import-source no \
+      -k regex:keys -c 1 -f -o /tmp/keys16 $M bench --backend cuda --batch 16 --heads 16 --qlen 1 \
+      --prefix 131072 --kv-dtype fp8 --page-size 64 --reps 3 > $O/ncu-run-h16.log 2>&1
+    echo "ncu rc=$?"
+    ncu -i /tmp/keys16.ncu-rep --page details > $O/ncu-h16.txt 2>&1
+    ncu -i /tmp/keys16.ncu-rep --page source --csv --print-source sass 2>/dev/null | gzip > $O/ncu-sass-h16.csv.gz
+    grep -E "Duration|Warp Cycles Per Issued|excessive wavefronts" $O/ncu-h16.txt | head -4
+  fi
+  el ncu
+}
+sanitize() { # compute-sanitizer tools ($@) on test_sm90_keys, 2 cases a group
+  local tool
+  for tool in "$@"; do
+    timeout --kill-after=5 $(lim 45) env MLAV_TEST_FILTER=test_sm90_keys MLAV_SM90_CASES=2 \
+      compute-sanitizer --tool $tool --error-exitcode 99 $B/tests/test_sm90_gpu > $O/san-$tool.log 2>&1
+    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $O/san-$tool.log | sort | uniq -c
+  done
+  el sanitizers
+}
