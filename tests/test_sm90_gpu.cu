@@ -761,7 +761,8 @@ void test_sm90_fp8_nan_scale(void **state)
  * rows a request (and which wide_cases reaches rarely): 20 random cases of H 1..16 with q_len up
  * to 16 / H (random_cases); the scale's extremes with q scaled the other way
  * (test_sm90_fp8_scale_extremes' pairs), plans for one problem and the step of a plan for limits;
- * and a NaN in a draft row's values that some rows do not see (its V zeroed in registers: only
+ * page sizes 16, 128 and 256 (tiles across pages, whole tiles inside a page past its slot 0); and
+ * a NaN in a draft row's values that some rows do not see (its V zeroed in registers: only
  * the rows whose mask sees that row are NaN). MLAV_SM90_CASES=n (under compute-sanitizer) runs
  * the first n of each group. */
 void test_sm90_keys(void **state)
@@ -776,6 +777,18 @@ void test_sm90_keys(void **state)
     const uint64_t seed = tu_seed();
     const int qs[2] = {2, 1};
     scale_extremes(dev, seed + 40, 8, qs, 8, 2, limit);
+    /* page sizes the random cases do not draw: 16 (every tile across pages, so a copy a row) and
+     * 128 and 256 (whole tiles that start past slot 0 of their page: one bulk copy from inside
+     * the page); a long request with split items and a short one, 16 rows (H 8, q_len 2) */
+    const int page_sizes[3] = {16, 128, 256};
+    for (int k = 0; k < 3 && k < limit; k++) {
+        const int ql[2] = {2, 1}, pre[2] = {20000 + 77 * k, 700};
+        tu_case c = make_case(8, page_sizes[k], k % 2 ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16,
+                              k % 2 ? TU_BUSHY : TU_CHAIN, 2, ql, pre,
+                              seed + 80 + (uint64_t)k);
+        c.kv_dtype = MLAV_DTYPE_FP8_E4M3;
+        run_case(&c, &dev, k == 1 ? STEP_LAUNCH : ROWS_NONE);
+    }
     for (int d = 0; d < 2 && d < limit; d++) {
         const int q1[1] = {4}, p1[1] = {300};
         tu_case c = make_case(4, 1, d ? MLAV_DTYPE_F16 : MLAV_DTYPE_BF16, TU_BUSHY, 1, q1, p1,
