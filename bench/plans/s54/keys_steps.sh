@@ -64,3 +64,36 @@ sanitize() { # compute-sanitizer tools ($@) on test_sm90_keys, 2 cases a group
   done
   el sanitizers
 }
+sass_counts() { # the keys instances' SASS, base (/tmp/base) and patched: instructions by opcode
+  local t
+  for t in base new; do
+    local src=/tmp/base; [ $t = base ] || src=$PWD
+    (cd $src && timeout $(lim 90) nvcc -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -Iinclude \
+      -Isrc -DMLAV_BUILDING_LIBRARY -DMLAV_WITH_CUDA -DMLAV_WITH_SM90 \
+      -gencode arch=compute_90a,code=sm_90a -cubin src/cuda/sm90/instances_keys.cu \
+      -o /tmp/keys-$t.cubin) && cuobjdump -sass /tmp/keys-$t.cubin > $O/sass-$t.txt &
+  done
+  wait
+  python3 - $O/sass-base.txt $O/sass-new.txt <<'PY' | tee $O/sass-counts.txt
+import collections, re, sys
+def counts(path):
+    fn, out = None, {}
+    for line in open(path):
+        m = re.search(r'Function : (\S+)', line)
+        if m:
+            fn = m.group(1); out[fn] = collections.Counter(); continue
+        m = re.search(r'/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*)', line)
+        if fn and m:
+            op = m.group(2)
+            out[fn]['all'] += 1
+            out[fn][op.split('.')[0] if not op.startswith('IMAD.MOV') else 'IMAD.MOV'] += 1
+    return out
+a, b = counts(sys.argv[1]), counts(sys.argv[2])
+for fn in a:
+    if fn not in b: continue
+    print(fn[:90])
+    for op in ('all', 'IMAD.MOV', 'MOV', 'HMMA', 'MOVM', 'F2FP', 'LDS', 'STS'):
+        print('  %-9s base %5d new %5d' % (op, a[fn][op], b[fn][op]))
+PY
+  el sass
+}
