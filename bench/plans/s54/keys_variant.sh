@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 54 (HEAD): vf-early.patch, the keys kernel's K fragments transposed into V^T's as soon as
+# Session 54 (HEAD): a keys-kernel variant, PATCH (default vf-early.patch; s-chains2.patch, below).
+# vf-early.patch: the keys kernel's K fragments transposed into V^T's as soon as
 # each k16 step of S^T has made them (movmatrix in s_tile, not o_tile), so that V^T's operand
 # quads are born where the MMA reads them and K's die with their step; a draft key's non-finite
 # values zeroed on V^T's halves (keys 2 t4, 2 t4 + 1) instead of K's. Session 53's profile (B 16,
@@ -14,7 +15,13 @@
 #   4. memcheck, racecheck, synccheck (2 cases a group).
 # Predicted: 0.95-0.98x the time at 8 and 16 rows (the moves ~5-8% of the issue, if ptxas leaves
 # them out in the loop as in the static count), 1.00x at 32 rows (the seesaw).
-PATCH=vf-early.patch
+# s-chains2.patch: S^T's k16 steps into two accumulators a n8 tile (even and odd steps: two MMA
+# chains of 9 instead of one of 18), summed before the slices' exchange. Session 52's
+# s-chains.patch failed test_sm90_keys because it added the odd steps' sum only into what it sent
+# the other warp, not into its own scores; its A/B then gave 0.989 (page_size 64, before the bulk
+# copies). Compiled here: the 16-row BF16 instance 3,776 -> 3,768 instructions (8 more FADD, 15
+# fewer of opcode 0x224), 240-254 registers, no spills. Predicted 0.97-0.99x at 8 and 16 rows.
+PATCH=${PATCH:-vf-early.patch}
 source bench/plans/s54/keys_steps.sh
 keys_test
 sass_counts
