@@ -144,7 +144,8 @@ static void test_seesaw_limits(void **state)
 /* The family on cc 9.0 (where the library has the sm_90a family): an FP8 cache the keys kernel
  * takes keeps the sm_90a family at 8 rows at most, and at 9-16 rows from 3 tiles an SM; else the
  * legal one for requests of at most 32 rows whose batch reads fewer than 6 tiles an SM, FP8
- * caches read as fewer than 8 tiles of 64 rows an SM, and KV shards; MLAV_FLASH_FAMILY overrides.
+ * caches read as fewer than 8 tiles of 64 rows an SM (6 where a request has two row tiles or
+ * more), and KV shards; MLAV_FLASH_FAMILY overrides.
  * Elsewhere, and without the sm_90a family, always the legal one. */
 static void test_family_rule(void **state)
 {
@@ -206,10 +207,19 @@ static void test_family_rule(void **state)
                      MLAV_FLASH_FAMILY_LEGAL);
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 64, fp8_edge, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_SM90);
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, fp8_edge / 2, sms, 1, SCALE, 0),
-                     MLAV_FLASH_FAMILY_SM90); /* two row tiles a request */
-    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, fp8_edge / 2 - 1, sms, 1, SCALE, 0),
+    /* two row tiles a request or more: from 6 tiles an SM */
+    const int64_t wide_edge = (int64_t)MLAV_SM90_FP8_WIDE_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sms;
+    assert_int_equal(MLAV_SM90_FP8_WIDE_MIN_TILES, 6);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, wide_edge / 2, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_SM90);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 65, wide_edge / 2 - 1, sms, 1, SCALE, 0),
                      MLAV_FLASH_FAMILY_LEGAL);
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 128, 32769, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_SM90); /* B 1, H 128, q 1, 32k: 7.8 */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 576, 4105, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_LEGAL); /* B 1, H 64, q 9, 4k: 4.4 */
+    assert_int_equal(mlav_flash_family_for_plan(9, 0, 32, 16 * 4098, sms, 1, SCALE, 0),
+                     MLAV_FLASH_FAMILY_LEGAL); /* B 16, H 16, q 2, 4k: 7.8, one row tile */
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 2048, 1 << 24, sms, 0, SCALE, 1),
                      MLAV_FLASH_FAMILY_LEGAL); /* KV shard */
     assert_int_equal(mlav_flash_family_for_plan(9, 0, 8, 1 << 24, sms, 1, SCALE, 1),

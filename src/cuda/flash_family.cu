@@ -26,10 +26,10 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
     *w = "cc 9.0 (BF16 or F16 q over a cache of its dtype or FP8 E4M3); its keys kernel for an "
          "FP8 cache whose requests have at most 8 rows, and at most 16 from 3 KV tiles of 64 keys "
          "an SM; F32, other batches of requests of at most 32 rows that read fewer than 6 tiles "
-         "an SM, and other FP8 caches read as fewer than 8 tiles of 64 rows an SM run the legal "
-         "family (MLAV_FLASH_FAMILY=sm90 forces it); its seesaw kernel for other FP8 caches and "
-         "where blocks have at least 6 tiles, else its producer kernel (MLAV_SM90_KERNEL=seesaw "
-         "or producer forces one)";
+         "an SM, and other FP8 caches read as fewer than 8 tiles of 64 rows an SM (6 where a "
+         "request has more than 64 rows) run the legal family (MLAV_FLASH_FAMILY=sm90 forces "
+         "it); its seesaw kernel for other FP8 caches and where blocks have at least 6 tiles, "
+         "else its producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
@@ -64,11 +64,12 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
         return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile at most half full, a few tiles a split */
     /* an FP8 cache the seesaw kernel takes: its 64-row tiles of KV (each request's row tiles
      * times its tiles of keys, taken as the widest request's over the batch's keys) against
-     * MLAV_SM90_FP8_MIN_TILES an SM */
+     * MLAV_SM90_FP8_MIN_TILES an SM, or MLAV_SM90_FP8_WIDE_MIN_TILES for requests of two row
+     * tiles or more */
     const int64_t row_tiles =
         (rows_per_request + MLAV_FLASH_SM90_TILE_N - 1) / MLAV_FLASH_SM90_TILE_N;
-    if (kv_fp8 &&
-        row_tiles * total_kv < (int64_t)MLAV_SM90_FP8_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count)
+    const int64_t fp8_min = row_tiles >= 2 ? MLAV_SM90_FP8_WIDE_MIN_TILES : MLAV_SM90_FP8_MIN_TILES;
+    if (kv_fp8 && row_tiles * total_kv < fp8_min * MLAV_FLASH_SM90_TILE_N * sm_count)
         return MLAV_FLASH_FAMILY_LEGAL;
     return f;
 }

@@ -47,6 +47,15 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
  * (`git show d89d2b7:bench/results/2026-12-02-h200-s30`, call 3). */
 #define MLAV_SM90_FP8_MIN_TILES 8
 
+/* The same for a batch whose requests have more than 64 rows (two row tiles or more): at 7.8
+ * tiles an SM (B 1, 32k, H 128 q_len 1, H 64 q_len 2, H 8 q_len 9 and 16; B 1, 4k, H 64 q_len 16)
+ * the seesaw kernel took 0.91-0.94x the legal family's FP8 time on the H200 and 0.93-0.96x on an
+ * H100, at 3.9-4.4 (B 1, 4k, H 128 q_len 4, H 64 q_len 9) 1.01-1.10x; one row tile at 7.8 tiles
+ * (B 16, 4k, H 16 q_len 2 and 4, H 8 q_len 4, H 64 q_len 1) 1.01-1.24x, so
+ * MLAV_SM90_FP8_MIN_TILES stays there (the FlashMLA harness's fp8keys and fp8legal variants at
+ * 3fc5103: docs/PERFORMANCE.md#hopper). 6 splits the interval, in which nothing was measured. */
+#define MLAV_SM90_FP8_WIDE_MIN_TILES 6
+
 /* The fewest 64-key tiles an SM a batch of requests of 9 to 16 rows over an FP8 cache must read
  * for the sm_90a family's keys kernel (its 8-row instance takes any batch), at page_size 64
  * against the legal family's FP8 path: on the H200 the 16-row instance took 0.74x the time at
@@ -67,6 +76,7 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
  * max_kv_len; sm_count SMs). Otherwise the legal family takes requests of at most 32 rows whose
  * batch reads fewer than MLAV_SM90_MIN_TILES 64-key tiles an SM, and an FP8 cache whose batch
  * reads fewer than MLAV_SM90_FP8_MIN_TILES tiles of 64 rows x 64 keys an SM
+ * (MLAV_SM90_FP8_WIDE_MIN_TILES where a request has more than 64 rows)
  * (ceil(rows_per_request / 64) x total_kv / 64, over sm_count). A KV shard (sharded nonzero)
  * always runs the legal family: the sm_90a kernel does not map a shard's rows (its mask loop
  * with the map ran unsharded plans up to 1.04x slower). */
