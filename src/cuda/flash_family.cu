@@ -50,17 +50,15 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
     const char *env = getenv("MLAV_FLASH_FAMILY");
     if (f != MLAV_FLASH_FAMILY_SM90 || (env && strcmp(env, "sm90") == 0))
         return f;
+    const int64_t sm_tile = (int64_t)MLAV_FLASH_SM90_TILE_N * sm_count; /* a 64-key tile an SM */
     /* an FP8 cache the keys kernel takes: its 8-row instance at any tile count, its 16-row one
      * from MLAV_SM90_KEYS16_MIN_TILES 64-key tiles an SM */
     const int keys = mlav_flash_sm90_keys_rule(rows_per_request, kv_fp8, scale);
     if (keys == 8)
         return f;
     if (keys == 16)
-        return total_kv < (int64_t)MLAV_SM90_KEYS16_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count
-                   ? MLAV_FLASH_FAMILY_LEGAL
-                   : f;
-    if (rows_per_request <= 32 &&
-        total_kv < (int64_t)MLAV_SM90_MIN_TILES * MLAV_FLASH_SM90_TILE_N * sm_count)
+        return total_kv < MLAV_SM90_KEYS16_MIN_TILES * sm_tile ? MLAV_FLASH_FAMILY_LEGAL : f;
+    if (rows_per_request <= 32 && total_kv < MLAV_SM90_MIN_TILES * sm_tile)
         return MLAV_FLASH_FAMILY_LEGAL; /* one 64-row tile at most half full, a few tiles a split */
     /* an FP8 cache the seesaw kernel takes: its 64-row tiles of KV (each request's row tiles
      * times its tiles of keys, taken as the widest request's over the batch's keys) against
@@ -69,7 +67,7 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
     const int64_t row_tiles =
         (rows_per_request + MLAV_FLASH_SM90_TILE_N - 1) / MLAV_FLASH_SM90_TILE_N;
     const int64_t fp8_min = row_tiles >= 2 ? MLAV_SM90_FP8_WIDE_MIN_TILES : MLAV_SM90_FP8_MIN_TILES;
-    if (kv_fp8 && row_tiles * total_kv < fp8_min * MLAV_FLASH_SM90_TILE_N * sm_count)
+    if (kv_fp8 && row_tiles * total_kv < fp8_min * sm_tile)
         return MLAV_FLASH_FAMILY_LEGAL;
     return f;
 }

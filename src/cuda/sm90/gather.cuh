@@ -246,6 +246,12 @@ __device__ __forceinline__ int32_t lds4(uint32_t a)
     return v;
 }
 
+/* 16 zero bytes at shared address `dst`. */
+__device__ __forceinline__ void sts16_zero(uint32_t dst)
+{
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0u) : "memory");
+}
+
 __device__ __forceinline__ void sts16(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w)
 {
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z),

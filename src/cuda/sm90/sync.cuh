@@ -223,12 +223,6 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uin
                  : "memory");
 }
 
-/* 16 zero bytes at shared address `dst`. */
-__device__ __forceinline__ void sts16_zero(uint32_t dst)
-{
-    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0u) : "memory");
-}
-
 /* A producer thread's hand-over of shared memory it filled by cp.async to wgmma readers in other
  * threads: once its copies have landed (a cp_async_wait before), the proxy fence by the writer
  * itself, then its arrival (release) on the barrier the readers wait on (acquire). */
