@@ -1,6 +1,6 @@
-# The steps of the keys kernel's calls (gathered.sh), sourced by them: PATCH (a file in bench/plans/s54/) applied to
+# The steps of the kernel calls (gathered.sh, staged.sh), sourced by them: PATCH (a file in bench/plans/s54/) applied to
 # the checkout and taken off at the end, main copied to /tmp/base and to /tmp/NAME for each NAME
-# in EXTRA_TREES (before the patch), test_sm90_gpu built in
+# in EXTRA_TREES (before the patch), test_sm90_gpu (and EXTRA_TARGETS) built in
 # build-s54 (incremental where an earlier call built it), then the functions below. Each step is
 # capped by what is left of CAP (570) s; everything lands in $OUT/o.tgz.
 set -uo pipefail
@@ -21,7 +21,7 @@ touch $O/patched
 B=$PWD/build-s54
 cmake -S . -B $B -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF \
   -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_EXAMPLES=OFF > $O/build.log 2>&1 \
-  && cmake --build $B -j16 --target test_sm90_gpu >> $O/build.log 2>&1
+  && cmake --build $B -j16 --target test_sm90_gpu ${EXTRA_TARGETS:-} >> $O/build.log 2>&1
 rc=$?; echo "build rc=$rc"; grep -E "spill|error" $O/build.log | head -5; el built
 [ $rc = 0 ] || exit 1
 
