@@ -4,7 +4,7 @@
 # memory), in plans for one problem whose KV rows 8 or more 64-row tiles read on average
 # (MLAV_SM90_FP8_STAGED_MIN_ROW_TILES; MLAV_SM90_KERNEL=staged forces it). Session 53's table
 # (3fc5103, H200) has the FP8 cache at 0.59-0.68x the BF16 cache's speed from 4 row tiles a
-# request (B 1, H 128, q_len 16, 131k: 1,560 us against 965).
+# request, B 1 from 32k and B 16 (B 1, H 128, q_len 16, 131k: 1,560 us against 965).
 #   1. build (test_sm90_gpu, test_fp8, test_golden), then test_sm90_gpu's FP8 tests (every FP8
 #      case also runs the staged kernel: KIND_STAGED), its NaN / bad-page / TMA-tile tests, and
 #      ctest's test_fp8_staged and test_golden_staged (the backend with every FP8 plan for one
