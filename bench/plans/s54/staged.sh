@@ -17,8 +17,8 @@
 #      {4k, 32k}.
 # Predicted (the BF16 cache's time plus the pass at 3 bytes a KV element and 0.85 of the copy
 # rate): FP8 / BF16 speed 0.92-0.94 at 32 row tiles (B 1, H 128, q_len 16, 131k: ~1,030 us, 0.66x
-# the unstaged time), 0.82-0.90 at 8-16 row tiles, 0.82-0.90 at B 16; 1.00x the time at the
-# control; the BF16 rows 1.00x.
+# the unstaged time; B 16, H 128, q_len 16, 4k and 32k: 0.94), 0.80-0.90 at 8-18 row tiles; 1.00x
+# the time at the control (H 64, q_len 4); the BF16 rows 1.00x.
 # Two calls (each capped at CAP, 570 s): `bash bench/plans/s54/staged.sh tests` (steps 1-2),
 # then, if they passed, `bash bench/plans/s54/staged.sh ab` (step 3). The shared steps are
 # keys_steps.sh's (EXTRA_TARGETS built beside test_sm90_gpu).
