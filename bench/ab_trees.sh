@@ -65,7 +65,8 @@ srcs=$(mktemp -d -t ab-trees.XXXXXX)
 say "sources in $srcs"
 n=${#names[@]}
 jobs=$(( ${JOBS:-16} / n )); [ $jobs -ge 1 ] || jobs=1
-pids=()
+# every tree's sources first, so that a patch that does not apply stops the script before any
+# build runs (a build started in the background would outlive the exit)
 for i in "${!names[@]}"; do
   name=${names[$i]} src=$srcs/${names[$i]}
   mkdir -p "$src"
@@ -76,6 +77,10 @@ for i in "${!names[@]}"; do
     (cd "$src" && git apply "${rev[@]}" "$root/$p") ||
       { echo "ab_trees.sh: $p does not apply to tree $name" >&2; exit 1; }
   done
+done
+pids=()
+for i in "${!names[@]}"; do
+  name=${names[$i]} src=$srcs/${names[$i]}
   tests=OFF targets=(mlaverify_cli)
   # shellcheck disable=SC2206 # TEST_TARGETS is a list of words
   [[ " ${TEST_TREES:-} " == *" $name "* ]] && { tests=ON; targets+=(${TEST_TARGETS:-}); }
@@ -86,9 +91,16 @@ for i in "${!names[@]}"; do
     cmake --build "build-$name" -j "$jobs" --target "${targets[@]}" >> "$logs/build-$name.log" 2>&1 ) &
   pids+=($!)
 done
+# every build waited for before any failure is reported, so that none outlives the exit
+failed=()
 for i in "${!pids[@]}"; do
-  wait "${pids[$i]}" || { tail -n 30 "$logs/build-${names[$i]}.log"; echo "ab_trees.sh: tree ${names[$i]} did not build" >&2; exit 1; }
+  wait "${pids[$i]}" || failed+=("$i")
 done
+for i in "${failed[@]}"; do
+  tail -n 30 "$logs/build-${names[$i]}.log"
+  echo "ab_trees.sh: tree ${names[$i]} did not build" >&2
+done
+[ ${#failed[@]} = 0 ] || exit 1
 say "built ${names[*]}"
 
 grid="--heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 4096,32768,131072"
