@@ -21,10 +21,12 @@
 # the time at the control (H 64, q_len 4); the BF16 rows 1.00x.
 # Two calls (each capped at CAP, 570 s): `bash bench/plans/s54/staged.sh tests` (steps 1-2),
 # then, if they passed, `bash bench/plans/s54/staged.sh ab` (step 3). The shared steps are
-# keys_steps.sh's (EXTRA_TARGETS built beside test_sm90_gpu).
+# keys_steps.sh's (EXTRA_TARGETS built beside test_sm90_gpu; the ab call, NO_TEST_BUILD, builds
+# only its two trees' commands).
 PART=${1:-tests}
 PATCH=staged.patch
-[ "$PART" = tests ] && EXTRA_TARGETS="test_fp8 test_golden"
+EXTRA_TARGETS="test_fp8 test_golden" NO_TEST_BUILD=
+[ "$PART" = tests ] || NO_TEST_BUILD=1
 source bench/plans/s54/keys_steps.sh
 staged_test() {
   local f n=0 bad=0
@@ -53,10 +55,10 @@ staged_sanitize() {
   done
   el sanitizers
 }
-staged_ab() { # $1 name, then bench args
-  local n=$1; shift
+staged_ab() { # $1 name, $2 seconds at most (the first builds both trees), then bench args
+  local n=$1 cap=$2; shift 2
   mkdir -p $O/ab-$n
-  OUT=$O/ab-$n ROUNDS=2 timeout $(lim 170) bash bench/ab.sh /tmp/base --backend cuda \
+  OUT=$O/ab-$n ROUNDS=2 timeout $(lim $cap) bash bench/ab.sh /tmp/base --backend cuda \
     --kv-dtype same,fp8 --page-size 64 "$@" > $O/ab-$n.log 2>&1
   echo "ab $n rc=$?"; cat $O/ab-$n/ab.txt 2>/dev/null || tail -20 $O/ab-$n.log
   python3 - $O/ab-$n/ab-new.csv <<'PY' 2>/dev/null
@@ -72,7 +74,7 @@ if [ "$PART" = tests ]; then
   staged_test
   staged_sanitize
 else
-  staged_ab b1 --batch 1 --heads 64,128 --qlen 4,9,16 --prefix 32768,131072
-  staged_ab b16 --batch 16 --heads 128 --qlen 16 --prefix 4096,32768
+  staged_ab b1 330 --batch 1 --heads 64,128 --qlen 4,9,16 --prefix 32768,131072
+  staged_ab b16 200 --batch 16 --heads 128 --qlen 16 --prefix 4096,32768
 fi
 el done
