@@ -41,7 +41,9 @@ staged_test() {
   done
   (cd $B && timeout --kill-after=5 $(lim 200) ctest -R '_staged$' --output-on-failure) \
     > $O/ctest-staged.log 2>&1
-  echo "ctest staged rc=$?"; grep -E "tests passed|Failed|Passed" $O/ctest-staged.log | tail -4
+  local rc=$?
+  echo "ctest staged rc=$rc"; grep -E "tests passed|Failed|Passed" $O/ctest-staged.log | tail -4
+  [ $rc = 0 ] || bad=1
   el tests
   [ $bad = 0 ] || { echo "a staged test failed: no A/B (the logs say where)"; exit 1; }
 }
