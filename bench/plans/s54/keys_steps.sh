@@ -19,7 +19,7 @@ for t in base ${EXTRA_TREES:-}; do copy_tree $t; done
 patch -p1 -s < bench/plans/s54/$PATCH || { echo "patch $PATCH failed"; exit 1; }
 touch $O/patched
 B=$PWD/build-s54
-if [ -z "${NO_TEST_BUILD:-}" ]; then # a call of A/B runs only builds no tests
+if [ -z "${NO_TEST_BUILD:-}" ]; then # an A/B-only call (NO_TEST_BUILD) builds no tests
   cmake -S . -B $B -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF \
     -DMLAV_BUILD_BENCH=OFF -DMLAV_BUILD_EXAMPLES=OFF > $O/build.log 2>&1 \
     && cmake --build $B -j16 --target test_sm90_gpu ${EXTRA_TARGETS:-} >> $O/build.log 2>&1
