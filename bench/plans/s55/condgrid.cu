@@ -1,16 +1,20 @@
 // What the engine path's blocks past a step cost, and what a grid chosen on the device would cost
 // instead (docs/PERFORMANCE.md#engine-path, "B 1 at 4096: the blocks past the step").
 //
-// A graph replays L layers of: split kernel (items of equal length, a block an SM by its shared
-// memory, blocks past the step's n items exit at once), then a one-block "combine". The step's
-// item count n is written on the device by a one-block "scheduler" at the graph's start.
-//   max     the split kernel at the limits' grid (G blocks, G - n of them past the step): today;
-//   exact   at n blocks (a plan for one problem: the floor);
-//   switch  a conditional SWITCH node a layer, the scheduler setting every layer's value to the
-//           step's waves - 1, each body the split kernel at that many waves (needs CUDA 12.8);
-//   if      IF/ELSE nodes: one wave, or the limits' grid.
-// Prints us a replay (least of R rounds of K replays) and a layer (/ L).
-// Build: nvcc -O3 -arch=sm_90a -std=c++17 condgrid.cu -o condgrid
+// A graph replays L layers of: split kernel (items of equal length, one block an SM by its shared
+// memory, blocks past the step's n items exit at once), then a one-block "combine". Before each
+// replay a one-block kernel outside the graph runs (an engine's step update, SGLang's pattern); a
+// one-block node at the graph's start stands for an update captured in the graph. Graphs:
+//   max        the split kernel at the limits' grid (G = 3 waves; today);
+//   exact      at n blocks (a plan for one problem: the floor);
+//   switch-in  a SWITCH node a layer, each body the split kernel at 1..3 waves, the value (waves -
+//              1) set by the graph's first node (CUDA 12.8+);
+//   switch-out the same, the value set by the kernel outside the graph;
+//   upd-in     device-updatable split nodes (CUDA 12.4+), their grid set by the graph's first node;
+//   upd-out    the same, set by the kernel outside the graph.
+// Each replay's items are counted (atomics): a graph whose count is not n x L is reported WRONG.
+// Prints us a layer: the least of R rounds of K replays, / L.
+// Build: nvcc -O3 -gencode arch=compute_90a,code=sm_90a -std=c++17 condgrid.cu -o condgrid
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +24,8 @@
     do {                                                                                       \
         cudaError_t e_ = (x);                                                                  \
         if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
+            fprintf(stderr, "  %s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            return -1.0;                                                                       \
         }                                                                                      \
     } while (0)
 
@@ -32,18 +36,28 @@ static __device__ unsigned long long now_ns()
     return t;
 }
 
-__global__ void sched(int *d_n, int n, int waves_sm, const cudaGraphConditionalHandle *h, int nh,
-                      int mode)
+struct Setter {
+    int *d_n;
+    int n, sm;
+    const cudaGraphConditionalHandle *h; // switch values to set
+    int nh;
+    cudaGraphDeviceNode_t *dn; // split nodes whose grid to set
+    int ndn;
+};
+
+__global__ void setter(Setter s)
 {
     if (threadIdx.x != 0)
         return;
-    *d_n = n;
-    const int waves = (n + waves_sm - 1) / waves_sm;
-    for (int i = 0; i < nh; ++i)
-        cudaGraphSetConditional(h[i], mode == 0 ? (unsigned)(waves - 1) : (unsigned)(waves > 1));
+    *s.d_n = s.n;
+    const int waves = (s.n + s.sm - 1) / s.sm;
+    for (int i = 0; i < s.nh; ++i)
+        cudaGraphSetConditional(s.h[i], (unsigned)(waves - 1));
+    for (int i = 0; i < s.ndn; ++i)
+        cudaGraphKernelNodeSetGridDim(s.dn[i], dim3(waves * s.sm));
 }
 
-__global__ void split(const int *d_n, unsigned spin_ns, float *out)
+__global__ void split(const int *d_n, unsigned spin_ns, float *out, unsigned *count)
 {
     extern __shared__ float smem[];
     const int n = *d_n;
@@ -53,8 +67,10 @@ __global__ void split(const int *d_n, unsigned spin_ns, float *out)
     float acc = 0.f;
     while (now_ns() - t0 < spin_ns)
         acc += smem[threadIdx.x];
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
         out[blockIdx.x] = acc;
+        atomicAdd(count, 1u);
+    }
 }
 
 __global__ void combine(float *out) { if (threadIdx.x == 0) out[0] += 1.f; }
@@ -64,93 +80,116 @@ struct Cfg {
     unsigned spin;
     int *d_n;
     float *out;
+    unsigned *count;
 };
 
-static void add_split(cudaGraph_t g, cudaGraphNode_t *node, const cudaGraphNode_t *dep, int ndep,
-                      const Cfg &c, int grid)
+enum { MAX, EXACT, SWITCH_IN, SWITCH_OUT, UPD_IN, UPD_OUT, MODES };
+static const char *mode_name[MODES] = {"max", "exact", "switch-in", "switch-out", "upd-in",
+                                       "upd-out"};
+
+static cudaError_t add_split(cudaGraph_t g, cudaGraphNode_t *node, const cudaGraphNode_t *dep,
+                             int ndep, const Cfg &c, int grid)
 {
     cudaKernelNodeParams p = {};
-    void *args[] = {(void *)&c.d_n, (void *)&c.spin, (void *)&c.out};
+    void *args[] = {(void *)&c.d_n, (void *)&c.spin, (void *)&c.out, (void *)&c.count};
     p.func = (void *)split;
     p.gridDim = dim3(grid);
     p.blockDim = dim3(256);
     p.sharedMemBytes = c.smem;
     p.kernelParams = args;
-    CK(cudaGraphAddKernelNode(node, g, dep, ndep, &p));
+    return cudaGraphAddKernelNode(node, g, dep, ndep, &p);
 }
 
-static void add_combine(cudaGraph_t g, cudaGraphNode_t *node, const cudaGraphNode_t *dep,
-                        const Cfg &c)
-{
-    cudaKernelNodeParams p = {};
-    void *args[] = {(void *)&c.out};
-    p.func = (void *)combine;
-    p.gridDim = dim3(1);
-    p.blockDim = dim3(32);
-    p.kernelParams = args;
-    CK(cudaGraphAddKernelNode(node, g, dep, 1, &p));
-}
-
-// mode: 0 max, 1 exact, 2 switch, 3 if/else
+// us a layer, or -1 (an error, printed), or -2 (wrong item count)
 static double run(const Cfg &c, int mode, int K, int R)
 {
     cudaGraph_t g;
     CK(cudaGraphCreate(&g, 0));
+    const int waves_max = (c.G + c.sm - 1) / c.sm;
     std::vector<cudaGraphConditionalHandle> hs(c.L);
+    std::vector<cudaGraphDeviceNode_t> dns(c.L);
     cudaGraphConditionalHandle *d_h = nullptr;
-    if (mode >= 2) {
+    cudaGraphDeviceNode_t *d_dn = nullptr;
+    CK(cudaMalloc(&d_h, sizeof(cudaGraphConditionalHandle) * c.L));
+    CK(cudaMalloc(&d_dn, sizeof(cudaGraphDeviceNode_t) * c.L));
+    const bool sw = mode == SWITCH_IN || mode == SWITCH_OUT, upd = mode == UPD_IN || mode == UPD_OUT;
+    const bool in = mode == SWITCH_IN || mode == UPD_IN;
+    if (sw)
         for (int i = 0; i < c.L; ++i)
             CK(cudaGraphConditionalHandleCreate(&hs[i], g, 0, 0));
-        CK(cudaMalloc(&d_h, sizeof(cudaGraphConditionalHandle) * c.L));
-        CK(cudaMemcpy(d_h, hs.data(), sizeof(cudaGraphConditionalHandle) * c.L,
-                      cudaMemcpyHostToDevice));
-    }
+    Setter s_in = {c.d_n, c.n, c.sm, d_h, in && sw ? c.L : 0, d_dn, in && upd ? c.L : 0};
+    Setter s_out = {c.d_n, c.n, c.sm, d_h, !in && sw ? c.L : 0, d_dn, !in && upd ? c.L : 0};
     cudaGraphNode_t prev;
     {
         cudaKernelNodeParams p = {};
-        int nh = mode >= 2 ? c.L : 0, md = mode == 2 ? 0 : 1, n = c.n;
-        void *args[] = {(void *)&c.d_n, (void *)&n, (void *)&c.sm, (void *)&d_h, (void *)&nh,
-                        (void *)&md};
-        p.func = (void *)sched;
+        void *args[] = {(void *)&s_in};
+        p.func = (void *)setter;
         p.gridDim = dim3(1);
         p.blockDim = dim3(32);
         p.kernelParams = args;
         CK(cudaGraphAddKernelNode(&prev, g, nullptr, 0, &p));
     }
-    const int waves_max = (c.G + c.sm - 1) / c.sm;
     for (int l = 0; l < c.L; ++l) {
         cudaGraphNode_t s;
-        if (mode == 0 || mode == 1) {
-            add_split(g, &s, &prev, 1, c, mode == 0 ? c.G : c.n);
+        if (!sw) {
+            CK(add_split(g, &s, &prev, 1, c, mode == EXACT ? c.n : c.G));
+            if (upd) {
+                cudaLaunchAttributeValue v = {};
+                v.deviceUpdatableKernelNode.deviceUpdatable = 1;
+                CK(cudaGraphKernelNodeSetAttribute(s, cudaLaunchAttributeDeviceUpdatableKernelNode,
+                                                   &v));
+                CK(cudaGraphKernelNodeGetAttribute(s, cudaLaunchAttributeDeviceUpdatableKernelNode,
+                                                   &v));
+                dns[l] = v.deviceUpdatableKernelNode.devNode;
+            }
         } else {
             cudaGraphNodeParams cp = {};
             cp.type = cudaGraphNodeTypeConditional;
             cp.conditional.handle = hs[l];
-            cp.conditional.type = mode == 2 ? cudaGraphCondTypeSwitch : cudaGraphCondTypeIf;
-            cp.conditional.size = mode == 2 ? waves_max : 2;
+            cp.conditional.type = cudaGraphCondTypeSwitch;
+            cp.conditional.size = waves_max;
             CK(cudaGraphAddNode(&s, g, &prev, nullptr, 1, &cp));
             for (unsigned b = 0; b < cp.conditional.size; ++b) {
                 cudaGraphNode_t k;
-                const int grid = mode == 2 ? (int)(b + 1) * c.sm : (b == 0 ? c.G : c.sm);
-                add_split(cp.conditional.phGraph_out[b], &k, nullptr, 0, c, grid);
+                CK(add_split(cp.conditional.phGraph_out[b], &k, nullptr, 0, c, (int)(b + 1) * c.sm));
             }
         }
-        add_combine(g, &prev, &s, c);
+        cudaKernelNodeParams p = {};
+        void *args[] = {(void *)&c.out};
+        p.func = (void *)combine;
+        p.gridDim = dim3(1);
+        p.blockDim = dim3(32);
+        p.kernelParams = args;
+        CK(cudaGraphAddKernelNode(&prev, g, &s, 1, &p));
     }
+    CK(cudaMemcpy(d_h, hs.data(), sizeof(cudaGraphConditionalHandle) * c.L, cudaMemcpyHostToDevice));
     cudaGraphExec_t ge;
     CK(cudaGraphInstantiate(&ge, g, 0));
+    if (upd) // the handles as the executable graph has them, if they differ from the graph's
+        CK(cudaMemcpy(d_dn, dns.data(), sizeof(cudaGraphDeviceNode_t) * c.L,
+                      cudaMemcpyHostToDevice));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    auto replay = [&]() -> cudaError_t {
+        setter<<<1, 32, 0, st>>>(s_out);
+        cudaError_t e = cudaGetLastError();
+        return e != cudaSuccess ? e : cudaGraphLaunch(ge, st);
+    };
+    CK(cudaMemset(c.count, 0, sizeof(unsigned)));
+    for (int i = 0; i < 3; ++i)
+        CK(replay());
+    CK(cudaStreamSynchronize(st));
+    unsigned count = 0;
+    CK(cudaMemcpy(&count, c.count, sizeof count, cudaMemcpyDeviceToHost));
+    const bool right = count == 3u * c.n * c.L;
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
-    for (int i = 0; i < 5; ++i)
-        CK(cudaGraphLaunch(ge, st));
     double best = 1e30;
     for (int r = 0; r < R; ++r) {
         CK(cudaEventRecord(a, st));
         for (int i = 0; i < K; ++i)
-            CK(cudaGraphLaunch(ge, st));
+            CK(replay());
         CK(cudaEventRecord(b, st));
         CK(cudaEventSynchronize(b));
         float ms;
@@ -162,42 +201,61 @@ static double run(const Cfg &c, int mode, int K, int R)
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
     CK(cudaStreamDestroy(st));
-    if (d_h)
-        CK(cudaFree(d_h));
-    return best;
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaFree(d_h));
+    CK(cudaFree(d_dn));
+    if (!right)
+        fprintf(stderr, "  %s, n %d: %u items ran in 3 replays, not %u\n", mode_name[mode], c.n,
+                count, 3u * c.n * c.L);
+    return right ? best / c.L : -2.0;
 }
 
 int main(int argc, char **argv)
 {
-    int dev = 0, sm;
-    CK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, dev));
+    int sm;
+    if (cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
+        return 1;
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, dev));
+    int drv = 0, rt = 0;
+    cudaGetDeviceProperties(&prop, 0);
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
     const int smem = 200 * 1024;
-    CK(cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+        cudaSuccess)
+        return 1;
     Cfg c;
     c.sm = sm;
     c.smem = smem;
     c.G = 3 * sm;
     c.L = argc > 1 ? atoi(argv[1]) : 8;
-    CK(cudaMalloc(&c.d_n, sizeof(int)));
-    CK(cudaMalloc(&c.out, sizeof(float) * 4 * sm));
-    CK(cudaMemset(c.out, 0, sizeof(float) * 4 * sm));
-    printf("%s, %d SMs; grid at the limits %d blocks; %d layers a replay; us a layer "
-           "(least of 5 rounds of 50 replays)\n", prop.name, sm, c.G, c.L);
-    printf("%6s %8s %9s %9s %9s %9s %11s %11s\n", "items", "spin_us", "max", "exact", "switch",
-           "if", "max-exact", "switch-ex");
+    cudaMalloc(&c.d_n, sizeof(int));
+    cudaMalloc(&c.out, sizeof(float) * 4 * sm);
+    cudaMalloc(&c.count, sizeof(unsigned));
+    cudaMemset(c.out, 0, sizeof(float) * 4 * sm);
+    printf("%s, %d SMs, driver %d, runtime %d; the limits' grid %d blocks; %d layers a replay;\n"
+           "us a layer (least of 5 rounds of 40 replays; -1 error, -2 wrong item count)\n",
+           prop.name, sm, drv, rt, c.G, c.L);
+    printf("%6s %7s", "items", "spin_us");
+    for (int m = 0; m < MODES; ++m)
+        printf(" %10s", mode_name[m]);
+    printf(" %9s %9s %9s\n", "max-ex", "sw-in-ex", "upd-in-ex");
     const int ns[] = {sm - 4, sm, sm + 20, 2 * sm, 3 * sm};
     const unsigned spins[] = {2000, 10000, 25000};
     for (unsigned spin : spins)
         for (int n : ns) {
             c.n = n;
             c.spin = spin;
-            double t[4];
-            for (int m = 0; m < 4; ++m)
-                t[m] = run(c, m, 50, 5) / c.L;
-            printf("%6d %8.1f %9.2f %9.2f %9.2f %9.2f %11.2f %11.2f\n", n, spin / 1e3, t[0],
-                   t[1], t[2], t[3], t[0] - t[1], t[2] - t[1]);
+            double t[MODES];
+            for (int m = 0; m < MODES; ++m)
+                t[m] = run(c, m, 40, 5);
+            printf("%6d %7.1f", n, spin / 1e3);
+            for (int m = 0; m < MODES; ++m)
+                printf(" %10.2f", t[m]);
+            printf(" %9.2f %9.2f %9.2f\n", t[MAX] - t[EXACT], t[SWITCH_IN] - t[EXACT],
+                   t[UPD_IN] - t[EXACT]);
+            fflush(stdout);
         }
     return 0;
 }
