@@ -112,7 +112,8 @@ static double run(const Cfg &c, int mode, int K, int R)
     cudaGraphDeviceNode_t *d_dn = nullptr;
     CK(cudaMalloc(&d_h, sizeof(cudaGraphConditionalHandle) * c.L));
     CK(cudaMalloc(&d_dn, sizeof(cudaGraphDeviceNode_t) * c.L));
-    const bool sw = mode == SWITCH_IN || mode == SWITCH_OUT, upd = mode == UPD_IN || mode == UPD_OUT;
+    const bool sw = mode == SWITCH_IN || mode == SWITCH_OUT;
+    const bool upd = mode == UPD_IN || mode == UPD_OUT;
     const bool in = mode == SWITCH_IN || mode == UPD_IN;
     if (sw)
         for (int i = 0; i < c.L; ++i)
@@ -151,7 +152,8 @@ static double run(const Cfg &c, int mode, int K, int R)
             CK(cudaGraphAddNode(&s, g, &prev, nullptr, 1, &cp));
             for (unsigned b = 0; b < cp.conditional.size; ++b) {
                 cudaGraphNode_t k;
-                CK(add_split(cp.conditional.phGraph_out[b], &k, nullptr, 0, c, (int)(b + 1) * c.sm));
+                const int grid = (int)(b + 1) * c.sm;
+                CK(add_split(cp.conditional.phGraph_out[b], &k, nullptr, 0, c, grid));
             }
         }
         cudaKernelNodeParams p = {};
@@ -162,7 +164,8 @@ static double run(const Cfg &c, int mode, int K, int R)
         p.kernelParams = args;
         CK(cudaGraphAddKernelNode(&prev, g, &s, 1, &p));
     }
-    CK(cudaMemcpy(d_h, hs.data(), sizeof(cudaGraphConditionalHandle) * c.L, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_h, hs.data(), sizeof(cudaGraphConditionalHandle) * c.L,
+                  cudaMemcpyHostToDevice));
     cudaGraphExec_t ge;
     CK(cudaGraphInstantiate(&ge, g, 0));
     if (upd) // the handles as the executable graph has them, if they differ from the graph's
