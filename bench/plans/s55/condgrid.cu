@@ -133,7 +133,9 @@ static double run(const Cfg &c, int mode, int K, int R)
     for (int l = 0; l < c.L; ++l) {
         cudaGraphNode_t s;
         if (!sw) {
-            CK(add_split(g, &s, &prev, 1, c, mode == EXACT ? c.n : c.G));
+            // a device-updatable node starts at one wave, so that an update that does not take
+            // shows as a wrong count past one wave, not as the limits' grid's time
+            CK(add_split(g, &s, &prev, 1, c, mode == EXACT ? c.n : upd ? c.sm : c.G));
             if (upd) {
                 cudaLaunchAttributeValue v = {};
                 v.deviceUpdatableKernelNode.deviceUpdatable = 1;
@@ -168,7 +170,7 @@ static double run(const Cfg &c, int mode, int K, int R)
                   cudaMemcpyHostToDevice));
     cudaGraphExec_t ge;
     CK(cudaGraphInstantiate(&ge, g, 0));
-    if (upd) // the handles as the executable graph has them, if they differ from the graph's
+    if (upd) // the handles the graph's nodes gave (an update through a stale one miscounts)
         CK(cudaMemcpy(d_dn, dns.data(), sizeof(cudaGraphDeviceNode_t) * c.L,
                       cudaMemcpyHostToDevice));
     cudaStream_t st;
