@@ -1,8 +1,9 @@
-# The steps of the kernel calls (gathered.sh, staged.sh), sourced by them: PATCH (a file in bench/plans/s54/) applied to
-# the checkout and taken off at the end, main copied to /tmp/base and to /tmp/NAME for each NAME
-# in EXTRA_TREES (before the patch), test_sm90_gpu (and EXTRA_TARGETS) built in
-# build-s54 (incremental where an earlier call built it), then the functions below. Each step is
-# capped by what is left of CAP (570) s; everything lands in $OUT/o.tgz.
+# The steps of the kernel calls (gathered.sh, staged.sh, s55/keys_pages.sh), sourced by them: PATCH
+# (a file in bench/plans/s54/; none for keys_pages.sh) applied to the checkout and taken off at the
+# end, main copied to /tmp/base and to /tmp/NAME for each NAME in EXTRA_TREES (before the patch),
+# test_sm90_gpu (and EXTRA_TARGETS) built in build-s54 (incremental where an earlier call built it),
+# then the functions below. Each step is capped by what is left of CAP (570) s; everything lands in
+# $OUT/o.tgz.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
@@ -15,9 +16,11 @@ copy_tree() { # $1: /tmp/$1 gets the checkout as it is now
   rm -rf /tmp/$1 && mkdir /tmp/$1
   tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/$1
 }
-for t in base ${EXTRA_TREES:-}; do copy_tree $t; done
-patch -p1 -s < bench/plans/s54/$PATCH || { echo "patch $PATCH failed"; exit 1; }
-touch $O/patched
+if [ -n "${PATCH:-}" ]; then # no PATCH: the checkout as it is (bench/plans/s55/keys_pages.sh)
+  for t in base ${EXTRA_TREES:-}; do copy_tree $t; done
+  patch -p1 -s < bench/plans/s54/$PATCH || { echo "patch $PATCH failed"; exit 1; }
+  touch $O/patched
+fi
 B=$PWD/build-s54
 if [ -z "${NO_TEST_BUILD:-}" ]; then # an A/B-only call (NO_TEST_BUILD) builds no tests
   cmake -S . -B $B -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF \
