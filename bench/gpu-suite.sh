@@ -146,15 +146,15 @@ fi
 # ---- tests ---------------------------------------------------------------------------------------
 # Two steps, one call each (SUITE_PART tests and families): `ctest`, every test but those below,
 # and `ctest-families`, the tests run again with a kernel family forced (_legal, _sm90, _seesaw)
-# and the sm_90a kernels' own (test_sm90*). test_steps_gpu runs in its own step
-# (graph-steps); test_python in python-cuda, which runs the same tests with SGLang's files,
-# wherever torch has CUDA. Serially (CTEST_JOBS, 1): the CPU tests' OpenMP threads spin on every core, so tests at
-# once starve each other (8 at once: 157 s against 111 s alone, e87c298; 4 at once at 5b09779:
-# test_golden 369 s against 4.4 s alone). CTEST_REGEX runs only the tests it matches (the rest of
-# a run a call's cap cut short).
+# or the FP8 cache staged (_staged), and the sm_90a kernels' own (test_sm90*). test_steps_gpu
+# runs in its own step (graph-steps); test_python in python-cuda, which runs the same tests with
+# SGLang's files, wherever torch has CUDA. Serially (CTEST_JOBS, 1): the CPU tests' OpenMP threads
+# spin on every core, so tests at once starve each other (8 at once: 157 s against 111 s alone,
+# e87c298; 4 at once at 5b09779: test_golden 369 s against 4.4 s alone). CTEST_REGEX runs only the
+# tests it matches (the rest of a run a call's cap cut short).
 torch_cuda=0
 python3 -c "import torch, numpy; assert torch.cuda.is_available()" 2>/dev/null && torch_cuda=1
-families='(_legal|_sm90|_seesaw)$|^test_sm90'
+families='(_legal|_sm90|_seesaw|_staged)$|^test_sm90'
 not_here="test_steps_gpu|$families"
 [ "$torch_cuda" = 1 ] && not_here="$not_here|^test_python\$"
 if ok build; then

@@ -239,6 +239,39 @@ static void test_family_rule(void **state)
     (void)edge;
 #endif
 }
+
+/* The staging of an FP8 cache: from MLAV_SM90_FP8_STAGED_MIN_ROW_TILES (8) 64-row tiles a KV row
+ * on average, on the seesaw kernel, a positive scale; MLAV_SM90_KERNEL=staged stages every such
+ * plan, seesaw and producer none. The measure is mlav_staged_row_tile_keys' (test_staged_pages). */
+static void test_staged_rule(void **state)
+{
+    (void)state;
+    unsetenv("MLAV_SM90_KERNEL");
+    assert_int_equal(MLAV_SM90_FP8_STAGED_MIN_ROW_TILES, 8);
+    const int64_t kv = 131073; /* B 1, 131k, q_len 1 */
+    /* H 128: q_len 4 (8 row tiles) and 16 (32); q_len 2 (4 row tiles) not */
+    assert_int_equal(mlav_flash_sm90_staged_rule(8 * kv, kv, 1, SCALE, 1), 1);
+    assert_int_equal(mlav_flash_sm90_staged_rule(32 * kv, kv, 1, SCALE, 1), 1);
+    assert_int_equal(mlav_flash_sm90_staged_rule(4 * kv, kv, 1, SCALE, 1), 0);
+    assert_int_equal(mlav_flash_sm90_staged_rule(8 * kv - 1, kv, 1, SCALE, 1), 0); /* the edge */
+    assert_int_equal(mlav_flash_sm90_staged_rule(32 * kv, kv, 0, SCALE, 1), 0); /* 16-bit */
+    assert_int_equal(mlav_flash_sm90_staged_rule(32 * kv, kv, 1, SCALE, 0), 0); /* producer */
+    assert_int_equal(mlav_flash_sm90_staged_rule(32 * kv, kv, 1, 0.0f, 1), 0);
+    assert_int_equal(mlav_flash_sm90_staged_rule(32 * kv, kv, 1, NAN, 1), 0);
+    assert_int_equal(mlav_flash_sm90_staged_rule(0, 0, 1, SCALE, 1), 0); /* no KV */
+    setenv("MLAV_SM90_KERNEL", "staged", 1);
+    assert_int_equal(mlav_flash_sm90_staged_rule(kv, kv, 1, SCALE, 1), 1);
+    assert_int_equal(mlav_flash_sm90_staged_rule(kv, kv, 0, SCALE, 1), 0);
+    assert_int_equal(mlav_flash_sm90_staged_rule(kv, kv, 1, -SCALE, 1), 0);
+    /* it forces the seesaw kernel and turns the keys kernel off */
+    assert_int_equal(mlav_flash_sm90_seesaw_rule(65, 65, 0, SCALE), 1);
+    assert_int_equal(mlav_flash_sm90_keys_rule(8, 1, SCALE), 0);
+    setenv("MLAV_SM90_KERNEL", "seesaw", 1);
+    assert_int_equal(mlav_flash_sm90_staged_rule(32 * kv, kv, 1, SCALE, 1), 0);
+    setenv("MLAV_SM90_KERNEL", "producer", 1);
+    assert_int_equal(mlav_flash_sm90_staged_rule(32 * kv, kv, 1, SCALE, 1), 0);
+    unsetenv("MLAV_SM90_KERNEL");
+}
 #endif
 
 static void test_nothing_without_cuda(void **state)
@@ -256,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_seesaw_limits),
         cmocka_unit_test(test_seesaw_scale_sign),
         cmocka_unit_test(test_family_rule),
+        cmocka_unit_test(test_staged_rule),
 #endif
         cmocka_unit_test(test_nothing_without_cuda),
     };

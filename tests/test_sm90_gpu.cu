@@ -6,10 +6,12 @@
  * lse written by the split kernel); and the producer's TMA tiles and their refusals (pages of
  * 64, 128 and 256 rows: test_sm90_tma_tiles). Every case runs the legal kernel, the sm_90a
  * producer kernel and the sm_90a seesaw kernel (its TMA tiles, its gathered ones and an FP8
- * cache's raw ones) on one schedule. Both families run through mlav_flash_params built
- * here the way the cuda backend builds them (src/cuda/backend_flash.cu), with the schedule of
- * mlav_schedule_build, and each result is held to the tolerances of the other GPU tests
- * (tu_out_tol, tu_lse_tol). Skips (77) without a cc 9.0 device. MLAV_TEST_SEED fixes the seed. */
+ * cache's raw ones) on one schedule, and over an FP8 cache also the seesaw kernel on the cache
+ * staged as F16 (every plan for one problem) and the keys kernel (requests of at most 16 rows).
+ * Both families run through mlav_flash_params built here the way the cuda backend builds them
+ * (src/cuda/backend_flash.cu), with the schedule of mlav_schedule_build, and each result is held
+ * to the tolerances of the other GPU tests (tu_out_tol, tu_lse_tol). Skips (77) without a cc 9.0
+ * device. MLAV_TEST_SEED fixes the seed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,17 +96,21 @@ enum run_flags { ROWS_NONE = 0, ROWS_SHARED = 1, STEP_LAUNCH = 2, SCALE_DEVICE =
 typedef int rows_mode;
 
 /* Which kernel run_family launches: the legal family's, or the sm_90a family's producer kernel,
- * its seesaw kernel (mlav_flash_launch_opts.sm90_seesaw) or its keys kernel (sm90_keys: an FP8
- * cache, requests of at most 16 rows). */
-enum run_kind { KIND_LEGAL, KIND_SM90, KIND_SEESAW, KIND_KEYS };
+ * its seesaw kernel (mlav_flash_launch_opts.sm90_seesaw), its keys kernel (sm90_keys: an FP8
+ * cache, requests of at most 16 rows) or its seesaw kernel over an FP8 cache staged as F16
+ * first (sm90_staged: mlav_flash_sm90_stage into a NaN-poisoned pool, a plan for one problem). */
+enum run_kind { KIND_LEGAL, KIND_SM90, KIND_SEESAW, KIND_KEYS, KIND_STAGED };
 
 /* Run one kernel (run_kind) on problem `p` with schedule `sch` and compare. */
 void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedule *sch,
                 const mlav_cuda_device *dev, int kind, const char *name, rows_mode rows)
 {
     const int sm90 = kind != KIND_LEGAL;
-    const char *label =
-        kind == KIND_KEYS ? "keys" : kind == KIND_SEESAW ? "ss" : sm90 ? "sm90" : "legal";
+    const char *label = kind == KIND_KEYS     ? "keys"
+                        : kind == KIND_SEESAW ? "ss"
+                        : kind == KIND_STAGED ? "stg"
+                        : sm90                ? "sm90"
+                                              : "legal";
     const size_t esz = 2;
     const int W = MLAV_FLASH_W;
     const int fp8 = p->kv_dtype == MLAV_DTYPE_FP8_E4M3;
@@ -230,7 +236,8 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     lo.all_groups = mlav_flash_all_groups(info->max_q_len, info->H);
     lo.combine_kind = combine_kind;
     lo.kv_fp8 = fp8;
-    lo.sm90_seesaw = kind == KIND_SEESAW;
+    lo.sm90_seesaw = kind == KIND_SEESAW || kind == KIND_STAGED;
+    lo.sm90_staged = kind == KIND_STAGED;
     lo.sm90_keys = kind == KIND_KEYS ? (info->max_q_len * info->H <= 8 ? 8 : 16) : 0;
     if (step) {
         fp.step_owner = owner;
@@ -246,8 +253,37 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     }
     const int step_arg = step ? MLAV_COMBINE_STEP_DENSE : 0;
 
-    mlav_status s = sm90 ? mlav_flash_sm90_launch(info->dtype, &fp, &lo, step_arg, 0)
-                         : mlav_flash_launch(info->dtype, &fp, &lo, step_arg, 0);
+    /* KIND_STAGED: the staged pages and table as the backend builds them
+     * (src/common/staged_pages.h), the pool poisoned, the pass, then the launch on its params */
+    mlav_flash_params run_fp = fp;
+    void *dstage = NULL, *dpool = NULL;
+    mlav_status s = MLAV_OK;
+    if (kind == KIND_STAGED) {
+        if (!fp8 || step)
+            fail_msg("%s %s: staging is an FP8 cache's, in a plan for one problem", label, name);
+        int32_t n_pages = 0, most = 0;
+        if (mlav_staged_count(info->B, info->kv_lens, &n_pages, &most) != 0)
+            fail_msg("%s %s: staged count refused", label, name);
+        const size_t pb = align256(sizeof(mlav_staged_page) * (size_t)(n_pages ? n_pages : 1));
+        const size_t tb = sizeof(int32_t) * (size_t)info->B * (size_t)most;
+        char *h = (char *)tu_xcalloc(pb + tb, 1);
+        mlav_staged_fill(info->B, info->kv_lens, most, (mlav_staged_page *)h,
+                         (int32_t *)(h + pb));
+        dstage = dcopy(h, pb + tb);
+        free(h);
+        const size_t pool_bytes = mlav_flash_sm90_staged_bytes(n_pages);
+        dpool = dalloc(pool_bytes);
+        TU_CK(cudaMemset(dpool, 0xff, pool_bytes ? pool_bytes : 16)); /* F16 NaN */
+        mlav_sm90_staging sg;
+        sg.pages = (const mlav_staged_page *)dstage;
+        sg.table = (const int32_t *)((char *)dstage + pb);
+        sg.n_pages = n_pages;
+        sg.max_pages = most;
+        s = mlav_flash_sm90_stage(&fp, &sg, dpool, &run_fp, 0);
+    }
+    if (s == MLAV_OK)
+        s = sm90 ? mlav_flash_sm90_launch(info->dtype, &run_fp, &lo, step_arg, 0)
+                 : mlav_flash_launch(info->dtype, &run_fp, &lo, step_arg, 0);
     if (s != MLAV_OK)
         fail_msg("%s %s: launch returned %s: %s", label, name,
                  mlav_status_string(s), mlav_get_error());
@@ -264,8 +300,8 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
            (rows & SCALE_NAN) ? ",kv_scale_ptr NaN" : (rows & SCALE_DEVICE) ? ",kv_scale_ptr" : "",
            sch->n_items, sch->n_combine, max_nsplit, ok ? "ok" : "FAIL", msg);
     fflush(stdout);
-    void *bufs[] = {dq,  dkv, dpt, drows,       dmask, dout,  dlse,
-                    dnan, dbad, ws, ditems_alloc, dcomb, dscale};
+    void *bufs[] = {dq,   dkv, dpt, drows,        dmask, dout,   dlse,  dnan,
+                    dbad, ws,  ditems_alloc, dcomb, dscale, dstage, dpool};
     for (void *b : bufs)
         if (b)
             TU_CK(cudaFree(b));
@@ -309,6 +345,10 @@ void run_problem(tu_problem *p, const mlav_cuda_device *dev, rows_mode rows)
     /* the keys kernel wherever it runs: an FP8 cache's plans whose requests have few rows */
     if (info.kv_dtype == MLAV_DTYPE_FP8_E4M3 && (int64_t)info.max_q_len * info.H <= 16)
         run_family(p, &info, &sch, dev, KIND_KEYS, name, rows);
+    /* the seesaw kernel over the FP8 cache staged as F16, in every plan for one problem (the
+     * backend's rule stages the wide ones: the pass and the kernel's reads run on any) */
+    if (info.kv_dtype == MLAV_DTYPE_FP8_E4M3 && !(rows & STEP_LAUNCH))
+        run_family(p, &info, &sch, dev, KIND_STAGED, name, rows);
     mlav_schedule_free(&sch);
     mlav_problem_info_free(&info);
 }

@@ -44,6 +44,8 @@ struct flash_config {
     int combine_grid;             /* plans for limits: the combine launch's blocks */
     int sm90_seesaw;              /* the sm_90a family's seesaw kernel (flash_family.h) */
     int sm90_keys;                /* the sm_90a family's keys kernel: its rows, or 0 */
+    int sm90_staged;              /* the sm_90a family's FP8 cache staged as F16 before its
+                                   * seesaw kernel (plans for one problem: flash_family.h) */
     int combine_step;             /* plans for limits: the step combine's instance
                                    * (MLAV_COMBINE_STEP_DENSE or _ROOMY, flash.h) */
     mlav_flash_family family;     /* the split kernel's family (flash_family.h) */
@@ -169,6 +171,34 @@ mlav_status write_bad_rows(mlav_dtype kv_dtype, int32_t max_pages, void *d_rows)
     return MLAV_OK;
 }
 
+#ifdef MLAV_WITH_SM90
+/* A staged cache's pages and table (src/common/staged_pages.h) for the plan's lengths, built on
+ * the host and copied to `d_pages` and `d_table`, plan-owned; *sg names them. */
+mlav_status write_staging(const mlav_problem_info *p, int32_t n_pages, int32_t max_pages,
+                          void *d_pages, void *d_table, mlav_sm90_staging *sg)
+{
+    const size_t pages_bytes = sizeof(mlav_staged_page) * (size_t)n_pages;
+    const size_t table_bytes = sizeof(int32_t) * (size_t)p->B * (size_t)max_pages;
+    void *h = malloc(pages_bytes + table_bytes);
+    if (!h)
+        return mlav_set_error(MLAV_ERR_OUT_OF_MEMORY, "out of host memory for a cuda plan");
+    mlav_staged_page *pages = static_cast<mlav_staged_page *>(h);
+    int32_t *table = reinterpret_cast<int32_t *>(static_cast<char *>(h) + pages_bytes);
+    mlav_staged_fill(p->B, p->kv_lens, max_pages, pages, table);
+    cudaError_t e = cudaMemcpy(d_pages, pages, pages_bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(d_table, table, table_bytes, cudaMemcpyHostToDevice);
+    free(h);
+    if (e != cudaSuccess)
+        return mlav_cuda_error(e, "cudaMemcpy of a staged cache's pages", __FILE__, __LINE__);
+    sg->pages = static_cast<const mlav_staged_page *>(d_pages);
+    sg->table = static_cast<const int32_t *>(d_table);
+    sg->n_pages = n_pages;
+    sg->max_pages = max_pages;
+    return MLAV_OK;
+}
+#endif
+
 /* The launch parameters of one run: the configuration, the tensors, the partial states at
  * `part` in the workspace, and the schedule's arrays. */
 mlav_flash_params make_params(const mlav_problem_info *p, const flash_config *c,
@@ -228,6 +258,7 @@ mlav_flash_launch_opts launch_opts(const flash_config *c)
     lo.combine_grid = c->combine_grid;
     lo.sm90_seesaw = c->sm90_seesaw;
     lo.sm90_keys = c->sm90_keys;
+    lo.sm90_staged = c->sm90_staged;
     return lo;
 }
 
@@ -251,6 +282,10 @@ struct flash_state {
     void *d_buf;
     mlav_split_item *d_items;
     mlav_combine_item *d_combine;
+#ifdef MLAV_WITH_SM90
+    mlav_sm90_staging staging_f16; /* cfg.sm90_staged: its pages and table, in d_buf */
+    size_t staged_off;             /* the staged pool's offset in the workspace */
+#endif
     /* FLASH_LAUNCH_STEP */
     int32_t H;
     mlav_shard shard;             /* the plan's KV shard: host updates schedule its rows */
@@ -299,6 +334,14 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         st->cfg.family == MLAV_FLASH_FAMILY_SM90
             ? mlav_flash_sm90_keys_rule((int64_t)p->max_q_len * p->H, st->cfg.kv_fp8, p->scale)
             : 0;
+    st->cfg.sm90_staged =
+        st->cfg.family == MLAV_FLASH_FAMILY_SM90 && st->cfg.sm90_keys == 0 &&
+        mlav_flash_sm90_staged_rule(
+            mlav_staged_row_tile_keys(p->B, p->q_indptr, p->kv_lens, p->H), p->total_kv,
+            st->cfg.kv_fp8, p->scale, st->cfg.sm90_seesaw);
+    int32_t stage_pages = 0, stage_max = 0;
+    if (st->cfg.sm90_staged && mlav_staged_count(p->B, p->kv_lens, &stage_pages, &stage_max))
+        st->cfg.sm90_staged = 0; /* past int32 rows: the unstaged kernel reads the cache */
 #endif
     /* the combine's items: their most splits, and their rows that do work (a row tile's rows
      * past its request return at once) */
@@ -316,6 +359,14 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     size_t off_comb = align256(sizeof(mlav_split_item) * (size_t)sc->n_items);
     size_t off_nan = off_comb + align256(sizeof(mlav_combine_item) * (size_t)sc->n_combine);
     size_t total = off_nan + bad_rows_bytes(p->max_pages);
+#ifdef MLAV_WITH_SM90
+    /* a staged cache's pages and table, after the bad rows */
+    const size_t off_stage = total;
+    const size_t stage_pages_bytes = align256(sizeof(mlav_staged_page) * (size_t)stage_pages);
+    const size_t stage_table_bytes = sizeof(int32_t) * (size_t)p->B * (size_t)stage_max;
+    if (st->cfg.sm90_staged)
+        total += stage_pages_bytes + align256(stage_table_bytes);
+#endif
     MLAV_CUDA_TRY(cudaMalloc(&st->d_buf, total));
     char *base = static_cast<char *>(st->d_buf);
     st->d_items = reinterpret_cast<mlav_split_item *>(base);
@@ -324,6 +375,14 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
     s = write_bad_rows(p->kv_dtype, p->max_pages, st->d_nan_row);
     if (s != MLAV_OK)
         return s;
+#ifdef MLAV_WITH_SM90
+    if (st->cfg.sm90_staged) {
+        s = write_staging(p, stage_pages, stage_max, base + off_stage,
+                          base + off_stage + stage_pages_bytes, &st->staging_f16);
+        if (s != MLAV_OK)
+            return s;
+    }
+#endif
     if (sc->n_items)
         MLAV_CUDA_TRY(cudaMemcpy(st->d_items, sc->items,
                                  sizeof(mlav_split_item) * (size_t)sc->n_items,
@@ -333,6 +392,12 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
                                  sizeof(mlav_combine_item) * (size_t)sc->n_combine,
                                  cudaMemcpyHostToDevice));
     *ws = sc->n_slots ? config_part_bytes(&st->cfg) : 0;
+#ifdef MLAV_WITH_SM90
+    /* the staged pool after the partial states, 256-aligned (a TMA map's base: 16) */
+    st->staged_off = align256(*ws);
+    if (st->cfg.sm90_staged)
+        *ws = st->staged_off + mlav_flash_sm90_staged_bytes(stage_pages);
+#endif
     return MLAV_OK;
 }
 
@@ -348,6 +413,12 @@ mlav_status flash_run_device(const mlav_problem_info *p, const void *state,
     /* kernels run on this plan's device; the caller's current device must be it */
     const mlav_flash_launch_opts lo = launch_opts(&st->cfg);
 #ifdef MLAV_WITH_SM90
+    if (st->cfg.sm90_staged) {
+        mlav_flash_params sfp;
+        const mlav_status s = mlav_flash_sm90_stage(
+            &fp, &st->staging_f16, static_cast<char *>(workspace) + st->staged_off, &sfp, stream);
+        return s != MLAV_OK ? s : mlav_flash_sm90_launch(p->dtype, &sfp, &lo, 0, stream);
+    }
     if (st->cfg.family == MLAV_FLASH_FAMILY_SM90)
         return mlav_flash_sm90_launch(p->dtype, &fp, &lo, 0, stream);
 #endif

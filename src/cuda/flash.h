@@ -193,6 +193,9 @@ typedef struct mlav_flash_launch_opts {
                            * (sm90/kernel.cuh) */
     int32_t sm90_keys;    /* the sm_90a family over an FP8 cache: 8 or 16 = its keys kernel
                            * (sm90/keys/) for blocks of at most that many rows, 0 = not */
+    int32_t sm90_staged;  /* the sm_90a family over an FP8 cache: 1 = the params' cache is its
+                           * F16 staging (sm90/staged_kv.cu), read by the seesaw kernel's
+                           * staged instance; the combine still applies the FP8 scale */
 } mlav_flash_launch_opts;
 
 /* Whether the split kernel should run every warp group, also those whose 32 rows lie past their

@@ -29,7 +29,9 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
          "an SM, and other FP8 caches read as fewer than 8 tiles of 64 rows an SM (6 where a "
          "request has more than 64 rows) run the legal family (MLAV_FLASH_FAMILY=sm90 forces "
          "it); its seesaw kernel for other FP8 caches and where blocks have at least 6 tiles, "
-         "else its producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one)";
+         "else its producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one); an FP8 "
+         "cache whose KV rows are read by 8 or more 64-row tiles on average staged as F16 "
+         "before the seesaw kernel in a plan for one problem (MLAV_SM90_KERNEL=staged forces it)";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
@@ -77,7 +79,7 @@ int mlav_flash_sm90_seesaw_rule(int64_t tile_rows, int64_t n_items, int kv_fp8, 
     if (!(scale > 0.0f))
         return 0; /* whatever MLAV_SM90_KERNEL says: the seesaw kernel's maxima are raw */
     const char *env = getenv("MLAV_SM90_KERNEL");
-    if (env && strcmp(env, "seesaw") == 0)
+    if (env && (strcmp(env, "seesaw") == 0 || strcmp(env, "staged") == 0))
         return 1;
     if (env && strcmp(env, "producer") == 0)
         return 0;
@@ -101,11 +103,25 @@ int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t
 int mlav_flash_sm90_keys_rule(int64_t max_rows, int kv_fp8, float scale)
 {
     const char *env = getenv("MLAV_SM90_KERNEL");
-    if (env && (strcmp(env, "seesaw") == 0 || strcmp(env, "producer") == 0))
+    if (env && (strcmp(env, "seesaw") == 0 || strcmp(env, "producer") == 0 ||
+                strcmp(env, "staged") == 0))
         return 0;
     if (!kv_fp8 || !(scale > 0.0f) || max_rows < 1 || max_rows > 16)
         return 0;
     return max_rows <= 8 ? 8 : 16;
+}
+
+int mlav_flash_sm90_staged_rule(int64_t row_tile_keys, int64_t total_kv, int kv_fp8, float scale,
+                                int seesaw)
+{
+    if (!kv_fp8 || !seesaw || !(scale > 0.0f) || total_kv < 1)
+        return 0;
+    const char *env = getenv("MLAV_SM90_KERNEL");
+    if (env && strcmp(env, "staged") == 0)
+        return 1;
+    if (env && (strcmp(env, "seesaw") == 0 || strcmp(env, "producer") == 0))
+        return 0;
+    return row_tile_keys >= (int64_t)MLAV_SM90_FP8_STAGED_MIN_ROW_TILES * total_kv;
 }
 
 const char *mlav_flash_family_name(mlav_flash_family f)

@@ -67,6 +67,15 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
  * of 2-4% there. */
 #define MLAV_SM90_KEYS16_MIN_TILES 3
 
+/* The fewest 64-row tiles that read each KV row of an FP8 cache, on average over the batch's KV
+ * rows (mlav_staged_row_tile_keys over total_kv), for a plan for one problem on the seesaw
+ * kernel to stage its pages as F16 before the kernel (mlav_flash_sm90_staged_rule). By the
+ * FlashMLA harness's s53 figures on the H200 (3fc5103: the BF16 cache's time plus a pass of 3
+ * bytes a KV element at 0.85 of the copy rate, against the FP8 cache's): 0.90-1.01x the time
+ * at 4 row tiles, 0.73-0.91x at 8 and 9, 0.64-0.68x at 32 (B 1 and 16, 4k to 131k); predicted,
+ * not measured (docs/PERFORMANCE.md#hopper, "FP8 cache"). */
+#define MLAV_SM90_FP8_STAGED_MIN_ROW_TILES 8
+
 /* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
  * (docs/PERFORMANCE.md#hopper), unless MLAV_FLASH_FAMILY is "sm90" (so that tests reach the
  * sm_90a family with them). An FP8 E4M3 cache (kv_fp8) that the keys kernel takes
@@ -118,6 +127,17 @@ int mlav_flash_sm90_seesaw_limits(int64_t row_tiles, int64_t max_kv_len, int64_t
  * 131k; B 16, 32k and 131k; docs/PERFORMANCE.md#hopper). MLAV_SM90_KERNEL=seesaw or producer
  * (read at plan time) turns it off, for A/B runs and tests. */
 int mlav_flash_sm90_keys_rule(int64_t max_rows, int kv_fp8, float scale);
+
+/* Within the sm_90a family's seesaw kernel (seesaw != 0), whether a plan for one problem over an
+ * FP8 E4M3 cache (kv_fp8) stages the pages it reads as F16 in its workspace before the kernel
+ * (sm90/staged_kv.cu; 2 bytes a KV element read), so that each KV tile is converted once, not
+ * once by each 64-row tile that reads it: where its KV rows are read by at least
+ * MLAV_SM90_FP8_STAGED_MIN_ROW_TILES row tiles on average (row_tile_keys, by
+ * mlav_staged_row_tile_keys, over total_kv) and softmax_scale > 0. MLAV_SM90_KERNEL (read at
+ * plan time) "staged" stages every such plan of the seesaw kernel, "seesaw" or "producer" none,
+ * for A/B runs and tests. Plans for limits do not stage. */
+int mlav_flash_sm90_staged_rule(int64_t row_tile_keys, int64_t total_kv, int kv_fp8, float scale,
+                                int seesaw);
 
 /* The family's name, as `mlaverify info` prints it. */
 const char *mlav_flash_family_name(mlav_flash_family f);

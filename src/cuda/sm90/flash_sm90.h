@@ -17,6 +17,7 @@
 
 #include <cuda.h> /* CUtensorMap (a type: the driver is reached through the runtime) */
 
+#include "../../common/staged_pages.h"
 #include "../flash.h"
 #include "../flash_family.h"
 
@@ -61,8 +62,9 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
 
 /* Launch the split kernel then (if any) the combine on `stream`: mlav_flash_launch's contract
  * (`step`: a plan for limits, its grid of fp->n_items blocks running past the step's schedule),
- * (lo->kv_fp8: the FP8 E4M3 instances), for BF16 and F16 plans (otherwise
- * MLAV_ERR_UNSUPPORTED). */
+ * (lo->kv_fp8: the FP8 E4M3 instances; with lo->sm90_staged, fp's cache is the staged pool of
+ * mlav_flash_sm90_stage and the seesaw kernel its staged instance), for BF16 and F16 plans
+ * (otherwise MLAV_ERR_UNSUPPORTED). */
 mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp,
                                    const mlav_flash_launch_opts *lo, int step,
                                    cudaStream_t stream);
@@ -82,6 +84,33 @@ const void *mlav_flash_sm90_e4m3_kernel(mlav_dtype dtype, int step);
 
 /* The same for the FP8 E4M3 cache's seesaw kernel (sm90/seesaw.cuh). */
 const void *mlav_flash_sm90_e4m3_seesaw(mlav_dtype dtype, int step);
+
+/* The seesaw kernel over an FP8 E4M3 cache staged as F16 (e4m3_staged: kernel.cuh) for q's
+ * dtype, in a plan for one problem (instances_staged.cu). */
+const void *mlav_flash_sm90_staged_seesaw(mlav_dtype dtype);
+
+/* A plan's FP8 cache staged as F16 before the seesaw kernel (staged_kv.cu;
+ * mlav_flash_sm90_staged_rule): its pages (src/common/staged_pages.h) and their table, both
+ * device arrays the plan owns, and their counts. */
+typedef struct mlav_sm90_staging {
+    const mlav_staged_page *pages; /* [n_pages] */
+    const int32_t *table;          /* [batch, max_pages] */
+    int32_t n_pages, max_pages;
+} mlav_sm90_staging;
+
+/* Bytes of a staged pool of n_pages pages (64 rows of 576 F16 values each). */
+static inline size_t mlav_flash_sm90_staged_bytes(int32_t n_pages)
+{
+    return (size_t)n_pages * MLAV_STAGED_PAGE_ROWS * MLAV_FLASH_W * 2;
+}
+
+/* Stage fp's FP8 cache on `stream`: each of sg's pages converted to F16 into `pool`
+ * (mlav_flash_sm90_staged_bytes, 16-byte aligned), its rows read through fp's page table as the
+ * kernels read them (a page id outside the pool: the NaN row's values), rows past a request's
+ * end zero; and *staged, fp with the staged pool as its cache (page_size 64, sg's table), for
+ * mlav_flash_sm90_launch with lo->sm90_staged. */
+mlav_status mlav_flash_sm90_stage(const mlav_flash_params *fp, const mlav_sm90_staging *sg,
+                                  void *pool, mlav_flash_params *staged, cudaStream_t stream);
 
 /* The keys kernel (sm90/keys/) over an FP8 E4M3 cache for q's dtype, whose blocks hold at most
  * `rows` (8 or 16) rows, and plan kind (step != 0: a plan for limits): its address, threads a

@@ -60,9 +60,21 @@ constexpr float LN2F = 0.6931471805599453f;
 static_assert(PRODUCER_THREADS * PRODUCER_REGS + MATH_THREADS * MATH_REGS <= 65536,
               "the register file");
 
-/* Whether Kv, the cache's element type, is FP8 (one byte); the products' operand type then F16. */
+/* An FP8 E4M3 cache staged as F16 by a pass before the seesaw kernel (staged_kv.cu): the
+ * kernel's Kv for it. Its tiles move as a 16-bit cache's (TMA where they allow), its scale and
+ * BF16 q's conversion are the FP8 cache's. */
+struct e4m3_staged {
+    uint16_t bits; /* an F16 value, e4m3's exactly */
+};
+
+/* Whether Kv, the cache's element type, is FP8 (one byte): its tiles land raw and are made F16
+ * in shared memory. */
 template <typename Kv> constexpr bool fp8_kv = sizeof(Kv) == 1;
-template <typename T, typename Kv> using mma_t = std::conditional_t<fp8_kv<Kv>, __half, T>;
+/* Whether Kv carries an FP8 cache's scale (raw, or staged as F16); the products' operand type
+ * then F16. */
+template <typename Kv>
+constexpr bool scaled_kv = fp8_kv<Kv> || std::is_same<Kv, e4m3_staged>::value;
+template <typename T, typename Kv> using mma_t = std::conditional_t<scaled_kv<Kv>, __half, T>;
 
 struct block_ctx {
     int b, q_start, prefix, M, m0, kv_begin, kv_end, n_tiles, slot;
@@ -359,7 +371,7 @@ __device__ __forceinline__ void write_output(const mlav_flash_params &p, const b
                                              const mlav::out_scale &osc, float *ssum, int w,
                                              int warp, int lane, const Meet &meet)
 {
-    constexpr bool FP8 = fp8_kv<Kv>;
+    constexpr bool FP8 = scaled_kv<Kv>;
     using OTY = mlav::mma_type<T>; /* out's */
     const int g = lane >> 2, t4 = lane & 3;
     const int r0 = 16 * warp + g; /* this thread's rows: r0 (h = 0) and r0 + 8 (h = 1) */
@@ -601,6 +613,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
                       const int kv_tma)
 {
+    static_assert(!scaled_kv<Kv> || fp8_kv<Kv>, "a staged cache runs the seesaw kernel only");
     const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
     if (STEP && step_ix < 0)
         return; /* past the step's schedule, or an item past the plan's limits */

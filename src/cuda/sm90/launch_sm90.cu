@@ -98,8 +98,16 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
             &n, f, mlav90::seesaw::THREADS, mlav90::seesaw::smem_ss::BYTES));
         *blocks_per_sm = n < *blocks_per_sm ? n : *blocks_per_sm;
     }
-    /* the keys kernel's instances (an FP8 cache's plans whose requests have few rows) */
+    /* the keys kernel's instances (an FP8 cache's plans whose requests have few rows), and the
+     * seesaw kernel's over the cache staged as F16 (plans whose rows many row tiles read) */
     if (kv_dtype == MLAV_DTYPE_FP8_E4M3) {
+        const void *f = mlav_flash_sm90_staged_seesaw(dtype);
+        MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)mlav90::seesaw::smem_ss::BYTES));
+        int n = 0;
+        MLAV_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, f, mlav90::seesaw::THREADS, mlav90::seesaw::smem_ss::BYTES));
+        *blocks_per_sm = n < *blocks_per_sm ? n : *blocks_per_sm;
         for (int k4 = 0; k4 < 4; k4++) {
             const mlav_sm90_keys_shape k = mlav_flash_sm90_keys(dtype, k4 & 1 ? 16 : 8, k4 >> 1);
             MLAV_CUDA_TRY(cudaFuncSetAttribute(
@@ -114,8 +122,8 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
         return mlav_set_error(MLAV_ERR_UNSUPPORTED,
                               "flash_sm90 cannot be resident on this device (0 blocks per SM)");
     /* the driver's tensor-map encoder resolved here, once, so that a launch (perhaps under a
-     * stream capture) only reads the cached pointer */
-    if (MLAV90_TMA && kv_dtype != MLAV_DTYPE_FP8_E4M3) {
+     * stream capture) only reads the cached pointer (an FP8 cache's too: its staged pool) */
+    if (MLAV90_TMA) {
         mlav90::kv_map_encoder encode = nullptr;
         MLAV_CUDA_TRY(mlav90::kv_map_encoder_get(&encode));
     }
@@ -140,7 +148,8 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
          * map of its capture, as it keeps fp) */
         CUtensorMap kv_map;
         int kv_tma = 0;
-        mlav_status ms = mlav_flash_sm90_kv_map(fp, lo->kv_fp8, &kv_map, &kv_tma);
+        const bool staged = lo->kv_fp8 && lo->sm90_staged; /* fp's cache: 16-bit, staged */
+        mlav_status ms = mlav_flash_sm90_kv_map(fp, lo->kv_fp8 && !staged, &kv_map, &kv_tma);
         if (ms != MLAV_OK)
             return ms;
         void *args[3] = {const_cast<mlav_flash_params *>(fp), &kv_map, &kv_tma};
@@ -151,7 +160,16 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
         const mlav_sm90_keys_shape keys = lo->sm90_keys && lo->kv_fp8
                                               ? mlav_flash_sm90_keys(dtype, lo->sm90_keys, step)
                                               : mlav_sm90_keys_shape{NULL, 0, 0};
-        if (keys.kernel)
+        if (staged && (step || !lo->sm90_seesaw || keys.kernel))
+            return mlav_set_error(MLAV_ERR_INTERNAL,
+                                  "a staged FP8 cache runs the seesaw kernel of a plan for one "
+                                  "problem only");
+        if (staged)
+            MLAV_CUDA_TRY(cudaLaunchKernel(mlav_flash_sm90_staged_seesaw(dtype),
+                                           dim3((unsigned)fp->n_items),
+                                           dim3(mlav90::seesaw::THREADS), args,
+                                           mlav90::seesaw::smem_ss::BYTES, stream));
+        else if (keys.kernel)
             MLAV_CUDA_TRY(cudaLaunchKernel(keys.kernel, dim3((unsigned)fp->n_items),
                                            dim3(keys.threads), args, keys.smem, stream));
         else if (lo->sm90_seesaw)

@@ -537,7 +537,8 @@ __device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], uint32_t sq, uint3
         fp8_tile_ready(stage, full, parity, W, wt);
         s_issue_full<mma_t<T, Kv>, false>(x, sq, stage, full, parity);
     } else {
-        s_issue_full<T, true, first_block(W == 0 ? PART_L : PART_R)>(x, sq, stage, full, parity);
+        s_issue_full<mma_t<T, Kv>, true, first_block(W == 0 ? PART_L : PART_R)>(x, sq, stage,
+                                                                                full, parity);
     }
 }
 
@@ -726,16 +727,21 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
 
 /* The kernel; STEP as kernel.cuh's flash_sm90_kernel. Kv: the cache's element type (T, or
  * __nv_fp8_e4m3: every tile gathered raw and made F16 by its owner, BF16 q made F16 by WG0 in the
- * prologue, the scale as kernel.cuh applies it). A 16-bit cache's tile goes by TMA where the
- * launch holds the pool's map (kv_tma) and the tile allows, else it is gathered. GATHER: the
- * instance of a 16-bit cache's launch without the map (its gather's rows unrolled: refill). */
+ * prologue, the scale as kernel.cuh applies it; or e4m3_staged, an FP8 cache's pages staged as
+ * F16 before the launch: its tiles as a 16-bit cache's, q and the scale as FP8's). A 16-bit
+ * cache's tile goes by TMA where the launch holds the pool's map (kv_tma) and the tile allows,
+ * else it is gathered. GATHER: the instance of a 16-bit cache's launch without the map (its
+ * gather's rows unrolled: refill). */
 template <typename T, typename Kv, bool STEP, bool GATHER = false>
 __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_seesaw_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
                              const int kv_tma)
 {
-    constexpr bool FP8 = fp8_kv<Kv>, Q_TO_F16 = FP8 && !std::is_same<T, __half>::value;
-    static_assert(!GATHER || !FP8, "GATHER: a 16-bit cache's instance");
+    /* FP8: raw 8-bit tiles, converted here; SCALED: those or a staged cache's F16 tiles, with
+     * the FP8 cache's scale and BF16 q made F16 */
+    constexpr bool FP8 = fp8_kv<Kv>, SCALED = scaled_kv<Kv>;
+    constexpr bool Q_TO_F16 = SCALED && !std::is_same<T, __half>::value;
+    static_assert(!GATHER || !SCALED, "GATHER: a 16-bit cache's instance");
     const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
     if (STEP && step_ix < 0)
         return; /* past the step's schedule, or an item past the plan's limits */
@@ -798,7 +804,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     /* the scores' factors and the output's (kernel.cuh's consume) */
     score_ctx<Q_TO_F16> score = {1.0f, p.scale_log2};
     mlav::out_scale osc = {1.0f, 1.0f, 0};
-    if constexpr (FP8) {
+    if constexpr (SCALED) {
         const float ks = mlav::kv_scale_read(p.kv_scale_ptr, p.kv_scale);
         osc = mlav::out_scale_of(ks);
         if constexpr (Q_TO_F16) {
@@ -810,7 +816,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             score.sf = p.scale_log2 * ks;
         }
     }
-    score.template set_factor<FP8>();
+    score.template set_factor<SCALED>();
     float o[O_REGS];
 #pragma unroll
     for (int i = 0; i < O_REGS; i++)
