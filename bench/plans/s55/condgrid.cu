@@ -3,15 +3,17 @@
 //
 // A graph replays L layers of: split kernel (items of equal length, one block an SM by its shared
 // memory, blocks past the step's n items exit at once), then a one-block "combine". Before each
-// replay a one-block kernel outside the graph runs (an engine's step update, SGLang's pattern); a
-// one-block node at the graph's start stands for an update captured in the graph. Graphs:
-//   max        the split kernel at the limits' grid (G = 3 waves; today);
-//   exact      at n blocks (a plan for one problem: the floor);
-//   switch-in  a SWITCH node a layer, each body the split kernel at 1..3 waves, the value (waves -
-//              1) set by the graph's first node (CUDA 12.8+);
-//   switch-out the same, the value set by the kernel outside the graph;
-//   upd-in     device-updatable split nodes (CUDA 12.4+), their grid set by the graph's first node;
-//   upd-out    the same, set by the kernel outside the graph.
+// replay a one-block kernel outside the graph writes the step's n to device memory (an engine's
+// step update; SGLang runs it outside the graph it replays). Graphs:
+//   max     the split kernel at the limits' grid (G = 3 waves; today);
+//   exact   at n blocks (a plan for one problem: the floor);
+//   switch  a SWITCH node a layer, each body the split kernel at 1..3 waves, the value (waves - 1)
+//           set by the graph's first node from the n in device memory (CUDA 12.8+);
+//   upd     device-updatable split nodes (CUDA 12.4+) starting at one wave, their grid set by the
+//           graph's first node from the same n.
+// Session 56's first run set the switch values from the kernel outside the graph too: an illegal
+// memory access (a conditional handle is set by a kernel of its own graph), which ended the
+// process's context; a mode that fails now resets the device and the others go on.
 // Each replay's items are counted (atomics): a graph whose count is not n x L is reported WRONG.
 // Prints us a layer: the least of R rounds of K replays, / L.
 // Build: nvcc -O3 -gencode arch=compute_90a,code=sm_90a -std=c++17 condgrid.cu -o condgrid
@@ -37,20 +39,22 @@ static __device__ unsigned long long now_ns()
 }
 
 struct Setter {
-    int *d_n;
-    int n, sm;
+    const int *d_n; // the step's n, written by the update outside the graph
+    int sm;
     const cudaGraphConditionalHandle *h; // switch values to set
     int nh;
     cudaGraphDeviceNode_t *dn; // split nodes whose grid to set
     int ndn;
 };
 
+__global__ void update(int *d_n, int n) { if (threadIdx.x == 0) *d_n = n; }
+
 __global__ void setter(Setter s)
 {
     if (threadIdx.x != 0)
         return;
-    *s.d_n = s.n;
-    const int waves = (s.n + s.sm - 1) / s.sm;
+    const int n = *s.d_n;
+    const int waves = n < 1 ? 1 : (n + s.sm - 1) / s.sm;
     for (int i = 0; i < s.nh; ++i)
         cudaGraphSetConditional(s.h[i], (unsigned)(waves - 1));
     for (int i = 0; i < s.ndn; ++i)
@@ -83,9 +87,8 @@ struct Cfg {
     unsigned *count;
 };
 
-enum { MAX, EXACT, SWITCH_IN, SWITCH_OUT, UPD_IN, UPD_OUT, MODES };
-static const char *mode_name[MODES] = {"max", "exact", "switch-in", "switch-out", "upd-in",
-                                       "upd-out"};
+enum { MAX, EXACT, SWITCH, UPD, MODES };
+static const char *mode_name[MODES] = {"max", "exact", "switch", "upd"};
 
 static cudaError_t add_split(cudaGraph_t g, cudaGraphNode_t *node, const cudaGraphNode_t *dep,
                              int ndep, const Cfg &c, int grid)
@@ -112,14 +115,12 @@ static double run(const Cfg &c, int mode, int K, int R)
     cudaGraphDeviceNode_t *d_dn = nullptr;
     CK(cudaMalloc(&d_h, sizeof(cudaGraphConditionalHandle) * c.L));
     CK(cudaMalloc(&d_dn, sizeof(cudaGraphDeviceNode_t) * c.L));
-    const bool sw = mode == SWITCH_IN || mode == SWITCH_OUT;
-    const bool upd = mode == UPD_IN || mode == UPD_OUT;
-    const bool in = mode == SWITCH_IN || mode == UPD_IN;
+    const bool sw = mode == SWITCH;
+    const bool upd = mode == UPD;
     if (sw)
         for (int i = 0; i < c.L; ++i)
             CK(cudaGraphConditionalHandleCreate(&hs[i], g, 0, 0));
-    Setter s_in = {c.d_n, c.n, c.sm, d_h, in && sw ? c.L : 0, d_dn, in && upd ? c.L : 0};
-    Setter s_out = {c.d_n, c.n, c.sm, d_h, !in && sw ? c.L : 0, d_dn, !in && upd ? c.L : 0};
+    Setter s_in = {c.d_n, c.sm, d_h, sw ? c.L : 0, d_dn, upd ? c.L : 0};
     cudaGraphNode_t prev;
     {
         cudaKernelNodeParams p = {};
@@ -176,7 +177,7 @@ static double run(const Cfg &c, int mode, int K, int R)
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     auto replay = [&]() -> cudaError_t {
-        setter<<<1, 32, 0, st>>>(s_out);
+        update<<<1, 32, 0, st>>>(c.d_n, c.n);
         cudaError_t e = cudaGetLastError();
         return e != cudaSuccess ? e : cudaGraphLaunch(ge, st);
     };
@@ -216,6 +217,17 @@ static double run(const Cfg &c, int mode, int K, int R)
     return right ? best / c.L : -2.0;
 }
 
+// the split kernel's shared memory and the buffers every graph uses (again after a reset)
+static bool setup(Cfg &c)
+{
+    return cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem) ==
+               cudaSuccess &&
+           cudaMalloc(&c.d_n, sizeof(int)) == cudaSuccess &&
+           cudaMalloc(&c.out, sizeof(float) * 4 * c.sm) == cudaSuccess &&
+           cudaMalloc(&c.count, sizeof(unsigned)) == cudaSuccess &&
+           cudaMemset(c.out, 0, sizeof(float) * 4 * c.sm) == cudaSuccess;
+}
+
 int main(int argc, char **argv)
 {
     int sm;
@@ -227,25 +239,20 @@ int main(int argc, char **argv)
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
     const int smem = 200 * 1024;
-    if (cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
-        cudaSuccess)
-        return 1;
     Cfg c;
     c.sm = sm;
     c.smem = smem;
     c.G = 3 * sm;
     c.L = argc > 1 ? atoi(argv[1]) : 8;
-    cudaMalloc(&c.d_n, sizeof(int));
-    cudaMalloc(&c.out, sizeof(float) * 4 * sm);
-    cudaMalloc(&c.count, sizeof(unsigned));
-    cudaMemset(c.out, 0, sizeof(float) * 4 * sm);
+    if (!setup(c))
+        return 1;
     printf("%s, %d SMs, driver %d, runtime %d; the limits' grid %d blocks; %d layers a replay;\n"
            "us a layer (least of 5 rounds of 40 replays; -1 error, -2 wrong item count)\n",
            prop.name, sm, drv, rt, c.G, c.L);
     printf("%6s %7s", "items", "spin_us");
     for (int m = 0; m < MODES; ++m)
         printf(" %10s", mode_name[m]);
-    printf(" %9s %9s %9s\n", "max-ex", "sw-in-ex", "upd-in-ex");
+    printf(" %9s %9s %9s\n", "max-ex", "sw-ex", "upd-ex");
     const int ns[] = {sm - 4, sm, sm + 20, 2 * sm, 3 * sm};
     const unsigned spins[] = {2000, 10000, 25000};
     for (unsigned spin : spins)
@@ -253,13 +260,16 @@ int main(int argc, char **argv)
             c.n = n;
             c.spin = spin;
             double t[MODES];
-            for (int m = 0; m < MODES; ++m)
+            for (int m = 0; m < MODES; ++m) {
                 t[m] = run(c, m, 40, 5);
+                if (t[m] == -1.0 && (cudaDeviceReset() != cudaSuccess || !setup(c)))
+                    return 1; // a fault ends the context: start a fresh one for the next mode
+            }
             printf("%6d %7.1f", n, spin / 1e3);
             for (int m = 0; m < MODES; ++m)
                 printf(" %10.2f", t[m]);
-            printf(" %9.2f %9.2f %9.2f\n", t[MAX] - t[EXACT], t[SWITCH_IN] - t[EXACT],
-                   t[UPD_IN] - t[EXACT]);
+            printf(" %9.2f %9.2f %9.2f\n", t[MAX] - t[EXACT], t[SWITCH] - t[EXACT],
+                   t[UPD] - t[EXACT]);
             fflush(stdout);
         }
     return 0;
