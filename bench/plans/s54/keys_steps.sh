@@ -1,4 +1,5 @@
-# The steps of the kernel calls (gathered.sh, staged.sh, s55/keys_pages.sh), sourced by them: PATCH
+# The steps of the kernel calls (keys_variant.sh, s55/keys_pages.sh; session 56's gathered.sh and
+# staged.sh at `git show e6944ab:bench/plans/s54/`), sourced by them: PATCH
 # (a file in bench/plans/s54/; none for keys_pages.sh) applied to the checkout and taken off at the
 # end, main copied to /tmp/base and to /tmp/NAME for each NAME in EXTRA_TREES (before the patch),
 # test_sm90_gpu (and EXTRA_TARGETS) built in build-s54 (incremental where an earlier call built it),

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 54 (HEAD): a keys-kernel variant, PATCH (default vf-early.patch; s-chains2.patch, below).
+# Session 54 (HEAD): a keys-kernel variant, PATCH (default s-chains2.patch, below; vf-early.patch,
+# dropped in session 56 at 1.030x, at `git show e6944ab:bench/plans/s54/`).
 # vf-early.patch: the keys kernel's K fragments transposed into V^T's as soon as
 # each k16 step of S^T has made them (movmatrix in s_tile, not o_tile), so that V^T's operand
 # quads are born where the MMA reads them and K's die with their step; a draft key's non-finite
@@ -20,8 +21,9 @@
 # s-chains.patch failed test_sm90_keys because it added the odd steps' sum only into what it sent
 # the other warp, not into its own scores; its A/B then gave 0.989 (page_size 64, before the bulk
 # copies). Compiled here: the 16-row BF16 instance 3,776 -> 3,768 instructions (8 more FADD, 15
-# fewer of opcode 0x224), 240-254 registers, no spills. Predicted 0.97-0.99x at 8 and 16 rows.
-PATCH=${PATCH:-vf-early.patch}
+# fewer of opcode 0x224), 240-254 registers, no spills. Predicted 0.97-0.99x at 8 and 16 rows;
+# session 56's A/B of it (H100, keys_ab.sh): 0.993x.
+PATCH=${PATCH:-s-chains2.patch}
 source bench/plans/s54/keys_steps.sh
 keys_test
 sass_counts
