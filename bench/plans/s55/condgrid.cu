@@ -9,8 +9,11 @@
 //   exact   at n blocks (a plan for one problem: the floor);
 //   switch  a SWITCH node a layer, each body the split kernel at 1..3 waves, the value (waves - 1)
 //           set by the graph's first node from the n in device memory (CUDA 12.8+);
-//   upd     device-updatable split nodes (CUDA 12.4+) starting at one wave, their grid set by the
-//           graph's first node from the same n.
+//   upd-in  device-updatable split nodes (CUDA 12.4+) starting at one wave, their grid set by the
+//           graph's first node from the same n;
+//   upd-out the same nodes' grid set by the kernel outside the graph, with the n it writes: the
+//           form SGLang's pattern needs (cuda_device_runtime_api.h asks only that the node be on
+//           the calling kernel's device).
 // Session 56's first run set the switch values from the kernel outside the graph too: an illegal
 // memory access (a conditional handle is set by a kernel of its own graph), which ended the
 // process's context; a mode that fails now resets the device and the others go on.
@@ -47,7 +50,16 @@ struct Setter {
     int ndn;
 };
 
-__global__ void update(int *d_n, int n) { if (threadIdx.x == 0) *d_n = n; }
+// the step's update outside the graph: n to device memory, and for upd-out the split nodes' grid
+__global__ void update(int *d_n, int n, int sm, const cudaGraphDeviceNode_t *dn, int ndn)
+{
+    if (threadIdx.x != 0)
+        return;
+    *d_n = n;
+    const int waves = n < 1 ? 1 : (n + sm - 1) / sm;
+    for (int i = 0; i < ndn; ++i)
+        cudaGraphKernelNodeSetGridDim(dn[i], dim3(waves * sm));
+}
 
 __global__ void setter(Setter s)
 {
@@ -87,8 +99,8 @@ struct Cfg {
     unsigned *count;
 };
 
-enum { MAX, EXACT, SWITCH, UPD, MODES };
-static const char *mode_name[MODES] = {"max", "exact", "switch", "upd"};
+enum { MAX, EXACT, SWITCH, UPD_IN, UPD_OUT, MODES };
+static const char *mode_name[MODES] = {"max", "exact", "switch", "upd-in", "upd-out"};
 
 static cudaError_t add_split(cudaGraph_t g, cudaGraphNode_t *node, const cudaGraphNode_t *dep,
                              int ndep, const Cfg &c, int grid)
@@ -116,11 +128,12 @@ static double run(const Cfg &c, int mode, int K, int R)
     CK(cudaMalloc(&d_h, sizeof(cudaGraphConditionalHandle) * c.L));
     CK(cudaMalloc(&d_dn, sizeof(cudaGraphDeviceNode_t) * c.L));
     const bool sw = mode == SWITCH;
-    const bool upd = mode == UPD;
+    const bool upd = mode == UPD_IN || mode == UPD_OUT;
     if (sw)
         for (int i = 0; i < c.L; ++i)
             CK(cudaGraphConditionalHandleCreate(&hs[i], g, 0, 0));
-    Setter s_in = {c.d_n, c.sm, d_h, sw ? c.L : 0, d_dn, upd ? c.L : 0};
+    Setter s_in = {c.d_n, c.sm, d_h, sw ? c.L : 0, d_dn, mode == UPD_IN ? c.L : 0};
+    const int ndn_out = mode == UPD_OUT ? c.L : 0;
     cudaGraphNode_t prev;
     {
         cudaKernelNodeParams p = {};
@@ -177,7 +190,7 @@ static double run(const Cfg &c, int mode, int K, int R)
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     auto replay = [&]() -> cudaError_t {
-        update<<<1, 32, 0, st>>>(c.d_n, c.n);
+        update<<<1, 32, 0, st>>>(c.d_n, c.n, c.sm, d_dn, ndn_out);
         cudaError_t e = cudaGetLastError();
         return e != cudaSuccess ? e : cudaGraphLaunch(ge, st);
     };
@@ -252,7 +265,7 @@ int main(int argc, char **argv)
     printf("%6s %7s", "items", "spin_us");
     for (int m = 0; m < MODES; ++m)
         printf(" %10s", mode_name[m]);
-    printf(" %9s %9s %9s\n", "max-ex", "sw-ex", "upd-ex");
+    printf(" %9s %9s %9s %9s\n", "max-ex", "sw-ex", "in-ex", "out-ex");
     const int ns[] = {sm - 4, sm, sm + 20, 2 * sm, 3 * sm};
     const unsigned spins[] = {2000, 10000, 25000};
     for (unsigned spin : spins)
@@ -268,8 +281,8 @@ int main(int argc, char **argv)
             printf("%6d %7.1f", n, spin / 1e3);
             for (int m = 0; m < MODES; ++m)
                 printf(" %10.2f", t[m]);
-            printf(" %9.2f %9.2f %9.2f\n", t[MAX] - t[EXACT], t[SWITCH] - t[EXACT],
-                   t[UPD] - t[EXACT]);
+            printf(" %9.2f %9.2f %9.2f %9.2f\n", t[MAX] - t[EXACT], t[SWITCH] - t[EXACT],
+                   t[UPD_IN] - t[EXACT], t[UPD_OUT] - t[EXACT]);
             fflush(stdout);
         }
     return 0;
