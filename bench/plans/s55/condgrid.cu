@@ -51,25 +51,23 @@ struct Setter {
 };
 
 // the step's update outside the graph: n to device memory, and for upd-out the split nodes' grid
+// (a node a thread: an engine's graph has a split node a layer, 61 in DeepSeek-V3)
 __global__ void update(int *d_n, int n, int sm, const cudaGraphDeviceNode_t *dn, int ndn)
 {
-    if (threadIdx.x != 0)
-        return;
-    *d_n = n;
+    if (threadIdx.x == 0)
+        *d_n = n;
     const int waves = n < 1 ? 1 : (n + sm - 1) / sm;
-    for (int i = 0; i < ndn; ++i)
+    for (int i = threadIdx.x; i < ndn; i += blockDim.x)
         cudaGraphKernelNodeSetGridDim(dn[i], dim3(waves * sm));
 }
 
 __global__ void setter(Setter s)
 {
-    if (threadIdx.x != 0)
-        return;
     const int n = *s.d_n;
     const int waves = n < 1 ? 1 : (n + s.sm - 1) / s.sm;
-    for (int i = 0; i < s.nh; ++i)
+    for (int i = threadIdx.x; i < s.nh; i += blockDim.x)
         cudaGraphSetConditional(s.h[i], (unsigned)(waves - 1));
-    for (int i = 0; i < s.ndn; ++i)
+    for (int i = threadIdx.x; i < s.ndn; i += blockDim.x)
         cudaGraphKernelNodeSetGridDim(s.dn[i], dim3(waves * s.sm));
 }
 
@@ -140,7 +138,7 @@ static double run(const Cfg &c, int mode, int K, int R)
         void *args[] = {(void *)&s_in};
         p.func = (void *)setter;
         p.gridDim = dim3(1);
-        p.blockDim = dim3(32);
+        p.blockDim = dim3(64);
         p.kernelParams = args;
         CK(cudaGraphAddKernelNode(&prev, g, nullptr, 0, &p));
     }
@@ -190,7 +188,7 @@ static double run(const Cfg &c, int mode, int K, int R)
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     auto replay = [&]() -> cudaError_t {
-        update<<<1, 32, 0, st>>>(c.d_n, c.n, c.sm, d_dn, ndn_out);
+        update<<<1, 64, 0, st>>>(c.d_n, c.n, c.sm, d_dn, ndn_out);
         cudaError_t e = cudaGetLastError();
         return e != cudaSuccess ? e : cudaGraphLaunch(ge, st);
     };
