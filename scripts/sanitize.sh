@@ -39,4 +39,4 @@ tsan)
   ;;
 esac
 cd "$build"
-ctest --output-on-failure "${filter[@]}"
+ctest --output-on-failure -j "${JOBS:-$(nproc)}" "${filter[@]}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: install missing build dependencies (Debian/Ubuntu, as root), configure (CUDA built when nvcc is found), build, run every ctest (GPU tests
 # skip themselves without a device). Exits non-zero on any failure.
-#   ./scripts/test.sh [BUILD_DIR]      env: MLAV_CUDA=AUTO|ON|OFF, CUDA_ARCHS, JOBS
+#   ./scripts/test.sh [BUILD_DIR]      env: MLAV_CUDA=AUTO|ON|OFF, CUDA_ARCHS, JOBS (the build's
+#                                      and ctest's parallel jobs; nproc)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 build=${1:-build}
@@ -14,5 +15,8 @@ start=$(date +%s)
 mlav_build "$build"
 built=$(date +%s)
 cd "$build"
-ctest --output-on-failure
+# the tests labelled gpu one at a time (each may take much of the device's memory), the others
+# JOBS at a time; a test that runs cmake on the build tree holds RESOURCE_LOCK build_tree
+ctest --output-on-failure -j "${JOBS:-$(nproc)}" -LE gpu
+ctest --output-on-failure -L gpu
 echo "test.sh: build $((built - start)) s, ctest $(( $(date +%s) - built )) s"
