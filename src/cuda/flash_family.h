@@ -69,11 +69,10 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 
 /* The fewest 64-row tiles that read each KV row of an FP8 cache, on average over the batch's KV
  * rows (mlav_staged_row_tile_keys over total_kv), for a plan for one problem on the seesaw
- * kernel to stage its pages as F16 before the kernel (mlav_flash_sm90_staged_rule). Measured on
- * an H100 (session 56, bench/ab.sh): 0.75-0.78x the unstaged time at 8 and 9 row tiles,
- * 0.66-0.68x at 16-18, 0.61-0.64x at 32 (B 1 at 32k and 131k, B 16 at 4k and 32k); below 8 the
- * pass's share grows (predicted 0.90-1.01x at 4 from session 53's H200 table), so 4 stays
- * unstaged (docs/PERFORMANCE.md#hopper, "FP8 cache"). */
+ * kernel to stage its pages as F16 before the kernel (mlav_flash_sm90_staged_rule). On an
+ * H100 staging took 0.75-0.78x the unstaged time at 8 and 9 row tiles, 0.66-0.68x at 16-18 and
+ * 0.61-0.64x at 32; below 8 the pass is a larger share of the time (by arithmetic 0.90-1.01x at
+ * 4 on the H200), so 4 stays unstaged (docs/PERFORMANCE.md#hopper, "FP8 cache"). */
 #define MLAV_SM90_FP8_STAGED_MIN_ROW_TILES 8
 
 /* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
