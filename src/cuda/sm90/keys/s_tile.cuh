@@ -32,9 +32,14 @@ __device__ __forceinline__ void s_tile(float (&sacc)[NTN][4], uint32_t (&kf)[GRO
                                        uint32_t stage, const lane_ctx &l)
 {
     const uint32_t kg = stage + (uint32_t)(16 * l.sl + l.g) * W, kg8 = kg + 8u * W;
+    /* two accumulators, even and odd k16 steps: two MMA chains of 9 steps a n8 tile instead of
+     * one of 18, each MMA waiting on the one two steps back */
+    float s2[NTN][4];
 #pragma unroll
-    for (int n = 0; n < NTN; n++)
+    for (int n = 0; n < NTN; n++) {
         sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
+        s2[n][0] = s2[n][1] = s2[n][2] = s2[n][3] = 0.0f;
+    }
 #pragma unroll
     for (int u = 0; u < GROUPS; u++) {
         const uint32_t off = (uint32_t)(256 * l.hf + 64 * u + 16 * l.t4);
@@ -42,13 +47,19 @@ __device__ __forceinline__ void s_tile(float (&sacc)[NTN][4], uint32_t (&kf)[GRO
         const uint32_t ra[4] = {wa.x, wa.y, wa.z, wa.w}, rb[4] = {wb.x, wb.y, wb.z, wb.w};
 #pragma unroll
         for (int s = 0; s < 4; s++)
-            s_step<NTN>(sacc, kf[u][s], ra[s], rb[s], l.q_lat + (uint32_t)(64 * u + 4 * s) * 2u);
+            s_step<NTN>(s & 1 ? s2 : sacc, kf[u][s], ra[s], rb[s],
+                        l.q_lat + (uint32_t)(64 * u + 4 * s) * 2u);
     }
     const uint32_t off = (uint32_t)(DL + 32 * l.hf + 8 * l.t4);
     const uint2 wa = lds8(kg + off), wb = lds8(kg8 + off);
     uint32_t a[4];
     s_step<NTN>(sacc, a, wa.x, wb.x, l.q_rope);
-    s_step<NTN>(sacc, a, wa.y, wb.y, l.q_rope + 8u);
+    s_step<NTN>(s2, a, wa.y, wb.y, l.q_rope + 8u);
+#pragma unroll
+    for (int n = 0; n < NTN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            sacc[n][e] += s2[n][e];
 #pragma unroll
     for (int n = 0; n < NTN; n++)
         l.x_mine[n * WARPS * 32] = make_float4(sacc[n][0], sacc[n][1], sacc[n][2], sacc[n][3]);
