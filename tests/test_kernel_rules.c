@@ -272,6 +272,21 @@ static void test_staged_rule(void **state)
     assert_int_equal(mlav_flash_sm90_staged_rule(32 * kv, kv, 1, SCALE, 1), 0);
     unsetenv("MLAV_SM90_KERNEL");
 }
+
+/* evict_first on the seesaw kernel's 16-bit KV copies up to MLAV_SM90_L2_FIRST_BYTES of KV a
+ * plan (rows of 576 BF16 elements): B 16 at 4096 (76 MB) and B 1 at 131k (151 MB) take it, B 16
+ * at 32k (604 MB) does not, nor an FP8 cache; the bound inclusive. */
+static void test_l2_first_rule(void **state)
+{
+    (void)state;
+    assert_int_equal(mlav_flash_sm90_l2_first(16LL * (4096 + 16), 576, 0), 1);
+    assert_int_equal(mlav_flash_sm90_l2_first(131072 + 16, 576, 0), 1);
+    assert_int_equal(mlav_flash_sm90_l2_first(16LL * (32768 + 1), 576, 0), 0);
+    assert_int_equal(mlav_flash_sm90_l2_first(16LL * (4096 + 16), 576, 1), 0);
+    const int64_t edge = MLAV_SM90_L2_FIRST_BYTES / (576 * 2);
+    assert_int_equal(mlav_flash_sm90_l2_first(edge, 576, 0), 1);
+    assert_int_equal(mlav_flash_sm90_l2_first(edge + 1, 576, 0), 0);
+}
 #endif
 
 static void test_nothing_without_cuda(void **state)
@@ -290,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_seesaw_scale_sign),
         cmocka_unit_test(test_family_rule),
         cmocka_unit_test(test_staged_rule),
+        cmocka_unit_test(test_l2_first_rule),
 #endif
         cmocka_unit_test(test_nothing_without_cuda),
     };

@@ -44,6 +44,8 @@ struct flash_config {
     int combine_grid;             /* plans for limits: the combine launch's blocks */
     int sm90_seesaw;              /* the sm_90a family's seesaw kernel (flash_family.h) */
     int sm90_keys;                /* the sm_90a family's keys kernel: its rows, or 0 */
+    int sm90_l2_first;            /* the seesaw's 16-bit KV copies under evict_first
+                                   * (flash_family.h) */
     int sm90_staged;              /* the sm_90a family's FP8 cache staged as F16 before its
                                    * seesaw kernel (plans for one problem: flash_family.h) */
     int combine_step;             /* plans for limits: the step combine's instance
@@ -258,6 +260,7 @@ mlav_flash_launch_opts launch_opts(const flash_config *c)
     lo.combine_grid = c->combine_grid;
     lo.sm90_seesaw = c->sm90_seesaw;
     lo.sm90_keys = c->sm90_keys;
+    lo.sm90_l2_first = c->sm90_l2_first;
     lo.sm90_staged = c->sm90_staged;
     return lo;
 }
@@ -334,6 +337,7 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
         st->cfg.family == MLAV_FLASH_FAMILY_SM90
             ? mlav_flash_sm90_keys_rule((int64_t)p->max_q_len * p->H, st->cfg.kv_fp8, p->scale)
             : 0;
+    st->cfg.sm90_l2_first = mlav_flash_sm90_l2_first(p->total_kv, p->W, st->cfg.kv_fp8);
     st->cfg.sm90_staged =
         st->cfg.family == MLAV_FLASH_FAMILY_SM90 && st->cfg.sm90_keys == 0 &&
         mlav_flash_sm90_staged_rule(
@@ -464,6 +468,8 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
                             ? mlav_flash_sm90_keys_rule((int64_t)lim->max_q_len * shape->H,
                                                         st->cfg.kv_fp8, shape->scale)
                             : 0;
+    st->cfg.sm90_l2_first = mlav_flash_sm90_l2_first((int64_t)lim->max_batch * lim->max_kv_len,
+                                                     shape->W, st->cfg.kv_fp8);
 #endif
     /* the most splits a request within the limits can take */
     int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);

@@ -124,6 +124,11 @@ int mlav_flash_sm90_staged_rule(int64_t row_tile_keys, int64_t total_kv, int kv_
     return row_tile_keys >= (int64_t)MLAV_SM90_FP8_STAGED_MIN_ROW_TILES * total_kv;
 }
 
+int mlav_flash_sm90_l2_first(int64_t kv_rows, int32_t W, int kv_fp8)
+{
+    return !kv_fp8 && kv_rows >= 0 && W > 0 && kv_rows * W * 2 <= MLAV_SM90_L2_FIRST_BYTES;
+}
+
 const char *mlav_flash_family_name(mlav_flash_family f)
 {
     return f == MLAV_FLASH_FAMILY_SM90 ? "sm_90a (wgmma)" : "sm_120-legal (mma.sync)";

@@ -138,6 +138,20 @@ int mlav_flash_sm90_keys_rule(int64_t max_rows, int kv_fp8, float scale);
 int mlav_flash_sm90_staged_rule(int64_t row_tile_keys, int64_t total_kv, int kv_fp8, float scale,
                                 int seesaw);
 
+/* The most KV bytes a plan reads (each request's rows once) for which the seesaw kernel's copies
+ * of a 16-bit cache take the L2 evict_first policy, as FlashMLA's TMA loads do
+ * (mlav_flash_sm90_l2_first). On the H200 after the harness's flush (256 MB zeroed: an L2 of
+ * dirty lines) the policy took 0.935-0.95x the time at B 16, 4096 (76 MB) where memory-bound,
+ * 0.89-0.91x at page_size 1, and 0.95-0.97x at B 1, 131k (151 MB); 1.00x after a read flush and
+ * where tensor-bound. Its copies at evict_normal took 1.02-1.05x at B 16 from 32k (604 MB and
+ * more), where the plain ones stay (docs/PERFORMANCE.md#hopper). */
+#define MLAV_SM90_L2_FIRST_BYTES (256ll << 20)
+/* Whether a plan's seesaw launches stream their KV with the L2 evict_first policy (the
+ * instances of sm90/instances_l2first.cu): a 16-bit cache (kv_fp8 zero; the FP8 instances took
+ * 1.006-1.021x the time with it on the H200) whose KV rows read, kv_rows of W elements, total at
+ * most MLAV_SM90_L2_FIRST_BYTES. A plan for limits asks with its most rows (max_batch x
+ * max_kv_len), so that no step it runs reads more. */
+int mlav_flash_sm90_l2_first(int64_t kv_rows, int32_t W, int kv_fp8);
 /* The family's name, as `mlaverify info` prints it. */
 const char *mlav_flash_family_name(mlav_flash_family f);
 

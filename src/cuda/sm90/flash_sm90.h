@@ -85,6 +85,11 @@ const void *mlav_flash_sm90_e4m3_kernel(mlav_dtype dtype, int step);
 /* The same for the FP8 E4M3 cache's seesaw kernel (sm90/seesaw.cuh). */
 const void *mlav_flash_sm90_e4m3_seesaw(mlav_dtype dtype, int step);
 
+/* The seesaw kernel over a 16-bit cache of q's dtype whose KV copies take the L2 evict_first
+ * policy (mlav_flash_launch_opts.sm90_l2_first), for a plan kind (step) and a launch that gathers
+ * every tile or not (gather: its GATHER instance), as a kernel address (instances_l2first.cu). */
+const void *mlav_flash_sm90_l2first_seesaw(mlav_dtype dtype, int step, int gather);
+
 /* The seesaw kernel over an FP8 E4M3 cache staged as F16 (e4m3_staged: kernel.cuh) for q's
  * dtype, in a plan for one problem (instances_staged.cu). */
 const void *mlav_flash_sm90_staged_seesaw(mlav_dtype dtype);

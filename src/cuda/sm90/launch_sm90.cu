@@ -28,7 +28,8 @@ const void *kernel_for(mlav_dtype dtype, bool kv_fp8, bool step)
 
 /* The seesaw instance (seesaw.cuh) for a dtype, a cache of that dtype, a plan kind and whether
  * the launch gathers every tile (a 16-bit cache whose pool has no map of tiles: its GATHER
- * instance); an FP8 cache's from instances_e4m3.cu. */
+ * instance); an FP8 cache's from instances_e4m3.cu, those whose copies take the L2 evict_first
+ * policy from instances_l2first.cu. */
 template <typename T> const void *seesaw_of(bool step, bool gather)
 {
     using namespace mlav90::seesaw;
@@ -39,10 +40,12 @@ template <typename T> const void *seesaw_of(bool step, bool gather)
                 : reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, false>);
 }
 
-const void *seesaw_for(mlav_dtype dtype, bool kv_fp8, bool step, bool gather)
+const void *seesaw_for(mlav_dtype dtype, bool kv_fp8, bool step, bool gather, bool l2_first)
 {
     if (kv_fp8)
         return mlav_flash_sm90_e4m3_seesaw(dtype, step ? 1 : 0);
+    if (l2_first)
+        return mlav_flash_sm90_l2first_seesaw(dtype, step ? 1 : 0, gather ? 1 : 0);
     return dtype == MLAV_DTYPE_BF16 ? seesaw_of<__nv_bfloat16>(step, gather)
                                     : seesaw_of<__half>(step, gather);
 }
@@ -88,9 +91,10 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
         *blocks_per_sm = k == 0 || n < *blocks_per_sm ? n : *blocks_per_sm;
     }
     /* the seesaw instances, which a launch takes where its plan asks
-     * (mlav_flash_launch_opts.sm90_seesaw) */
-    for (int k = 0; k < 4; k++) {
-        const void *f = seesaw_for(dtype, kv_dtype == MLAV_DTYPE_FP8_E4M3, k & 1, k >> 1);
+     * (mlav_flash_launch_opts.sm90_seesaw, sm90_l2_first) */
+    for (int k = 0; k < 8; k++) {
+        const void *f = seesaw_for(dtype, kv_dtype == MLAV_DTYPE_FP8_E4M3, k & 1, k >> 1 & 1,
+                                   k >> 2);
         MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)mlav90::seesaw::smem_ss::BYTES));
         int n = 0;
@@ -174,7 +178,7 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
                                            dim3(keys.threads), args, keys.smem, stream));
         else if (lo->sm90_seesaw)
             MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, lo->kv_fp8 != 0, step != 0,
-                                                      kv_tma == 0),
+                                                      kv_tma == 0, lo->sm90_l2_first != 0),
                                            dim3((unsigned)fp->n_items),
                                            dim3(mlav90::seesaw::THREADS), args,
                                            mlav90::seesaw::smem_ss::BYTES, stream));

@@ -317,11 +317,32 @@ __device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&f)[2
     }
 }
 
-/* What a warpgroup needs to refill a stage. */
-struct feed_ctx {
+/* What a warpgroup needs to refill a stage, and how a 16-bit cache's copies ask the L2 to keep
+ * their lines: L2_FIRST (an instance's, by the plan's rule: mlav_flash_sm90_l2_first) with the
+ * evict_first policy `l2`, else plainly. The plain copies are the instance without it, not a
+ * branch: with the policy as a launch argument the tensor-bound points took 1.02-1.035x the time
+ * on an H100 also where it was off (docs/PERFORMANCE.md#hopper). */
+template <bool L2_FIRST> struct feed_ctx {
     const int32_t *ptab;
     const CUtensorMap *map;
-    bool tma; /* the launch holds the pool's map */
+    bool tma;    /* the launch holds the pool's map */
+    uint64_t l2; /* L2_FIRST: l2_policy_evict_first() */
+
+    __device__ __forceinline__ void copy16(uint32_t dst, const void *src, int src_bytes) const
+    {
+        if constexpr (L2_FIRST)
+            cp_async16_hint(dst, src, src_bytes, l2);
+        else
+            cp_async16(dst, src, src_bytes);
+    }
+    __device__ __forceinline__ void tile_block(uint32_t dst, int32_t x, int32_t y,
+                                               uint64_t *bar) const
+    {
+        if constexpr (L2_FIRST)
+            tma_load_2d_hint(dst, map, x, y, bar, l2);
+        else
+            tma_load_2d(dst, map, x, y, bar);
+    }
 };
 
 /* The column blocks of a stage each refill copies (bit k: block k): V's left half (K's features
@@ -408,9 +429,9 @@ __device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int 
  *   copy: the tile's readers do (s_issue_full, or fp8_tile_ready), as they wait for TMA. An FP8
  *   cache's tiles are always gathered, raw (gather.cuh: a row's raw chunk l + 8 k into column
  *   block 2 k + 1, the fifth into the last), and made F16 by fp8_tile_ready. */
-template <typename Kv, uint32_t MASK, bool GATHER = false>
+template <typename Kv, uint32_t MASK, bool GATHER = false, typename Feed>
 __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_ctx &c,
-                                       const feed_ctx &f, uint32_t stage, uint64_t *full, int t,
+                                       const Feed &f, uint32_t stage, uint64_t *full, int t,
                                        int wt, int32_t page0, row_ids_t<Kv, GATHER> ids, int k)
 {
     constexpr bool FP8 = fp8_kv<Kv>;
@@ -426,8 +447,8 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
                 for (int kb = 0; kb < W_BLOCKS; kb++)
                     if (MASK >> kb & 1u) {
                         mbar_arrive_expect_tx_n(&full[kb], BLOCK_BYTES, WG_THREADS);
-                        tma_load_2d(stage + (uint32_t)kb * BLOCK_BYTES, f.map, kb * COL_BLOCK, y,
-                                    &full[kb]);
+                        f.tile_block(stage + (uint32_t)kb * BLOCK_BYTES, kb * COL_BLOCK, y,
+                                     &full[kb]);
                     }
             }
             __syncwarp();
@@ -456,7 +477,7 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
 #pragma unroll
             for (int kb = 0; kb < W_BLOCKS; kb++)
                 if (MASK >> kb & 1u)
-                    cp_async16(d + (uint32_t)kb * BLOCK_BYTES, src + kb * COL_BLOCK, bytes);
+                    f.copy16(d + (uint32_t)kb * BLOCK_BYTES, src + kb * COL_BLOCK, bytes);
         } else if constexpr (FP8) {
             const uint8_t *src = kv_row_src(static_cast<const uint8_t *>(p.kv), page, j, live, p) +
                                  (wt % ROW_LANES) * 16;
@@ -474,7 +495,7 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
 #pragma unroll
             for (int kb = 0; kb < W_BLOCKS; kb++)
                 if (MASK >> kb & 1u)
-                    cp_async16(d + (uint32_t)kb * BLOCK_BYTES, src + kb * COL_BLOCK, bytes);
+                    f.copy16(d + (uint32_t)kb * BLOCK_BYTES, src + kb * COL_BLOCK, bytes);
         }
     }
     /* each block's previous phase (tile t - 2's), complete long since (its readers waited for
@@ -543,10 +564,10 @@ __device__ __forceinline__ void s_of_tile(float (&x)[X_REGS], uint32_t sq, uint3
 }
 
 /* WG0: tile A of each pair, output columns [0, 256). */
-template <typename T, typename Kv, bool GATHER, bool CLEAN, typename Score>
+template <typename T, typename Kv, bool GATHER, bool CLEAN, typename Score, typename Feed>
 __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const block_ctx &c,
                                           unsigned char *smem, uint32_t base, uint64_t *full,
-                                          const feed_ctx &f, float (&o)[O_REGS],
+                                          const Feed &f, float (&o)[O_REGS],
                                           float (&m_run)[2], float (&l_run)[2], int wt,
                                           const Score &score, int t_begin, int t_end)
 {
@@ -638,10 +659,10 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
 }
 
 /* WG1: tile B of each pair, output columns [256, 512). */
-template <typename T, typename Kv, bool GATHER, bool CLEAN, typename Score>
+template <typename T, typename Kv, bool GATHER, bool CLEAN, typename Score, typename Feed>
 __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const block_ctx &c,
                                           unsigned char *smem, uint32_t base, uint64_t *full,
-                                          const feed_ctx &f, float (&o)[O_REGS],
+                                          const Feed &f, float (&o)[O_REGS],
                                           float (&m_run)[2], float (&l_run)[2], int wt,
                                           const Score &score, int t_begin, int t_end)
 {
@@ -731,8 +752,9 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
  * F16 before the launch: its tiles as a 16-bit cache's, q and the scale as FP8's). A 16-bit
  * cache's tile goes by TMA where the launch holds the pool's map (kv_tma) and the tile allows,
  * else it is gathered. GATHER: the instance of a 16-bit cache's launch without the map (its
- * gather's rows unrolled: refill). */
-template <typename T, typename Kv, bool STEP, bool GATHER = false>
+ * gather's rows unrolled: refill). L2_FIRST: a 16-bit cache's copies under the L2 evict_first
+ * policy (feed_ctx). */
+template <typename T, typename Kv, bool STEP, bool GATHER = false, bool L2_FIRST = false>
 __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_seesaw_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
                              const int kv_tma)
@@ -742,6 +764,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     constexpr bool FP8 = fp8_kv<Kv>, SCALED = scaled_kv<Kv>;
     constexpr bool Q_TO_F16 = SCALED && !std::is_same<T, __half>::value;
     static_assert(!GATHER || !SCALED, "GATHER: a 16-bit cache's instance");
+    static_assert(!L2_FIRST || !SCALED, "L2_FIRST: a 16-bit cache's instance");
     const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
     if (STEP && step_ix < 0)
         return; /* past the step's schedule, or an item past the plan's limits */
@@ -769,11 +792,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     __syncthreads();
     const block_ctx c = block_ctx_of(item, p);
     prefetch_draft_words(p, c, 16 * (wt >> 5) + ((wt & 31) >> 2)); /* mask_scores' rows */
-    feed_ctx f;
+    feed_ctx<L2_FIRST> f;
     f.ptab = mlav_page_row_dev(p.page_table, p.page_table_rows, p.page_table_num_rows,
                                p.max_pages, p.bad_pages, c.b);
     f.map = &kv_map;
     f.tma = tma;
+    f.l2 = L2_FIRST ? l2_policy_evict_first() : 0;
     /* tiles 0 and 1: their first rows' page ids, and the rows' ids of the pair */
     const int32_t pg0 = GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin, c.kv_end, p);
     const int32_t pg1 = GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + TILE_N, c.kv_end, p);

@@ -120,6 +120,25 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
                  : "memory");
 }
 
+/* The L2 policy evict_first, for copies that stream data read once: their lines are the first
+ * replaced, so that the stream recycles its own lines before other data's (dirty ones among
+ * them, whose eviction costs a write-back). */
+__device__ __forceinline__ uint64_t l2_policy_evict_first()
+{
+    uint64_t policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
+/* cp_async16 under an L2 policy (l2_policy_evict_first). */
+__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void *src, int src_bytes,
+                                                uint64_t policy)
+{
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                 "l"(src), "r"(src_bytes), "l"(policy)
+                 : "memory");
+}
+
 /* 4 bytes, zero-filled past src_bytes (0 or 4): .ca, the only form below 16 bytes. */
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int src_bytes)
 {
@@ -206,6 +225,17 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, int32
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+/* tma_load_2d under an L2 policy (l2_policy_evict_first). */
+__device__ __forceinline__ void tma_load_2d_hint(uint32_t dst, const void *map, int32_t x,
+                                                 int32_t y, uint64_t *bar, uint64_t policy)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar)),
+                 "l"(policy)
                  : "memory");
 }
 
