@@ -41,7 +41,7 @@ declare -A parts=(
   [tests]="sass-check ctest check-cuda check-cuda-naive"
   [families]="ctest-families"
   [steps]="graph-steps step-costs memcheck-steps python-cuda sglang-bench"
-  [sanitizers]="memcheck memcheck-backends memcheck-fp8 memcheck-hostile racecheck synccheck initcheck racecheck-streams"
+  [sanitizers]="memcheck memcheck-backends memcheck-fp8 memcheck-hostile racecheck synccheck initcheck sanitizers-sm90 racecheck-streams"
   [bench]="bench bench-fp8")
 if [ -n "${SUITE_PART:-}" ]; then
   [ -n "${parts[$SUITE_PART]+x}" ] ||
@@ -360,6 +360,22 @@ else
   step racecheck 300 "$OUT/sanitizer.log" "san racecheck"
   step synccheck 60 "$OUT/sanitizer.log" "san synccheck streams"
   step initcheck 60 "$OUT/sanitizer.log" "san initcheck streams"
+  # the sm_90a family's kernels launched directly (test_sm90_random, 2 cases: the producer, the
+  # seesaw plain and with its copies under evict_first, the keys kernel on the FP8 cases, the
+  # legal kernel beside them) under memcheck, racecheck and synccheck: the backend's rules give
+  # the tests above few of these instances
+  san_sm90() {
+    local t
+    for t in memcheck racecheck synccheck; do
+      echo "--- $t test_sm90_random (2 cases)"
+      MLAV_TEST_FILTER=test_sm90_random MLAV_SM90_CASES=2 compute-sanitizer --tool "$t" \
+        --error-exitcode 99 "$sm90_test" || return $?
+    done
+  }
+  export -f san_sm90
+  if [ -x "$sm90_test" ]; then
+    step sanitizers-sm90 150 "$OUT/sanitizer.log" "san_sm90"
+  fi
   # The multi-stream test under racecheck last, in a step of its own: it passes in 27-34 s, but
   # some runs never end (sessions 2, 5, 7, 11, 12; in session 12 with the GPU 100% busy).
   # Sessions 11-12: 3 stalls in 11 runs with the combine's programmatic dependent launch, none in
