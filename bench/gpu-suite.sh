@@ -360,21 +360,25 @@ else
   step racecheck 300 "$OUT/sanitizer.log" "san racecheck"
   step synccheck 60 "$OUT/sanitizer.log" "san synccheck streams"
   step initcheck 60 "$OUT/sanitizer.log" "san initcheck streams"
-  # the sm_90a family's kernels launched directly (test_sm90_random, 2 cases: the producer, the
-  # seesaw plain and with its copies under evict_first, the keys kernel on the FP8 cases, the
-  # legal kernel beside them) under memcheck, racecheck and synccheck: the backend's rules give
-  # the tests above few of these instances
+  # the sm_90a family's kernels launched directly, each case on the legal kernel, the producer,
+  # the seesaw plain and with its copies under evict_first: test_sm90_random's first 2 cases
+  # (page_size 1: gathered tiles, a long request's split items and a step) and
+  # test_sm90_tma_tiles' first 2 of each group (page_size 64: TMA tiles; page ids outside the
+  # pool) under memcheck, racecheck and synccheck; the backend's rules give the tests above few of
+  # these instances
   san_sm90() {
-    local t
+    local t f
     for t in memcheck racecheck synccheck; do
-      echo "--- $t test_sm90_random (2 cases)"
-      MLAV_TEST_FILTER=test_sm90_random MLAV_SM90_CASES=2 compute-sanitizer --tool "$t" \
-        --error-exitcode 99 "$sm90_test" || return $?
+      for f in test_sm90_random test_sm90_tma_tiles; do
+        echo "--- $t $f (2 cases a group)"
+        MLAV_TEST_FILTER=$f MLAV_SM90_CASES=2 compute-sanitizer --tool "$t" \
+          --error-exitcode 99 "$sm90_test" || return $?
+      done
     done
   }
   export -f san_sm90
   if [ -x "$sm90_test" ]; then
-    step sanitizers-sm90 150 "$OUT/sanitizer.log" "san_sm90"
+    step sanitizers-sm90 180 "$OUT/sanitizer.log" "san_sm90"
   fi
   # The multi-stream test under racecheck last, in a step of its own: it passes in 27-34 s, but
   # some runs never end (sessions 2, 5, 7, 11, 12; in session 12 with the GPU 100% busy).
