@@ -31,7 +31,9 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
          "it); its seesaw kernel for other FP8 caches and where blocks have at least 6 tiles, "
          "else its producer kernel (MLAV_SM90_KERNEL=seesaw or producer forces one); an FP8 "
          "cache whose KV rows are read by 8 or more 64-row tiles on average staged as F16 "
-         "before the seesaw kernel in a plan for one problem (MLAV_SM90_KERNEL=staged forces it)";
+         "before the seesaw kernel in a plan for one problem (MLAV_SM90_KERNEL=staged forces it); "
+         "the seesaw's 16-bit KV copies under the L2 evict_first policy where a plan reads at "
+         "most 256 MB of KV";
     return MLAV_FLASH_FAMILY_SM90;
 #else
     (void)cc_major;
