@@ -142,7 +142,7 @@ int mlav_flash_sm90_staged_rule(int64_t row_tile_keys, int64_t total_kv, int kv_
  * of a 16-bit cache take the L2 evict_first policy, as FlashMLA's TMA loads do
  * (mlav_flash_sm90_l2_first). On the H200 after the harness's flush (256 MB zeroed: an L2 of
  * dirty lines) the policy took 0.935-0.95x the time at B 16, 4096 (76 MB) where memory-bound,
- * 0.89-0.91x at page_size 1, and 0.95-0.97x at B 1, 131k (151 MB); 1.00x after a read flush and
+ * 0.89-0.91x at page_size 1, and 0.957-0.991x at B 1, 131k (151 MB); 1.00x after a read flush and
  * where tensor-bound. Its copies at evict_normal took 1.02-1.05x at B 16 from 32k (604 MB and
  * more), where the plain ones stay (docs/PERFORMANCE.md#hopper). */
 #define MLAV_SM90_L2_FIRST_BYTES (256ll << 20)

@@ -5,26 +5,9 @@
 #include "flash_sm90.h"
 #include "seesaw.cuh"
 
-namespace {
-
-template <typename T, bool STEP> const void *l2first_of(int gather)
-{
-    using namespace mlav90::seesaw;
-    return gather ? reinterpret_cast<const void *>(
-                        &flash_sm90_seesaw_kernel<T, T, STEP, true, true>)
-                  : reinterpret_cast<const void *>(
-                        &flash_sm90_seesaw_kernel<T, T, STEP, false, true>);
-}
-
-template <typename T> const void *l2first_of(int step, int gather)
-{
-    return step ? l2first_of<T, true>(gather) : l2first_of<T, false>(gather);
-}
-
-} // namespace
-
 const void *mlav_flash_sm90_l2first_seesaw(mlav_dtype dtype, int step, int gather)
 {
-    return dtype == MLAV_DTYPE_BF16 ? l2first_of<__nv_bfloat16>(step, gather)
-                                    : l2first_of<__half>(step, gather);
+    using mlav90::seesaw::instance_16bit;
+    return dtype == MLAV_DTYPE_BF16 ? instance_16bit<__nv_bfloat16, true>(step != 0, gather != 0)
+                                    : instance_16bit<__half, true>(step != 0, gather != 0);
 }

@@ -26,28 +26,19 @@ const void *kernel_for(mlav_dtype dtype, bool kv_fp8, bool step)
     return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(step) : kernel_of<__half>(step);
 }
 
-/* The seesaw instance (seesaw.cuh) for a dtype, a cache of that dtype, a plan kind and whether
+/* The seesaw instance (seesaw.cuh) for a dtype, a cache of that dtype, a plan kind, whether
  * the launch gathers every tile (a 16-bit cache whose pool has no map of tiles: its GATHER
- * instance); an FP8 cache's from instances_e4m3.cu, those whose copies take the L2 evict_first
- * policy from instances_l2first.cu. */
-template <typename T> const void *seesaw_of(bool step, bool gather)
-{
-    using namespace mlav90::seesaw;
-    if (gather)
-        return step ? reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, true, true>)
-                    : reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, false, true>);
-    return step ? reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, true>)
-                : reinterpret_cast<const void *>(&flash_sm90_seesaw_kernel<T, T, false>);
-}
-
+ * instance) and the L2 policy of a 16-bit cache's copies; an FP8 cache's from
+ * instances_e4m3.cu, the evict_first ones from instances_l2first.cu. */
 const void *seesaw_for(mlav_dtype dtype, bool kv_fp8, bool step, bool gather, bool l2_first)
 {
     if (kv_fp8)
         return mlav_flash_sm90_e4m3_seesaw(dtype, step ? 1 : 0);
     if (l2_first)
         return mlav_flash_sm90_l2first_seesaw(dtype, step ? 1 : 0, gather ? 1 : 0);
-    return dtype == MLAV_DTYPE_BF16 ? seesaw_of<__nv_bfloat16>(step, gather)
-                                    : seesaw_of<__half>(step, gather);
+    using mlav90::seesaw::instance_16bit;
+    return dtype == MLAV_DTYPE_BF16 ? instance_16bit<__nv_bfloat16, false>(step, gather)
+                                    : instance_16bit<__half, false>(step, gather);
 }
 
 } // namespace

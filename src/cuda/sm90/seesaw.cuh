@@ -879,6 +879,22 @@ __global__ void __launch_bounds__(THREADS, 1)
                                     });
 }
 
+/* The instance of a 16-bit cache of q's dtype T for a plan kind (step), a launch that gathers
+ * every tile (gather: the GATHER instance) and an L2 policy (L2_FIRST), as a kernel address:
+ * launch_sm90.cu compiles the plain ones, instances_l2first.cu the evict_first ones. */
+template <typename T, bool L2_FIRST> const void *instance_16bit(bool step, bool gather)
+{
+    if (gather)
+        return step ? reinterpret_cast<const void *>(
+                          &flash_sm90_seesaw_kernel<T, T, true, true, L2_FIRST>)
+                    : reinterpret_cast<const void *>(
+                          &flash_sm90_seesaw_kernel<T, T, false, true, L2_FIRST>);
+    return step ? reinterpret_cast<const void *>(
+                      &flash_sm90_seesaw_kernel<T, T, true, false, L2_FIRST>)
+                : reinterpret_cast<const void *>(
+                      &flash_sm90_seesaw_kernel<T, T, false, false, L2_FIRST>);
+}
+
 } // namespace seesaw
 } // namespace mlav90
 
