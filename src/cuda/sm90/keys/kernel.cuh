@@ -3,26 +3,27 @@
  * O^T = V^T P^T by mma.sync m16n8k16, K's e4m3 bytes converted in registers as the A operand and
  * V^T's A fragments made from K's by movmatrix, so that no F16 copy of a tile is written to or
  * read from shared memory. The seesaw kernel (sm90/seesaw.cuh) converts each FP8 tile to F16 in
- * place and reads it back through wgmma: 372,736 bytes of shared-memory traffic a 64-key tile, which at
- * 128 bytes a cycle bounds it at 1.56x the BF16 cache where the BF16 cache is DRAM-bound
+ * place and reads it back through wgmma: 372,736 bytes of shared-memory traffic a 64-key tile,
+ * which at 128 bytes a cycle bounds it at 1.56x the BF16 cache where the BF16 cache is DRAM-bound
  * (docs/PERFORMANCE.md#hopper, "FP8 cache"); here a tile costs its landing (36,864), its one
  * read as K (36,864), Q's fragments (36,864 at 8 rows, 73,728 at 16) and the partial scores'
  * exchange.
  *
  * Block: 256 threads, 8 warps. Warp w takes the keys of slice s = w % 4 (keys 16 s .. 16 s + 15
- * of each 64-key tile) and half h = w / 4 of the features: latent 256 h .. 256 h + 255 and rope
- * 512 + 32 h .. + 31 for S, and V's dims 256 h .. 256 h + 255 for O. The two warps of a slice
- * add their partial S^T through shared memory (a 64-thread barrier each), so both hold the same
- * scores, references and row sums; the four slices keep independent softmax states (their own
+ * of each 64-key tile) and half h = w / 4 of the features: latent 256 h .. 256 h + 255 and half
+ * the rope for S, and V's dims 256 h .. 256 h + 255 for O. The two warps of a slice add their
+ * partial S^T through shared memory (a 64-thread barrier each), so both hold the same scores,
+ * references and row sums; the four slices keep independent softmax states (their own
  * references) and meet once, in the epilogue.
  *
- * Feature order. Within a 64-feature group (a 32-feature group for the rope), thread (g, t)
- * (g = lane / 4, t = lane % 4) takes the 16 (8) contiguous bytes at 16 t (8 t) of its keys' rows:
- * word s of them is k16 step s, its bytes e = 0..3 the A fragment's columns 2 t, 2 t + 1 (e 0, 1)
- * and 2 t + 8, 2 t + 9 (e 2, 3). The dot product is the same in any order, and Q's B fragments
- * read the same physical features (b0: e 0, 1; b1: e 2, 3: one 8-byte load). For O^T, the 16
- * M rows of the m-tile made from step s of group u are those logical columns: row k is
- * physical dim 256 h + 64 u + 16 (k & 7) / 2 + 4 s + ((k & 1) | (k >> 3) << 1) (keys_dim).
+ * Feature order. Within a 64-feature latent group, thread (g, t) (g = lane / 4, t = lane % 4)
+ * takes the 16 contiguous bytes at 16 t of its keys' rows; of the rope, the 8 at 512 + 16 t + 8 h
+ * (Q's rows are 8 mod 128 bytes apart: t's 8-byte loads of them 32 bytes apart meet each bank
+ * once a phase). Word s of them is k16 step s, its bytes e = 0..3 the A fragment's columns 2 t,
+ * 2 t + 1 (e 0, 1) and 2 t + 8, 2 t + 9 (e 2, 3). The dot product is the same in any order, and
+ * Q's B fragments read the same physical features (b0: e 0, 1; b1: e 2, 3: one 8-byte load). For
+ * O^T, the 16 M rows of the m-tile made from step s of group u are those logical columns: row k
+ * is physical dim 256 h + 64 u + 16 (k & 7) / 2 + 4 s + ((k & 1) | (k >> 3) << 1) (keys_dim).
  *
  * Fragments (PTX ISA, mma.m16n8k16): A a0 (row g, cols 2t, 2t+1), a1 (row g+8, same), a2 (row
  * g, cols 2t+8, 2t+9), a3 (row g+8, same); B b0 (k 2t, 2t+1; col g), b1 (k 2t+8, 2t+9; col g);

@@ -48,7 +48,9 @@ __host__ __device__ constexpr int keys_dim(int h, int u, int s, int k)
  * column pair t4, and the shared addresses it reads a tile through. */
 struct lane_ctx {
     int tid, warp, lane, sl, hf, g, t4;
-    uint32_t q_lat, q_rope; /* Q's row g at this half's first latent (rope) feature, t4's bytes */
+    /* Q's row g at this lane's first latent (rope) feature: latent 256 hf + 16 t4 (+ 64 u),
+     * rope 16 t4 + 8 hf (s_tile reads K's bytes alike) */
+    uint32_t q_lat, q_rope;
     float4 *x_mine;         /* this lane's slot of the slices' exchange, its n8 tile 0's */
     int x_other;            /* the slice's other warp (warp ^ 4), in float4s from x_mine */
 };
@@ -65,7 +67,9 @@ __device__ __forceinline__ lane_ctx lane_ctx_of(unsigned char *smem, uint32_t ba
     l.g = l.lane >> 2;
     l.t4 = l.lane & 3;
     l.q_lat = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + 256 * l.hf + 16 * l.t4) * 2u;
-    l.q_rope = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + DL + 32 * l.hf + 8 * l.t4) * 2u;
+    /* t4's rope 32 bytes apart (hf's 16): with rows 8 mod 128 bytes apart, the 16 lanes of an
+     * 8-byte load's phase (g 0-3) meet each bank once; t4 16 bytes apart met each twice */
+    l.q_rope = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + DL + 16 * l.t4 + 8 * l.hf) * 2u;
     l.x_mine = reinterpret_cast<float4 *>(smem + smem_k<NR>::X) + (l.warp * 32 + l.lane);
     l.x_other = (l.hf ? -4 : 4) * 32;
     return l;
