@@ -20,8 +20,8 @@
 # the wait: round(round(p) f1) where it was round(p f1), in those rows only. Session 37's form
 # (`git show 37ff672:bench/results/2026-12-03-h200-s37/wg0-register-a.patch`) kept the 32 fp32
 # scores live beside the 16 packed registers to the rewrite, spilled 24-28 bytes an instance and
-# took 1.014x the time; this one compiles without spills (nvcc 13.0, sm_90a, -Xptxas -v: 247-254
-# registers in every seesaw instance, 234-254 before). Predicted: 0.98-0.995x at B 16 where H x
+# took 1.014x the time; this one compiles without spills (nvcc 13.0, sm_90a, -Xptxas -v: 245-254
+# registers in every seesaw instance, 234-255 before). Predicted: 0.98-0.995x at B 16 where H x
 # q_len >= 128 (tensor-bound: each pair's P_A V_A issued a fence and a barrier sooner), ~1.00x
 # where memory-bound and at B 1, 4096.
 PATCH=${PATCH:-../s60/wg0-rs.patch}
