@@ -16,14 +16,14 @@
  * references and row sums; the four slices keep independent softmax states (their own
  * references) and meet once, in the epilogue.
  *
- * Feature order. Within a 64-feature latent group, thread (g, t) (g = lane / 4, t = lane % 4)
- * takes the 16 contiguous bytes at 16 t of its keys' rows; of the rope, the 8 at 512 + 16 t + 8 h
- * (Q's rows are 8 mod 128 bytes apart: t's 8-byte loads of them 32 bytes apart meet each bank
- * once a phase). Word s of them is k16 step s, its bytes e = 0..3 the A fragment's columns 2 t,
- * 2 t + 1 (e 0, 1) and 2 t + 8, 2 t + 9 (e 2, 3). The dot product is the same in any order, and
- * Q's B fragments read the same physical features (b0: e 0, 1; b1: e 2, 3: one 8-byte load). For
- * O^T, the 16 M rows of the m-tile made from step s of group u are those logical columns: row k
- * is physical dim 256 h + 64 u + 16 (k & 7) / 2 + 4 s + ((k & 1) | (k >> 3) << 1) (keys_dim).
+ * Feature order. Within a 64-feature latent group, thread (g, t) (g = lane / 4, t = lane % 4) takes
+ * the 16 contiguous bytes at 16 t of its keys' rows; of the rope, the 8 at 512 + 16 t + 8 h
+ * (rope_feature, traits.cuh, says why). Word s of them is k16 step s, its bytes e = 0..3 the A
+ * fragment's columns 2 t, 2 t + 1 (e 0, 1) and 2 t + 8, 2 t + 9 (e 2, 3). The dot product is the
+ * same in any order, and Q's B fragments read the same physical features (b0: e 0, 1; b1: e 2, 3:
+ * one 8-byte load). For O^T, the 16 M rows of the m-tile made from step s of group u are those
+ * logical columns: row k is physical dim
+ * 256 h + 64 u + 16 (k & 7) / 2 + 4 s + ((k & 1) | (k >> 3) << 1) (keys_dim).
  *
  * Fragments (PTX ISA, mma.m16n8k16): A a0 (row g, cols 2t, 2t+1), a1 (row g+8, same), a2 (row
  * g, cols 2t+8, 2t+9), a3 (row g+8, same); B b0 (k 2t, 2t+1; col g), b1 (k 2t+8, 2t+9; col g);

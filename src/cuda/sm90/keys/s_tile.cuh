@@ -50,9 +50,8 @@ __device__ __forceinline__ void s_tile(float (&sacc)[NTN][4], uint32_t (&kf)[GRO
             s_step<NTN>(s & 1 ? s2 : sacc, kf[u][s], ra[s], rb[s],
                         l.q_lat + (uint32_t)(64 * u + 4 * s) * 2u);
     }
-    /* the rope's bytes 16 t4 + 8 hf .. + 7, as lane_ctx's q_rope (any split of the 64 serves:
-     * the halves' sums meet in the exchange below) */
-    const uint32_t off = (uint32_t)(DL + 16 * l.t4 + 8 * l.hf);
+    /* the rope's 8 bytes at rope_feature, as lane_ctx's q_rope */
+    const uint32_t off = (uint32_t)rope_feature(l.t4, l.hf);
     const uint2 wa = lds8(kg + off), wb = lds8(kg8 + off);
     uint32_t a[4];
     s_step<NTN>(sacc, a, wa.x, wb.x, l.q_rope);

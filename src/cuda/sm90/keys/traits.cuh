@@ -44,12 +44,21 @@ __host__ __device__ constexpr int keys_dim(int h, int u, int s, int k)
     return 256 * h + 64 * u + 16 * ((k & 7) >> 1) + 4 * s + ((k & 1) | ((k >> 3) << 1));
 }
 
+/* The first of the 8 rope features lane column pair t4 of feature half hf scores (Q's and K's
+ * alike; any split of the 64 serves, the halves' sums meet in s_tile's exchange): t4's 32 bytes
+ * apart, hf's 16, so that with Q's rows 8 mod 128 bytes apart the 16 lanes of an 8-byte load's
+ * phase (g 0-3) meet each bank once; t4 16 bytes apart met each twice. */
+__host__ __device__ constexpr int rope_feature(int t4, int hf)
+{
+    return DL + 16 * t4 + 8 * hf;
+}
+
 /* A thread's place in the block: its warp's key slice and feature half, its fragment row g and
  * column pair t4, and the shared addresses it reads a tile through. */
 struct lane_ctx {
     int tid, warp, lane, sl, hf, g, t4;
     /* Q's row g at this lane's first latent (rope) feature: latent 256 hf + 16 t4 (+ 64 u),
-     * rope 16 t4 + 8 hf (s_tile reads K's bytes alike) */
+     * rope rope_feature (s_tile reads K's bytes alike) */
     uint32_t q_lat, q_rope;
     float4 *x_mine;         /* this lane's slot of the slices' exchange, its n8 tile 0's */
     int x_other;            /* the slice's other warp (warp ^ 4), in float4s from x_mine */
@@ -67,9 +76,7 @@ __device__ __forceinline__ lane_ctx lane_ctx_of(unsigned char *smem, uint32_t ba
     l.g = l.lane >> 2;
     l.t4 = l.lane & 3;
     l.q_lat = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + 256 * l.hf + 16 * l.t4) * 2u;
-    /* t4's rope 32 bytes apart (hf's 16): with rows 8 mod 128 bytes apart, the 16 lanes of an
-     * 8-byte load's phase (g 0-3) meet each bank once; t4 16 bytes apart met each twice */
-    l.q_rope = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + DL + 16 * l.t4 + 8 * l.hf) * 2u;
+    l.q_rope = base + smem_k<NR>::Q + (uint32_t)(l.g * QS + rope_feature(l.t4, l.hf)) * 2u;
     l.x_mine = reinterpret_cast<float4 *>(smem + smem_k<NR>::X) + (l.warp * 32 + l.lane);
     l.x_other = (l.hf ? -4 : 4) * 32;
     return l;
