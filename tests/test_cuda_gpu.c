@@ -802,7 +802,7 @@ static void test_cuda_rising_scores(void **state)
 }
 
 /* Softmax scales of either sign and 0 (validation asks only for a finite one). The sm_90a
- * seesaw kernel keeps one-factor scores raw through its rows' maxima (sm90/seesaw.cuh,
+ * seesaw kernel keeps one-factor scores raw through its rows' maxima (sm90/seesaw/softmax.cuh,
  * score_ctx): right for a factor >= 0 only, so a negative scale must run the producer kernel
  * (mlav_flash_sm90_seesaw_rule), forced seesaw or not. At -16 a row's scores spread over
  * hundreds of log2 units: a reference that is not the maximum overflows exp2 and the row is

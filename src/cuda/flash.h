@@ -188,7 +188,7 @@ typedef struct mlav_flash_launch_opts {
     int32_t kv_fp8;       /* 1: the cache is FP8 E4M3 (the split kernel's FP8 instances) */
     int32_t combine_grid; /* a plan for limits: blocks of its one combine launch, the most any
                            * step takes (mlav_combine_step_shape) */
-    int32_t sm90_seesaw;  /* the sm_90a family: 1 = its seesaw kernel (sm90/seesaw.cuh;
+    int32_t sm90_seesaw;  /* the sm_90a family: 1 = its seesaw kernel (sm90/seesaw/;
                            * mlav_flash_sm90_seesaw_rule), 0 = its producer kernel
                            * (sm90/kernel.cuh) */
     int32_t sm90_keys;    /* the sm_90a family over an FP8 cache: 8 or 16 = its keys kernel

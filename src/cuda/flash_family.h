@@ -92,7 +92,7 @@ mlav_flash_family mlav_flash_family_for_plan(int cc_major, int cc_minor, int64_t
                                              int64_t total_kv, int sm_count, int kv_fp8,
                                              float scale, int sharded);
 
-/* Within the sm_90a family, whether a plan's launches take the seesaw kernel (sm90/seesaw.cuh:
+/* Within the sm_90a family, whether a plan's launches take the seesaw kernel (sm90/seesaw/:
  * two math warpgroups on alternate tiles, no producer) rather than the producer kernel
  * (sm90/kernel.cuh): for an FP8 E4M3 cache (kv_fp8 nonzero: the producer's conversion held its
  * ring), and where the blocks average at least MLAV_SM90_MIN_TILES KV tiles (tile_rows, the

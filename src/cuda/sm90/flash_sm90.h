@@ -1,7 +1,7 @@
 /* The Hopper (sm_90a) flash kernel family: the legal split kernel's contract (mlav_flash_params,
  * its split items, out / lse for an unsplit item and the fp16 partial for a split one, merged by
  * combine.cu unchanged) on wgmma, in two kernels: one with a producer warpgroup (kernel.cuh) and
- * the seesaw kernel of two math warpgroups that refill their own stages (seesaw.cuh), which a
+ * the seesaw kernel of two math warpgroups that refill their own stages (seesaw/), which a
  * launch takes by mlav_flash_launch_opts.sm90_seesaw; and for an FP8 cache's blocks of at most 16
  * rows the keys kernel (keys/, mma.sync with the keys on M: mlav_flash_launch_opts.sm90_keys).
  * Built only with MLAV_WITH_SM90.
@@ -82,7 +82,7 @@ mlav_status mlav_flash_sm90_kv_map(const mlav_flash_params *fp, int kv_fp8, CUte
  * table). */
 const void *mlav_flash_sm90_e4m3_kernel(mlav_dtype dtype, int step);
 
-/* The same for the FP8 E4M3 cache's seesaw kernel (sm90/seesaw.cuh). */
+/* The same for the FP8 E4M3 cache's seesaw kernel (sm90/seesaw/). */
 const void *mlav_flash_sm90_e4m3_seesaw(mlav_dtype dtype, int step);
 
 /* The seesaw kernel over a 16-bit cache of q's dtype whose KV copies take the L2 evict_first

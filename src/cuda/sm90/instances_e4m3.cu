@@ -4,7 +4,7 @@
  * mlav_flash_sm90_e4m3_kernel and mlav_flash_sm90_e4m3_seesaw. */
 #include "flash_sm90.h"
 #include "kernel.cuh"
-#include "seesaw.cuh"
+#include "seesaw/kernel.cuh"
 
 namespace {
 

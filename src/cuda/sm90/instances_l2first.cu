@@ -3,7 +3,7 @@
  * in their own translation unit so that they compile beside the plain ones (launch_sm90.cu),
  * which launches them through mlav_flash_sm90_l2first_seesaw. */
 #include "flash_sm90.h"
-#include "seesaw.cuh"
+#include "seesaw/kernel.cuh"
 
 const void *mlav_flash_sm90_l2first_seesaw(mlav_dtype dtype, int step, int gather)
 {

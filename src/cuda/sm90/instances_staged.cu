@@ -2,7 +2,7 @@
  * kernel.cuh), BF16 and F16 q, plans for one problem, in its own translation unit beside the
  * other instances (launch_sm90.cu launches it through mlav_flash_sm90_staged_seesaw). */
 #include "flash_sm90.h"
-#include "seesaw.cuh"
+#include "seesaw/kernel.cuh"
 
 const void *mlav_flash_sm90_staged_seesaw(mlav_dtype dtype)
 {

@@ -357,7 +357,7 @@ __device__ __forceinline__ void partial_scale(uint32_t mb, float inv, int pexp, 
         mlav::fp8_part_scale(ex, pexp, sc, ps);
 }
 
-/* The epilogue of both Hopper kernels (this one and seesaw.cuh), after every wgmma of the block
+/* The epilogue of both Hopper kernels (this one and seesaw/), after every wgmma of the block
  * has been waited for: math warpgroup w (0, 1) holds O for output columns [256 w, +256) of the
  * block's 64 rows in `o` (m64n256 fragments), the rows' reference maxima `m_run` (the same in
  * both warpgroups) and the row sums of its own keys `l_run`. The sums meet in `ssum` ([2][64]

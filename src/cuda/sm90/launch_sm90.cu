@@ -4,7 +4,7 @@
 #include "flash_sm90.h"
 #include "kernel.cuh"
 #include "kv_tensor_map.h"
-#include "seesaw.cuh"
+#include "seesaw/kernel.cuh"
 
 static_assert(mlav90::TILE_N == MLAV_FLASH_SM90_TILE_N, "the schedule's tile is the kernel's");
 
@@ -26,7 +26,7 @@ const void *kernel_for(mlav_dtype dtype, bool kv_fp8, bool step)
     return dtype == MLAV_DTYPE_BF16 ? kernel_of<__nv_bfloat16>(step) : kernel_of<__half>(step);
 }
 
-/* The seesaw instance (seesaw.cuh) for a dtype, a cache of that dtype, a plan kind, whether
+/* The seesaw instance (seesaw/kernel.cuh) for a dtype, a cache of that dtype, a plan kind, whether
  * the launch gathers every tile (a 16-bit cache whose pool has no map of tiles: its GATHER
  * instance) and the L2 policy of a 16-bit cache's copies; an FP8 cache's from
  * instances_e4m3.cu, the evict_first ones from instances_l2first.cu. */

@@ -1,5 +1,5 @@
 /* The factors that take an sm_90a kernel's raw scores (Q K^T) to log2 units, shared by the
- * seesaw (seesaw.cuh) and keys (keys/) kernels. */
+ * seesaw (seesaw/) and keys (keys/) kernels. */
 #ifndef MLAV_CUDA_SM90_SCORE_CUH
 #define MLAV_CUDA_SM90_SCORE_CUH
 

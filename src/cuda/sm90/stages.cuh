@@ -3,7 +3,7 @@
  * the kernel's descriptors and layouts:
  *   s_tile : S = Q K^T for the warpgroup's 32 of the tile's 64 keys, fp32 [64 x 32];
  *   store_p: a warpgroup's 16-bit P (its 32 keys) into a P tile; store_p_stsm: a whole tile's
- *            by stmatrix (seesaw.cuh);
+ *            by stmatrix (seesaw/);
  *   pv_tile: O += P V for the warpgroup's 256 of the 512 output columns, fp32 [64 x 256].
  * Math warpgroup w (0, 1) scores keys [32 w, +32) and owns output columns [256 w, +256). */
 #ifndef MLAV_CUDA_SM90_STAGES_CUH

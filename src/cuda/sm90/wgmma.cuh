@@ -2,7 +2,7 @@
  * the 128-byte-swizzled layouts (smem_layout.cuh), the warpgroup fence / commit / wait, and the
  * two instruction shapes, for BF16 and F16 operands with fp32 accumulators:
  *   m64n32k16  S = Q K^T: A (Q) and B (K) both K-major from shared memory;
- *   m64n64k16  the same over 64 keys (the seesaw kernel, seesaw.cuh);
+ *   m64n64k16  the same over 64 keys (the seesaw kernel, seesaw/);
  *   m64n256k16 O += P V: A (P) K-major, B (V) MN-major (TRANS_B = 1: the KV tile's rows are
  *              keys, the reduction dimension of P V, and its features, V's columns, are
  *              contiguous).
@@ -149,7 +149,7 @@ template <int TRANS_B> struct wgmma_ops<T, TRANS_B> {                           
                        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])                         \
                      : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS_B));                          \
     }                                                                                             \
-    /* m64n64k16, S over a whole 64-key tile (seesaw.cuh) */                                      \
+    /* m64n64k16, S over a whole 64-key tile (seesaw/s_product.cuh) */                            \
     static __device__ __forceinline__ void m64n64k16(float (&d)[32], uint64_t da,                 \
                                                uint64_t db, uint32_t accumulate)                  \
     {                                                                                             \
@@ -178,7 +178,7 @@ template <int TRANS_B> struct wgmma_ops<T, TRANS_B> {                           
                      : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS_B));                          \
     }                                                                                             \
     /* m64n256k16 with A from registers: per k16 step, 4 registers of two 16-bit values (the S
-     * accumulators' fragment packed: seesaw.cuh, pack_a) */                                       \
+     * accumulators' fragment packed: seesaw/softmax.cuh, pack_a) */                               \
     static __device__ __forceinline__ void m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4], \
                                                   uint64_t db, uint32_t accumulate)               \
     {                                                                                             \

@@ -2,7 +2,7 @@
  * block has at most NR (8 or 16) folded rows, with the keys on the MMA's M side: S^T = K Q^T and
  * O^T = V^T P^T by mma.sync m16n8k16, K's e4m3 bytes converted in registers as the A operand and
  * V^T's A fragments made from K's by movmatrix, so that no F16 copy of a tile is written to or
- * read from shared memory. The seesaw kernel (sm90/seesaw.cuh) converts each FP8 tile to F16 in
+ * read from shared memory. The seesaw kernel (sm90/seesaw/) converts each FP8 tile to F16 in
  * place and reads it back through wgmma: 372,736 bytes of shared-memory traffic a 64-key tile,
  * which at 128 bytes a cycle bounds it at 1.56x the BF16 cache where the BF16 cache is DRAM-bound
  * (docs/PERFORMANCE.md#hopper, "FP8 cache"); here a tile costs its landing (36,864), its one
