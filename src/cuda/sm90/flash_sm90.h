@@ -90,7 +90,7 @@ const void *mlav_flash_sm90_e4m3_seesaw(mlav_dtype dtype, int step);
  * every tile or not (gather: its GATHER instance), as a kernel address (instances_l2first.cu). */
 const void *mlav_flash_sm90_l2first_seesaw(mlav_dtype dtype, int step, int gather);
 
-/* The seesaw kernel over an FP8 E4M3 cache staged as F16 (e4m3_staged: kernel.cuh) for q's
+/* The seesaw kernel over an FP8 E4M3 cache staged as F16 (e4m3_staged: block.cuh) for q's
  * dtype, in a plan for one problem (instances_staged.cu). */
 const void *mlav_flash_sm90_staged_seesaw(mlav_dtype dtype);
 

@@ -4,7 +4,8 @@
 #ifndef MLAV_CUDA_SM90_KEYS_TRAITS_CUH
 #define MLAV_CUDA_SM90_KEYS_TRAITS_CUH
 
-#include "../kernel.cuh"
+#include "../block.cuh"
+#include "../write_output.cuh"
 
 namespace mlav90 {
 namespace keys {

@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(THREADS, 1)
      * up to 1.07x at six 4096 and 32k points). The TMA instances keep one loop: split, they
      * took 1.025x at page 64 (1.5-6 us more at short prefixes; 1.020x still with the clean loop
      * entered only from 32 clean tiles; 0.98 at B 16, H 128, q_len 16, 131k), and 0.997x on
-     * top of the mask as bits (sm90/kernel.cuh's mask_scores; 0.986x alone). An FP8 cache has no
+     * top of the mask as bits (sm90/mask.cuh's mask_scores; 0.986x alone). An FP8 cache has no
      * GATHER instance (static_assert above). docs/PERFORMANCE.md#hopper. */
     const int t_clean = GATHER ? clean_tiles(c) & ~1 : 0;
     if (w == 0) {

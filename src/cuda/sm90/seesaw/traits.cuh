@@ -3,7 +3,8 @@
 #ifndef MLAV_CUDA_SM90_SEESAW_TRAITS_CUH
 #define MLAV_CUDA_SM90_SEESAW_TRAITS_CUH
 
-#include "../kernel.cuh"
+#include "../mask.cuh"
+#include "../write_output.cuh"
 #include "../score.cuh"
 
 namespace mlav90 {
@@ -22,8 +23,8 @@ constexpr uint32_t P_SLOT = (uint32_t)(W_BLOCKS - 1) * BLOCK_BYTES;
 static_assert(THREADS == MATH_THREADS, "write_output takes two math warpgroups");
 static_assert(DL == (W_BLOCKS - 1) * COL_BLOCK, "V is the first 8 column blocks, P's slot the 9th");
 
-/* Regions, byte offsets from the 1024-byte-aligned base: Q and the two stages as
- * sm90/kernel.cuh's. */
+/* Regions, byte offsets from the 1024-byte-aligned base: Q and the two stages as the producer
+ * kernel's (smem_layout.cuh's smem90). */
 struct smem_ss {
     static constexpr uint32_t Q = 0;
     static constexpr uint32_t KV = Q + OPERAND_BYTES;
