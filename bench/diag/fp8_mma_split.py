@@ -23,44 +23,43 @@ against the fp64 oracle's math on the same e4m3 cache values, out rel-L2 and lse
 The library's tolerance for BF16 and F16 outputs is rel-L2 5e-3 and lse 1e-3 (tests/test_util.h).
 Then P's terms alone on scores that stress their range, the reference at the maximum and 8 below.
 
-    python3 bench/diag/fp8_mma_split.py [seed]    # prints the seed and the tables; needs numpy
+    python3 bench/diag/fp8_mma_split.py [seed]    # prints the seed and the tables; numpy and the
+                                                  # binding's conversions (python/mlaverify)
 """
+import os
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from mlaverify.bundle import bf16_bits, bf16_to_f32, e4m3_bits, e4m3_to_f32  # noqa: E402
+
 DL, DR = 512, 64
 W = DL + DR
-E4M3_MAX = 448.0
 
 
 def e4m3(x):
-    """Round to the nearest e4m3 value (ties to even; saturating, as cvt .satfinite)."""
-    x = np.asarray(x, dtype=np.float64)
-    a = np.abs(x)
-    e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
-    e = np.maximum(e, -6.0)  # subnormals: steps of 2^-9
-    step = np.exp2(e - 3.0)
-    r = np.round(x / step) * step  # numpy rounds halves to even
-    return np.clip(r, -E4M3_MAX, E4M3_MAX)
+    """x rounded to e4m3 by the binding's rule (mlaverify.bundle: the library's mlav_f32_to_e4m3),
+    as float64 values."""
+    return e4m3_to_f32(e4m3_bits(x)).astype(np.float64)
 
 
 def bf16(x):
-    """Round to the nearest bf16 (ties to even) through float32's bits."""
-    b = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
-    return b.astype(np.uint32).view(np.float32).astype(np.float64)
+    """x rounded to BF16 by the binding's rule (mlav_f32_to_bf16), as float64 values."""
+    return bf16_to_f32(bf16_bits(x)).astype(np.float64)
 
 
-def split(x, terms, top):
-    """x as `terms` e4m3 values scaled by a power of two (its largest |x| to [top/2, top))."""
+def hi_lo(x):
+    """x as two e4m3 terms, hi = e4m3(x) and lo = e4m3(x - hi): their sum."""
+    hi = e4m3(x)
+    return hi + e4m3(x - hi)
+
+
+def split(x, top):
+    """hi_lo of x scaled by a power of two (its largest |x| to [top/2, top)), scaled back."""
     m = np.max(np.abs(x))
     s = np.exp2(np.floor(np.log2(top / m))) if m > 0 else 1.0
-    y, r = np.zeros_like(x), x * s
-    for _ in range(terms):
-        t = e4m3(r)
-        y, r = y + t, r - t
-    return y / s
+    return hi_lo(x * s) / s
 
 
 def verify(q, k, scale, kind):
@@ -71,7 +70,7 @@ def verify(q, k, scale, kind):
     elif kind == "f16":
         qq = q.astype(np.float16).astype(np.float64)  # BF16 q, block-scaled: exact in F16
     else:
-        qq = split(q, 2, 256.0)
+        qq = split(q, 256.0)
     s = qq @ k.T
     if kind != "ref":
         s = s.astype(np.float32).astype(np.float64)  # fp32 accumulators
@@ -84,10 +83,9 @@ def verify(q, k, scale, kind):
     elif kind == "bf16":
         p = bf16(p)
     elif kind == "split2":
-        t = e4m3(p)
-        p = t + e4m3(p - t)
+        p = hi_lo(p)
     elif kind == "split2x":
-        p = np.stack([split(row, 2, 256.0) for row in p])
+        p = np.stack([split(row, 256.0) for row in p])
     o = (p @ k[:, :DL]) / l
     return o, (m + np.log(l))[:, 0]
 
@@ -128,8 +126,7 @@ def p_alone(rng):
                 elif kind == "bf16":
                     pq = bf16(p)
                 else:
-                    t = e4m3(p)
-                    pq = t + e4m3(p - t)
+                    pq = hi_lo(p)
                 rels.append(np.linalg.norm(pq @ v / p.sum() - ref) / np.linalg.norm(ref))
             worst[kind] = max(worst.get(kind, 0.0), *rels)
             cells.append(f"{rels[0]:9.2e}/{rels[1]:9.2e}")
