@@ -12,23 +12,24 @@
 #   CAP=560 bash bench/plans/s62/seesaw_variant.sh        (carry .debs; ~450 s on an H100)
 # Session 60's form ran WG0's P_A from registers (dropped in session 61: `git show
 # ac8bf20:bench/plans/s60/`).
-# early-pb.patch: WG1 exponentiates P_B before its wait for WG0's reference (REF), at the reference
-# its own tiles give (ms = next_ref of its running one and tile B's maxima); after the wait, rows
-# whose pair reference M differs from ms (tile A moved it: an item's first pair, rare past it under
-# the lazy rule) take P_B to M by one factor, exp2(ms - M), before P_B V_B. Why: session 59's
-# profile (B 16, H 128, q_len 16, 131k, H100; `git show
+# early-pb.patch: WG1 exponentiates P_B, packs it for its own P_B V_B and stores it for WG0's before
+# its wait for WG0's reference (REF), at the reference its own tiles give (ms = next_ref of its
+# running one and tile B's maxima; P's slot is free once S_B has completed). After the wait, where a
+# row's pair reference M differs from ms (tile A moved it: an item's first pair, rare past it under
+# the lazy rule), P_B is taken to M by one factor, exp2(ms - M), and packed and stored again. Why:
+# session 59's profile (B 16, H 128, q_len 16, 131k, H100; `git show
 # ce32f0a:bench/results/2026-12-06-h100-s59/profile/`) has WG1 stalled at REF's first try_wait (2.9%
-# of the samples) and WG0 retrying its wait for P_B (PB) ~5.8 times a pair in nearly every pair
-# (12.2 M retries over 2.1 M waits, the retry loop unsampled), while the S products' block waits
-# almost never retry (the tiles have landed). WG1's path from REF to P_B V_B's issue and PB loses
-# its 32 exponentials a thread (MUFU.EX2 at 4 a cycle an SMSP: ~256 cycles a warp), done while it
-# waits for REF instead. ptxas (nvcc 13.0): no spills, no C7515, as many injected arrives (C7519) as
-# the base; registers 232/251 against 234/254 (BF16, F16), the FP8 instances unchanged, staged
-# 236/254 against 238/255. The common case (M = ms) makes the same P_B bits as the base. Predicted:
-# 0.97-0.995x at B 16 where H x q_len >= 128, ~1.00x where memory-bound and at B 1, 4096. (A fuller
-# form issued P_B V_B itself before REF and corrected O_R after it where A moved a reference; the
-# correction's wgmma wait inside a branch made ptxas serialize every wgmma of the kernel, C7515, so
-# it was not kept.)
+# of the samples) and WG0 retrying its wait for P_B (PB) ~5.8 times in nearly every pair (12.2 M
+# retries over 2.1 M waits; the retry loop unsampled), while the S products' block waits almost
+# never retry (the tiles have landed). WG1's path from REF to P_B V_B's issue and PB loses its 32
+# exponentials a thread (MUFU.EX2 at 4 a cycle an SMSP: ~256 cycles a warp), 16 packs and 4
+# stmatrix, done while it waits for REF instead. ptxas (nvcc 13.0): no spills, no C7515, as many
+# injected arrives (C7519) as the base; registers 236/254 against 234/254 (BF16, F16 instances), the
+# FP8 ones unchanged, the staged ones 236/242 against 238/255. Where M = ms (the common case) P_B's
+# bits are the base's. Predicted: 0.965-0.995x at B 16 where H x q_len >= 128, ~1.00x where
+# memory-bound and at B 1, 4096. (A fuller form issued P_B V_B itself before REF and corrected O_R
+# after it where A moved a reference; that correction's wgmma wait inside a branch made ptxas
+# serialize every wgmma of the kernel, C7515, so it was not kept.)
 PATCH=${PATCH:-../s62/early-pb.patch}
 EXTRA_TARGETS="mlaverify_cli"
 source bench/plans/s54/keys_steps.sh
