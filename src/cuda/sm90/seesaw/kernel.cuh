@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     f.tma = tma;
     f.l2 = L2_FIRST ? l2_policy_evict_first() : 0;
     /* tiles 0 and 1: their first rows' page ids, and the rows' ids of the pair */
-    const int32_t pg0 = GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin, c.kv_end, p);
-    const int32_t pg1 = GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + TILE_N, c.kv_end, p);
+    const int32_t pg0 = tile_page<GATHER>(f.ptab, c, 0, p);
+    const int32_t pg1 = tile_page<GATHER>(f.ptab, c, 1, p);
     const row_ids_t<Kv, GATHER> ids = pair_rows<Kv, GATHER>(f.ptab, c, 0, p, wt);
     /* the prologue: Q by WG0 (then its copies landed, BF16 q over an FP8 cache made F16, and
      * fenced), tile 0 by WG0, tile 1 by WG1; the block barrier hands Q to both */

@@ -62,6 +62,16 @@ __device__ __forceinline__ int32_t pair_row_ids(const int32_t *ptab, const block
 template <typename Kv, bool GATHER>
 using row_ids_t = std::conditional_t<GATHER, const Kv *, int32_t>;
 
+/* The page id of tile t's first row (refill's page0, prefetch_fp8_tile's page), looked up ahead
+ * of its use; 0 and no look-up where the instance has none (NONE: a GATHER instance, whose
+ * refills take each row's source, or a 16-bit cache's, which asks the L2 for nothing). */
+template <bool NONE>
+__device__ __forceinline__ int32_t tile_page(const int32_t *ptab, const block_ctx &c, int t,
+                                             const mlav_flash_params &p)
+{
+    return NONE ? 0 : kv_page_of(ptab, c.kv_begin + t * TILE_N, c.kv_end, p);
+}
+
 /* A GATHER instance's pair_row_ids: each row's source (kv_row_src: its page's slot, the NaN row,
  * or for a row past kv_end row 0, not read), so that a refill's rows need no address arithmetic
  * of their own: looked up under the pair's products, the dependent steps from the page id's load

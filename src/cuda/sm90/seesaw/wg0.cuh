@@ -55,13 +55,10 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         pv_issue<MT>(o, sa + P_SLOT, sa, 0);
         add_row_sums(x, l_run); /* at ref0, before f1 */
         /* the next pair's page ids (refill's page0 and ids), looked up under this pair's P V */
-        const int32_t pg2 =
-            GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
-        const int32_t pg3 =
-            GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
+        const int32_t pg2 = tile_page<GATHER>(f.ptab, c, t + 2, p);
+        const int32_t pg3 = tile_page<GATHER>(f.ptab, c, t + 3, p);
         const row_ids_t<Kv, GATHER> ids = pair_rows<Kv, GATHER>(f.ptab, c, t + 2, p, wt);
-        const int32_t pg4 =
-            fp8_kv<Kv> ? kv_page_of(f.ptab, c.kv_begin + (t + 4) * TILE_N, c.kv_end, p) : 0;
+        const int32_t pg4 = tile_page<!fp8_kv<Kv>>(f.ptab, c, t + 4, p);
         handover_wait<HAND_M>(hand, t);
         float m[2], f1[2];
 #pragma unroll

@@ -50,13 +50,10 @@ __device__ __forceinline__ void wg1_pairs(const mlav_flash_params &p, const bloc
         handover_arrive<HAND_M>(hand);
         /* the next pair's page ids (refill's page0 and ids), looked up under this pair's softmax
          * and P V */
-        const int32_t pg2 =
-            GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 2) * TILE_N, c.kv_end, p);
-        const int32_t pg3 =
-            GATHER ? 0 : kv_page_of(f.ptab, c.kv_begin + (t + 3) * TILE_N, c.kv_end, p);
+        const int32_t pg2 = tile_page<GATHER>(f.ptab, c, t + 2, p);
+        const int32_t pg3 = tile_page<GATHER>(f.ptab, c, t + 3, p);
         const row_ids_t<Kv, GATHER> ids = pair_rows<Kv, GATHER>(f.ptab, c, t + 2, p, wt);
-        const int32_t pg5 =
-            fp8_kv<Kv> ? kv_page_of(f.ptab, c.kv_begin + (t + 5) * TILE_N, c.kv_end, p) : 0;
+        const int32_t pg5 = tile_page<!fp8_kv<Kv>>(f.ptab, c, t + 5, p);
         rescale_o(o, f1);
         uint32_t pr[16]; /* P_B as wgmma's register A (pack_a), held until its wait */
         if (has_b) {
