@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Where the seesaw kernel's warpgroups wait, in cycles (a diagnostic; census.patch never lands):
-# each warpgroup's warp 0 reads %clock around its waits (S's issue with its block waits, S's
-# completion, each hand-over, each P V completion) and sums them over its pairs; the sums over all
-# blocks and launches of one process are printed at its exit (CENSUS line: wg0 then wg1, 8 sums
-# each: see census.patch's wg0.cuh and wg1.cuh for which wait is which, [6] the loop's cycles, [7]
-# its pairs). One process a point, so each line is one point's. The clock reads fence ptxas's
-# schedule (registers 214/240 against 234/254 unpatched, nvcc 13.0; no spills, no C7515), so the
-# patched kernel's time is printed beside each census and compared with the unpatched one's, timed
-# in the same call.
+# Where the seesaw kernel's warpgroups spend a pair, in cycles (a diagnostic; its patches never
+# land). census2.patch (the default, CENSUS_PATCH): every stretch of each warpgroup's pair timed by
+# %clock laps (S's issue, inside it its block waits, S's completion, the softmax, each barrier,
+# hand-over and P V completion, each refill's issue), summed by each warpgroup's warp 0 over its
+# pairs, blocks and launches, printed at the process's exit (two CENSUS lines, 16 sums each; the
+# awk below names them). census.patch (session 63's first call): the waits alone, 8 sums. One
+# process a point. The clock reads fence ptxas's schedule (census2: registers 214/242 against
+# 234/254 unpatched, nvcc 13.0; no spills, no C7515, as many injected arrives), so the patched
+# kernel's time is printed beside each census with the unpatched one's, timed in the same call.
 #   CAP=300 bash bench/plans/s63/census.sh       (carry .debs; ~200 s on an H100)
-PATCH=../s63/census.patch
+PATCH=../s63/${CENSUS_PATCH:-census2.patch}
 EXTRA_TARGETS="mlaverify_cli"
 source bench/plans/s54/keys_steps.sh
-POINTS=${POINTS:-"16 128 16 131072;16 64 9 32768;16 16 16 131072;16 64 2 131072;16 128 2 131072"}
+POINTS=${POINTS:-"16 128 16 131072;16 64 9 32768;16 16 16 131072;16 64 2 131072;16 64 16 32768"}
 census_point() { # $1 the build's CLI, then batch heads q_len prefix
   local m=$1; shift
   timeout $(lim 60) $m bench --backend cuda --batch $1 --heads $2 --qlen $3 --prefix $4 \
@@ -36,11 +36,13 @@ for pt in "${pts[@]}"; do
       echo "$k $round: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ ' $O/$k-$b-$h-$q-$p-$round.txt | head -1)"
     done
   done
-  grep -h CENSUS $O/census-$b-$h-$q-$p-2.txt | awk '{
-    n0 = $10; n1 = $19; if (n0 == 0 || n1 == 0) { print "no seesaw pairs"; next }
-    printf "wg0 a pair (cycles): S issue %.0f, S done %.0f, M %.0f, P_A V_A done %.0f, PB %.0f,", $3/n0, $4/n0, $5/n0, $6/n0, $7/n0
-    printf " P_B V_B done %.0f; loop %.0f; pairs %d\n", $8/n0, $9/n0, n0
-    printf "wg1 a pair (cycles): S issue %.0f, S done %.0f, REF %.0f, PA %.0f, P_B V_B done %.0f,", $12/n1, $13/n1, $14/n1, $15/n1, $16/n1
-    printf " P_A V_A done %.0f; loop %.0f; pairs %d\n", $17/n1, $18/n1, n1 }'
+  grep -h CENSUS $O/census-$b-$h-$q-$p-2.txt | awk '
+    BEGIN { split("blockwaits,S-issue,S-done,softmax,bar1,M,PAVA-done,PA-handover,refill0L,PB,PBVB,refill1LP", n0, ",")
+            split("blockwaits,S-issue,S-done,scores,REF,PB-make,PA,PBVB-done,refill1R,PAVA-done,refill0RP", n1, ",") }
+    { w = ($2 == "wg0") ? 0 : 1; np = $18; if (np == 0) { print $2 ": no pairs"; next }
+      tot = 0; for (k = 1; k <= 11; k++) tot += $(k + 3)
+      printf "%s a pair (cycles, %d pairs; loop %.0f):", $2, np, tot / np
+      for (k = 0; k <= (w ? 10 : 11); k++) printf " %s %.0f", (w ? n1[k + 1] : n0[k + 1]), $(k + 3) / np
+      printf "\n" }'
   el "$b $h $q $p"
 done
