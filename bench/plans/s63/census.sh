@@ -4,8 +4,9 @@
 # %clock laps (S's issue, inside it its block waits, S's completion, the softmax, each barrier,
 # hand-over and P V completion, each refill's issue), summed by each warpgroup's warp 0 over its
 # pairs, blocks and launches, printed at the process's exit (two CENSUS lines, 16 sums each; the
-# awk below names them). census.patch (session 63's first call): the waits alone, 8 sums. One
-# process a point. The clock reads fence ptxas's schedule (census2: registers 214/242 against
+# awk below names them). census.patch (session 63's first call): the waits alone, 8 sums.
+# census3.patch: census2's for warps 0 and 1 of each warpgroup (warp 0's thread 0 issues the TMA
+# copies). NO_BASE=1: no unpatched build and times. One process a point. The clock reads fence ptxas's schedule (census2: registers 214/242 against
 # 234/254 unpatched, nvcc 13.0; no spills, no C7515, as many injected arrives), so the patched
 # kernel's time is printed beside each census with the unpatched one's, timed in the same call.
 #   CAP=300 bash bench/plans/s63/census.sh       (carry .debs; ~200 s on an H100)
@@ -18,7 +19,7 @@ census_point() { # $1 the build's CLI, then batch heads q_len prefix
   timeout $(lim 60) $m bench --backend cuda --batch $1 --heads $2 --qlen $3 --prefix $4 \
     --page-size 64 --reps 20 --max-seconds 2 2>&1
 }
-( cd /tmp/base && cmake -S . -B build-base -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+[ -n "${NO_BASE:-}" ] || ( cd /tmp/base && cmake -S . -B build-base -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_NCCL=OFF -DMLAV_BUILD_BENCH=OFF \
     -DMLAV_BUILD_EXAMPLES=OFF > $O/build-base.log 2>&1 \
   && cmake --build build-base -j16 --target mlaverify_cli >> $O/build-base.log 2>&1 )
@@ -27,7 +28,8 @@ IFS=';' read -ra pts <<< "$POINTS"
 for pt in "${pts[@]}"; do
   read -r b h q p <<< "$pt"
   for round in 1 2; do
-    census_point /tmp/base/build-base/mlaverify $b $h $q $p > $O/base-$b-$h-$q-$p-$round.txt
+    [ -n "${NO_BASE:-}" ] ||
+      census_point /tmp/base/build-base/mlaverify $b $h $q $p > $O/base-$b-$h-$q-$p-$round.txt
     census_point $B/mlaverify $b $h $q $p > $O/census-$b-$h-$q-$p-$round.txt
   done
   echo "== B $b H $h q_len $q prefix $p"
@@ -39,7 +41,7 @@ for pt in "${pts[@]}"; do
   grep -h CENSUS $O/census-$b-$h-$q-$p-2.txt | awk '
     BEGIN { split("blockwaits,S-issue,S-done,softmax,bar1,M,PAVA-done,PA-handover,refill0L,PB,PBVB,refill1LP", n0, ",")
             split("blockwaits,S-issue,S-done,scores,REF,PB-make,PA,PBVB-done,refill1R,PAVA-done,refill0RP", n1, ",") }
-    { w = ($2 == "wg0") ? 0 : 1; np = $18; if (np == 0) { print $2 ": no pairs"; next }
+    { w = (substr($2, 1, 3) == "wg0") ? 0 : 1; np = $18; if (np == 0) { print $2 ": no pairs"; next }
       tot = 0; for (k = 1; k <= 11; k++) tot += $(k + 3)
       printf "%s a pair (cycles, %d pairs; loop %.0f):", $2, np, tot / np
       for (k = 0; k <= (w ? 10 : 11); k++) printf " %s %.0f", (w ? n1[k + 1] : n0[k + 1]), $(k + 3) / np
