@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Where the seesaw kernel's warpgroups spend a pair, in cycles (a diagnostic; its patches never
-# land). census2.patch (the default, CENSUS_PATCH): every stretch of each warpgroup's pair timed by
+# land). census3.patch (the default, CENSUS_PATCH): every stretch of each warpgroup's pair timed by
 # %clock laps (S's issue, inside it its block waits, S's completion, the softmax, each barrier,
-# hand-over and P V completion, each refill's issue), summed by each warpgroup's warp 0 over its
-# pairs, blocks and launches, printed at the process's exit (two CENSUS lines, 16 sums each; the
-# awk below names them). census.patch (session 63's first call): the waits alone, 8 sums.
-# census3.patch: census2's for warps 0 and 1 of each warpgroup (warp 0's thread 0 issues the TMA
-# copies). NO_BASE=1: no unpatched build and times. One process a point. The clock reads fence ptxas's schedule (census2: registers 214/242 against
-# 234/254 unpatched, nvcc 13.0; no spills, no C7515, as many injected arrives), so the patched
-# kernel's time is printed beside each census with the unpatched one's, timed in the same call.
-#   CAP=300 bash bench/plans/s63/census.sh       (carry .debs; ~200 s on an H100)
-PATCH=../s63/${CENSUS_PATCH:-census2.patch}
+# hand-over and P V completion, each refill's issue), summed by warps 0 and 1 of each warpgroup
+# over their pairs, blocks and launches, printed at the process's exit (four CENSUS lines, 16 sums
+# each; the awk below names them). Session 63's census.patch (waits alone) and census2.patch (warp
+# 0 alone) are at `git show 9a3c3a0:bench/plans/s63/`. NO_BASE=1: no unpatched build and times.
+# One process a point. The clock reads move ptxas's schedule (census2: registers 214/242 against
+# 234/254 unpatched, nvcc 13.0; no spills, no C7515, as many injected arrives; census3 the same),
+# so the patched kernel's time is printed beside each census with the unpatched one's.
+#   CAP=300 bash bench/plans/s63/census.sh       (carry .debs; ~110 s on an H100)
+PATCH=../s63/${CENSUS_PATCH:-census3.patch}
 EXTRA_TARGETS="mlaverify_cli"
 source bench/plans/s54/keys_steps.sh
 POINTS=${POINTS:-"16 128 16 131072;16 64 9 32768;16 16 16 131072;16 64 2 131072;16 64 16 32768"}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A seesaw-kernel variant, PATCH (a file under bench/plans/, named from bench/plans/s54/: default
-# ../s63/pv-order.patch), tested and timed against the checkout in one call:
+# A seesaw-kernel variant, PATCH (a file under bench/plans/, named from bench/plans/s54/, e.g.
+# PATCH=../s63/x.patch), tested and timed against the checkout in one call:
 #   1. build, then test_sm90_gpu whole (every 16-bit case on the seesaw among its kernels;
 #      test_sm90_rising_scores moves references inside pairs) and the golden bundles on `cuda`
 #      with the seesaw forced (MLAV_FLASH_FAMILY=sm90, MLAV_SM90_KERNEL=seesaw);
@@ -9,21 +9,10 @@
 #      B 1 at H {8, 128}, q_len 1 and 16 x {4k, 131k} (short blocks, memory-bound points);
 #   3. memcheck, racecheck and synccheck of test_sm90_random and test_sm90_rising_scores (2 cases a
 #      group).
-#   CAP=560 bash bench/plans/s63/seesaw_variant.sh        (carry .debs; ~200-450 s on an H100)
-# Session 62's form ran early-pb.patch (`git show 2958f85:bench/plans/s62/`), dropped.
-# pv-order.patch: WG1 issues P_A V_A before P_B V_B (P_B made, stored and handed over first, as
-# before), so that the tensor pipe runs a pair's products S_A, S_B, P_A V_A (WG0), P_A V_A (WG1),
-# P_B V_B (WG1), P_B V_B (WG0), and stage 0's blocks 4..7 and P's slot (WG1's refill after its P_A
-# V_A) go one P V product (~512 tensor cycles) earlier. Why: session 63's census (census.sh, H100,
-# B 16, H 128, q_len 16, 131k) has each warpgroup's S issue taking 1,862 (WG0) and 2,091 (WG1)
-# cycles of a 5,807-cycle pair, where S's own tensor work is ~1,152 at the pipe's peak; WG0's S_A
-# meets stage 0's blocks 4..7 after its own 0..3, which WG1 refills only after its P_A V_A, the
-# pair's second-last product, so the copy has ~1,000 tensor cycles of cover. Stage 1's blocks
-# 4..7 (WG1's refill after its P_B V_B, now the second-last) keep the whole of S_A and S_B's own
-# first blocks as cover. ptxas (nvcc 13.0): registers 238/252 against 234/254, no spills, no C7515,
-# as many injected arrives (C7519). Predicted: 0.97-1.00x at B 16 where H x q_len >= 128 (the gain
-# is what of S_A's issue waits on those blocks, at most ~512 cycles a pair); ~1.00x elsewhere.
-PATCH=${PATCH:-../s63/pv-order.patch}
+#   PATCH=../s63/x.patch CAP=560 bash bench/plans/s63/seesaw_variant.sh  (carry .debs; ~250 s, H100)
+# Session 62's early-pb.patch and session 63's pv-order.patch ran through it (both dropped; `git
+# show 2958f85:bench/plans/s62/`, `git show 9a3c3a0:bench/plans/s63/`).
+: "${PATCH:?PATCH: a seesaw patch, named from bench/plans/s54/}"
 EXTRA_TARGETS="mlaverify_cli"
 source bench/plans/s54/keys_steps.sh
 
