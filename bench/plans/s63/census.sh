@@ -35,6 +35,7 @@ for pt in "${pts[@]}"; do
   echo "== B $b H $h q_len $q prefix $p"
   for round in 1 2; do
     for k in base census; do
+      [ $k = base ] && [ -n "${NO_BASE:-}" ] && continue
       echo "$k $round: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ ' $O/$k-$b-$h-$q-$p-$round.txt | head -1)"
     done
   done
