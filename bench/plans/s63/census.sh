@@ -7,7 +7,7 @@
 # each; the awk below names them). Session 63's census.patch (waits alone) and census2.patch (warp
 # 0 alone) are at `git show 9a3c3a0:bench/plans/s63/`. NO_BASE=1: no unpatched build and times.
 # One process a point. The clock reads move ptxas's schedule (census2: registers 214/242 against
-# 234/254 unpatched, nvcc 13.0; no spills, no C7515, as many injected arrives; census3 the same),
+# 234/254 unpatched, nvcc 13.0; no spills, no C7515, as many injected arrives; census3 214/240),
 # so the patched kernel's time is printed beside each census with the unpatched one's.
 #   CAP=300 bash bench/plans/s63/census.sh       (carry .debs; ~110 s on an H100)
 PATCH=../s63/${CENSUS_PATCH:-census3.patch}
