@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Does the L2 evict_first policy cost where many row tiles read each KV row? The seesaw's 16-bit
+# copies take it where a plan reads at most 256 MB of KV (MLAV_SM90_L2_FIRST_BYTES): every B 1
+# shape. Session 58's A/B of it timed H 8 and 64 at q_len 1 and 9 only; across the H200's two
+# FlashMLA runs (728ef16, before it, and e584e39) B 1, 131k took 1.02-1.04x the time from 8 row
+# tiles a request and 0.95-0.98x at 1-4 (docs/PERFORMANCE.md, "FlashMLA side by side"). Here
+# l2-off.patch (no plan takes the policy) against the checkout, `bench/ab.sh`, 3 rounds, under the
+# harness's flush (`--l2 dirty`): B 1 at H {64, 128} x q_len {4, 9, 16} x {32k, 131k} (4-32 row
+# tiles), then B 16, 4096 at H {8, 64} x q_len {1, 9} as the control where the policy is known to
+# gain (0.935-0.951x with it). new / base above 1 where the policy gains, below 1 where it costs.
+# If B 1 from 8 row tiles comes out below ~0.99 in every round, the rule should also ask for few
+# row tiles a request (the plan knows H x q_len).
+#   CAP=330 bash bench/plans/s64/l2_rows.sh       (carry .debs; ~200 s)
+PATCH=../s64/l2-off.patch
+NO_TEST_BUILD=1
+source bench/plans/s54/keys_steps.sh
+l2ab() { # $1 name, then bench args
+  local n=$1; shift
+  mkdir -p $O/ab-$n
+  OUT=$O/ab-$n ROUNDS=3 timeout $(lim 200) bash bench/ab.sh /tmp/base --backend cuda --l2 dirty \
+    --page-size 64 "$@" > $O/ab-$n.log 2>&1
+  echo "ab $n rc=$?"; tail -24 $O/ab-$n/ab.txt 2>/dev/null || tail -20 $O/ab-$n.log
+  el ab-$n
+}
+l2ab b1-rows --batch 1 --heads 64,128 --qlen 4,9,16 --prefix 32768,131072
+l2ab b16-4096 --batch 16 --heads 8,64 --qlen 1,9 --prefix 4096
