@@ -9,9 +9,11 @@
 # tiles), then B 16, 4096 at H {8, 64} x q_len {1, 9} as the control where the policy is known to
 # gain (0.935-0.951x with it). new / base above 1 where the policy gains, below 1 where it costs.
 # If B 1 from 8 row tiles comes out below ~0.99 in every round, the rule should also ask for few
-# row tiles a request (the plan knows H x q_len).
+# row tiles a request: PATCH=../s64/l2-rows.patch is that rule (the policy only where a request
+# has at most 256 folded rows, 4 row tiles; test_kernel_rules' cases with it), timed the same way
+# (predicted: as l2-off from 8 row tiles, 1.00 elsewhere).
 #   CAP=330 bash bench/plans/s64/l2_rows.sh       (carry .debs; ~200 s)
-PATCH=../s64/l2-off.patch
+PATCH=${PATCH:-../s64/l2-off.patch}
 NO_TEST_BUILD=1
 source bench/plans/s54/keys_steps.sh
 l2ab() { # $1 name, then bench args
