@@ -3,8 +3,8 @@
 # (a file in bench/plans/s54/; none for keys_pages.sh) applied to the checkout and taken off at the
 # end, main copied to /tmp/base and to /tmp/NAME for each NAME in EXTRA_TREES (before the patch),
 # test_sm90_gpu (and EXTRA_TARGETS) built in build-s54 (incremental where an earlier call built it),
-# then the functions below. Each step is capped by what is left of CAP (570) s; everything lands in
-# $OUT/o.tgz.
+# then the functions below (ab_base: an A/B of /tmp/base against the tree). Each step is capped by
+# what is left of CAP (570) s; everything lands in $OUT/o.tgz.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
@@ -46,6 +46,14 @@ ab() { # $1 base tree, $2 page size, $3 name, $4 batch (16): FP8, H {8, 16} x q_
     --heads 8,16 --qlen 1,2 --prefix $pre --kv-dtype fp8 --page-size $2 > $O/ab-$3.log 2>&1
   echo "ab $3 rc=$?"; tail -14 $O/ab-$3/ab.txt 2>/dev/null || tail -20 $O/ab-$3.log
   el ab-$3
+}
+ab_base() { # $1 name, then bench args: bench/ab.sh of /tmp/base against this tree, 3 rounds
+  local n=$1; shift
+  mkdir -p $O/ab-$n
+  OUT=$O/ab-$n ROUNDS=3 timeout $(lim 200) bash bench/ab.sh /tmp/base --backend cuda "$@" \
+    > $O/ab-$n.log 2>&1
+  echo "ab $n rc=$?"; tail -24 $O/ab-$n/ab.txt 2>/dev/null || tail -20 $O/ab-$n.log
+  el ab-$n
 }
 ncu_h16() { # the patched keys kernel at page_size 64, B 16, H 16, q_len 1, 131k
   local M; M=$(ls -d $PWD/build-ab-new*/mlaverify 2>/dev/null | head -1)

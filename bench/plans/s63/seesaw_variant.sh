@@ -25,14 +25,6 @@ sm90_tests() { # the whole of test_sm90_gpu, then the golden bundles on the forc
   el tests
   grep -q "FAILED" $O/sm90.log && { echo "tests failed: no A/B (the log says where)"; exit 1; }
 }
-ab16() { # $1 name, then bench args
-  local n=$1; shift
-  mkdir -p $O/ab-$n
-  OUT=$O/ab-$n ROUNDS=3 timeout $(lim 200) bash bench/ab.sh /tmp/base --backend cuda "$@" \
-    > $O/ab-$n.log 2>&1
-  echo "ab $n rc=$?"; tail -24 $O/ab-$n/ab.txt 2>/dev/null || tail -20 $O/ab-$n.log
-  el ab-$n
-}
 seesaw_sanitize() {
   local t f
   for t in memcheck racecheck synccheck; do
@@ -48,8 +40,8 @@ seesaw_sanitize() {
 }
 
 sm90_tests
-ab16 wide --batch 16 --heads 16,64,128 --qlen 2,9,16 --prefix 32768,131072 --page-size 64
-ab16 short16 --batch 16 --heads 8 --qlen 1,16 --prefix 4096,131072 --page-size 64
-ab16 short1 --batch 1 --heads 8,128 --qlen 1,16 --prefix 4096,131072 --page-size 64
+ab_base wide --batch 16 --heads 16,64,128 --qlen 2,9,16 --prefix 32768,131072 --page-size 64
+ab_base short16 --batch 16 --heads 8 --qlen 1,16 --prefix 4096,131072 --page-size 64
+ab_base short1 --batch 1 --heads 8,128 --qlen 1,16 --prefix 4096,131072 --page-size 64
 seesaw_sanitize
 el done

@@ -16,13 +16,6 @@
 PATCH=${PATCH:-../s64/l2-off.patch}
 NO_TEST_BUILD=1
 source bench/plans/s54/keys_steps.sh
-l2ab() { # $1 name, then bench args
-  local n=$1; shift
-  mkdir -p $O/ab-$n
-  OUT=$O/ab-$n ROUNDS=3 timeout $(lim 200) bash bench/ab.sh /tmp/base --backend cuda --l2 dirty \
-    --page-size 64 "$@" > $O/ab-$n.log 2>&1
-  echo "ab $n rc=$?"; tail -24 $O/ab-$n/ab.txt 2>/dev/null || tail -20 $O/ab-$n.log
-  el ab-$n
-}
-l2ab b1-rows --batch 1 --heads 64,128 --qlen 4,9,16 --prefix 32768,131072
-l2ab b16-4096 --batch 16 --heads 8,64 --qlen 1,9 --prefix 4096
+ab_base b1-rows --l2 dirty --page-size 64 --batch 1 --heads 64,128 --qlen 4,9,16 \
+  --prefix 32768,131072
+ab_base b16-4096 --l2 dirty --page-size 64 --batch 16 --heads 8,64 --qlen 1,9 --prefix 4096
