@@ -7,7 +7,8 @@
 #   2. bench/ab.sh of the checkout against it, 3 rounds, BF16, page_size 64: B 16 at H {16, 64,
 #      128} x q_len {2, 9, 16} x {32k, 131k} (the widest gaps to FlashMLA), then B 16 at H 8 and
 #      B 1 at H {8, 128}, q_len 1 and 16 x {4k, 131k} (short blocks, memory-bound points);
-#   3. memcheck, racecheck and synccheck of test_sm90_random and test_sm90_rising_scores (2 cases a
+#   3. the BF16 instances' SASS of both builds (seesaw_sass: branches, reconvergence, TMA issues);
+#   4. memcheck, racecheck and synccheck of test_sm90_random and test_sm90_rising_scores (2 cases a
 #      group).
 #   PATCH=../s63/x.patch CAP=560 bash bench/plans/s63/seesaw_variant.sh  (carry .debs; ~250 s, H100)
 # Session 62's early-pb.patch and session 63's pv-order.patch ran through it (both dropped; `git
@@ -39,9 +40,28 @@ seesaw_sanitize() {
   el sanitizers
 }
 
+seesaw_sass() { # the BF16 seesaw instances' SASS of both A/B builds (bench/ab.sh's), and per
+  # build the counts of the instructions a refill's layout shows in: branches, reconvergence,
+  # warp syncs, TMA issues; the lines around the first instance's first UTMALDG
+  local d f o
+  command -v cuobjdump > /dev/null || { echo "no cuobjdump"; return; }
+  for d in build-ab-base-* build-ab-new; do
+    f=$(find $d -name 'launch_sm90.cu.o' | head -1); [ -n "$f" ] || continue
+    o=$O/sass-${d#build-ab-}.txt
+    cuobjdump -sass $f | awk '/Function :/{on = ($0 ~ /seesaw/ && $0 ~ /bfloat16/)} on' > $o
+    echo "$d: $(grep -c 'Function :' $o) functions, $(grep -cE '^ +/\*[0-9a-f]{4,}\*/' $o) instructions," \
+      "BRA $(grep -c ' BRA ' $o) BSSY $(grep -c 'BSSY' $o) BSYNC $(grep -c 'BSYNC' $o)" \
+      "WARPSYNC $(grep -c 'WARPSYNC' $o) UTMALDG $(grep -c 'UTMALDG' $o)" | tee -a $O/sass-summary.txt
+    grep -m1 -B12 -A6 'UTMALDG' $o > $O/sass-${d#build-ab-}-first-tma.txt
+    gzip -f $o
+  done
+  el sass
+}
+
 sm90_tests
 ab_base wide --batch 16 --heads 16,64,128 --qlen 2,9,16 --prefix 32768,131072 --page-size 64
 ab_base short16 --batch 16 --heads 8 --qlen 1,16 --prefix 4096,131072 --page-size 64
 ab_base short1 --batch 1 --heads 8,128 --qlen 1,16 --prefix 4096,131072 --page-size 64
+seesaw_sass
 seesaw_sanitize
 el done
