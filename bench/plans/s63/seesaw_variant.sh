@@ -2,8 +2,9 @@
 # A seesaw-kernel variant, PATCH (a file under bench/plans/, named from bench/plans/s54/, e.g.
 # PATCH=../s63/x.patch), tested and timed against the checkout in one call:
 #   1. build, then test_sm90_gpu whole (every 16-bit case on the seesaw among its kernels;
-#      test_sm90_rising_scores moves references inside pairs) and the golden bundles on `cuda`
-#      with the seesaw forced (MLAV_FLASH_FAMILY=sm90, MLAV_SM90_KERNEL=seesaw);
+#      test_sm90_rising_scores moves references inside pairs), test_sm90_layouts_gpu (the TMA
+#      boxes against the layout) and the golden bundles on `cuda` with the seesaw forced
+#      (MLAV_FLASH_FAMILY=sm90, MLAV_SM90_KERNEL=seesaw);
 #   2. bench/ab.sh of the checkout against it, 3 rounds, BF16, page_size 64: B 16 at H {16, 64,
 #      128} x q_len {2, 9, 16} x {32k, 131k} (the widest gaps to FlashMLA), then B 16 at H 8 and
 #      B 1 at H {8, 128}, q_len 1 and 16 x {4k, 131k} (short blocks, memory-bound points);
@@ -14,17 +15,21 @@
 # Session 62's early-pb.patch and session 63's pv-order.patch ran through it (both dropped; `git
 # show 2958f85:bench/plans/s62/`, `git show 9a3c3a0:bench/plans/s63/`).
 : "${PATCH:?PATCH: a seesaw patch, named from bench/plans/s54/}"
-EXTRA_TARGETS="mlaverify_cli"
+EXTRA_TARGETS="mlaverify_cli test_sm90_layouts_gpu"
 source bench/plans/s54/keys_steps.sh
 
 sm90_tests() { # the whole of test_sm90_gpu, then the golden bundles on the forced seesaw
   timeout --kill-after=5 $(lim 200) $B/tests/test_sm90_gpu > $O/sm90.log 2>&1
   echo "test_sm90_gpu rc=$?"; grep -E "PASSED|FAILED|FAIL" $O/sm90.log | head -5
+  timeout $(lim 60) $B/tests/test_sm90_layouts_gpu > $O/layouts.log 2>&1
+  echo "test_sm90_layouts_gpu rc=$? PASS $(grep -o PASS $O/layouts.log | wc -l) FAIL" \
+    "$(grep -o FAIL $O/layouts.log | wc -l)"
   MLAV_FLASH_FAMILY=sm90 MLAV_SM90_KERNEL=seesaw timeout $(lim 60) $B/mlaverify check \
     --backend cuda golden > $O/golden.log 2>&1
   echo "golden rc=$?"; tail -1 $O/golden.log
   el tests
   grep -q "FAILED" $O/sm90.log && { echo "tests failed: no A/B (the log says where)"; exit 1; }
+  grep -q "FAIL" $O/layouts.log && { echo "layouts failed: no A/B (the log says where)"; exit 1; }
 }
 seesaw_sanitize() {
   local t f
@@ -49,9 +54,11 @@ seesaw_sass() { # the BF16 seesaw instances' SASS of both A/B builds (bench/ab.s
     f=$(find $d -name 'launch_sm90.cu.o' | head -1); [ -n "$f" ] || continue
     o=$O/sass-${d#build-ab-}.txt
     cuobjdump -sass $f | awk '/Function :/{on = ($0 ~ /seesaw/ && $0 ~ /bfloat16/)} on' > $o
-    echo "$d: $(grep -c 'Function :' $o) functions, $(grep -cE '^ +/\*[0-9a-f]{4,}\*/' $o) instructions," \
-      "BRA $(grep -c ' BRA ' $o) BSSY $(grep -c 'BSSY' $o) BSYNC $(grep -c 'BSYNC' $o)" \
-      "WARPSYNC $(grep -c 'WARPSYNC' $o) UTMALDG $(grep -c 'UTMALDG' $o)" | tee -a $O/sass-summary.txt
+    echo "$d: $(grep -c 'Function :' $o) functions," \
+      "$(grep -cE '^ +/\*[0-9a-f]{4,}\*/' $o) instructions, BRA $(grep -c ' BRA ' $o)" \
+      "BRA.U.ANY $(grep -c 'BRA.U.ANY' $o) BSSY $(grep -c 'BSSY' $o) BSYNC $(grep -c 'BSYNC' $o)" \
+      "WARPSYNC $(grep -c 'WARPSYNC' $o) UTMALDG $(grep -c 'UTMALDG' $o)" \
+      | tee -a $O/sass-summary.txt
     grep -m1 -B12 -A6 'UTMALDG' $o > $O/sass-${d#build-ab-}-first-tma.txt
     gzip -f $o
   done
