@@ -11,9 +11,10 @@
 #   3. the BF16 instances' SASS of both builds (seesaw_sass: branches, reconvergence, TMA issues);
 #   4. memcheck, racecheck and synccheck of test_sm90_random and test_sm90_rising_scores (2 cases a
 #      group).
-#   PATCH=../s63/x.patch CAP=560 bash bench/plans/s63/seesaw_variant.sh  (carry .debs; ~250 s, H100)
-# Session 62's early-pb.patch and session 63's pv-order.patch ran through it (both dropped; `git
-# show 2958f85:bench/plans/s62/`, `git show 9a3c3a0:bench/plans/s63/`).
+#   PATCH=../s65/x.patch CAP=300 bash bench/plans/s63/seesaw_variant.sh  (carry .debs; ~190 s, H100)
+# Session 62's early-pb.patch, session 63's pv-order.patch and session 65's defer-refill,
+# refill-pred and refill-expect patches ran through it (all dropped; `git show
+# 2958f85:bench/plans/s62/`, `git show 9a3c3a0:bench/plans/s63/`, `git show 026f42f:bench/plans/`).
 : "${PATCH:?PATCH: a seesaw patch, named from bench/plans/s54/}"
 EXTRA_TARGETS="mlaverify_cli test_sm90_layouts_gpu"
 source bench/plans/s54/keys_steps.sh
