@@ -8,7 +8,8 @@
 #   2. bench/ab.sh of the checkout against it, 3 rounds, BF16, page_size 64: B 16 at H {16, 64,
 #      128} x q_len {2, 9, 16} x {32k, 131k} (the widest gaps to FlashMLA), then B 16 at H 8 and
 #      B 1 at H {8, 128}, q_len 1 and 16 x {4k, 131k} (short blocks, memory-bound points);
-#   3. the BF16 instances' SASS of both builds (seesaw_sass: branches, reconvergence, TMA issues);
+#   3. the BF16 instances' SASS of both builds (seesaw_sass: branches, reconvergence, TMA issues),
+#      and the opcodes of every sm_90a object for bench/diag/sass_census.py's table;
 #   4. memcheck, racecheck and synccheck of test_sm90_random and test_sm90_rising_scores (2 cases a
 #      group).
 #   PATCH=../s65/x.patch CAP=300 bash bench/plans/s63/seesaw_variant.sh  (carry .debs; ~190 s, H100)
@@ -63,6 +64,11 @@ seesaw_sass() { # the BF16 seesaw instances' SASS of both A/B builds (bench/ab.s
     grep -m1 -B12 -A6 'UTMALDG' $o > $O/sass-${d#build-ab-}-first-tma.txt
     gzip -f $o
   done
+  # every sm_90a object's opcodes for bench/diag/sass_census.py's table (the keys kernel's
+  # HMMA and MOVM among them), read where cuobjdump is
+  for f in $(find build-ab-new -path '*sm90*' -name '*.cu.o'); do cuobjdump -sass $f; done \
+    > /tmp/sm90-all.sass 2> /dev/null
+  python3 bench/diag/sass_census.py --table /tmp/sm90-all.sass > $O/sass-table.txt
   el sass
 }
 
