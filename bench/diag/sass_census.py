@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Counts of chosen instructions in each kernel of a cubin, without a disassembler.
 
-An sm_90 instruction is 16 bytes, and its opcode (the mnemonic, modifiers aside) sits in the low
-12 bits of its first 8. The table below maps those bits to mnemonics; it was read from
-`cuobjdump -sass` of the seesaw kernel's BF16 instances built by nvcc 13.0 (session 65: 126
-codes, none of them mapped to two mnemonics). So whether a change adds branches, TMA issues or
-mbarrier operations can be seen on a machine with nvcc and no cuobjdump, before device
-time:
+An sm_90 instruction is 16 bytes, and its opcode (the mnemonic, modifiers aside) sits in the low 12
+bits of its first 8. The table below maps those bits to mnemonics (nvcc 13.0): read from
+`cuobjdump -sass` of the seesaw kernel's BF16 instances (session 65: 126 codes, none of them mapped
+to two mnemonics), and from session 59's Nsight Compute listings of the keys kernel's 8- and 16-row
+BF16 instances against the cubin of the same commit (071e66e) built here, which matched them
+instruction for instruction (9 codes more: HMMA and MOVM among them). So whether a change adds
+branches, TMA issues or mbarrier operations can be seen on a machine with nvcc and no cuobjdump,
+before device time:
 
     nvcc -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -Iinclude -Isrc -DMLAV_BUILDING_LIBRARY \\
          -DMLAV_WITH_CUDA -DMLAV_WITH_SM90 -gencode arch=compute_90a,code=sm_90a -cubin \\
@@ -27,18 +29,19 @@ import sys
 
 TABLE = dict((int(k, 16), v) for k, v in (e.split(':') for e in '''
 202:MOV 207:SEL 208:FSEL 209:FMNMX 20b:FSETP 20c:ISETP 20f:VIMNMX3 210:IADD3 211:LEA 212:LOP3
-213:IABS 219:SHF 220:FMUL 221:FADD 223:FFMA 224:IMAD 225:IMAD 227:IMAD 23e:F2FP 245:I2FP
-246:VIADDMNMX 248:VIMNMX 287:USEL 28c:UISETP 290:UIADD3 291:ULEA 292:ULOP3 299:USHF 2a4:UIMAD
-2a5:UIMAD 2ca:R2UR 305:F2I 306:I2F 308:MUFU 3c6:FENCE 419:SHF 421:FADD 423:FFMA 424:IMAD
-446:VIADDMNMX 499:USHF 589:SHFL 5a7:SYNCS 5b2:SYNCS 5b4:UTMALDG 802:MOV 804:R2P 805:CS2R 806:VOTE
-807:SEL 808:FSEL 809:FMNMX 80b:FSETP 80c:ISETP 810:IADD3 811:LEA 812:LOP3 816:PRMT 819:SHF
-81c:PLOP3 820:FMUL 823:FFMA 824:IMAD 825:IMAD 82d:PREEXIT 82f:ELECT 836:VIADD 844:STSM 848:VIMNMX
-882:UMOV 886:VOTEU 887:USEL 88c:UISETP 890:UIADD3 891:ULEA 892:ULOP3 899:USHF 8a4:UIMAD 8a5:UIMAD
-918:NOP 919:S2R 91a:DEPBAR 941:BSYNC 942:BREAK 944:CALL 945:BSSY 947:BRA 94d:EXIT 950:RET 980:LD
-981:LDG 984:LDS 985:ST 986:STG 98f:CCTL 992:MEMBAR 9a7:SYNCS 9af:LDGDEPBAR 9b0:ARRIVES 9b9:UTMACCTL
-9c3:S2UR 9c5:WARPGROUP 9f0:HGMMA ab9:ULDC abb:ULDC b1d:BAR b82:LDC c02:MOV c0c:ISETP c10:IADD3
-c11:LEA c12:LOP3 c19:SHF c20:FMUL c23:FFMA c24:IMAD c25:IMAD c27:IMAD c36:VIADD c46:VIADDMNMX
-c82:UMOV df0:HGMMA e24:IMAD e25:IMAD f89:SHFL fae:LDGSTS
+213:IABS 219:SHF 220:FMUL 221:FADD 223:FFMA 224:IMAD 225:IMAD 227:IMAD 23a:MOVM 23c:HMMA 23e:F2FP
+245:I2FP 246:VIADDMNMX 248:VIMNMX 287:USEL 28c:UISETP 290:UIADD3 291:ULEA 292:ULOP3 299:USHF
+2a4:UIMAD 2a5:UIMAD 2ca:R2UR 305:F2I 306:I2F 308:MUFU 388:STS 3ba:UBLKCP 3c4:REDUX 3c6:FENCE
+419:SHF 421:FADD 423:FFMA 424:IMAD 446:VIADDMNMX 499:USHF 51d:BAR 589:SHFL 5a7:SYNCS 5b2:SYNCS
+5b4:UTMALDG 802:MOV 803:P2R 804:R2P 805:CS2R 806:VOTE 807:SEL 808:FSEL 809:FMNMX 80b:FSETP
+80c:ISETP 810:IADD3 811:LEA 812:LOP3 816:PRMT 819:SHF 81c:PLOP3 820:FMUL 823:FFMA 824:IMAD 825:IMAD
+827:IMAD 82d:PREEXIT 82f:ELECT 836:VIADD 844:STSM 848:VIMNMX 882:UMOV 886:VOTEU 887:USEL 88c:UISETP
+890:UIADD3 891:ULEA 892:ULOP3 899:USHF 8a4:UIMAD 8a5:UIMAD 918:NOP 919:S2R 91a:DEPBAR 941:BSYNC
+942:BREAK 944:CALL 945:BSSY 947:BRA 94d:EXIT 950:RET 980:LD 981:LDG 984:LDS 985:ST 986:STG 988:STS
+98f:CCTL 992:MEMBAR 9a7:SYNCS 9af:LDGDEPBAR 9b0:ARRIVES 9b9:UTMACCTL 9c3:S2UR 9c5:WARPGROUP
+9f0:HGMMA ab9:ULDC abb:ULDC b1d:BAR b82:LDC c02:MOV c0c:ISETP c10:IADD3 c11:LEA c12:LOP3 c19:SHF
+c20:FMUL c23:FFMA c24:IMAD c25:IMAD c27:IMAD c36:VIADD c46:VIADDMNMX c82:UMOV df0:HGMMA e24:IMAD
+e25:IMAD f89:SHFL fae:LDGSTS
 '''.split()))
 DEFAULT = ('UTMALDG', 'ELECT', 'BRA', 'BSSY', 'BSYNC', 'SYNCS', 'R2UR', 'HGMMA')
 
