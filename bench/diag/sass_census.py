@@ -27,6 +27,8 @@ import re
 import struct
 import sys
 
+from sass_identity import kernel_texts
+
 TABLE = dict((int(k, 16), v) for k, v in (e.split(':') for e in '''
 202:MOV 207:SEL 208:FSEL 209:FMNMX 20b:FSETP 20c:ISETP 20f:VIMNMX3 210:IADD3 211:LEA 212:LOP3
 213:IABS 219:SHF 220:FMUL 221:FADD 223:FFMA 224:IMAD 225:IMAD 227:IMAD 23a:MOVM 23c:HMMA 23e:F2FP
@@ -44,21 +46,6 @@ c20:FMUL c23:FFMA c24:IMAD c25:IMAD c27:IMAD c36:VIADD c46:VIADDMNMX c82:UMOV df
 e25:IMAD f89:SHFL fae:LDGSTS
 '''.split()))
 DEFAULT = ('UTMALDG', 'ELECT', 'BRA', 'BSSY', 'BSYNC', 'SYNCS', 'R2UR', 'HGMMA')
-
-
-def sections(path):
-    """The cubin's sections by name (ELF64, little-endian)."""
-    with open(path, 'rb') as f:
-        b = f.read()
-    shoff = struct.unpack_from('<Q', b, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from('<HHH', b, 0x3a)
-    hdrs = [struct.unpack_from('<IIQQQQIIQQ', b, shoff + i * shentsize) for i in range(shnum)]
-    strtab = hdrs[shstrndx][4]
-
-    def name(o):
-        return b[strtab + o:b.index(b'\0', strtab + o)].decode()
-
-    return {name(h[0]): b[h[4]:h[4] + h[5]] for h in hdrs}
 
 
 def table_of(dump):
@@ -87,14 +74,14 @@ def main():
         sys.exit(__doc__)
     want = sys.argv[2] if len(sys.argv) > 2 else ''
     ops = sys.argv[3:] or DEFAULT
-    for name, text in sorted(sections(sys.argv[1]).items()):
-        if not name.startswith('.text.') or want not in name:
+    for name, text in sorted(kernel_texts(sys.argv[1]).items()):
+        if want not in name:
             continue
         count = collections.Counter()
         for i in range(0, len(text) - 15, 16):
             lo = struct.unpack_from('<Q', text, i)[0] & 0xfff
             count[TABLE.get(lo, f'?{lo:03x}')] += 1
-        print(name[len('.text.'):])
+        print(name)
         unknown = sum(n for op, n in count.items() if op.startswith('?'))
         print('  instructions %d  ' % (len(text) // 16) +
               '  '.join(f'{op} {count[op]}' for op in ops) + f'  (not in the table: {unknown})')

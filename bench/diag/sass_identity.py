@@ -21,16 +21,24 @@ import subprocess
 import sys
 
 
-def kernel_text(path, name):
+def kernel_texts(path):
+    """Each kernel's machine code in a cubin: {kernel name: its .text section's bytes}."""
     out = subprocess.run(['readelf', '-S', '-W', path], capture_output=True, text=True,
                          check=True).stdout
-    for line in out.splitlines():
-        m = re.search(r'\]\s+(\.text\.\S+)\s+PROGBITS\s+\S+\s+([0-9a-f]+)\s+([0-9a-f]+)', line)
-        if m and name in m.group(1):
-            off, size = int(m.group(2), 16), int(m.group(3), 16)
-            with open(path, 'rb') as f:
-                f.seek(off)
-                return f.read(size)
+    texts = {}
+    with open(path, 'rb') as f:
+        for line in out.splitlines():
+            m = re.search(r'\]\s+\.text\.(\S+)\s+PROGBITS\s+\S+\s+([0-9a-f]+)\s+([0-9a-f]+)', line)
+            if m:
+                f.seek(int(m.group(2), 16))
+                texts[m.group(1)] = f.read(int(m.group(3), 16))
+    return texts
+
+
+def kernel_text(path, name):
+    for kernel, text in kernel_texts(path).items():
+        if name in kernel:
+            return text
     sys.exit(f'{path}: no .text section whose name contains {name}')
 
 

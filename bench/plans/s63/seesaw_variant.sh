@@ -49,7 +49,7 @@ seesaw_sanitize() {
 
 seesaw_sass() { # the BF16 seesaw instances' SASS of both A/B builds (bench/ab.sh's), and per
   # build the counts of the instructions a refill's layout shows in: branches, reconvergence,
-  # warp syncs, TMA issues; the lines around the first instance's first UTMALDG
+  # warp syncs, TMA issues
   local d f o
   command -v cuobjdump > /dev/null || { echo "no cuobjdump"; return; }
   for d in build-ab-base-* build-ab-new; do
@@ -61,7 +61,6 @@ seesaw_sass() { # the BF16 seesaw instances' SASS of both A/B builds (bench/ab.s
       "BRA.U.ANY $(grep -c 'BRA.U.ANY' $o) BSSY $(grep -c 'BSSY' $o) BSYNC $(grep -c 'BSYNC' $o)" \
       "WARPSYNC $(grep -c 'WARPSYNC' $o) UTMALDG $(grep -c 'UTMALDG' $o)" \
       | tee -a $O/sass-summary.txt
-    grep -m1 -B12 -A6 'UTMALDG' $o > $O/sass-${d#build-ab-}-first-tma.txt
     gzip -f $o
   done
   # every sm_90a object's opcodes for bench/diag/sass_census.py's table (the keys kernel's
