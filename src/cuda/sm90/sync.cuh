@@ -31,6 +31,18 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *bar)
                  : "memory");
 }
 
+/* True in one lane of the warp (elect.sync over the whole warp, which every lane executes): a
+ * region only that lane enters is one ptxas knows to be single-threaded, where it may issue a
+ * TMA copy without the loop over active lanes it puts around one under any other condition. */
+__device__ __forceinline__ bool elect_one_sync()
+{
+    uint32_t one;
+    asm volatile("{\n .reg .b32 r;\n .reg .pred p;\n elect.sync r|p, 0xffffffff;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(one));
+    return one != 0;
+}
+
 /* Wait until the phase of parity `parity` has completed (acquire at CTA scope). */
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 {

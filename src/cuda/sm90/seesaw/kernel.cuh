@@ -45,10 +45,11 @@
  *     hand-over PB) and WG0's P_B V_B; WG0 refills them after the latter.
  * A tile inside one page, the split and the pool of a launch that holds the pool's tensor map
  * (kv_tile_by_tma, the same answer in both warpgroups) goes by TMA, a box per column block
- * issued by the warpgroup's thread 0; any other (page_size 1, across pages, the split's last
- * partial tile, a page id outside the pool: the plan's NaN row; every tile of an FP8 cache, raw)
- * is gathered by the refilling warpgroup's 128 threads through kv_row_src (gather.cuh), which do
- * not wait for their copies: each copy's landing is an arrival on its block's barrier. Each
+ * issued by one lane of the warpgroup's warp 0 chosen by elect.sync (refill says why); any
+ * other (page_size 1, across pages, the split's last partial tile, a page id outside the pool:
+ * the plan's NaN row; every tile of an FP8 cache, raw) is gathered by the refilling
+ * warpgroup's 128 threads through kv_row_src (gather.cuh), which do not wait for their copies:
+ * each copy's landing is an arrival on its block's barrier. Each
  * warpgroup looks up the page ids of the next pair's tiles (the first rows', and where a tile
  * crosses pages each row's, one a thread: pair_row_ids; in a GATHER instance each row's source,
  * pair_row_srcs) at the top of a pair, so that its refills issue without a dependent load. An
@@ -116,9 +117,9 @@
  * part's last reads completed (wgmma_wait of the reading warpgroups, ordered by the barriers
  * above) and after the generic writes to it (P, sanitizing, conversion), fenced before those
  * barriers, as in sm90/kernel.cuh's produce.
- * Convergence: a TMA refill is issued by thread 0 alone; its warp reconverges (__syncwarp)
- *   before it goes on: the named barriers after it are bar.sync, .aligned, which every thread
- *   of a warp must execute together.
+ * Convergence: a TMA refill is issued by one elected lane alone; its warp reconverges
+ *   (__syncwarp) before it goes on: the named barriers after it are bar.sync, .aligned, which
+ *   every thread of a warp must execute together.
  * Registers: WG1's P_B V_B takes P_B from registers (pack_a), held until its wait; no
  * accumulator is written while a group is in flight (C7515: ptxas would serialize them; the
  * build reports none). ptxas reports (C7519) a warpgroup arrive injected after each block's wait

@@ -121,9 +121,9 @@ __device__ __forceinline__ int32_t gather_row_id(int32_t ids, int k, int i, int 
  * arrivals a phase):
  *   by TMA where kv_tile_by_tma allows (a 16-bit cache under the pool's map; the answer the
  *   same in every thread and for every part: `page0`, the page id of the tile's first row,
- *   looked up by the caller ahead), thread 0 arriving with a block's bytes expected then
- *   copying it (its expect_tx and the phase's 128 arrivals at once), its warp reconverged
- *   after;
+ *   looked up by the caller ahead), one lane of warp 0 (elect.sync) arriving with a block's
+ *   bytes expected then copying it (its expect_tx and the phase's 128 arrivals at once), its
+ *   warp reconverged after;
  *   else gathered (gather.cuh's mapping, each row's page id `page0` in a tile inside one page,
  *   else from `ids`: gather_row_id): each thread's copies, then its cp_async_arrive_on of each
  *   block (one of the phase's 128 arrivals, made when its copies land). No thread waits for a
@@ -142,7 +142,11 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
     const int j0 = c.kv_begin + t * TILE_N;
     if constexpr (!FP8 && !GATHER) {
         if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
-            if (wt == 0) {
+            /* one elected lane of warp 0 (the warp's index broadcast, so that ptxas sees it
+             * warp-uniform): ptxas issues its boxes without the loop over active lanes it puts
+             * around a TMA copy under `wt == 0` (a box 3 instructions where 11); on an H100
+             * 0.991x the time over 18 B 16 points from 32k (docs/PERFORMANCE.md#hopper) */
+            if (__shfl_sync(0xffffffffu, wt >> 5, 0) == 0 && elect_one_sync()) {
                 const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
 #pragma unroll
                 for (int kb = 0; kb < W_BLOCKS; kb++)
