@@ -8,8 +8,10 @@
 # the step combine against the exact combine. The split kernel's excess is then the blocks past the
 # step, the combine's its own; what neither holds is the launches' overlap (programmatic launch)
 # that serialized kernels lose. Points: B 1 at H {8, 64} x q_len {1, 9, 16} x 4096, and H 8,
-# q_len 16 at 32k (run / exact ~1.02 there) as the control.
-#   CAP=240 bash bench/plans/s66/engine_kernels.sh      (carry .debs; ~150 s)
+# q_len 16 at 32k (1.04 at page_size 1 in session 66) as the control; PAGE the pool's page size
+# (64; session 66's first run had the bench's default, 1). The legal family's kernel (q_len 1 at
+# page_size 1) is matched by its name's start (ncu matches the base name).
+#   CAP=240 bash bench/plans/s66/engine_kernels.sh      (carry .debs; ~75 s on an H100)
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
@@ -27,11 +29,11 @@ for pt in "8 1 4096" "8 9 4096" "8 16 4096" "64 1 4096" "64 9 4096" "64 16 4096"
   f=$O/h$h-q$q-p$p
   # the bench's own run / exact first (its timing, not ncu's), then the kernels under ncu
   timeout $(lim 30) $B/mlaverify bench --backend cuda --batch 1 --heads $h --qlen $q --prefix $p \
-    --engine 1.0 --engine-csv $f-engine.csv > $f-bench.txt 2>&1
+    --page-size ${PAGE:-64} --engine 1.0 --engine-csv $f-engine.csv > $f-bench.txt 2>&1
   timeout $(lim 60) ncu --clock-control none --metrics gpu__time_duration.sum,launch__grid_size \
-    -k regex:'flash_sm90|flash_verify|combine|step_schedule' --csv \
+    -k regex:'flash_sm90|^verify_kernel|combine|step_schedule' --csv \
     $B/mlaverify bench --backend cuda --batch 1 --heads $h --qlen $q --prefix $p --engine 1.0 \
-    --reps 3 --min-reps 3 > $f-ncu.csv 2> $f-ncu.err
+    --page-size ${PAGE:-64} --reps 3 --min-reps 3 > $f-ncu.csv 2> $f-ncu.err
   echo "== B 1, H $h, q_len $q, $p (ncu rc=$?)"; tail -2 $f-engine.csv
   python3 bench/plans/s66/engine_kernels.py $f-ncu.csv
 done
