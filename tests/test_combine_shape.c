@@ -100,6 +100,42 @@ static void test_combine_spread_h200_points(void **state)
     assert_int_equal(fit(SM120_SMEM_SM, d), 2);
 }
 
+/* A plan for limits whose step is its limits takes the exact plan's column blocks: the plan
+ * reserves (mlav_combine_spread_rows, mlav_combine_spread_bytes) for the column blocks the exact
+ * rule chooses over its row tiles' rows, and the step chooses its own over the same rows within
+ * the wave that reservation leaves (mlav_step_combine_shape's rule). Single requests of H heads
+ * and q_len rows (one row tile of 64 rows per 64 rows), every kind of split count; the H200's
+ * numbers, with the step instance's occupancy taken as the block combine's. */
+static void test_combine_step_takes_exact_blocks(void **state)
+{
+    (void)state;
+    const int heads[] = {8, 16, 32, 64, 128};
+    const int splits[] = {4, 9, 32, 33, 113, 128, 200};
+    const int64_t wave = (int64_t)H200_PER_SM * H200_SMS;
+    for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
+        for (int q_len = 1; q_len <= 16; q_len++)
+            for (size_t n = 0; n < sizeof splits / sizeof splits[0]; n++) {
+                const int64_t working = (int64_t)heads[h] * q_len;
+                const int64_t items = (working + 63) / 64, rows = items * 64;
+                const int exact = mlav_combine_col_blocks_for(rows, splits[n], wave, PRELOAD,
+                                                              MAX_COL);
+                const int64_t spread = mlav_combine_spread_rows(items, 64, working, 1);
+                const size_t d = mlav_combine_spread_bytes(spread * exact, H200_SMS,
+                                                           H200_PER_SM, H200_SMEM_SM, RESERVED,
+                                                           STATIC_BYTES, SM120_LIMIT);
+                int64_t per_sm = d ? fit(H200_SMEM_SM, d) : H200_PER_SM;
+                per_sm = per_sm < H200_PER_SM ? per_sm : H200_PER_SM;
+                const int step = mlav_combine_col_blocks_for(rows, splits[n], per_sm * H200_SMS,
+                                                             PRELOAD, MAX_COL);
+                if (step != exact)
+                    fail_msg("H %d, q_len %d, %d splits: the step takes %d column blocks, the "
+                             "exact plan %d",
+                             heads[h], q_len, splits[n], step, exact);
+            }
+    /* the exact plan reserves for its working rows */
+    assert_int_equal(mlav_combine_spread_rows(2, 64, 72, 0), 72);
+}
+
 /* On random device numbers and grids: a reservation never breaks the per-block limit, always
  * lets k blocks fit (so the grid stays one wave), and caps at k whenever the limit allows it. */
 static void test_combine_spread_invariants(void **state)
@@ -158,6 +194,7 @@ int main(void)
         cmocka_unit_test(test_combine_col_blocks_invariants),
         cmocka_unit_test(test_combine_spread_h200_points),
         cmocka_unit_test(test_combine_spread_invariants),
+        cmocka_unit_test(test_combine_step_takes_exact_blocks),
         cmocka_unit_test(test_combine_kind_boundaries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,6 +50,21 @@ static MLAV_HD int mlav_combine_col_blocks_for(int64_t rows, int max_nsplit, int
     return 1;
 }
 
+/* Rows whose blocks a combine's shared-memory reservation spreads (mlav_combine_spread_bytes of
+ * these rows times the column blocks) for `combine_items` row tiles of `rows_per_tile`, `working`
+ * of whose rows do work. An exact plan: its working rows (a block of a row past its request
+ * returns before it holds an SM for long). A plan for limits (`step` nonzero): every row of its
+ * row tiles, because a step's grid maps each one and the step chooses its column blocks within
+ * the wave this reservation leaves (mlav_combine_step_shape, mlav_step_combine_shape): reserved
+ * for its working rows alone, B 1, H 8, q_len 9 leaves 3 blocks an SM (72 rows x 4 column blocks
+ * on 132 SMs), so its 128 rows take 2 column blocks where the exact plan takes 4
+ * (docs/PERFORMANCE.md#hopper, "Engine path"). */
+static inline int64_t mlav_combine_spread_rows(int64_t combine_items, int rows_per_tile,
+                                               int64_t working, int step)
+{
+    return step ? combine_items * rows_per_tile : working;
+}
+
 /* Dynamic shared memory (a multiple of 128 bytes) that caps a grid of `blocks` blocks at
  * k = ceil(blocks / sm_count) resident per SM, or less where one block may not reserve enough
  * (its static + dynamic bytes stay within smem_limit: on an H200, sm_120's limit allows no
