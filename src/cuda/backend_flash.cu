@@ -113,9 +113,9 @@ mlav_status config_combine(const mlav_problem_info *p, int max_nsplit, int64_t c
     c->combine_grid = 0;
     /* a plan for limits reserves for its longest steps' kind and column blocks (its steps take
      * theirs within that: mlav_combine_step_shape) */
-    const int64_t spread_rows =
-        mlav_combine_spread_rows(combine_items, MLAV_FLASH_BLOCK_M, working, step);
     if (c->pdl && (step || c->combine_kind != MLAV_COMBINE_ROWS)) {
+        const int64_t spread_rows =
+            mlav_combine_spread_rows(combine_items, MLAV_FLASH_BLOCK_M, working, step);
         mlav_status s = mlav_combine_spread_smem(spread_rows * c->combine_col_blocks,
                                                  c->combine_kind, step, &c->dev,
                                                  &c->combine_smem);
