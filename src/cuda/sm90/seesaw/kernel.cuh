@@ -184,6 +184,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                                p.max_pages, p.bad_pages, c.b);
     f.map = &kv_map;
     f.tma = tma;
+    f.lead = __shfl_sync(0xffffffffu, wt >> 5, 0) == 0;
     f.l2 = L2_FIRST ? l2_policy_evict_first() : 0;
     /* tiles 0 and 1: their first rows' page ids, and the rows' ids of the pair */
     const int32_t pg0 = tile_page<GATHER>(f.ptab, c, 0, p);

@@ -17,6 +17,7 @@ template <bool L2_FIRST> struct feed_ctx {
     const int32_t *ptab;
     const CUtensorMap *map;
     bool tma;    /* the launch holds the pool's map */
+    bool lead;   /* warp 0 of its warpgroup: refill's TMA issue (set once, broadcast) */
     uint64_t l2; /* L2_FIRST: l2_policy_evict_first() */
 
     __device__ __forceinline__ void copy16(uint32_t dst, const void *src, int src_bytes) const
@@ -142,11 +143,11 @@ __device__ __forceinline__ void refill(const mlav_flash_params &p, const block_c
     const int j0 = c.kv_begin + t * TILE_N;
     if constexpr (!FP8 && !GATHER) {
         if (f.tma && kv_tile_by_tma(page0, j0, c.kv_end, p)) {
-            /* one elected lane of warp 0 (the warp's index broadcast, so that ptxas sees it
-             * warp-uniform): ptxas issues its boxes without the loop over active lanes it puts
-             * around a TMA copy under `wt == 0` (a box 3 instructions where 11); on an H100
-             * 0.991x the time over 18 B 16 points from 32k (docs/PERFORMANCE.md#hopper) */
-            if (__shfl_sync(0xffffffffu, wt >> 5, 0) == 0 && elect_one_sync()) {
+            /* one elected lane of warp 0 (f.lead: the warp's index broadcast, so that ptxas
+             * sees it warp-uniform): ptxas issues its boxes without the loop over active lanes
+             * it puts around a TMA copy under `wt == 0` (a box 3 instructions where 11); on an
+             * H100 0.991x the time over 18 B 16 points from 32k (docs/PERFORMANCE.md#hopper) */
+            if (f.lead && elect_one_sync()) {
                 const int32_t y = page0 * p.page_size + (int32_t)kv_slot_of(j0, p);
 #pragma unroll
                 for (int kb = 0; kb < W_BLOCKS; kb++)
