@@ -30,16 +30,23 @@ def main(path):
         key = (r["ID"], short(r["Kernel Name"]), r.get("Grid Size", ""))
         d = launches.setdefault(key, {})
         d[r["Metric Name"]] = (r["Metric Unit"], r["Metric Value"])
-    groups = {}
+    groups, dram = {}, {}
     for (_, name, grid), m in launches.items():
         unit, val = m.get("gpu__time_duration.sum", ("", ""))
         if unit in SCALE:
             us = float(val.replace(",", "")) * SCALE[unit]
             groups.setdefault((name, grid), []).append(us)
+        # DRAM bytes read, where the run asked for them (engine_kernels.sh's METRICS)
+        bunit, bval = m.get("dram__bytes_read.sum", ("", ""))
+        mb = {"byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3}.get(bunit)
+        if mb is not None:
+            dram.setdefault((name, grid), []).append(float(bval.replace(",", "")) * mb)
     if not groups:
         print("  no kernels read (see the .err beside the CSV)")
     for (name, grid), v in sorted(groups.items(), key=lambda kv: kv[0]):
-        print(f"  {len(v):3d} x {statistics.median(v):8.2f} us  grid {grid:>14}  {name}")
+        d = dram.get((name, grid))
+        rd = f"  {statistics.median(d):9.1f} MB read" if d else ""
+        print(f"  {len(v):3d} x {statistics.median(v):8.2f} us{rd}  grid {grid:>14}  {name}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@
 # q_len 16 at 32k (1.04 at page_size 1 in session 66) as the control; PAGE the pool's page size
 # (64; session 66's first run had the bench's default, 1). The legal family's kernel (q_len 1 at
 # page_size 1) is matched by its name's start (ncu matches the base name).
+# POINTS ("H q_len prefix;...") replaces the points, METRICS adds Nsight Compute metrics
+# (dram__bytes_read.sum is printed beside the times).
 #   CAP=240 bash bench/plans/s66/engine_kernels.sh      (carry .debs; ~75 s on an H100)
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
@@ -24,13 +26,15 @@ cmake -S . -B $B -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITEC
   -DMLAV_NCCL=OFF -DMLAV_BUILD_EXAMPLES=OFF > $O/build.log 2>&1 \
   && cmake --build $B -j16 --target mlaverify_cli >> $O/build.log 2>&1
 rc=$?; echo "build rc=$rc"; el built; [ $rc = 0 ] || { tail -20 $O/build.log; exit 1; }
-for pt in "8 1 4096" "8 9 4096" "8 16 4096" "64 1 4096" "64 9 4096" "64 16 4096" "8 16 32768"; do
+IFS=';' read -ra pts <<< "${POINTS:-8 1 4096;8 9 4096;8 16 4096;64 1 4096;64 9 4096;64 16 4096;8 16 32768}"
+for pt in "${pts[@]}"; do
   read -r h q p <<< "$pt"
   f=$O/h$h-q$q-p$p
   # the bench's own run / exact first (its timing, not ncu's), then the kernels under ncu
   timeout $(lim 30) $B/mlaverify bench --backend cuda --batch 1 --heads $h --qlen $q --prefix $p \
     --page-size ${PAGE:-64} --engine 1.0 --engine-csv $f-engine.csv > $f-bench.txt 2>&1
-  timeout $(lim 60) ncu --clock-control none --metrics gpu__time_duration.sum,launch__grid_size \
+  timeout $(lim 60) ncu --clock-control none \
+    --metrics gpu__time_duration.sum,launch__grid_size${METRICS:+,$METRICS} \
     -k regex:'flash_sm90|^verify_kernel|combine|step_schedule' --csv \
     $B/mlaverify bench --backend cuda --batch 1 --heads $h --qlen $q --prefix $p --engine 1.0 \
     --page-size ${PAGE:-64} --reps 3 --min-reps 3 > $f-ncu.csv 2> $f-ncu.err
