@@ -54,6 +54,8 @@ typedef struct bench_result {
     mlav_status engine_status; /* MLAV_OK when measured */
     double step_us;         /* one CUDA graph of mlav_plan_update (device lengths) + mlav_run */
     double run_us;          /* mlav_run alone on the updated workspace: each further layer */
+    double exact_run_us;    /* the exact plan's mlav_run, timed in turns with run_us (the run /
+                               exact ratio's denominator; time_us was timed alone) */
     double update_us;       /* mlav_plan_update alone: the device scheduler */
 } bench_result;
 
@@ -171,12 +173,13 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
                         mlav_context *const *ctx, const bench_ceilings *ceil, bench_result *row);
 
 /* ---- bench_engine.c ---- */
-/* Time point `c` (layout L, device tensors `dt` of the exact plan) through a plan for limits on
- * ctx: limits = o->engine x the point's lengths (tokens, longest draft, longest kv_len; the same
- * batch), device lengths, the three timings of bench_gpu_time_steps, into r's engine fields.
- * 0, or 2 after a sentence on a failure that is not "unsupported". */
+/* Time point `c` (layout L, device tensors `dt` of the exact plan, `exact` that plan ready to run:
+ * a bench_exact_run) through a plan for limits on ctx: limits = o->engine x the point's lengths
+ * (tokens, longest draft, longest kv_len; the same batch), device lengths, the timings of
+ * bench_gpu_time_steps, into r's engine fields. 0, or 2 after a sentence on a failure that is
+ * not "unsupported". */
 int bench_measure_engine(const bench_config *c, const bench_layout *L, const bench_opts *o,
-                         mlav_context *ctx, const void *dt, bench_result *r);
+                         mlav_context *ctx, const void *dt, const void *exact, bench_result *r);
 
 /* ---- bench_ceilings.c ---- */
 enum { BENCH_SGEMM_M = 576, BENCH_SGEMM_N = 16393, BENCH_SGEMM_K = 1088 };

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "mlaverify_internal.h"
@@ -182,79 +183,117 @@ extern "C" void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, flo
 }
 
 /* ---- timing a plan ---------------------------------------------------------------------------- */
-/* Time `body` (library calls enqueued on g.stream): one direct call (its status is returned as
- * is), capture into a CUDA graph, warm up, then replays each preceded by an L2 flush outside the
- * timed events. */
-template <typename F>
-static mlav_status time_captured(F body, const bench_reps *reps, bench_timing *out)
-{
-    memset(out, 0, sizeof *out);
-    /* A direct run first: its status is what the caller reports (UNSUPPORTED = "n/a"). */
-    mlav_status s = body();
-    if (s != MLAV_OK)
-        return s;
-    BENCH_CHECK(cudaStreamSynchronize(g.stream));
-
-    /* Capture one run. Global mode: any call unsafe under capture inside mlav_run fails the
-     * capture, which is the API's promise being checked; we then time direct calls instead. */
-    cudaGraph_t graph = nullptr;
+/* One body (library calls enqueued on g.stream) made ready to replay: a direct call first (its
+ * status is what the caller reports; UNSUPPORTED = "n/a"), then one capture into a CUDA graph.
+ * Global mode: any call unsafe under capture inside the body fails the capture, which is the
+ * API's promise being checked; the body's direct calls are then timed instead. */
+struct replay {
+    std::function<mlav_status()> body;
     cudaGraphExec_t exec = nullptr;
-    BENCH_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal));
-    mlav_status cs = body();
-    cudaError_t ce = cudaStreamEndCapture(g.stream, &graph);
-    if (cs == MLAV_OK && ce == cudaSuccess && graph) {
-        BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        out->graph = 1;
-    } else {
-        fprintf(stderr, "mlaverify bench: graph capture of mlav_run failed (%s: %s; end capture: %s):"
-                        " timing direct calls\n",
-                mlav_status_string(cs), cs == MLAV_OK ? "" : mlav_last_error(nullptr),
-                cudaGetErrorName(ce));
-        (void)cudaGetLastError(); /* clear the capture error so the next checked call is clean */
-    }
-    if (graph)
-        BENCH_CHECK(cudaGraphDestroy(graph));
 
-    auto launch = [&]() {
+    mlav_status prepare(bench_timing *out)
+    {
+        memset(out, 0, sizeof *out);
+        mlav_status s = body();
+        if (s != MLAV_OK)
+            return s;
+        BENCH_CHECK(cudaStreamSynchronize(g.stream));
+        cudaGraph_t graph = nullptr;
+        BENCH_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal));
+        mlav_status cs = body();
+        cudaError_t ce = cudaStreamEndCapture(g.stream, &graph);
+        if (cs == MLAV_OK && ce == cudaSuccess && graph) {
+            BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            out->graph = 1;
+        } else {
+            fprintf(stderr,
+                    "mlaverify bench: graph capture of mlav_run failed (%s: %s; end capture: %s):"
+                    " timing direct calls\n",
+                    mlav_status_string(cs), cs == MLAV_OK ? "" : mlav_last_error(nullptr),
+                    cudaGetErrorName(ce));
+            /* clear the capture error so the next checked call is clean */
+            (void)cudaGetLastError();
+        }
+        if (graph)
+            BENCH_CHECK(cudaGraphDestroy(graph));
+        return MLAV_OK;
+    }
+    void launch()
+    {
         if (exec) {
             BENCH_CHECK(cudaGraphLaunch(exec, g.stream));
-        } else {
-            mlav_status rs = body();
-            if (rs != MLAV_OK) {
-                fprintf(stderr, "mlaverify bench: mlav_run failed on a repeat: %s: %s\n",
-                        mlav_status_string(rs), mlav_last_error(nullptr));
-                exit(2);
-            }
+            return;
         }
-    };
+        mlav_status rs = body();
+        if (rs != MLAV_OK) {
+            fprintf(stderr, "mlaverify bench: mlav_run failed on a repeat: %s: %s\n",
+                    mlav_status_string(rs), mlav_last_error(nullptr));
+            exit(2);
+        }
+    }
+    ~replay()
+    {
+        if (exec)
+            (void)cudaGraphExecDestroy(exec);
+    }
+};
+
+/* Time `n` bodies: each made ready (replay::prepare) and warmed up, then timed replay by replay,
+ * each preceded by an L2 flush outside its timed events. Several bodies take turns of TURN
+ * replays in ABBA order (A B, B A, ...), each turn opened by an untimed replay, so that bodies
+ * compared with each other see the same GPU. Timed one after the other, a long tensor-bound point
+ * heats the card: on an H100 at B 1, H 64, q_len 64, 131k the later body's time read 1.10x the
+ * earlier's (its clocks ~1,800 MHz where 1,980 at rest) where, alternated, the two matched.
+ * Alternated replay by replay instead, the first replay of a graph after the other's ran up to
+ * 7 us longer at short points, more for one graph than the other (docs/PERFORMANCE.md#engine-path).
+ * The turns stop at min_reps timed replays a body, or past it at max_reps or n x max_seconds.
+ * Returns the first body's failing status. */
+static mlav_status time_turns(replay *bodies, int n, const bench_reps *reps,
+                              bench_timing *const *out)
+{
+    constexpr int TURN = 5;
+    for (int b = 0; b < n; b++) {
+        mlav_status s = bodies[b].prepare(out[b]);
+        if (s != MLAV_OK)
+            return s;
+    }
     for (int i = 0; i < 3; i++) /* warm-up: clocks, instruction cache, TLB */
-        launch();
+        for (int b = 0; b < n; b++)
+            bodies[b].launch();
     BENCH_CHECK(cudaStreamSynchronize(g.stream));
 
-    std::vector<double> us;
+    std::vector<std::vector<double>> us((size_t)n);
     auto t0 = std::chrono::steady_clock::now();
     for (int r = 0;; r++) {
-        flush_l2(reps->l2);
-        BENCH_CHECK(cudaEventRecord(g.start, g.stream));
-        launch();
-        BENCH_CHECK(cudaEventRecord(g.stop, g.stream));
-        BENCH_CHECK(cudaEventSynchronize(g.stop));
-        float ms = 0.0f;
-        BENCH_CHECK(cudaEventElapsedTime(&ms, g.start, g.stop));
-        us.push_back(1000.0 * ms);
+        for (int k = 0; k < n; k++) {
+            const int b = r % 2 ? n - 1 - k : k;
+            if (n > 1) /* the turn's untimed opening replay */
+                bodies[b].launch();
+            for (int i = 0; i < (n > 1 ? TURN : 1); i++) {
+                flush_l2(reps->l2);
+                BENCH_CHECK(cudaEventRecord(g.start, g.stream));
+                bodies[b].launch();
+                BENCH_CHECK(cudaEventRecord(g.stop, g.stream));
+                BENCH_CHECK(cudaEventSynchronize(g.stop));
+                float ms = 0.0f;
+                BENCH_CHECK(cudaEventElapsedTime(&ms, g.start, g.stop));
+                us[(size_t)b].push_back(1000.0 * ms);
+            }
+        }
         double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        int done = r + 1;
-        if (done >= reps->min_reps && (done >= reps->max_reps || spent >= reps->max_seconds))
+        const int done = (int)us[0].size();
+        if (done >= reps->min_reps && (done >= reps->max_reps || spent >= n * reps->max_seconds))
             break;
     }
-    if (exec)
-        BENCH_CHECK(cudaGraphExecDestroy(exec));
-    std::sort(us.begin(), us.end());
-    size_t n = us.size();
-    out->reps = (int)n;
-    out->min_us = us[0];
-    out->max_us = us[n - 1];
-    out->median_us = n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+    for (int b = 0; b < n; b++) {
+        std::vector<double> &v = us[(size_t)b];
+        std::sort(v.begin(), v.end());
+        const size_t m = v.size();
+        out[b]->reps = (int)m;
+        out[b]->min_us = v[0];
+        out[b]->max_us = v[m - 1];
+        out[b]->median_us = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    }
     return MLAV_OK;
 }
 
@@ -262,37 +301,57 @@ extern "C" mlav_status bench_gpu_time(const mlav_plan *plan, const mlav_tensors 
                                       void *workspace, size_t workspace_bytes,
                                       const bench_reps *reps, bench_timing *out)
 {
-    return time_captured(
-        [&]() { return mlav_run(plan, t, workspace, workspace_bytes, g.stream); }, reps, out);
+    replay r[1];
+    r[0].body = [=]() { return mlav_run(plan, t, workspace, workspace_bytes, g.stream); };
+    bench_timing *o[1] = {out};
+    return time_turns(r, 1, reps, o);
 }
 
-extern "C" mlav_status bench_gpu_time_steps(const mlav_plan *plan, const mlav_lengths *len,
-                                            const mlav_tensors *t, void *workspace,
-                                            size_t workspace_bytes, const bench_reps *reps,
-                                            bench_timing *step, bench_timing *run,
+extern "C" mlav_status bench_gpu_time_steps(const bench_exact_run *exact, const mlav_plan *plan,
+                                            const mlav_lengths *len, const mlav_tensors *t,
+                                            void *workspace, size_t workspace_bytes,
+                                            const bench_reps *reps, bench_timing *step,
+                                            bench_timing *run, bench_timing *exact_run,
                                             bench_timing *update)
 {
-    mlav_status s = time_captured(
-        [&]() {
+    mlav_status s;
+    {
+        replay r[1];
+        r[0].body = [=]() {
             mlav_status u = mlav_plan_update(plan, len, workspace, workspace_bytes, g.stream);
             return u != MLAV_OK ? u : mlav_run(plan, t, workspace, workspace_bytes, g.stream);
-        },
-        reps, step);
+        };
+        bench_timing *o[1] = {step};
+        s = time_turns(r, 1, reps, o);
+    }
     if (s != MLAV_OK)
         return s;
-    /* the workspace holds the step's schedule now: the run alone, and the update alone */
-    s = time_captured(
-        [&]() { return mlav_run(plan, t, workspace, workspace_bytes, g.stream); }, reps, run);
+    /* the workspace holds the step's schedule now: the run alone, in turns with the exact
+     * plan's run of the same point, and the update alone */
+    {
+        replay r[2];
+        r[0].body = [=]() { return mlav_run(plan, t, workspace, workspace_bytes, g.stream); };
+        r[1].body = [=]() {
+            return mlav_run(exact->plan, exact->t, exact->workspace, exact->workspace_bytes,
+                            g.stream);
+        };
+        bench_timing *o[2] = {run, exact_run};
+        s = time_turns(r, 2, reps, o);
+    }
     if (s != MLAV_OK)
         return s;
-    s = time_captured(
-        [&]() { return mlav_plan_update(plan, len, workspace, workspace_bytes, g.stream); },
-        reps, update);
+    {
+        replay r[1];
+        r[0].body = [=]() {
+            return mlav_plan_update(plan, len, workspace, workspace_bytes, g.stream);
+        };
+        bench_timing *o[1] = {update};
+        s = time_turns(r, 1, reps, o);
+    }
     if (s != MLAV_OK)
         return s;
     int32_t bad = -1;
-    s = mlav_plan_step_status(plan, workspace, workspace_bytes, g.stream, &bad);
-    return s;
+    return mlav_plan_step_status(plan, workspace, workspace_bytes, g.stream, &bad);
 }
 
 /* ---- ceiling 1: mma.sync rate ---------------------------------------------------------------- */

@@ -70,13 +70,24 @@ void bench_gpu_fill_random(void *ptr, size_t n, mlav_dtype dtype, float fp8_scal
 mlav_status bench_gpu_time(const mlav_plan *plan, const mlav_tensors *t, void *workspace,
                            size_t workspace_bytes, const bench_reps *reps, bench_timing *out);
 
+/* The exact plan of a point, ready to run: what the engine path's run is timed against. */
+typedef struct bench_exact_run {
+    const mlav_plan *plan;
+    const mlav_tensors *t;
+    void *workspace;
+    size_t workspace_bytes;
+} bench_exact_run;
+
 /* Time a plan for limits as an engine runs it, with `len` device lengths: `step` is one graph
  * of mlav_plan_update then mlav_run (one layer's step), `run` the run alone on the updated
- * workspace (every further layer's cost), `update` the update alone (the device scheduler).
- * Returns the first failing status; MLAV_ERR_INVALID_ARG when the device refused a length. */
-mlav_status bench_gpu_time_steps(const mlav_plan *plan, const mlav_lengths *len,
-                                 const mlav_tensors *t, void *workspace, size_t workspace_bytes,
-                                 const bench_reps *reps, bench_timing *step, bench_timing *run,
+ * workspace (every further layer's cost), timed in turns with `exact`'s run of the same
+ * point (`exact_run`: what run / exact divides by), `update` the update alone (the device
+ * scheduler). Returns the first failing status; MLAV_ERR_INVALID_ARG when the device refused a
+ * length. */
+mlav_status bench_gpu_time_steps(const bench_exact_run *exact, const mlav_plan *plan,
+                                 const mlav_lengths *len, const mlav_tensors *t, void *workspace,
+                                 size_t workspace_bytes, const bench_reps *reps,
+                                 bench_timing *step, bench_timing *run, bench_timing *exact_run,
                                  bench_timing *update);
 
 #ifdef __cplusplus

@@ -13,7 +13,7 @@
 
 #ifdef MLAV_WITH_CUDA
 int bench_measure_engine(const bench_config *c, const bench_layout *L, const bench_opts *o,
-                         mlav_context *ctx, const void *dt_, bench_result *r)
+                         mlav_context *ctx, const void *dt_, const void *exact, bench_result *r)
 {
     const mlav_tensors *dt = dt_;
     const double C = o->engine;
@@ -91,11 +91,13 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
         t.kv_scale_ptr = dscale;
         const mlav_lengths len = {MLAV_MEM_DEVICE, c->B, dqi, dkv};
         bench_reps rp = {o->min_reps, o->reps, o->max_seconds, o->l2};
-        bench_timing step, run, upd;
-        r->engine_status = bench_gpu_time_steps(plan, &len, &t, ws, wsb, &rp, &step, &run, &upd);
+        bench_timing step, run, exact_run, upd;
+        r->engine_status = bench_gpu_time_steps(exact, plan, &len, &t, ws, wsb, &rp, &step, &run,
+                                                &exact_run, &upd);
         bench_gpu_free(ws);
         r->step_us = step.median_us;
         r->run_us = run.median_us;
+        r->exact_run_us = exact_run.median_us;
         r->update_us = upd.median_us;
     }
     if (r->engine_status != MLAV_OK && r->engine_status != MLAV_ERR_UNSUPPORTED) {
@@ -118,9 +120,9 @@ int bench_measure_engine(const bench_config *c, const bench_layout *L, const ben
 }
 #else
 int bench_measure_engine(const bench_config *c, const bench_layout *L, const bench_opts *o,
-                         mlav_context *ctx, const void *dt, bench_result *r)
+                         mlav_context *ctx, const void *dt, const void *exact, bench_result *r)
 {
-    (void)c, (void)L, (void)o, (void)ctx, (void)dt;
+    (void)c, (void)L, (void)o, (void)ctx, (void)dt, (void)exact;
     r->engine_status = MLAV_ERR_UNSUPPORTED; /* graphs of device lengths: CUDA only */
     return 0;
 }

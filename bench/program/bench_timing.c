@@ -184,14 +184,18 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
                 bench_reps rp = {o->min_reps, o->reps, o->max_seconds, o->l2};
                 bench_timing tm;
                 r->status = bench_gpu_time(plan, &dt, ws, wsb, &rp, &tm);
-                bench_gpu_free(ws);
                 r->time_us = tm.median_us;
                 r->min_us = tm.min_us;
                 r->max_us = tm.max_us;
                 r->reps = tm.reps;
                 r->engine_status = MLAV_ERR_UNSUPPORTED;
-                if (r->status == MLAV_OK && o->engine > 0 && o->backends[b] == MLAV_BACKEND_CUDA &&
-                    bench_measure_engine(c, &L, o, ctx[b], &dt, r) != 0) {
+                const bench_exact_run exact = {plan, &dt, ws, wsb};
+                const int erc = r->status == MLAV_OK && o->engine > 0 &&
+                                        o->backends[b] == MLAV_BACKEND_CUDA
+                                    ? bench_measure_engine(c, &L, o, ctx[b], &dt, &exact, r)
+                                    : 0;
+                bench_gpu_free(ws);
+                if (erc != 0) {
                     mlav_plan_free(plan);
                     rc = 2;
                     goto done;
