@@ -173,7 +173,7 @@ static void test_shares_random_batches(void **state)
         up.shares = 0;
         assert_int_equal(mlav_schedule_build(&info, &up, &u), MLAV_OK);
         int64_t t_sh;
-        assert_int_equal(mlav_schedule_shares(&info, &sp, INT64_MAX, &t_sh, &sh), MLAV_OK);
+        assert_int_equal(mlav_schedule_shares(&info, &sp, INT64_MAX, 0, &t_sh, &sh), MLAV_OK);
         if (t_sh >= 0) {
             check_cover(&info, &sp, &sh, seed);
             assert_int_equal(mlav_schedule_tile_time(&sh, &sp), t_sh);
@@ -181,11 +181,14 @@ static void test_shares_random_batches(void **state)
         const int64_t ts = mlav_schedule_tile_time(&s, &sp), tu = mlav_schedule_tile_time(&u, &sp);
         const int same = s.n_items == u.n_items &&
                          !memcmp(s.items, u.items, (size_t)s.n_items * sizeof(mlav_split_item));
+        /* the margin: 0.97, or 0.98 where the uniform schedule is one wave leaving SMs idle */
+        const int one_wave = u.n_items < sp.target_blocks;
         if (same) {
-            assert_true(t_sh < 0 || t_sh * 100 > tu * 97); /* kept uniform only without a gain */
+            /* kept uniform only without a gain past the margin */
+            assert_true(t_sh < 0 || t_sh * 100 > tu * (one_wave ? 98 : 97));
             uniform++;
         } else {
-            assert_true(t_sh >= 0 && ts == t_sh && ts * 100 <= tu * 97);
+            assert_true(t_sh >= 0 && ts == t_sh && ts * 100 <= tu * (one_wave ? 98 : 97));
             kept++;
         }
         /* mixed row tiles: not this rule's */
@@ -212,9 +215,12 @@ static void test_shares_random_batches(void **state)
 /* The peer harness's points where FlashMLA leads most (docs/PERFORMANCE.md#hopper), on the
  * H200's parameters: B 16, H 64, q_len 9, 4096 is 144 row tiles of 65 tiles, uniformly 576
  * blocks of 16.25 tiles in 4.36 waves (the busiest SM 5 blocks); in shares each SM's is about
- * 71 tiles in two or three blocks, which models at 0.85 of the time or less. B 16, H 8, q_len 1,
- * 131072 (one wave of 128 blocks either way, 0.977 modelled) keeps the uniform schedule, and so
- * does B 1, H 64, q_len 16, 4096: 8 parts of 8 and 9 tiles against 7 splits of 9 and one of 2,
+ * 71 tiles in two or three blocks, which models at 0.85 of the time or less. At B 16, 131072
+ * with one to four row tiles a request the uniform schedule is one wave of 128 blocks on 132 SMs:
+ * shares fill them (146-192 blocks) at 0.975-0.979 modelled, inside the one-wave margin of 0.98,
+ * and are taken (H 8, q_len 1 and 9); H 64, q_len 9 there, 1,296 blocks in ten waves, models
+ * 0.973 but ran 1.09x in shares (docs/PERFORMANCE.md#schedule), and keeps the uniform schedule,
+ * as does B 1, H 64, q_len 16, 4096: 8 parts of 8 and 9 tiles against 7 splits of 9 and one of 2,
  * the same longest block in whole tiles (by keys shares modelled 0.947 and measured 1.29x the
  * uniform schedule's time on the H200). */
 static void test_shares_harness_points(void **state)
@@ -223,8 +229,10 @@ static void test_shares_harness_points(void **state)
     const struct {
         int32_t B, H, q, prefix, shares;
         double at_most; /* shares' modelled time over the uniform one's, in whole tiles */
-    } pts[] = {{16, 64, 9, 4096, 1, 0.85}, {16, 16, 9, 4096, 1, 0.92}, {16, 128, 9, 4096, 1, 0.92},
-               {16, 8, 1, 131072, 0, 1.0}, {1, 128, 16, 131072, 0, 1.0}, {1, 64, 16, 4096, 0, 1.0}};
+    } pts[] = {{16, 64, 9, 4096, 1, 0.85},  {16, 16, 9, 4096, 1, 0.92},
+               {16, 128, 9, 4096, 1, 0.92}, {16, 8, 1, 131072, 1, 0.98},
+               {16, 8, 9, 131072, 1, 0.98}, {16, 64, 9, 131072, 0, 1.0},
+               {1, 128, 16, 131072, 0, 1.0}, {1, 64, 16, 4096, 0, 1.0}};
     for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
         int32_t q_indptr[17], kv_lens[16];
         mlav_problem_info info =
@@ -241,7 +249,9 @@ static void test_shares_harness_points(void **state)
                pts[i].H, pts[i].q, pts[i].prefix, s.n_items, u.n_items, r);
         if (pts[i].shares) {
             assert_true(r <= pts[i].at_most);
-            assert_true(s.n_items < u.n_items);
+            /* fewer blocks where the uniform schedule takes waves, more where it leaves SMs idle */
+            assert_true(u.n_items < sp.target_blocks ? s.n_items > u.n_items
+                                                     : s.n_items < u.n_items);
         } else {
             assert_int_equal(s.n_items, u.n_items);
             assert_memory_equal(s.items, u.items, (size_t)s.n_items * sizeof(mlav_split_item));
@@ -260,7 +270,7 @@ static void expect_shares(mlav_problem_info *info, const mlav_schedule_params *s
 {
     int64_t t;
     mlav_schedule s;
-    assert_int_equal(mlav_schedule_shares(info, sp, INT64_MAX, &t, &s), MLAV_OK);
+    assert_int_equal(mlav_schedule_shares(info, sp, INT64_MAX, 0, &t, &s), MLAV_OK);
     check_cover(info, sp, &s, 0);
     assert_int_equal(s.n_items, n);
     expect_items(s.items, n, want);

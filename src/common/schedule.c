@@ -198,8 +198,9 @@ static int64_t dispatch_time(const void *ctx, int64_t chunk)
     return model_at(w->p, w->sp, chunk, w->d);
 }
 
-/* The equal-shares candidate in place of the uniform schedule *out where it models at most 0.97
- * of its time: the model's ranking is trusted only past its error at the points measured
+/* The equal-shares candidate in place of the uniform schedule *out where it models within the
+ * margin of its time (mlav_shares_win; 0.98 where *out is one wave that leaves SMs idle): the
+ * model's ranking is trusted only past its error at the points measured
  * (docs/PERFORMANCE.md#schedule). Both weighed in whole tiles (mlav_schedule_tile_time): a cut
  * can move a request's partial last tile into a long block, which the kernel pays as a whole
  * tile; by keys such cuts looked shorter than the uniform schedule with the same longest block
@@ -208,9 +209,10 @@ static mlav_status keep_shares(const mlav_problem_info *p, const mlav_schedule_p
                                mlav_schedule *out)
 {
     const int64_t uniform = mlav_schedule_tile_time(out, sp);
+    const int one_wave = out->n_items < sp->target_blocks;
     int64_t t;
     mlav_schedule sh;
-    const mlav_status s = mlav_schedule_shares(p, sp, uniform, &t, &sh);
+    const mlav_status s = mlav_schedule_shares(p, sp, uniform, one_wave, &t, &sh);
     if (s != MLAV_OK || uniform < 0) {
         mlav_schedule_free(out);
         mlav_schedule_free(&sh);
@@ -218,7 +220,7 @@ static mlav_status keep_shares(const mlav_problem_info *p, const mlav_schedule_p
                             : mlav_set_error(MLAV_ERR_OUT_OF_MEMORY,
                                              "out of host memory scheduling splits");
     }
-    if (t >= 0 && mlav_shares_win(t, uniform)) {
+    if (t >= 0 && mlav_shares_win(t, uniform, one_wave)) {
         mlav_schedule_free(out);
         *out = sh;
     } else {

@@ -216,8 +216,8 @@ static int64_t model_pieces(const share_batch *sb, const mlav_schedule_params *s
 /* mlav_schedule_shares, or with P > 0 mlav_schedule_shares_at: that part count alone, in the
  * order `rounds` says, neither bound nor beat weighed. */
 static mlav_status shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
-                          int64_t beat, int64_t fixed_p, int fixed_rounds, int64_t *model,
-                          mlav_schedule *out)
+                          int64_t beat, int one_wave, int64_t fixed_p, int fixed_rounds,
+                          int64_t *model, mlav_schedule *out)
 {
     memset(out, 0, sizeof *out);
     *model = -1;
@@ -256,7 +256,7 @@ static mlav_status shares(const mlav_problem_info *p, const mlav_schedule_params
         keys += sb.kv[i];
     const int64_t bound =
         mlav_step_ceil_div((keys + (int64_t)sb.n * sp->block_cost_keys) * sb.mt, sp->target_blocks);
-    if (fixed_p <= 0 && beat < INT64_MAX / 100 && !mlav_shares_win(bound, beat))
+    if (fixed_p <= 0 && beat < INT64_MAX / 100 && !mlav_shares_win(bound, beat, one_wave))
         goto done;
 
     /* the part counts weighed: those whose first round fills one to four waves, and one part
@@ -330,13 +330,14 @@ done:
 }
 
 mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
-                                 int64_t beat, int64_t *model, mlav_schedule *out)
+                                 int64_t beat, int one_wave, int64_t *model,
+                                 mlav_schedule *out)
 {
-    return shares(p, sp, beat, 0, 0, model, out);
+    return shares(p, sp, beat, one_wave, 0, 0, model, out);
 }
 
 mlav_status mlav_schedule_shares_at(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                     int64_t parts, int rounds, int64_t *model, mlav_schedule *out)
 {
-    return shares(p, sp, INT64_MAX, parts > 0 ? parts : 1, rounds != 0, model, out);
+    return shares(p, sp, INT64_MAX, 0, parts > 0 ? parts : 1, rounds != 0, model, out);
 }
