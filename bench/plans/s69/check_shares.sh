@@ -10,7 +10,7 @@ bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
 rm -rf /tmp/src-r && mkdir /tmp/src-r
 tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/src-r
 (cmake -S . -B build-gpu -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-   -DCMAKE_CUDA_ARCHITECTURES=90a-real -DMLAV_BUILD_TESTS=OFF > /tmp/cli.log 2>&1 &&
+   -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_BUILD_TESTS=OFF > /tmp/cli.log 2>&1 &&
  cmake --build build-gpu -j 6 --target mlaverify_cli >> /tmp/cli.log 2>&1; echo "cli rc=$?" >> /tmp/cli.log) &
 rm -rf /tmp/peer && mkdir -p /tmp/peer
 COMMIT=${C:-main} FLASHMLA_PREBUILT_SPLITKV=1 PHASE=build OUT=/tmp/peer MAX_JOBS=10 \
