@@ -9,12 +9,12 @@ extern "C" {
 #endif
 
 /* The batch's KV tiles in equal shares across requests, at the part count whose modelled time
- * in whole tiles (mlav_schedule_tile_time) is least: *model that time and *out the schedule, or *model -1 and
- * an empty *out where the rule does not apply (requests with rows whose row tiles differ, a KV
- * shard, no request with rows, a request past max_splits at every count weighed) or where no
- * schedule could model under the margin of `beat` (mlav_shares_win with `one_wave`: a lower
- * bound says so without weighing; INT64_MAX: always weigh). MLAV_OK, or MLAV_ERR_OUT_OF_MEMORY (then *model -1). Free *out with
- * mlav_schedule_free. */
+ * in whole tiles (mlav_schedule_tile_time) is least: *model that time and *out the schedule, or
+ * *model -1 and an empty *out where the rule does not apply (requests with rows whose row tiles
+ * differ, a KV shard, no request with rows, a request past max_splits at every count weighed) or
+ * where no schedule could model within the margin of `beat` (mlav_shares_win with `one_wave`: a
+ * lower bound says so without weighing; INT64_MAX: always weigh). MLAV_OK, or
+ * MLAV_ERR_OUT_OF_MEMORY (then *model -1). Free *out with mlav_schedule_free. */
 mlav_status mlav_schedule_shares(const mlav_problem_info *p, const mlav_schedule_params *sp,
                                  int64_t beat, int one_wave, int64_t *model,
                                  mlav_schedule *out);

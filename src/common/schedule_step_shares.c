@@ -66,6 +66,7 @@ int mlav_step_shares_build(const mlav_step_shares_batch *r, const mlav_schedule_
     }
     t += (int64_t)sp->split_cost_keys * most;
     const int64_t n_items = (P + later) * mt;
+    /* one_wave 0: a step keeps the 0.97 margin (mlav_shares_win) */
     if (!mlav_shares_win(t, uniform, 0) || n_items > bd->max_items || slots > bd->max_slots ||
         n_comb > bd->max_combine)
         return 0;

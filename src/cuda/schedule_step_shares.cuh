@@ -142,6 +142,7 @@ __device__ bool step_shares(sched_smem &s, const mlav_step_sched_params &p, int3
 
     const int64_t t = (int64_t)s.sh_time + (int64_t)sp.split_cost_keys * s.sh_most;
     const int64_t n_items = (P + s.sh_later) * mt;
+    /* one_wave 0: a step keeps the 0.97 margin (mlav_shares_win) */
     if (s.sh_refused || !mlav_shares_win(t, uniform, 0) || n_items > p.bd.max_items ||
         s.sh_slots > p.bd.max_slots || s.sh_comb > p.bd.max_combine) {
         __syncthreads(); /* the uniform writer's arrays are these */
