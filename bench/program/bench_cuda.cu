@@ -243,7 +243,8 @@ struct replay {
  * replays in ABBA order (A B, B A, ...), each turn opened by an untimed replay, so that bodies
  * compared with each other see the same GPU. Timed one after the other, a long tensor-bound point
  * heats the card: on an H100 at B 1, H 64, q_len 64, 131k the later body's time read 1.10x the
- * earlier's (its clocks ~1,800 MHz where 1,980 at rest) where, alternated, the two matched.
+ * earlier's (its clocks sampled at 1,680-1,755 MHz, 1,980 at rest) where, in turns, the two
+ * matched.
  * Alternated replay by replay instead, the first replay of a graph after the other's ran up to
  * 7 us longer at short points, more for one graph than the other (docs/PERFORMANCE.md#engine-path).
  * The turns stop at min_reps timed replays a body, or past it at max_reps or n x max_seconds.
