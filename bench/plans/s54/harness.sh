@@ -9,12 +9,9 @@
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s)
-bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
-rm -rf /tmp/src-r && mkdir /tmp/src-r
-tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/src-r
-rm -rf /tmp/peer && mkdir -p /tmp/peer
-COMMIT=${C:-main} FLASHMLA_PREBUILT_SPLITKV=1 PHASE=build OUT=/tmp/peer MAX_JOBS=16 \
-  bash .peer/flashmla/run.sh /tmp/src-r > /tmp/peer/build.log 2>&1; echo "peer build rc=$?"
+source bench/plans/s54/peer_build.sh
+peer_src
+peer_build 16
 left=$(( ${HB:-560} - ($(date +%s) - t0) ))
 COMMIT=${C:-main} PHASE=bench TOTAL_BUDGET=$left BENCH_ARGS="--variants=${VARIANTS:-tree,page1,fp8,fp8keys,fp8legal} --order abba --warmup-ms 150" \
   OUT=/tmp/peer bash .peer/flashmla/run.sh /tmp/src-r > /tmp/peer/run.log 2>&1 || echo "flashmla rc=$?"

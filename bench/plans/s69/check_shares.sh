@@ -6,15 +6,12 @@
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s)
-bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
-rm -rf /tmp/src-r && mkdir /tmp/src-r
-tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/src-r
+source bench/plans/s54/peer_build.sh
+peer_src
 (cmake -S . -B build-gpu -DMLAV_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
    -DCMAKE_CUDA_ARCHITECTURES=90-real -DMLAV_BUILD_TESTS=OFF > /tmp/cli.log 2>&1 &&
  cmake --build build-gpu -j 6 --target mlaverify_cli >> /tmp/cli.log 2>&1; echo "cli rc=$?" >> /tmp/cli.log) &
-rm -rf /tmp/peer && mkdir -p /tmp/peer
-COMMIT=${C:-main} FLASHMLA_PREBUILT_SPLITKV=1 PHASE=build OUT=/tmp/peer MAX_JOBS=10 \
-  bash .peer/flashmla/run.sh /tmp/src-r > /tmp/peer/build.log 2>&1; echo "peer build rc=$?"
+peer_build 10
 wait
 tail -1 /tmp/cli.log
 left=$(( ${HB:-300} - ($(date +%s) - t0) ))

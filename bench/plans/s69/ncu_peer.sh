@@ -6,12 +6,9 @@
 #   POINTS="16,16,9,131072" bash bench/plans/s69/ncu_peer.sh      (carry .debs and .peer)
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
-bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
-rm -rf /tmp/src-r && mkdir /tmp/src-r
-tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . | tar -x -C /tmp/src-r
-mkdir -p /tmp/peer
-COMMIT=${C:-main} FLASHMLA_PREBUILT_SPLITKV=1 PHASE=build OUT=/tmp/peer MAX_JOBS=16 \
-  bash .peer/flashmla/run.sh /tmp/src-r > /tmp/peer/build.log 2>&1; echo "peer build rc=$?"
+source bench/plans/s54/peer_build.sh
+peer_src
+peer_build 16
 metrics=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,launch__grid_size
 metrics+=,gpu__time_duration.sum,sm__cycles_active.avg
 for pt in ${POINTS:-16,16,9,131072 16,8,9,131072 16,64,2,131072 16,128,16,131072}; do
