@@ -189,11 +189,11 @@ int bench_measure_point(const bench_config *c, int index, const bench_opts *o,
                 r->max_us = tm.max_us;
                 r->reps = tm.reps;
                 r->engine_status = MLAV_ERR_UNSUPPORTED;
+                /* the exact plan's workspace stays until the engine rows' turns are timed */
                 const bench_exact_run exact = {plan, &dt, ws, wsb};
-                const int erc = r->status == MLAV_OK && o->engine > 0 &&
-                                        o->backends[b] == MLAV_BACKEND_CUDA
-                                    ? bench_measure_engine(c, &L, o, ctx[b], &dt, &exact, r)
-                                    : 0;
+                int erc = 0;
+                if (r->status == MLAV_OK && o->engine > 0 && o->backends[b] == MLAV_BACKEND_CUDA)
+                    erc = bench_measure_engine(c, &L, o, ctx[b], &dt, &exact, r);
                 bench_gpu_free(ws);
                 if (erc != 0) {
                     mlav_plan_free(plan);
