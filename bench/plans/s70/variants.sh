@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# A/B of patch variants against the working tree, on one GPU in one call: for each patch in
+# VARIANTS (paths, applied with -p1 to a copy of the working tree), bench/ab.sh of that copy
+# against the working tree, ROUNDS (3) rounds, at B 16 over the harness's 40 shapes from 32k and
+# at B 1 over its 20 131k shapes (BF16, page 64 shuffled, the L2 dirtied as the harness leaves
+# it). Outputs: $OUT/<patch name>-b16.txt and -b1.txt (ab.sh's comparisons).
+#   VARIANTS="bench/plans/s70/promo-128B.patch" bash bench/plans/s70/variants.sh   (carry .debs)
+set -uo pipefail
+export PATH=/usr/local/cuda/bin:$PATH
+bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
+OUT=${OUT:-$PWD/build-variants}; mkdir -p "$OUT"
+rm -rf /tmp/base && mkdir -p /tmp/base
+tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . \
+  | tar -x -C /tmp/base
+for patch in ${VARIANTS:?}; do
+  name=$(basename "$patch" .patch) dir=/tmp/v-$(basename "$patch" .patch)
+  rm -rf "$dir" && cp -r /tmp/base "$dir"
+  (cd "$dir" && patch -p1 -s < "$OLDPWD/$patch") || { echo "$name: does not apply"; continue; }
+  common=(--page-size 64 --tree chain --l2 dirty --reps 15 --min-reps 5 --max-seconds 0.5)
+  OUT=$dir/out-b16 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base --batch 16 \
+    --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 32768,131072 "${common[@]}" \
+    > "$OUT/$name-b16.txt" 2>&1
+  OUT=$dir/out-b1 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base --batch 1 \
+    --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 131072 "${common[@]}" \
+    > "$OUT/$name-b1.txt" 2>&1
+  tail -n 6 "$OUT/$name-b16.txt" "$OUT/$name-b1.txt"
+done
