@@ -5,7 +5,7 @@
 # at B 1 over its 20 131k shapes (BF16, page 64 shuffled, the L2 dirtied as the harness leaves
 # it). Outputs: $OUT/<patch name>-b16.txt and -b1.txt (ab.sh's comparisons); with GOLDEN=1
 # also -golden.txt: every golden bundle checked on `cuda` with the variant's build, the sm_90a
-# family's seesaw kernel forced.
+# family's seesaw kernel forced. B1=0 leaves out the B 1 points.
 #   VARIANTS="bench/plans/s70/promo-128B.patch" bash bench/plans/s70/variants.sh   (carry .debs)
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
@@ -22,12 +22,12 @@ for patch in ${VARIANTS:?}; do
   OUT=$dir/out-b16 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base --batch 16 \
     --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 32768,131072 "${common[@]}" \
     > "$OUT/$name-b16.txt" 2>&1
-  OUT=$dir/out-b1 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base --batch 1 \
-    --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 131072 "${common[@]}" \
+  [ "${B1:-1}" = 1 ] && OUT=$dir/out-b1 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base \
+    --batch 1 --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 131072 "${common[@]}" \
     > "$OUT/$name-b1.txt" 2>&1
   [ "${GOLDEN:-0}" = 1 ] && MLAV_FLASH_FAMILY=sm90 MLAV_SM90_KERNEL=seesaw \
     "$dir/build-ab-new/mlaverify" check --backend cuda golden/*.safetensors \
     > "$OUT/$name-golden.txt" 2>&1
-  tail -n 6 "$OUT/$name-b16.txt" "$OUT/$name-b1.txt"
+  tail -n 6 "$OUT/$name"-b*.txt
   [ "${GOLDEN:-0}" = 1 ] && tail -n 3 "$OUT/$name-golden.txt"
 done
