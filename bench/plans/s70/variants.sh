@@ -22,12 +22,15 @@ for patch in ${VARIANTS:?}; do
   OUT=$dir/out-b16 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base --batch 16 \
     --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 32768,131072 "${common[@]}" \
     > "$OUT/$name-b16.txt" 2>&1
-  [ "${B1:-1}" = 1 ] && OUT=$dir/out-b1 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base \
-    --batch 1 --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 131072 "${common[@]}" \
-    > "$OUT/$name-b1.txt" 2>&1
-  [ "${GOLDEN:-0}" = 1 ] && MLAV_FLASH_FAMILY=sm90 MLAV_SM90_KERNEL=seesaw \
-    "$dir/build-ab-new/mlaverify" check --backend cuda golden/*.safetensors \
-    > "$OUT/$name-golden.txt" 2>&1
+  if [ "${B1:-1}" = 1 ]; then
+    OUT=$dir/out-b1 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base --batch 1 \
+      --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 131072 "${common[@]}" \
+      > "$OUT/$name-b1.txt" 2>&1
+  fi
   tail -n 6 "$OUT/$name"-b*.txt
-  [ "${GOLDEN:-0}" = 1 ] && tail -n 3 "$OUT/$name-golden.txt"
+  if [ "${GOLDEN:-0}" = 1 ]; then
+    MLAV_FLASH_FAMILY=sm90 MLAV_SM90_KERNEL=seesaw "$dir/build-ab-new/mlaverify" check \
+      --backend cuda golden/*.safetensors > "$OUT/$name-golden.txt" 2>&1
+    tail -n 3 "$OUT/$name-golden.txt"
+  fi
 done
