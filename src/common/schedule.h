@@ -38,7 +38,8 @@ typedef struct mlav_schedule {
     int32_t chunk_keys;         /* the target KV rows per split chosen for this problem */
     mlav_split_item *items;     /* [n_items], ordered split-major, m-tile fastest, so blocks that
                                    read the same KV rows are handed out together and share L2
-                                   (in the first wave: docs/PERFORMANCE.md#hopper) */
+                                   (in the first wave only: docs/PERFORMANCE.md, "B 16: a
+                                   split's row tiles at the L2") */
     mlav_combine_item *combine; /* [n_combine] */
     int32_t *splits;            /* [B] splits per request (0 when q_len is 0) */
 } mlav_schedule;

@@ -9,21 +9,20 @@
 #   VARIANTS="bench/plans/s70/promo-128B.patch" bash bench/plans/s70/variants.sh   (carry .debs)
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
-bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
 OUT=${OUT:-$PWD/build-variants}; mkdir -p "$OUT"
-rm -rf /tmp/base && mkdir -p /tmp/base
-tar --exclude='./build*' --exclude=./.git --exclude=./.peer --exclude=./.debs -cf - . \
-  | tar -x -C /tmp/base
+source bench/plans/s54/peer_build.sh
+peer_src   # the carried .debs installed, the working tree copied to /tmp/src-r: the base
+base=/tmp/src-r
 for patch in ${VARIANTS:?}; do
-  name=$(basename "$patch" .patch) dir=/tmp/v-$(basename "$patch" .patch)
-  rm -rf "$dir" && cp -r /tmp/base "$dir"
+  name=$(basename "$patch" .patch) dir=/tmp/v-$name
+  rm -rf "$dir" && cp -r "$base" "$dir"
   (cd "$dir" && patch -p1 -s < "$OLDPWD/$patch") || { echo "$name: does not apply"; continue; }
   common=(--page-size 64 --tree chain --l2 dirty --reps 15 --min-reps 5 --max-seconds 0.5)
-  OUT=$dir/out-b16 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base --batch 16 \
+  OUT=$dir/out-b16 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" "$base" --batch 16 \
     --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 32768,131072 "${common[@]}" \
     > "$OUT/$name-b16.txt" 2>&1
   if [ "${B1:-1}" = 1 ]; then
-    OUT=$dir/out-b1 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" /tmp/base --batch 1 \
+    OUT=$dir/out-b1 ROUNDS=${ROUNDS:-3} bash "$dir/bench/ab.sh" "$base" --batch 1 \
       --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 131072 "${common[@]}" \
       > "$OUT/$name-b1.txt" 2>&1
   fi
