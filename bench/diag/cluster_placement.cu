@@ -2,8 +2,8 @@
  * threads, more than half an SM's shared memory): what any launch of it in clusters would pay
  * before its clusters gain anything (the seesaw's clusters of a split's row tiles were measured
  * and dropped: docs/PERFORMANCE.md, "B 16: a split's row tiles at the L2"). A cluster's blocks
- * share a GPC, so a size that does not divide a GPC's SMs
- * leaves some idle; how many, the occupancy API says and a launch shows. For each size 1-8:
+ * share a GPC, so a size that does not divide a GPC's SMs leaves some idle; how many, the
+ * occupancy API says and a launch shows. For each size 1-8:
  *   - the clusters the device holds at once (cudaOccupancyMaxActiveClusters), the SMs they take
  *     and those left idle;
  *   - a launch of that many clusters whose blocks wait for each other: the SMs they ran on, and
