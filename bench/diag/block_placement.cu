@@ -21,15 +21,7 @@
 #include <map>
 #include <vector>
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
-                    cudaGetErrorString(e_));                                                  \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
+#include "cuda_check.cuh"
 
 __device__ unsigned sm_id()
 {

@@ -29,18 +29,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "cuda_check.cuh"
 #include "l2_flush.cuh"
 #include "mlaverify_internal.h"
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
-                    cudaGetErrorString(e_));                                                  \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
 #define OK(call)                                                                              \
     do {                                                                                      \
         mlav_status s_ = (call);                                                              \
