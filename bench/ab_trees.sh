@@ -16,15 +16,19 @@
 #   env: OUT (output folder; the device tool sets it), CONFIGS (config:rounds, default
 #     "p64:3 p1:3 fp8:2 tree:2"; p64 chains at page_size 64 with shuffled pages, p1 at
 #     page_size 1 with shuffled rows, fp8 an E4M3 cache at page 64, tree random trees at q_len
-#     4, 9, 16; eng the production preset through the engine path at limits 1.0, one run a
-#     round, its --engine-csv tabled by run time and run / exact), JOBS (build jobs in all, 16), TEST_TREES (names whose build also makes
-#     TEST_TARGETS, with tests on), TEST_TARGETS, BUDGET (seconds for the whole script, 570:
-#     no bench starts past it). A carried .debs is installed first where its packages are
-#     missing (carry=[".debs"]).
+#     4, 9, 16; w16 the page-64 chains at B 16 alone from 32k, the seesaw kernel's ground and
+#     where FlashMLA leads, 40 shapes; eng the production preset through the engine path at
+#     limits 1.0, one run a round, its --engine-csv tabled by run time and run / exact), GOLDEN
+#     (1: each tree's build checks every golden bundle on `cuda` first, with GOLDEN_ENV's
+#     variables, e.g. "MLAV_FLASH_FAMILY=sm90 MLAV_SM90_KERNEL=seesaw", into $OUT/golden.txt; a
+#     tree that fails is reported and still benched), JOBS (build jobs in all, 16),
+#     TEST_TREES (names whose build also makes TEST_TARGETS, with tests on), TEST_TARGETS,
+#     BUDGET (seconds for the whole script, 570: no bench starts past it). A carried .debs is
+#     installed first where its packages are missing (carry=[".debs"]).
 # Files: $OUT/ab-NAME.txt for each tree but the first (ab_table.py's table against it),
-# $OUT/csv.tgz (every round's CSVs, pg-NAME-CFG-bB-ROUND.csv); the builds in build-NAME/ (tests
-# under build-NAME/tests/ for TEST_TREES, their sources in a mktemp folder the log names) and
-# the logs in build-ab-trees/.
+# $OUT/golden.txt with GOLDEN=1, $OUT/csv.tgz (every round's CSVs, pg-NAME-CFG-bB-ROUND.csv);
+# the builds in build-NAME/ (tests under build-NAME/tests/ for TEST_TREES, their sources in a
+# mktemp folder the log names) and the logs in build-ab-trees/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -49,7 +53,7 @@ done
 cfgs=() rounds=() maxr=0
 for c in ${CONFIGS:-p64:3 p1:3 fp8:2 tree:2}; do
   cfg=${c%%:*} r=${c#*:}
-  case $cfg in p64|p1|fp8|tree|eng) ;; *) echo "ab_trees.sh: unknown config '$cfg' (p64, p1, fp8, tree, eng)" >&2; exit 2 ;; esac
+  case $cfg in p64|p1|fp8|tree|w16|eng) ;; *) echo "ab_trees.sh: unknown config '$cfg' (p64, p1, fp8, tree, w16, eng)" >&2; exit 2 ;; esac
   [[ $r =~ ^[1-9][0-9]*$ ]] || { echo "ab_trees.sh: config '$c' wants rounds (p64:3)" >&2; exit 2; }
   cfgs+=("$cfg") rounds+=("$r"); [ "$r" -le "$maxr" ] || maxr=$r
 done
@@ -110,6 +114,7 @@ args_of() { # the bench arguments of a config
     p1) echo "--tree chain --page-size 1 $grid" ;;
     fp8) echo "--tree chain --page-size 64 --kv-dtype fp8 $grid" ;;
     tree) echo "--tree tree --page-size 64 --heads 8,16,64,128 --qlen 4,9,16 --prefix 4096,32768,131072" ;;
+    w16) echo "--tree chain --page-size 64 --heads 8,16,64,128 --qlen 1,2,4,9,16 --prefix 32768,131072" ;;
     eng) echo "--preset production --engine 1.0" ;;
   esac
 }
@@ -123,8 +128,20 @@ bench() { # tree cfg batch csv (eng: the preset's own batches, the engine rows i
     say "bench rc=$? for $1 $2 B $3"
 }
 batches_of() { # the batches a config runs its points at (eng: one run, its preset's batches)
-  if [ "$1" = eng ]; then echo 0; else echo 1 16; fi
+  case $1 in eng) echo 0 ;; w16) echo 16 ;; *) echo 1 16 ;; esac
 }
+if [ "${GOLDEN:-0}" = 1 ]; then # every tree's build on the golden bundles, before any bench
+  : > "$OUT/golden.txt"
+  for name in "${names[@]}"; do
+    # shellcheck disable=SC2086 # GOLDEN_ENV is a list of NAME=VALUE words
+    env ${GOLDEN_ENV:-} "build-$name/mlaverify" check --backend cuda golden/*.safetensors \
+      > "$logs/golden-$name.log" 2>&1
+    rc=$?
+    { echo "## $name: rc $rc (${GOLDEN_ENV:-no variables})"; tail -n 3 "$logs/golden-$name.log"; } \
+      >> "$OUT/golden.txt"
+    say "golden $name rc=$rc"
+  done
+fi
 bench "${names[0]}" "${cfgs[0]}" 16 "$logs/warmup.csv"   # untimed (eng: its preset's batches)
 for r in $(seq 1 "$maxr"); do
   order=()

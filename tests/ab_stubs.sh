@@ -5,8 +5,9 @@
 #   `cmake -S SRC -B DIR ...` makes DIR/mlaverify, a `bench` that appends "DIR's name, batch,
 #   page_size, kv dtype" to LOG and writes a one-point CSV whose time_us is 100 x the number in
 #   SRC/speed (10 without that file), or with --engine-csv (" eng" on LOG's line) a two-point
-#   engine CSV whose run_us is that and exact_us 50; `cmake --build` does nothing. Each cmake
-#   command line is appended to LOG.cmake.
+#   engine CSV whose run_us is that and exact_us 50, and a `check` that appends "DIR's name check
+#   $MLAV_STUB_ENV" to LOG and fails where SRC/bad exists; `cmake --build` does nothing. Each
+#   cmake command line is appended to LOG.cmake.
 ab_stubs() {
   local bin=$1 log=$2
   mkdir -p "$bin"
@@ -21,6 +22,10 @@ echo "\$*" >> "$log.cmake"
 mkdir -p "\$4"
 sed -e "s|@SRC@|\$2|g" -e "s|@LOG@|$log|g" > "\$4/mlaverify" <<'Y'
 #!/bin/bash
+if [ "\$1" = check ]; then
+  echo "\$(basename "\$(dirname "\$0")") check \${MLAV_STUB_ENV:-}" >> "@LOG@"
+  [ ! -f "@SRC@/bad" ]; exit
+fi
 csv="" eng="" b=1 pg=64 kv=bf16
 while [ \$# -gt 0 ]; do
   case \$1 in --csv) csv=\$2 ;; --engine-csv) eng=\$2 ;; --batch) b=\$2 ;; --page-size) pg=\$2 ;;

@@ -60,6 +60,28 @@ grep -q -- "--build build-f .*--target mlaverify_cli test_a test_b" "$work/runs.
 grep -q "== eng: 2 points, f / b (min of the rounds) 0.9000" "$work/out3/ab-f.txt" || fail "eng table: $(cat "$work/out3/ab-f.txt")"
 grep -q "b run / exact 2.0000, 0 of 2 within 3%" "$work/out3/ab-f.txt" || fail "eng: b's run / exact"
 grep -q "f run / exact 1.8000, 0 of 2 within 3%" "$work/out3/ab-f.txt" || fail "eng: f's run / exact"
+# w16: B 16 alone; GOLDEN=1: each tree's build checked once, before the benches, with GOLDEN_ENV,
+# a failing tree reported and still benched (x: the working tree with a file `bad`)
+(cd "$co" && echo 1 > bad && git add -N bad && git diff -- bad > "$work/bad.patch" &&
+  git reset -q bad && rm bad && mv "$work/bad.patch" .)
+n0=$(wc -l < "$work/runs.log")
+(cd "$co" && PATH="$work/bin:$PATH" TMPDIR="$work" CONFIGS="w16:2" GOLDEN=1 \
+  GOLDEN_ENV="MLAV_STUB_ENV=seesaw" OUT="$work/out4" \
+  bash bench/ab_trees.sh b=-wip.patch f=-wip.patch,fast.patch x=bad.patch > "$work/log4" 2>&1) ||
+  { cat "$work/log4"; fail "ab_trees.sh with w16 and GOLDEN exited non-zero"; }
+tail -n +$((n0 + 1)) "$work/runs.log" > "$work/runs4.log"
+[ "$(head -n 3 "$work/runs4.log" | awk '{print $1, $2, $3}' | tr '\n' ' ')" = \
+  "build-b check seesaw build-f check seesaw build-x check seesaw " ] ||
+  fail "golden: not one check a tree before the benches: $(cat "$work/runs4.log")"
+[ "$(grep -c ' 16 64 bf16$' "$work/runs4.log")" = 7 ] ||
+  fail "w16: not the warm-up + 3 trees x 2 rounds at B 16: $(cat "$work/runs4.log")"
+[ "$(wc -l < "$work/runs4.log")" = 10 ] || fail "w16: runs other than B 16"
+grep -q "## b: rc 0 (MLAV_STUB_ENV=seesaw)" "$work/out4/golden.txt" || fail "golden.txt: b"
+grep -q "## x: rc 1" "$work/out4/golden.txt" || fail "golden.txt: x's failure not reported"
+grep -q "== w16: 1 points, f / b (min of the rounds) 0.9000" "$work/out4/ab-f.txt" ||
+  fail "w16 table: $(cat "$work/out4/ab-f.txt")"
+grep -q "== w16: 1 points, x / b (min of the rounds) 1.1000" "$work/out4/ab-x.txt" ||
+  fail "x not benched after its failure: $(cat "$work/out4/ab-x.txt")"
 # a patch that does not apply stops it before any build (tree b's too, listed first: a build
 # left running past the exit wrote into this folder as the test removed it)
 builds=$(wc -l < "$work/runs.log.cmake")
