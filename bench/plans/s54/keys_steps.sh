@@ -9,7 +9,7 @@ set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s); el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
 lim() { local l=$(( ${CAP:-570} - ($(date +%s) - t0) )); [ $l -lt $1 ] || l=$1; [ $l -gt 5 ] || l=5; echo $l; }
-O=/tmp/o; rm -rf $O; mkdir -p $O
+O=/tmp/o; rm -rf $O; mkdir -p $O "$OUT" # OUT may name a folder under the tool's
 trap 'tar -czf $OUT/o.tgz -C /tmp o; [ -f $O/patched ] && patch -R -p1 -s < bench/plans/s54/$PATCH' EXIT
 bash .debs/offline-debs.sh install .debs > /dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv > $O/machine.txt 2>&1
