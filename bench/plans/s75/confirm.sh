@@ -13,6 +13,7 @@ CONFIGS="w16:3 p64:1 fp8:1" GOLDEN=1 TEST_TREES=stg TEST_TARGETS=test_sm90_gpu \
   stg=bench/plans/s75/early-s-staged.patch 2>&1 | grep -vE '^   +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ \|'
 l=$(( cap - ($(date +%s) - t0) )); [ $l -gt 5 ] || l=5
 timeout --kill-after=3 $l build-stg/tests/test_sm90_gpu > $OUT/sm90.log 2>&1
-echo "test_sm90_gpu rc=$? at $(( $(date +%s) - t0 )) s: $(grep -c '^\[       OK' $OUT/sm90.log) OK," \
-  "$(grep -c 'FAIL' $OUT/sm90.log) FAIL lines"
+rc=$?
+echo "test_sm90_gpu rc=$rc at $(( $(date +%s) - t0 )) s:" \
+  "$(grep -c '^\[       OK' $OUT/sm90.log) OK, $(grep -c 'FAIL' $OUT/sm90.log) FAIL lines"
 grep -E "PASSED|FAILED" $OUT/sm90.log | head -5
