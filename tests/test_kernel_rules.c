@@ -240,6 +240,46 @@ static void test_family_rule(void **state)
 #endif
 }
 
+/* WG0's S_A a pair early: from MLAV_SM90_EARLY_S_MIN_ROW_TILES (8) 64-row tiles a KV row on
+ * average and MLAV_SM90_EARLY_S_MIN_KV (32768) KV rows a request on average, a 16-bit cache, on
+ * the seesaw kernel; MLAV_SM90_EARLY_S=1 takes it for every such plan, 0 for none, any other value
+ * is the rule. */
+static void test_early_s_rule(void **state)
+{
+    (void)state;
+    unsetenv("MLAV_SM90_EARLY_S");
+    assert_int_equal(MLAV_SM90_EARLY_S_MIN_ROW_TILES, 8);
+    assert_int_equal(MLAV_SM90_EARLY_S_MIN_KV, 32768);
+    const int64_t kv = 131073;
+    /* H 128: q_len 4 (8 row tiles) and 16 (32) take it, q_len 2 (4) not; H 16, q_len 9 (3) not */
+    assert_int_equal(mlav_flash_sm90_early_s_rule(8 * kv, kv, 1, 0, 1), 1);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(32 * kv, kv, 1, 0, 1), 1);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(4 * kv, kv, 1, 0, 1), 0);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(3 * kv, kv, 1, 0, 1), 0);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(8 * kv - 1, kv, 1, 0, 1), 0); /* the edge */
+    assert_int_equal(mlav_flash_sm90_early_s_rule(32 * kv, kv, 1, 1, 1), 0);     /* FP8 */
+    assert_int_equal(mlav_flash_sm90_early_s_rule(32 * kv, kv, 1, 0, 0), 0);     /* producer */
+    assert_int_equal(mlav_flash_sm90_early_s_rule(0, 0, 1, 0, 1), 0);            /* no KV */
+    assert_int_equal(mlav_flash_sm90_early_s_rule(32 * kv, kv, 0, 0, 1), 0);     /* no batch */
+    /* KV rows a request on average: B 16 of 32768 takes it, of 4096 (or 32767) not */
+    assert_int_equal(mlav_flash_sm90_early_s_rule(32 * 16 * 32768LL, 16 * 32768LL, 16, 0, 1), 1);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(32 * 16 * 4096LL, 16 * 4096LL, 16, 0, 1), 0);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(32 * (16 * 32768LL - 1), 16 * 32768LL - 1, 16,
+                                                  0, 1),
+                     0);
+    setenv("MLAV_SM90_EARLY_S", "1", 1);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(kv, kv, 1, 0, 1), 1);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(4096, 4096, 1, 0, 1), 1); /* short too */
+    assert_int_equal(mlav_flash_sm90_early_s_rule(kv, kv, 1, 1, 1), 0);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(kv, kv, 1, 0, 0), 0);
+    setenv("MLAV_SM90_EARLY_S", "0", 1);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(32 * kv, kv, 1, 0, 1), 0);
+    setenv("MLAV_SM90_EARLY_S", "yes", 1); /* not a value: the rule */
+    assert_int_equal(mlav_flash_sm90_early_s_rule(32 * kv, kv, 1, 0, 1), 1);
+    assert_int_equal(mlav_flash_sm90_early_s_rule(kv, kv, 1, 0, 1), 0);
+    unsetenv("MLAV_SM90_EARLY_S");
+}
+
 /* The staging of an FP8 cache: from MLAV_SM90_FP8_STAGED_MIN_ROW_TILES (8) 64-row tiles a KV row
  * on average, on the seesaw kernel, a positive scale; MLAV_SM90_KERNEL=staged stages every such
  * plan, seesaw and producer none. The measure is mlav_staged_row_tile_keys' (test_staged_pages). */
@@ -305,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_seesaw_scale_sign),
         cmocka_unit_test(test_family_rule),
         cmocka_unit_test(test_staged_rule),
+        cmocka_unit_test(test_early_s_rule),
         cmocka_unit_test(test_l2_first_rule),
 #endif
         cmocka_unit_test(test_nothing_without_cuda),

@@ -98,10 +98,20 @@ typedef int rows_mode;
 /* Which kernel run_family launches: the legal family's, or the sm_90a family's producer kernel,
  * its seesaw kernel (mlav_flash_launch_opts.sm90_seesaw; over a 16-bit cache also with its
  * copies under the L2 evict_first policy: sm90_l2_first, the instances a plan of at most
- * MLAV_SM90_L2_FIRST_BYTES of KV takes), its keys kernel (sm90_keys: an FP8 cache, requests of
+ * MLAV_SM90_L2_FIRST_BYTES of KV takes; and with WG0 issuing each pair's S_A in the pair before,
+ * under either policy: sm90_early_s), its keys kernel (sm90_keys: an FP8 cache, requests of
  * at most 16 rows) or its seesaw kernel over an FP8 cache staged as F16 first (sm90_staged:
  * mlav_flash_sm90_stage into a NaN-poisoned pool, a plan for one problem). */
-enum run_kind { KIND_LEGAL, KIND_SM90, KIND_SEESAW, KIND_SEESAW_L2, KIND_KEYS, KIND_STAGED };
+enum run_kind {
+    KIND_LEGAL,
+    KIND_SM90,
+    KIND_SEESAW,
+    KIND_SEESAW_L2,
+    KIND_SEESAW_EARLY,
+    KIND_SEESAW_EARLY_L2,
+    KIND_KEYS,
+    KIND_STAGED
+};
 
 /* Run one kernel (run_kind) on problem `p` with schedule `sch` and compare. */
 void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedule *sch,
@@ -111,6 +121,8 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     const char *label = kind == KIND_KEYS     ? "keys"
                         : kind == KIND_SEESAW ? "ss"
                         : kind == KIND_SEESAW_L2 ? "ss-l2"
+                        : kind == KIND_SEESAW_EARLY ? "ss-early"
+                        : kind == KIND_SEESAW_EARLY_L2 ? "ss-early-l2"
                         : kind == KIND_STAGED ? "stg"
                         : sm90                ? "sm90"
                                               : "legal";
@@ -239,8 +251,11 @@ void run_family(tu_problem *p, const mlav_problem_info *info, const mlav_schedul
     lo.all_groups = mlav_flash_all_groups(info->max_q_len, info->H);
     lo.combine_kind = combine_kind;
     lo.kv_fp8 = fp8;
-    lo.sm90_seesaw = kind == KIND_SEESAW || kind == KIND_SEESAW_L2 || kind == KIND_STAGED;
-    lo.sm90_l2_first = kind == KIND_SEESAW_L2;
+    lo.sm90_seesaw = kind == KIND_SEESAW || kind == KIND_SEESAW_L2 ||
+                     kind == KIND_SEESAW_EARLY || kind == KIND_SEESAW_EARLY_L2 ||
+                     kind == KIND_STAGED;
+    lo.sm90_l2_first = kind == KIND_SEESAW_L2 || kind == KIND_SEESAW_EARLY_L2;
+    lo.sm90_early_s = kind == KIND_SEESAW_EARLY || kind == KIND_SEESAW_EARLY_L2;
     lo.sm90_staged = kind == KIND_STAGED;
     lo.sm90_keys = kind == KIND_KEYS ? (info->max_q_len * info->H <= 8 ? 8 : 16) : 0;
     if (step) {
@@ -346,8 +361,13 @@ void run_problem(tu_problem *p, const mlav_cuda_device *dev, rows_mode rows)
     /* the seesaw kernel on every case: TMA tiles under the pool's tensor map, gathered ones
      * (any page size, bad pages, partial tiles) and an FP8 cache's raw tiles */
     run_family(p, &info, &sch, dev, KIND_SEESAW, name, rows);
-    if (info.kv_dtype != MLAV_DTYPE_FP8_E4M3)
+    if (info.kv_dtype != MLAV_DTYPE_FP8_E4M3) {
         run_family(p, &info, &sch, dev, KIND_SEESAW_L2, name, rows);
+        /* WG0's S_A a pair early (the plans of many row tiles a KV row), under one L2 policy
+         * or the other by the case's seed */
+        run_family(p, &info, &sch, dev, c->seed >> 1 & 1 ? KIND_SEESAW_EARLY_L2 : KIND_SEESAW_EARLY,
+                   name, rows);
+    }
     /* the keys kernel wherever it runs: an FP8 cache's plans whose requests have few rows */
     if (info.kv_dtype == MLAV_DTYPE_FP8_E4M3 && (int64_t)info.max_q_len * info.H <= 16)
         run_family(p, &info, &sch, dev, KIND_KEYS, name, rows);

@@ -46,6 +46,8 @@ struct flash_config {
     int sm90_keys;                /* the sm_90a family's keys kernel: its rows, or 0 */
     int sm90_l2_first;            /* the seesaw's 16-bit KV copies under evict_first
                                    * (flash_family.h) */
+    int sm90_early_s;             /* the seesaw's WG0 issues each pair's S_A in the pair before
+                                   * (flash_family.h) */
     int sm90_staged;              /* the sm_90a family's FP8 cache staged as F16 before its
                                    * seesaw kernel (plans for one problem: flash_family.h) */
     int combine_step;             /* plans for limits: the step combine's instance
@@ -265,6 +267,7 @@ mlav_flash_launch_opts launch_opts(const flash_config *c)
     lo.sm90_keys = c->sm90_keys;
     lo.sm90_l2_first = c->sm90_l2_first;
     lo.sm90_staged = c->sm90_staged;
+    lo.sm90_early_s = c->sm90_early_s;
     return lo;
 }
 
@@ -341,11 +344,15 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
             ? mlav_flash_sm90_keys_rule((int64_t)p->max_q_len * p->H, st->cfg.kv_fp8, p->scale)
             : 0;
     st->cfg.sm90_l2_first = mlav_flash_sm90_l2_first(p->total_kv, p->W, st->cfg.kv_fp8);
-    st->cfg.sm90_staged =
-        st->cfg.family == MLAV_FLASH_FAMILY_SM90 && st->cfg.sm90_keys == 0 &&
-        mlav_flash_sm90_staged_rule(
-            mlav_staged_row_tile_keys(p->B, p->q_indptr, p->kv_lens, p->H), p->total_kv,
-            st->cfg.kv_fp8, p->scale, st->cfg.sm90_seesaw);
+    /* how many row tiles read each KV row, on average: the staging's and the S order's measure */
+    const int64_t row_tile_keys = mlav_staged_row_tile_keys(p->B, p->q_indptr, p->kv_lens, p->H);
+    st->cfg.sm90_staged = st->cfg.family == MLAV_FLASH_FAMILY_SM90 && st->cfg.sm90_keys == 0 &&
+                          mlav_flash_sm90_staged_rule(row_tile_keys, p->total_kv, st->cfg.kv_fp8,
+                                                      p->scale, st->cfg.sm90_seesaw);
+    st->cfg.sm90_early_s =
+        st->cfg.family == MLAV_FLASH_FAMILY_SM90 &&
+        mlav_flash_sm90_early_s_rule(row_tile_keys, p->total_kv, p->B, st->cfg.kv_fp8,
+                                     st->cfg.sm90_seesaw);
     int32_t stage_pages = 0, stage_max = 0;
     if (st->cfg.sm90_staged && mlav_staged_count(p->B, p->kv_lens, &stage_pages, &stage_max))
         st->cfg.sm90_staged = 0; /* past int32 rows: the unstaged kernel reads the cache */
@@ -473,6 +480,12 @@ mlav_status limits_plan_into(const mlav_problem_info *shape, const mlav_limits *
                             : 0;
     st->cfg.sm90_l2_first = mlav_flash_sm90_l2_first((int64_t)lim->max_batch * lim->max_kv_len,
                                                      shape->W, st->cfg.kv_fp8);
+    st->cfg.sm90_early_s =
+        st->cfg.family == MLAV_FLASH_FAMILY_SM90 &&
+        mlav_flash_sm90_early_s_rule(
+            mlav_step_ceil_div((int64_t)lim->max_q_len * shape->H, MLAV_FLASH_BLOCK_M) *
+                lim->max_kv_len,
+            lim->max_kv_len, 1, st->cfg.kv_fp8, st->cfg.sm90_seesaw);
 #endif
     /* the most splits a request within the limits can take */
     int64_t most = mlav_step_ceil_div(lim->max_kv_len, st->cfg.sp.min_chunk);

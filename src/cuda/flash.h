@@ -195,6 +195,8 @@ typedef struct mlav_flash_launch_opts {
                            * (sm90/keys/) for blocks of at most that many rows, 0 = not */
     int32_t sm90_l2_first; /* the seesaw kernel over a 16-bit cache: 1 = its KV copies under
                             * the L2 evict_first policy (mlav_flash_sm90_l2_first) */
+    int32_t sm90_early_s;  /* the seesaw kernel over a 16-bit cache: 1 = its WG0 issues each
+                            * pair's S_A in the pair before (mlav_flash_sm90_early_s_rule) */
     int32_t sm90_staged;  /* the sm_90a family over an FP8 cache: 1 = the params' cache is its
                            * F16 staging (sm90/staged_kv.cu), read by the seesaw kernel's
                            * staged instance; the combine still applies the FP8 scale */

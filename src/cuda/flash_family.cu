@@ -126,6 +126,18 @@ int mlav_flash_sm90_staged_rule(int64_t row_tile_keys, int64_t total_kv, int kv_
     return row_tile_keys >= (int64_t)MLAV_SM90_FP8_STAGED_MIN_ROW_TILES * total_kv;
 }
 
+int mlav_flash_sm90_early_s_rule(int64_t row_tile_keys, int64_t total_kv, int32_t batch,
+                                 int kv_fp8, int seesaw)
+{
+    if (kv_fp8 || !seesaw || total_kv < 1 || batch < 1)
+        return 0;
+    const char *env = getenv("MLAV_SM90_EARLY_S");
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+        return env[0] == '1';
+    return row_tile_keys >= (int64_t)MLAV_SM90_EARLY_S_MIN_ROW_TILES * total_kv &&
+           total_kv >= (int64_t)MLAV_SM90_EARLY_S_MIN_KV * batch;
+}
+
 int mlav_flash_sm90_l2_first(int64_t kv_rows, int32_t W, int kv_fp8)
 {
     return !kv_fp8 && kv_rows >= 0 && W > 0 && kv_rows * W * 2 <= MLAV_SM90_L2_FIRST_BYTES;

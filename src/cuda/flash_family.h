@@ -75,6 +75,18 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
  * 4 on the H200), so 4 stays unstaged (docs/PERFORMANCE.md#hopper, "FP8 cache"). */
 #define MLAV_SM90_FP8_STAGED_MIN_ROW_TILES 8
 
+/* The fewest 64-row tiles that read each KV row of a 16-bit cache, on average over the batch's
+ * KV rows (mlav_staged_row_tile_keys over total_kv), and the fewest KV rows a request on average,
+ * for a plan's seesaw kernel to issue each pair's S_A in the pair before
+ * (mlav_flash_sm90_early_s_rule). On an H100 (session 76: two builds of the same code, 2-4
+ * samples a shape, geomeans by batch and prefix, where unchanged shapes read 1.003-1.010) that
+ * took 0.970-0.993x the time from 32k with 16 to 32 row tiles, 0.974-0.988x at 8-9 but 1.015x at
+ * B 1, 32k, and 1.025-1.040x at 4096 with 16 or more; 1.00-1.18x at 2-4 row tiles in session 75,
+ * where the queued S_A waits for blocks still landing (docs/PERFORMANCE.md#hopper). Nothing
+ * measured at 5-7 row tiles or between 4096 and 32768 rows. */
+#define MLAV_SM90_EARLY_S_MIN_ROW_TILES 8
+#define MLAV_SM90_EARLY_S_MIN_KV 32768
+
 /* The family a plan gets: mlav_flash_family_of's, except where the legal family measured faster
  * (docs/PERFORMANCE.md#hopper), unless MLAV_FLASH_FAMILY is "sm90" (so that tests reach the
  * sm_90a family with them). An FP8 E4M3 cache (kv_fp8) that the keys kernel takes
@@ -137,6 +149,21 @@ int mlav_flash_sm90_keys_rule(int64_t max_rows, int kv_fp8, float scale);
  * for A/B runs and tests. Plans for limits do not stage. */
 int mlav_flash_sm90_staged_rule(int64_t row_tile_keys, int64_t total_kv, int kv_fp8, float scale,
                                 int seesaw);
+
+/* Within the sm_90a family's seesaw kernel (seesaw != 0), whether a plan over a 16-bit cache
+ * (kv_fp8 zero) takes the instances whose WG0 issues each pair's S_A in the pair
+ * before (mlav_flash_launch_opts.sm90_early_s): where its KV rows are read by at least
+ * MLAV_SM90_EARLY_S_MIN_ROW_TILES row tiles on average (row_tile_keys, by
+ * mlav_staged_row_tile_keys, over total_kv) and its batch's requests hold at least
+ * MLAV_SM90_EARLY_S_MIN_KV rows on average (total_kv over batch). MLAV_SM90_EARLY_S (read at plan
+ * time) "1" takes them for every such plan of the seesaw kernel, "0" for none, for A/B runs and
+ * tests. A plan for limits asks as one request at max_q_len and max_kv_len (row_tile_keys
+ * ceil(max_q_len x H / 64) x max_kv_len, total_kv max_kv_len, batch 1): an engine's verify steps
+ * run at their draft length, the limits' (the production preset's H 64, q_len 9 to 64 among
+ * them), and its engine path should keep pace with the exact plan; its steps far below
+ * max_kv_len take the order where it lost (4096). */
+int mlav_flash_sm90_early_s_rule(int64_t row_tile_keys, int64_t total_kv, int32_t batch,
+                                 int kv_fp8, int seesaw);
 
 /* The most KV bytes a plan reads (each request's rows once) for which the seesaw kernel's copies
  * of a 16-bit cache take the L2 evict_first policy, as FlashMLA's TMA loads do

@@ -4,7 +4,8 @@
 #   1. build, then test_sm90_gpu whole (every 16-bit case on the seesaw among its kernels;
 #      test_sm90_rising_scores moves references inside pairs), test_sm90_layouts_gpu (the TMA
 #      boxes against the layout) and the golden bundles on `cuda` with the seesaw forced
-#      (MLAV_FLASH_FAMILY=sm90, MLAV_SM90_KERNEL=seesaw);
+#      (MLAV_FLASH_FAMILY=sm90, MLAV_SM90_KERNEL=seesaw), and test_steps_gpu on it (the engine
+#      path's step instances); VARIANT_ENV (e.g. "MLAV_SM90_EARLY_S=1") adds to both;
 #   2. bench/ab.sh of the checkout against it, 3 rounds, BF16, page_size 64: B 16 at H {16, 64,
 #      128} x q_len {2, 9, 16} x {32k, 131k} (the widest gaps to FlashMLA), then B 16 at H 8 and
 #      B 1 at H {8, 128}, q_len 1 and 16 x {4k, 131k} (short blocks, memory-bound points);
@@ -17,7 +18,7 @@
 # refill-pred and refill-expect patches ran through it (all dropped; `git show
 # 2958f85:bench/plans/s62/`, `git show 9a3c3a0:bench/plans/s63/`, `git show 026f42f:bench/plans/`).
 : "${PATCH:?PATCH: a seesaw patch, named from bench/plans/s54/}"
-EXTRA_TARGETS="mlaverify_cli test_sm90_layouts_gpu"
+EXTRA_TARGETS="mlaverify_cli test_sm90_layouts_gpu test_steps_gpu"
 source bench/plans/s54/keys_steps.sh
 
 sm90_tests() { # the whole of test_sm90_gpu, then the golden bundles on the forced seesaw
@@ -26,12 +27,16 @@ sm90_tests() { # the whole of test_sm90_gpu, then the golden bundles on the forc
   timeout $(lim 60) $B/tests/test_sm90_layouts_gpu > $O/layouts.log 2>&1
   echo "test_sm90_layouts_gpu rc=$? PASS $(grep -o PASS $O/layouts.log | wc -l) FAIL" \
     "$(grep -o FAIL $O/layouts.log | wc -l)"
-  MLAV_FLASH_FAMILY=sm90 MLAV_SM90_KERNEL=seesaw timeout $(lim 60) $B/mlaverify check \
-    --backend cuda golden > $O/golden.log 2>&1
+  env MLAV_FLASH_FAMILY=sm90 MLAV_SM90_KERNEL=seesaw ${VARIANT_ENV:-} timeout $(lim 60) \
+    $B/mlaverify check --backend cuda golden > $O/golden.log 2>&1
   echo "golden rc=$?"; tail -1 $O/golden.log
+  env MLAV_FLASH_FAMILY=sm90 MLAV_SM90_KERNEL=seesaw ${VARIANT_ENV:-} timeout --kill-after=5 \
+    $(lim 90) $B/tests/test_steps_gpu > $O/steps.log 2>&1
+  echo "test_steps_gpu rc=$?"; grep -E "PASSED|FAILED|FAIL" $O/steps.log | head -5
   el tests
   grep -q "FAILED" $O/sm90.log && { echo "tests failed: no A/B (the log says where)"; exit 1; }
   grep -q "FAIL" $O/layouts.log && { echo "layouts failed: no A/B (the log says where)"; exit 1; }
+  grep -q "FAILED" $O/steps.log && { echo "steps failed: no A/B (the log says where)"; exit 1; }
 }
 seesaw_sanitize() {
   local t f

@@ -90,6 +90,13 @@ const void *mlav_flash_sm90_e4m3_seesaw(mlav_dtype dtype, int step);
  * every tile or not (gather: its GATHER instance), as a kernel address (instances_l2first.cu). */
 const void *mlav_flash_sm90_l2first_seesaw(mlav_dtype dtype, int step, int gather);
 
+/* The seesaw kernel over a 16-bit cache of q's dtype whose WG0 issues each pair's S_A in the pair
+ * before (EARLY_S: mlav_flash_launch_opts.sm90_early_s), for a plan kind (step), a launch that
+ * gathers every tile or not (gather) and an L2 policy (l2_first), as a kernel address
+ * (instances_early.cu, instances_early_l2first.cu). */
+const void *mlav_flash_sm90_early_seesaw(mlav_dtype dtype, int step, int gather, int l2_first);
+const void *mlav_flash_sm90_early_l2first_seesaw(mlav_dtype dtype, int step, int gather);
+
 /* The seesaw kernel over an FP8 E4M3 cache staged as F16 (e4m3_staged: block.cuh) for q's
  * dtype, in a plan for one problem (instances_staged.cu). */
 const void *mlav_flash_sm90_staged_seesaw(mlav_dtype dtype);

@@ -8,6 +8,7 @@
 const void *mlav_flash_sm90_l2first_seesaw(mlav_dtype dtype, int step, int gather)
 {
     using mlav90::seesaw::instance_16bit;
-    return dtype == MLAV_DTYPE_BF16 ? instance_16bit<__nv_bfloat16, true>(step != 0, gather != 0)
-                                    : instance_16bit<__half, true>(step != 0, gather != 0);
+    return dtype == MLAV_DTYPE_BF16
+               ? instance_16bit<__nv_bfloat16, true, false>(step != 0, gather != 0)
+               : instance_16bit<__half, true, false>(step != 0, gather != 0);
 }

@@ -28,17 +28,21 @@ const void *kernel_for(mlav_dtype dtype, bool kv_fp8, bool step)
 
 /* The seesaw instance (seesaw/kernel.cuh) for a dtype, a cache of that dtype, a plan kind, whether
  * the launch gathers every tile (a 16-bit cache whose pool has no map of tiles: its GATHER
- * instance) and the L2 policy of a 16-bit cache's copies; an FP8 cache's from
- * instances_e4m3.cu, the evict_first ones from instances_l2first.cu. */
-const void *seesaw_for(mlav_dtype dtype, bool kv_fp8, bool step, bool gather, bool l2_first)
+ * instance), the L2 policy of a 16-bit cache's copies and WG0's order (early: EARLY_S); an FP8
+ * cache's from instances_e4m3.cu, the evict_first ones from instances_l2first.cu, the EARLY_S
+ * ones from instances_early.cu. */
+const void *seesaw_for(mlav_dtype dtype, bool kv_fp8, bool step, bool gather, bool l2_first,
+                       bool early)
 {
     if (kv_fp8)
         return mlav_flash_sm90_e4m3_seesaw(dtype, step ? 1 : 0);
+    if (early)
+        return mlav_flash_sm90_early_seesaw(dtype, step ? 1 : 0, gather ? 1 : 0, l2_first ? 1 : 0);
     if (l2_first)
         return mlav_flash_sm90_l2first_seesaw(dtype, step ? 1 : 0, gather ? 1 : 0);
     using mlav90::seesaw::instance_16bit;
-    return dtype == MLAV_DTYPE_BF16 ? instance_16bit<__nv_bfloat16, false>(step, gather)
-                                    : instance_16bit<__half, false>(step, gather);
+    return dtype == MLAV_DTYPE_BF16 ? instance_16bit<__nv_bfloat16, false, false>(step, gather)
+                                    : instance_16bit<__half, false, false>(step, gather);
 }
 
 } // namespace
@@ -82,10 +86,10 @@ mlav_status mlav_flash_sm90_prepare(mlav_dtype dtype, mlav_dtype kv_dtype,
         *blocks_per_sm = k == 0 || n < *blocks_per_sm ? n : *blocks_per_sm;
     }
     /* the seesaw instances, which a launch takes where its plan asks
-     * (mlav_flash_launch_opts.sm90_seesaw, sm90_l2_first) */
-    for (int k = 0; k < 8; k++) {
+     * (mlav_flash_launch_opts.sm90_seesaw, sm90_l2_first, sm90_early_s) */
+    for (int k = 0; k < 16; k++) {
         const void *f = seesaw_for(dtype, kv_dtype == MLAV_DTYPE_FP8_E4M3, k & 1, k >> 1 & 1,
-                                   k >> 2);
+                                   k >> 2 & 1, k >> 3);
         MLAV_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)mlav90::seesaw::smem_ss::BYTES));
         int n = 0;
@@ -169,7 +173,8 @@ mlav_status mlav_flash_sm90_launch(mlav_dtype dtype, const mlav_flash_params *fp
                                            dim3(keys.threads), args, keys.smem, stream));
         else if (lo->sm90_seesaw)
             MLAV_CUDA_TRY(cudaLaunchKernel(seesaw_for(dtype, lo->kv_fp8 != 0, step != 0,
-                                                      kv_tma == 0, lo->sm90_l2_first != 0),
+                                                      kv_tma == 0, lo->sm90_l2_first != 0,
+                                                      lo->sm90_early_s != 0),
                                            dim3((unsigned)fp->n_items),
                                            dim3(mlav90::seesaw::THREADS), args,
                                            mlav90::seesaw::smem_ss::BYTES, stream));

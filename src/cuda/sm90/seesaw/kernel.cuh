@@ -140,8 +140,10 @@ namespace seesaw {
  * cache's tile goes by TMA where the launch holds the pool's map (kv_tma) and the tile allows,
  * else it is gathered. GATHER: the instance of a 16-bit cache's launch without the map (its
  * gather's rows unrolled: refill). L2_FIRST: a 16-bit cache's copies under the L2 evict_first
- * policy (feed_ctx). */
-template <typename T, typename Kv, bool STEP, bool GATHER = false, bool L2_FIRST = false>
+ * policy (feed_ctx). EARLY_S: a 16-bit cache's WG0 issuing each pair's S_A in the pair before
+ * (wg0_pairs). */
+template <typename T, typename Kv, bool STEP, bool GATHER = false, bool L2_FIRST = false,
+          bool EARLY_S = false>
 __global__ void __launch_bounds__(THREADS, 1)
     flash_sm90_seesaw_kernel(const mlav_flash_params p, const __grid_constant__ CUtensorMap kv_map,
                              const int kv_tma)
@@ -152,6 +154,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     constexpr bool Q_TO_F16 = SCALED && !std::is_same<T, __half>::value;
     static_assert(!GATHER || !SCALED, "GATHER: a 16-bit cache's instance");
     static_assert(!L2_FIRST || !SCALED, "L2_FIRST: a 16-bit cache's instance");
+    static_assert(!EARLY_S || !SCALED, "EARLY_S: a 16-bit cache's instance");
     const int32_t step_ix = STEP ? mlav::flash::step_item_index(p) : 0;
     if (STEP && step_ix < 0)
         return; /* past the step's schedule, or an item past the plan's limits */
@@ -247,10 +250,10 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int t_clean = GATHER ? clean_tiles(c) & ~1 : 0;
     if (w == 0) {
         if constexpr (GATHER)
-            wg0_pairs<T, Kv, GATHER, true>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
-                                           0, t_clean);
-        wg0_pairs<T, Kv, GATHER, false>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
-                                        t_clean, c.n_tiles);
+            wg0_pairs<T, Kv, GATHER, true, EARLY_S>(p, c, smem, base, full, f, o, m_run, l_run, wt,
+                                                    score, 0, t_clean);
+        wg0_pairs<T, Kv, GATHER, false, EARLY_S>(p, c, smem, base, full, f, o, m_run, l_run, wt,
+                                                 score, t_clean, c.n_tiles);
     } else {
         if constexpr (GATHER)
             wg1_pairs<T, Kv, GATHER, true>(p, c, smem, base, full, f, o, m_run, l_run, wt, score,
@@ -268,19 +271,21 @@ __global__ void __launch_bounds__(THREADS, 1)
 }
 
 /* The instance of a 16-bit cache of q's dtype T for a plan kind (step), a launch that gathers
- * every tile (gather: the GATHER instance) and an L2 policy (L2_FIRST), as a kernel address:
- * launch_sm90.cu compiles the plain ones, instances_l2first.cu the evict_first ones. */
-template <typename T, bool L2_FIRST> const void *instance_16bit(bool step, bool gather)
+ * every tile (gather: the GATHER instance), an L2 policy (L2_FIRST) and WG0's order (EARLY_S), as
+ * a kernel address: launch_sm90.cu compiles the plain ones, instances_l2first.cu the evict_first
+ * ones, instances_early.cu and instances_early_l2first.cu those of EARLY_S. */
+template <typename T, bool L2_FIRST, bool EARLY_S>
+const void *instance_16bit(bool step, bool gather)
 {
     if (gather)
         return step ? reinterpret_cast<const void *>(
-                          &flash_sm90_seesaw_kernel<T, T, true, true, L2_FIRST>)
+                          &flash_sm90_seesaw_kernel<T, T, true, true, L2_FIRST, EARLY_S>)
                     : reinterpret_cast<const void *>(
-                          &flash_sm90_seesaw_kernel<T, T, false, true, L2_FIRST>);
+                          &flash_sm90_seesaw_kernel<T, T, false, true, L2_FIRST, EARLY_S>);
     return step ? reinterpret_cast<const void *>(
-                      &flash_sm90_seesaw_kernel<T, T, true, false, L2_FIRST>)
+                      &flash_sm90_seesaw_kernel<T, T, true, false, L2_FIRST, EARLY_S>)
                 : reinterpret_cast<const void *>(
-                      &flash_sm90_seesaw_kernel<T, T, false, false, L2_FIRST>);
+                      &flash_sm90_seesaw_kernel<T, T, false, false, L2_FIRST, EARLY_S>);
 }
 
 } // namespace seesaw

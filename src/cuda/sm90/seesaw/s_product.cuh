@@ -18,7 +18,7 @@ namespace seesaw {
  * the rope block last): 4 for WG1, whose own refill is stage 1's blocks 4..7 while WG0 refills
  * 0..3 and 8 last in a pair (after its P_B V_B), so that S_B starts on what has
  * landed first; 0 for WG0, whose own refill is 0..3. */
-template <typename T, bool WAIT = true, int LEAD = 0>
+template <typename T, bool WAIT = true, int LEAD = 0, int I0 = 0, int I1 = W_BLOCKS>
 __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
                                              uint64_t *full, uint32_t parity)
 {
@@ -30,7 +30,7 @@ __device__ __forceinline__ void s_issue_full(float (&x)[X_REGS], uint32_t sq, ui
     pin_regs(x);
     wgmma_fence();
 #pragma unroll
-    for (int i = 0; i < W_BLOCKS; i++) {
+    for (int i = I0; i < I1; i++) {
         const int kb = i < W_BLOCKS - 1 ? (i + LEAD) % (W_BLOCKS - 1) : i;
         if constexpr (WAIT) {
             mbar_wait_flat(&full[kb], parity);
@@ -61,6 +61,20 @@ __device__ __forceinline__ void fp8_tile_ready(uint32_t stage, uint64_t *full, u
     fp8_convert_tile<true>(stage, wt);
     fence_proxy_async();
     wg_barrier(w);
+}
+
+/* WG0's S of a 16-bit cache's tile t in two parts (FlashMLA's order): blocks 0..3 (HEAD) queued
+ * behind the pair before's P_B V_B, the rest once that has completed and stage 1's refill is
+ * issued. */
+template <typename T, typename Kv, bool HEAD>
+__device__ __forceinline__ void s_of_tile_part(float (&x)[X_REGS], uint32_t sq, uint32_t stage,
+                                               uint64_t *full, int t)
+{
+    const uint32_t parity = (uint32_t)((t / 2) & 1);
+    if constexpr (HEAD)
+        s_issue_full<mma_t<T, Kv>, true, 0, 0, 4>(x, sq, stage, full, parity);
+    else
+        s_issue_full<mma_t<T, Kv>, true, 0, 4, W_BLOCKS>(x, sq, stage, full, parity);
 }
 
 /* The S product of this warpgroup's tile t at `stage`: an FP8 cache's once the tile is made F16

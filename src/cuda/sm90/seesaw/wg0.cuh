@@ -8,8 +8,15 @@
 namespace mlav90 {
 namespace seesaw {
 
-/* WG0: tile A of each pair, output columns [0, 256). */
-template <typename T, typename Kv, bool GATHER, bool CLEAN, typename Score, typename Feed>
+/* WG0: tile A of each pair, output columns [0, 256). EARLY_S (a 16-bit cache's instance, by the
+ * plan's rule: mlav_flash_sm90_early_s_rule): each pair's S_A is issued at the end of the pair
+ * before, its blocks 0..3 queued behind that pair's P_B V_B and the rest once stage 1's refill is
+ * issued (FlashMLA's order), so that the tensor pipe has the next S_A while WG0 waits for P_B V_B
+ * and refills. It pays where many row tiles read each KV tile over long blocks (tensor-bound);
+ * where few do, or a block holds few pairs, the head's waits for blocks still landing hold back
+ * stage 1's refill (the figures: MLAV_SM90_EARLY_S_MIN_ROW_TILES, flash_family.h). */
+template <typename T, typename Kv, bool GATHER, bool CLEAN, bool EARLY_S, typename Score,
+          typename Feed>
 __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const block_ctx &c,
                                           unsigned char *smem, uint32_t base, uint64_t *full,
                                           const Feed &f, float (&o)[O_REGS],
@@ -25,12 +32,18 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
     const uint32_t sq = base + smem_ss::Q, sa = base + smem_ss::KV, sb = sa + OPERAND_BYTES;
     uint64_t *full_a = full, *full_b = full + W_BLOCKS;
     uint64_t *hand = full + STAGES * W_BLOCKS; /* smem_ss::HAND */
-    for (int t = t_begin; t < t_end; t += 2) {
-        const bool has_b = CLEAN || t + 1 < c.n_tiles;
-        float x[X_REGS];
-        s_of_tile<T, Kv, 0>(x, sq, sa, full_a, t, wt);
-        wgmma_wait<0>();
-        fence_regs(x);
+    /* EARLY: a pair's S_A issued in the pair before (NEXT: a pair that has a next one in this
+     * loop); an FP8 tile is converted first (fp8_tile_ready), at the top of its own pair */
+    constexpr bool EARLY = EARLY_S && !fp8_kv<Kv>;
+    float x[X_REGS];
+    auto pair = [&](int t, auto next) {
+        constexpr bool NEXT = decltype(next)::value;
+        const bool has_b = CLEAN || NEXT || t + 1 < c.n_tiles;
+        if constexpr (!EARLY) {
+            s_of_tile<T, Kv, 0>(x, sq, sa, full_a, t, wt);
+            wgmma_wait<0>();
+            fence_regs(x);
+        }
         float tm[2];
         const bool hidden = scores<CLEAN>(x, tm, p, c, c.kv_begin + t * TILE_N, r0, t4, score);
         float ref0[2], f0[2];
@@ -89,7 +102,12 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
         if (has_b) {
             handover_wait<HAND_PB>(hand, t);
             pv_issue<MT>(o, sb + P_SLOT, sb, 0);
-            wgmma_wait<0>();
+            if constexpr (NEXT) { /* the next S_A's blocks 0..3 queued behind P_B V_B */
+                s_of_tile_part<T, Kv, true>(x, sq, sa, full_a, t + 2);
+                wgmma_wait<1>();
+            } else {
+                wgmma_wait<0>();
+            }
             fence_regs(o);
         }
         /* stage 1's blocks 0..3 and P's slot: their last readers, this warpgroup's P_B V_B and
@@ -97,6 +115,26 @@ __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const bloc
          * above: inside it, ptxas spilled. */
         if (t + 3 < c.n_tiles)
             refill<Kv, PART_L | PART_P, GATHER>(p, c, f, sb, full_b, t + 3, wt, pg3, ids, 1);
+        if constexpr (NEXT) { /* the rest of the next S_A, once stage 1's refill is issued */
+            s_of_tile_part<T, Kv, false>(x, sq, sa, full_a, t + 2);
+            wgmma_wait<0>();
+            fence_regs(x);
+        }
+    };
+    int t = t_begin;
+    if constexpr (EARLY) {
+        if (t < t_end) {
+            s_of_tile<T, Kv, 0>(x, sq, sa, full_a, t, wt);
+            wgmma_wait<0>();
+            fence_regs(x);
+        }
+        for (; t + 2 < t_end; t += 2)
+            pair(t, std::true_type{});
+        if (t < t_end)
+            pair(t, std::false_type{});
+    } else {
+        for (; t < t_end; t += 2)
+            pair(t, std::false_type{});
     }
 }
 
