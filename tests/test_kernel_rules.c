@@ -282,7 +282,7 @@ static void test_early_s_rule(void **state)
 
 /* The staging of an FP8 cache: from MLAV_SM90_FP8_STAGED_MIN_ROW_TILES (8) 64-row tiles a KV row
  * on average, on the seesaw kernel, a positive scale; MLAV_SM90_KERNEL=staged stages every such
- * plan, seesaw and producer none. The measure is mlav_staged_row_tile_keys' (test_staged_pages). */
+ * plan, seesaw and producer none. The measure is mlav_row_tile_keys' (test_staged_pages). */
 static void test_staged_rule(void **state)
 {
     (void)state;

@@ -118,13 +118,13 @@ static void test_row_tile_keys(void **state)
 {
     (void)state;
     const int32_t qi1[] = {0, 16}, kv1[] = {131088};
-    assert_int_equal(mlav_staged_row_tile_keys(1, qi1, kv1, 128), 32LL * 131088); /* H 128 */
-    assert_int_equal(mlav_staged_row_tile_keys(1, qi1, kv1, 8), 2LL * 131088);    /* 128 rows */
+    assert_int_equal(mlav_row_tile_keys(1, qi1, kv1, 128), 32LL * 131088); /* H 128 */
+    assert_int_equal(mlav_row_tile_keys(1, qi1, kv1, 8), 2LL * 131088);    /* 128 rows */
     const int32_t qi2[] = {0, 1, 1, 5}, kv2[] = {4097, 10, 4100};
     /* H 16: 16 rows (1 tile), 0 rows (0), 64 rows (1) */
-    assert_int_equal(mlav_staged_row_tile_keys(3, qi2, kv2, 16), 4097 + 4100);
+    assert_int_equal(mlav_row_tile_keys(3, qi2, kv2, 16), 4097 + 4100);
     /* H 17: 17 rows (1), 0, 68 rows (2) */
-    assert_int_equal(mlav_staged_row_tile_keys(3, qi2, kv2, 17), 4097 + 2 * 4100);
+    assert_int_equal(mlav_row_tile_keys(3, qi2, kv2, 17), 4097 + 2 * 4100);
 }
 
 int main(void)

@@ -65,10 +65,12 @@ static inline void mlav_staged_fill(int32_t batch, const int32_t *kv_lens, int32
 }
 
 /* How many 64-row tiles of its request read each KV row, summed over the batch's rows: request
- * b's ceil(q_len x H / 64) times its kv_len. Over the batch's KV rows, the mean number of times
- * the unstaged seesaw kernel converts a row (the staging rule's measure: flash_family.h). */
-static inline int64_t mlav_staged_row_tile_keys(int32_t batch, const int32_t *q_indptr,
-                                                const int32_t *kv_lens, int32_t H)
+ * b's ceil(q_len x H / 64) times its kv_len. Over the batch's KV rows, the mean number of times a
+ * row is read: for an FP8 cache, converted by the unstaged seesaw kernel (the staging rule's
+ * measure); for a 16-bit one, how tensor-bound the seesaw is (the early-S rule's; flash_family.h).
+ * Here beside the staging because the staging's page is the kernels' 64-row tile. */
+static inline int64_t mlav_row_tile_keys(int32_t batch, const int32_t *q_indptr,
+                                         const int32_t *kv_lens, int32_t H)
 {
     int64_t s = 0;
     for (int32_t b = 0; b < batch; b++) {

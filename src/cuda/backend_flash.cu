@@ -345,7 +345,7 @@ mlav_status exact_plan_into(const mlav_problem_info *p, flash_state *st, size_t 
             : 0;
     st->cfg.sm90_l2_first = mlav_flash_sm90_l2_first(p->total_kv, p->W, st->cfg.kv_fp8);
     /* how many row tiles read each KV row, on average: the staging's and the S order's measure */
-    const int64_t row_tile_keys = mlav_staged_row_tile_keys(p->B, p->q_indptr, p->kv_lens, p->H);
+    const int64_t row_tile_keys = mlav_row_tile_keys(p->B, p->q_indptr, p->kv_lens, p->H);
     st->cfg.sm90_staged = st->cfg.family == MLAV_FLASH_FAMILY_SM90 && st->cfg.sm90_keys == 0 &&
                           mlav_flash_sm90_staged_rule(row_tile_keys, p->total_kv, st->cfg.kv_fp8,
                                                       p->scale, st->cfg.sm90_seesaw);

@@ -68,7 +68,7 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 #define MLAV_SM90_KEYS16_MIN_TILES 3
 
 /* The fewest 64-row tiles that read each KV row of an FP8 cache, on average over the batch's KV
- * rows (mlav_staged_row_tile_keys over total_kv), for a plan for one problem on the seesaw
+ * rows (mlav_row_tile_keys over total_kv), for a plan for one problem on the seesaw
  * kernel to stage its pages as F16 before the kernel (mlav_flash_sm90_staged_rule). On an
  * H100 staging took 0.75-0.78x the unstaged time at 8 and 9 row tiles, 0.66-0.68x at 16-18 and
  * 0.61-0.64x at 32; below 8 the pass is a larger share of the time (by arithmetic 0.90-1.01x at
@@ -76,7 +76,7 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 #define MLAV_SM90_FP8_STAGED_MIN_ROW_TILES 8
 
 /* The fewest 64-row tiles that read each KV row of a 16-bit cache, on average over the batch's
- * KV rows (mlav_staged_row_tile_keys over total_kv), and the fewest KV rows a request on average,
+ * KV rows (mlav_row_tile_keys over total_kv), and the fewest KV rows a request on average,
  * for a plan's seesaw kernel to issue each pair's S_A in the pair before
  * (mlav_flash_sm90_early_s_rule). On an H100 (session 76: two builds of the same code, 2-4
  * samples a shape, geomeans by batch and prefix, where unchanged shapes read 1.003-1.010) that
@@ -144,7 +144,7 @@ int mlav_flash_sm90_keys_rule(int64_t max_rows, int kv_fp8, float scale);
  * (sm90/staged_kv.cu; 2 bytes a KV element read), so that each KV tile is converted once, not
  * once by each 64-row tile that reads it: where its KV rows are read by at least
  * MLAV_SM90_FP8_STAGED_MIN_ROW_TILES row tiles on average (row_tile_keys, by
- * mlav_staged_row_tile_keys, over total_kv) and softmax_scale > 0. MLAV_SM90_KERNEL (read at
+ * mlav_row_tile_keys, over total_kv) and softmax_scale > 0. MLAV_SM90_KERNEL (read at
  * plan time) "staged" stages every such plan of the seesaw kernel, "seesaw" or "producer" none,
  * for A/B runs and tests. Plans for limits do not stage. */
 int mlav_flash_sm90_staged_rule(int64_t row_tile_keys, int64_t total_kv, int kv_fp8, float scale,
@@ -154,7 +154,7 @@ int mlav_flash_sm90_staged_rule(int64_t row_tile_keys, int64_t total_kv, int kv_
  * (kv_fp8 zero) takes the instances whose WG0 issues each pair's S_A in the pair
  * before (mlav_flash_launch_opts.sm90_early_s): where its KV rows are read by at least
  * MLAV_SM90_EARLY_S_MIN_ROW_TILES row tiles on average (row_tile_keys, by
- * mlav_staged_row_tile_keys, over total_kv) and its batch's requests hold at least
+ * mlav_row_tile_keys, over total_kv) and its batch's requests hold at least
  * MLAV_SM90_EARLY_S_MIN_KV rows on average (total_kv over batch). MLAV_SM90_EARLY_S (read at plan
  * time) "1" takes them for every such plan of the seesaw kernel, "0" for none, for A/B runs and
  * tests. A plan for limits asks as one request at max_q_len and max_kv_len (row_tile_keys
