@@ -69,6 +69,20 @@ ncu_h16() { # the patched keys kernel at page_size 64, B 16, H 16, q_len 1, 131k
   fi
   el ncu
 }
+sanitize_groups() { # compute-sanitizer tools ($1, a list) on test_sm90_gpu's groups (the rest), 2
+  # cases a group, each into $O/san-TOOL-GROUP.log
+  local t f
+  for t in $1; do
+    for f in "${@:2}"; do
+      timeout --kill-after=5 $(lim 45) env MLAV_TEST_FILTER=$f MLAV_SM90_CASES=2 \
+        compute-sanitizer --tool $t --error-exitcode 99 $B/tests/test_sm90_gpu \
+        > $O/san-$t-$f.log 2>&1
+      echo "$t $f rc=$?"
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $O/san-$t-$f.log | sort | uniq -c
+    done
+  done
+  el sanitizers
+}
 sanitize() { # compute-sanitizer tools ($@) on test_sm90_keys, 2 cases a group
   local tool
   for tool in "$@"; do

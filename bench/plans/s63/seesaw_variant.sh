@@ -39,17 +39,7 @@ sm90_tests() { # the whole of test_sm90_gpu, then the golden bundles on the forc
   grep -q "FAILED" $O/steps.log && { echo "steps failed: no A/B (the log says where)"; exit 1; }
 }
 seesaw_sanitize() {
-  local t f
-  for t in memcheck racecheck synccheck; do
-    for f in test_sm90_random test_sm90_rising_scores; do
-      timeout --kill-after=5 $(lim 45) env MLAV_TEST_FILTER=$f MLAV_SM90_CASES=2 \
-        compute-sanitizer --tool $t --error-exitcode 99 $B/tests/test_sm90_gpu \
-        > $O/san-$t-$f.log 2>&1
-      echo "$t $f rc=$?"
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $O/san-$t-$f.log | sort | uniq -c
-    done
-  done
-  el sanitizers
+  sanitize_groups "memcheck racecheck synccheck" test_sm90_random test_sm90_rising_scores
 }
 
 seesaw_sass() { # the BF16 seesaw instances' SASS of both A/B builds (bench/ab.sh's), and per

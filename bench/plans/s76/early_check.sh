@@ -7,16 +7,8 @@
 #   CAP=300 bash bench/plans/s76/early_check.sh   (carry .debs; everything in $OUT/o.tgz)
 EXTRA_TARGETS="test_steps_gpu"
 source bench/plans/s54/keys_steps.sh
-for t in memcheck racecheck synccheck; do
-  for f in test_sm90_random test_sm90_rising_scores; do
-    timeout --kill-after=5 $(lim 45) env MLAV_TEST_FILTER=$f MLAV_SM90_CASES=2 \
-      compute-sanitizer --tool $t --error-exitcode 99 $B/tests/test_sm90_gpu \
-      > $O/san-$t-$f.log 2>&1
-    echo "$t $f rc=$? ss-early lines: $(grep -c ss-early $O/san-$t-$f.log)"
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $O/san-$t-$f.log | sort | uniq -c
-  done
-done
-el sanitizers
+sanitize_groups "memcheck racecheck synccheck" test_sm90_random test_sm90_rising_scores
+echo "early cases under the sanitizers: $(cat $O/san-*.log | grep -c ss-early)"
 env MLAV_FLASH_FAMILY=sm90 MLAV_SM90_KERNEL=seesaw MLAV_SM90_EARLY_S=1 timeout --kill-after=5 \
   $(lim 240) $B/tests/test_steps_gpu > $O/steps.log 2>&1
 echo "test_steps_gpu rc=$?"; grep -E "PASSED|FAILED|FAIL" $O/steps.log | head -5
