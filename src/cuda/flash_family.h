@@ -78,12 +78,12 @@ mlav_flash_family mlav_flash_family_of(int cc_major, int cc_minor, const char **
 /* The fewest 64-row tiles that read each KV row of a 16-bit cache, on average over the batch's
  * KV rows (mlav_row_tile_keys over total_kv), and the fewest KV rows a request on average,
  * for a plan's seesaw kernel to issue each pair's S_A in the pair before
- * (mlav_flash_sm90_early_s_rule). On an H100 (session 76: two builds of the same code, 2-4
- * samples a shape, geomeans by batch and prefix, where unchanged shapes read 1.003-1.010) that
- * took 0.970-0.993x the time from 32k with 16 to 32 row tiles, 0.974-0.988x at 8-9 but 1.015x at
- * B 1, 32k, and 1.025-1.040x at 4096 with 16 or more; 1.00-1.18x at 2-4 row tiles in session 75,
- * where the queued S_A waits for blocks still landing (docs/PERFORMANCE.md#hopper). Nothing
- * measured at 5-7 row tiles or between 4096 and 32768 rows. */
+ * (mlav_flash_sm90_early_s_rule). On an H100 (two builds of the same code, 2-4 samples a
+ * shape, geomeans by batch and prefix, where unchanged shapes read 0.999-1.010) that took
+ * 0.970-0.993x the time from 32k with 16 to 32 row tiles, 0.974-0.988x at 8-9 but 1.015x at B 1,
+ * 32k, and 1.025-1.040x at 4096 with 16 or more; 1.00-1.18x at 2-4 row tiles, where the queued
+ * S_A waits for blocks still landing (docs/PERFORMANCE.md#hopper). Nothing measured at 5-7 row
+ * tiles or between 4096 and 32768 rows. */
 #define MLAV_SM90_EARLY_S_MIN_ROW_TILES 8
 #define MLAV_SM90_EARLY_S_MIN_KV 32768
 
