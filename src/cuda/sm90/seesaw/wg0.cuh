@@ -12,9 +12,10 @@ namespace seesaw {
  * plan's rule: mlav_flash_sm90_early_s_rule): each pair's S_A is issued at the end of the pair
  * before, its blocks 0..3 queued behind that pair's P_B V_B and the rest once stage 1's refill is
  * issued (FlashMLA's order), so that the tensor pipe has the next S_A while WG0 waits for P_B V_B
- * and refills. It pays where many row tiles read each KV tile over long blocks (tensor-bound);
- * where few do, or a block holds few pairs, the head's waits for blocks still landing hold back
- * stage 1's refill (the figures: MLAV_SM90_EARLY_S_MIN_ROW_TILES, flash_family.h). */
+ * and refills. It pays where many row tiles read each KV tile over long requests (tensor-bound);
+ * where few do, and at 4096 keys, it was slower, likely as the head's waits for blocks still
+ * landing hold back stage 1's refill (the figures: MLAV_SM90_EARLY_S_MIN_ROW_TILES,
+ * flash_family.h). */
 template <typename T, typename Kv, bool GATHER, bool CLEAN, bool EARLY_S, typename Score,
           typename Feed>
 __device__ __forceinline__ void wg0_pairs(const mlav_flash_params &p, const block_ctx &c,
